@@ -1,0 +1,209 @@
+"""Scores used by the fine-tuning evaluation, each a plain function of predictions and references.
+
+Span F1 follows the seqeval/CoNLL convention: an entity counts only if its type and both boundaries
+match exactly, so a partial overlap is one false positive and one false negative. SQuAD EM/F1 use the
+official answer normalisation; an example without gold answers is a no-answer question, scored 1 only
+for an empty prediction. Ranking metrics treat a document without a judgement as relevance 0.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import re
+import string
+from typing import Iterable, Mapping, Sequence
+
+
+def accuracy(predictions: Sequence, references: Sequence) -> float:
+    if len(predictions) != len(references):
+        raise ValueError(f"accuracy: {len(predictions)} predictions for {len(references)} references")
+    if not references:
+        raise ValueError("accuracy: no examples to score")
+    return sum(p == r for p, r in zip(predictions, references)) / len(references)
+
+
+def tagging_accuracy(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]]) -> float:
+    """Token-level accuracy over all tokens of all sentences."""
+    flat_pred, flat_ref = [], []
+    for i, (p, r) in enumerate(zip(predictions, references, strict=True)):
+        if len(p) != len(r):
+            raise ValueError(f"tagging_accuracy: sentence {i} has {len(p)} predicted tags for {len(r)} tokens")
+        flat_pred.extend(p)
+        flat_ref.extend(r)
+    return accuracy(flat_pred, flat_ref)
+
+
+def bio_spans(tags: Sequence[str]) -> set[tuple[str, int, int]]:
+    """Entity spans (type, start, end_exclusive) of one BIO/IOB2 sequence.
+
+    An I- tag that does not continue an entity of its type starts a new entity (seqeval's default
+    lenient reading of IOB1-style starts); "O" and anything without a B-/I- prefix ends an entity.
+    """
+    spans = set()
+    current_type, start = None, 0
+    for i, tag in enumerate(list(tags) + ["O"]):
+        prefix, _, entity_type = tag.partition("-")
+        if prefix not in ("B", "I") or not entity_type:
+            prefix, entity_type = "O", None
+        continues = prefix == "I" and entity_type == current_type
+        if current_type is not None and not continues:
+            spans.add((current_type, start, i))
+            current_type = None
+        if prefix in ("B", "I") and not continues:
+            current_type, start = entity_type, i
+    return spans
+
+
+def span_f1(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]]) -> dict[str, float]:
+    """Micro-averaged exact-match entity precision, recall and F1 over BIO-tagged sentences."""
+    true_pos = pred_total = gold_total = 0
+    for i, (p, r) in enumerate(zip(predictions, references, strict=True)):
+        if len(p) != len(r):
+            raise ValueError(f"span_f1: sentence {i} has {len(p)} predicted tags for {len(r)} tokens")
+        pred_spans, gold_spans = bio_spans(p), bio_spans(r)
+        true_pos += len(pred_spans & gold_spans)
+        pred_total += len(pred_spans)
+        gold_total += len(gold_spans)
+    precision = true_pos / pred_total if pred_total else 0.0
+    recall = true_pos / gold_total if gold_total else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"precision": precision, "recall": recall, "f1": f1}
+
+
+def is_bio_tagset(labels: Iterable[str]) -> bool:
+    """True when the label set looks like BIO entity tags (every label is O, B-X or I-X, and some B-)."""
+    labels = list(labels)
+    return any(l.startswith("B-") for l in labels) and all(
+        l == "O" or (l[:2] in ("B-", "I-") and len(l) > 2) for l in labels)
+
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+_PUNCTUATION = set(string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+    """SQuAD normalisation: lowercase, drop punctuation, drop articles a/an/the, collapse whitespace."""
+    text = text.lower()
+    text = "".join(ch for ch in text if ch not in _PUNCTUATION)
+    text = _ARTICLES.sub(" ", text)
+    return " ".join(text.split())
+
+
+def _exact(prediction: str, gold: str) -> float:
+    return float(normalize_answer(prediction) == normalize_answer(gold))
+
+
+def _token_f1(prediction: str, gold: str) -> float:
+    pred_tokens, gold_tokens = normalize_answer(prediction).split(), normalize_answer(gold).split()
+    if not pred_tokens or not gold_tokens:
+        # A no-answer on either side: right only if both are empty.
+        return float(pred_tokens == gold_tokens)
+    common = collections.Counter(pred_tokens) & collections.Counter(gold_tokens)
+    overlap = sum(common.values())
+    if overlap == 0:
+        return 0.0
+    precision, recall = overlap / len(pred_tokens), overlap / len(gold_tokens)
+    return 2 * precision * recall / (precision + recall)
+
+
+def squad_scores(predictions: Mapping[str, str], gold_answers: Mapping[str, Sequence[str]]) -> dict[str, float]:
+    """SQuAD (v1 and v2) exact match and F1 in percent, max over gold answers, averaged over questions.
+
+    `gold_answers[qid]` is a list of answer texts; an empty list marks a no-answer question, for which
+    the empty prediction "" is correct. A question without a prediction counts as answered "".
+    """
+    if not gold_answers:
+        raise ValueError("squad_scores: no questions to score")
+    exact = f1 = 0.0
+    has_ans = [0.0, 0.0, 0]
+    no_ans = [0.0, 0.0, 0]
+    for qid, golds in gold_answers.items():
+        pred = predictions.get(qid, "")
+        golds = [g for g in golds if normalize_answer(g)] or [""]
+        e = max(_exact(pred, g) for g in golds)
+        f = max(_token_f1(pred, g) for g in golds)
+        exact += e
+        f1 += f
+        bucket = has_ans if golds != [""] else no_ans
+        bucket[0] += e
+        bucket[1] += f
+        bucket[2] += 1
+    n = len(gold_answers)
+    out = {"exact": 100.0 * exact / n, "f1": 100.0 * f1 / n}
+    for name, (e, f, count) in (("has_ans", has_ans), ("no_ans", no_ans)):
+        if count:
+            out[f"{name}_exact"] = 100.0 * e / count
+            out[f"{name}_f1"] = 100.0 * f / count
+    return out
+
+
+def ndcg_at_k(ranking: Sequence[str], relevance: Mapping[str, float], k: int = 10) -> float:
+    """NDCG@k with graded gains (2^rel - 1) and log2 discounts; unjudged documents have relevance 0."""
+    dcg = sum((2.0 ** relevance.get(doc, 0) - 1.0) / math.log2(rank + 2) for rank, doc in enumerate(ranking[:k]))
+    ideal = sorted((r for r in relevance.values() if r > 0), reverse=True)[:k]
+    idcg = sum((2.0 ** r - 1.0) / math.log2(rank + 2) for rank, r in enumerate(ideal))
+    return dcg / idcg if idcg > 0 else 0.0
+
+
+def mrr_at_k(ranking: Sequence[str], relevance: Mapping[str, float], k: int = 10) -> float:
+    """Reciprocal rank of the first document with relevance > 0 within the top k, else 0."""
+    for rank, doc in enumerate(ranking[:k]):
+        if relevance.get(doc, 0) > 0:
+            return 1.0 / (rank + 1)
+    return 0.0
+
+
+def retrieval_scores(rankings: Mapping[str, Sequence[str]], qrels: Mapping[str, Mapping[str, float]],
+                     k: int = 10) -> dict[str, float]:
+    """Mean NDCG@k and MRR@k (in percent) over the judged queries that have a relevant document."""
+    queries = [q for q, rels in qrels.items() if any(r > 0 for r in rels.values())]
+    if not queries:
+        raise ValueError("retrieval_scores: no query has a relevant document in the judgements")
+    ndcg = sum(ndcg_at_k(rankings.get(q, []), qrels[q], k) for q in queries) / len(queries)
+    mrr = sum(mrr_at_k(rankings.get(q, []), qrels[q], k) for q in queries) / len(queries)
+    return {f"ndcg@{k}": 100.0 * ndcg, f"mrr@{k}": 100.0 * mrr}
+
+
+def _student_t_cdf(x: float, dof: int) -> float:
+    """CDF of Student's t for x >= 0, by Simpson integration of the density from 0 to x."""
+    log_norm = math.lgamma((dof + 1) / 2) - math.lgamma(dof / 2) - 0.5 * math.log(dof * math.pi)
+
+    def density(t: float) -> float:
+        return math.exp(log_norm - (dof + 1) / 2 * math.log1p(t * t / dof))
+
+    steps = 4000
+    h = x / steps
+    total = density(0.0) + density(x)
+    for i in range(1, steps):
+        total += (4 if i % 2 else 2) * density(i * h)
+    return 0.5 + total * h / 3
+
+
+def student_t_quantile(probability: float, dof: int) -> float:
+    """Upper quantile of Student's t (e.g. 0.975 for a two-sided 95% interval), by bisection."""
+    if not 0.5 <= probability < 1:
+        raise ValueError("student_t_quantile: probability must be in [0.5, 1)")
+    low, high = 0.0, 1.0
+    while _student_t_cdf(high, dof) < probability:
+        high *= 2
+    for _ in range(60):
+        mid = (low + high) / 2
+        if _student_t_cdf(mid, dof) < probability:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
+
+
+def mean_confidence_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
+    """Mean and the half-width of its t-distribution confidence interval (0 for a single value)."""
+    values = [float(v) for v in values]
+    if not values:
+        raise ValueError("mean_confidence_interval: no values")
+    n = len(values)
+    mean = sum(values) / n
+    if n == 1:
+        return mean, 0.0
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+    return mean, student_t_quantile(0.5 + confidence / 2, n - 1) * std / math.sqrt(n)
