@@ -1,0 +1,20 @@
+"""The pretrain command line: parse, validate, train; user errors print one line and exit 2."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    from megamlm.checkpoint import CheckpointError
+    from megamlm.config import ConfigError, parse_args
+    from megamlm.data import DataError
+    from megamlm.training.trainer import pretrain
+
+    try:
+        cfg = parse_args(argv)
+        pretrain(cfg)
+    except (ConfigError, DataError, CheckpointError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0

@@ -1,0 +1,325 @@
+"""Run configuration: typed sections, the flag parser, the YAML loader, and all validation.
+
+Each section is a dataclass; the string under a field is its help text. Flags are the field names with
+dashes (Megatron's names where one exists) plus a few aliases. ``--config run.yaml`` loads sections
+from YAML (``{model: {...}, training: {...}}``); flags given on the command line override it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import inspect
+import json
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, get_args, get_origin, get_type_hints
+
+OBJECTIVES = ("mlm", "clm", "clm_then_mlm", "mlm_then_clm")
+
+
+class ConfigError(ValueError):
+    """A bad flag, flag combination or input path; the message names the fix."""
+
+
+@dataclass
+class ModelConfig:
+    model: str = "tiny"
+    """Preset: tiny (CPU demos/tests), 210m, 610m or 1b (the paper's sizes)."""
+    num_layers: int | None = None
+    """Transformer blocks (overrides the preset)."""
+    hidden_size: int | None = None
+    """Hidden width (overrides the preset)."""
+    ffn_hidden_size: int | None = None
+    """SwiGLU inner width (overrides the preset)."""
+    num_attention_heads: int | None = None
+    """Query heads (overrides the preset)."""
+    num_query_groups: int | None = None
+    """Key/value heads for grouped-query attention (overrides the preset)."""
+    seq_length: int | None = None
+    """Tokens per sample; also the longest sequence the model accepts (preset: tiny 128, others 2048)."""
+    vocab_size: int | None = None
+    """Embedding rows; default: the preset's (Llama 3: 128,256) or, for tiny, the tokenizer's padded size."""
+    make_vocab_size_divisible_by: int = 128
+    """Pad the tokenizer's vocabulary up to a multiple of this."""
+    rope_theta: float = 10_000.0
+    """Rotary embedding base."""
+    norm_epsilon: float = 1e-5
+    """RMSNorm epsilon."""
+    init_method_std: float = 0.02
+    """Std of the normal weight init (output projections scaled by 1/sqrt(2*layers))."""
+
+
+@dataclass
+class ObjectiveConfig:
+    objective: str = "mlm"
+    """Training objective: mlm, clm, clm_then_mlm or mlm_then_clm."""
+    switch: float = 0.25
+    """Fraction of --train-iters spent in the first objective of a two-phase schedule; switch step = round(F * iters)."""
+    mask_ratio: float = 0.4
+    """MLM: probability that a non-special token is selected for prediction."""
+    mask_replace_prob: float = 1.0
+    """MLM: probability that a selected token is replaced by the mask token."""
+    mask_random_prob: float = 0.0
+    """MLM: probability that a selected token is replaced by a random token."""
+    mask_keep_prob: float = 0.0
+    """MLM: probability that a selected token is left unchanged."""
+
+
+@dataclass
+class DataConfig:
+    data_path: list[str] = field(default_factory=list)
+    """Dataset prefixes (.bin/.idx), Megatron syntax: `prefix` or `0.7 a 0.3 b`; empty: the bundled Austen corpus."""
+    tokenizer_model: str | None = None
+    """Tokenizer of the data: tokenizer.json / HF folder, tiktoken BPE file or sentencepiece model."""
+    data_cache_path: str | None = None
+    """Where sample-index caches are written (default: beside the data)."""
+    num_workers: int = 0
+    """Data loader worker processes (never changes the sample order)."""
+
+
+@dataclass
+class TrainingConfig:
+    train_iters: int = 300
+    """Optimizer steps of the run."""
+    micro_batch_size: int = 16
+    """Samples per forward/backward pass."""
+    global_batch_size: int = 16
+    """Samples per optimizer step (gradient accumulation = global / (micro * data-parallel))."""
+    lr: float = 3e-3
+    """Peak learning rate."""
+    min_lr: float = 0.0
+    """Learning rate at the end of the decay."""
+    lr_decay_style: str = "wsd"
+    """LR schedule: wsd (warmup-stable-decay), cosine, linear or constant."""
+    lr_warmup_iters: int | None = None
+    """Linear warmup steps; default 5% of --train-iters (the paper: 2,000 of 42,000)."""
+    lr_wsd_decay_iters: int | None = None
+    """WSD: steps of the final linear decay; default 5% of --train-iters (the paper: 2,000 of 42,000)."""
+    weight_decay: float = 0.1
+    """AdamW weight decay, applied to matrices only."""
+    adam_beta1: float = 0.9
+    """AdamW beta1."""
+    adam_beta2: float = 0.95
+    """AdamW beta2."""
+    adam_eps: float = 1e-5
+    """AdamW epsilon."""
+    clip_grad: float = 1.0
+    """Gradient-norm clipping threshold (0 disables)."""
+    seed: int = 1234
+    """Seeds the weights, the sample order and the MLM masks."""
+    precision: str = "auto"
+    """auto (bf16 autocast on GPU, fp32 on CPU), bf16 or fp32."""
+    device: str = "auto"
+    """auto, cpu or cuda."""
+
+
+@dataclass
+class CheckpointConfig:
+    save: str | None = None
+    """Folder to write checkpoints to (iter_NNNNNNN/ plus a `latest` pointer)."""
+    save_interval: int | None = None
+    """Save every N steps (also always at the objective switch and at the end when --save is set)."""
+    load: str | None = None
+    """Resume from this folder's latest checkpoint (or a given iter_NNNNNNN folder)."""
+    init_from: str | None = None
+    """Load weights only (continued pretraining): a megamlm checkpoint; fresh optimizer, schedule and data."""
+
+
+@dataclass
+class LoggingConfig:
+    log_interval: int = 10
+    """Print a log line every N steps."""
+    tensorboard_dir: str | None = None
+    """Write TensorBoard scalars here."""
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Config":
+        cfg = cls()
+        for section_name, values in data.items():
+            if section_name not in SECTIONS:
+                raise ConfigError(f"unknown config section {section_name!r}; known: {', '.join(SECTIONS)}")
+            section = getattr(cfg, section_name)
+            known = {f.name for f in dataclasses.fields(section)}
+            for key, value in (values or {}).items():
+                if key not in known:
+                    raise ConfigError(f"unknown key {section_name}.{key}; known: {', '.join(sorted(known))}")
+                setattr(section, key, value)
+        return cfg
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+SECTIONS = {f.name: f.type for f in dataclasses.fields(Config)}
+SECTION_CLASSES = {
+    "model": ModelConfig, "objective": ObjectiveConfig, "data": DataConfig,
+    "training": TrainingConfig, "checkpoint": CheckpointConfig, "logging": LoggingConfig,
+}
+
+def field_docs(cls: type) -> dict[str, str]:
+    """The string literal under each field of a dataclass (attribute docstrings)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body
+    docs = {}
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
+            docs[node.target.id] = str(nxt.value.value)
+    return docs
+
+
+def _scalar_type(annotation) -> type:
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    return args[0] if args else annotation
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pretrain.py",
+        description="Pretrain a text encoder with MLM, CLM or a CLM-then-MLM schedule.",
+    )
+    parser.add_argument("--config", help="YAML file with config sections; flags override it.")
+    for section, cls in SECTION_CLASSES.items():
+        group = parser.add_argument_group(section)
+        docs = field_docs(cls)
+        hints = get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            flag = "--" + f.name.replace("_", "-")
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            help_text = f"{docs.get(f.name, '')} (default: {default})".replace("%", "%%")
+            kwargs: dict[str, Any] = dict(dest=f"{section}.{f.name}", help=help_text, default=argparse.SUPPRESS)
+            hint = hints[f.name]
+            if get_origin(hint) is list:
+                kwargs["nargs"] = "+"
+            elif hint is bool:
+                kwargs["action"] = argparse.BooleanOptionalAction
+            else:
+                kwargs["type"] = _scalar_type(hint)
+            if hint is not bool:
+                kwargs["metavar"] = f.name.upper()
+            group.add_argument(flag, **kwargs)
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> Config:
+    """Flags (and an optional YAML file) -> a validated Config."""
+    ns = vars(build_parser().parse_args(argv))
+    config_file = ns.pop("config", None)
+    cfg = load_yaml(config_file) if config_file else Config()
+    for dest, value in ns.items():
+        section, name = dest.split(".", 1)
+        setattr(getattr(cfg, section), name, value)
+    validate(cfg)
+    return cfg
+
+
+def load_yaml(path: str) -> Config:
+    import yaml
+
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"config file {path} not found; pass an existing YAML file to --config")
+    return Config.from_dict(yaml.safe_load(p.read_text()) or {})
+
+
+def validate(cfg: Config) -> None:
+    """Every check a user can fail, before any work starts. Raises ConfigError naming the fix."""
+    from megamlm.model.config import PRESETS
+
+    m, o, t, c = cfg.model, cfg.objective, cfg.training, cfg.checkpoint
+    if m.model not in PRESETS:
+        raise ConfigError(f"unknown --model {m.model!r}; choose one of {', '.join(PRESETS)}")
+    shape = resolved_shape(m)
+    if shape["num_attention_heads"] % shape["num_query_groups"]:
+        raise ConfigError(
+            f"--num-attention-heads {shape['num_attention_heads']} is not divisible by --num-query-groups "
+            f"{shape['num_query_groups']}; choose a number of KV heads that divides the number of heads")
+    if shape["hidden_size"] % shape["num_attention_heads"]:
+        raise ConfigError(f"--hidden-size {shape['hidden_size']} is not divisible by --num-attention-heads "
+                          f"{shape['num_attention_heads']}")
+    if (shape["hidden_size"] // shape["num_attention_heads"]) % 2:
+        raise ConfigError("the head dimension (hidden / heads) must be even for rotary embeddings")
+    for name in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
+                 "seq_length"):
+        if shape[name] <= 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {shape[name]}")
+
+    if o.objective not in OBJECTIVES:
+        raise ConfigError(f"unknown --objective {o.objective!r}; choose one of {', '.join(OBJECTIVES)}")
+    if not 0.0 < o.switch < 1.0:
+        raise ConfigError(f"--switch must be a fraction strictly between 0 and 1, got {o.switch}")
+    if "_then_" in o.objective:
+        switch_step = round(o.switch * t.train_iters)
+        if not 0 < switch_step < t.train_iters:
+            raise ConfigError(f"--switch {o.switch} with --train-iters {t.train_iters} puts the switch at step "
+                              f"{switch_step}, leaving one phase empty; raise --train-iters or move --switch")
+    if not 0.0 < o.mask_ratio < 1.0:
+        raise ConfigError(f"--mask-ratio must be strictly between 0 and 1, got {o.mask_ratio}")
+    probs = (o.mask_replace_prob, o.mask_random_prob, o.mask_keep_prob)
+    if any(p < 0 for p in probs) or abs(sum(probs) - 1.0) > 1e-6:
+        raise ConfigError(f"--mask-replace-prob/--mask-random-prob/--mask-keep-prob must be >= 0 and sum to 1, "
+                          f"got {probs}")
+
+    if t.train_iters <= 0:
+        raise ConfigError(f"--train-iters must be positive, got {t.train_iters}")
+    if t.micro_batch_size <= 0 or t.global_batch_size <= 0:
+        raise ConfigError("--micro-batch-size and --global-batch-size must be positive")
+    if t.global_batch_size % t.micro_batch_size:
+        raise ConfigError(f"--global-batch-size {t.global_batch_size} is not divisible by --micro-batch-size "
+                          f"{t.micro_batch_size}; pick a global batch that is a multiple of the micro-batch")
+    if t.lr_decay_style not in ("wsd", "cosine", "linear", "constant"):
+        raise ConfigError(f"unknown --lr-decay-style {t.lr_decay_style!r}; choose wsd, cosine, linear or constant")
+    warmup, decay = warmup_iters(t), wsd_decay_iters(t)
+    if warmup + (decay if t.lr_decay_style == "wsd" else 0) > t.train_iters:
+        raise ConfigError(f"warmup ({warmup}) plus decay ({decay}) steps exceed --train-iters {t.train_iters}; "
+                          "lower --lr-warmup-iters / --lr-wsd-decay-iters")
+    if t.precision not in ("auto", "bf16", "fp32"):
+        raise ConfigError(f"unknown --precision {t.precision!r}; choose auto, bf16 or fp32")
+    if t.device not in ("auto", "cpu", "cuda"):
+        raise ConfigError(f"unknown --device {t.device!r}; choose auto, cpu or cuda")
+    if cfg.logging.log_interval <= 0:
+        raise ConfigError("--log-interval must be positive")
+    if c.save_interval is not None and c.save_interval <= 0:
+        raise ConfigError("--save-interval must be positive")
+    if c.save_interval is not None and not c.save:
+        raise ConfigError("--save-interval needs --save DIR to know where to write checkpoints")
+    if c.load and c.init_from:
+        raise ConfigError("--load (resume a run) and --init-from (weights only) exclude each other; pick one")
+    if cfg.data.num_workers < 0:
+        raise ConfigError("--num-workers must be >= 0")
+
+
+def resolved_shape(m: ModelConfig) -> dict:
+    """The preset's shape with the explicit flags applied (vocab_size may stay None: tokenizer-sized)."""
+    from megamlm.model.config import PRESETS
+
+    shape = dict(PRESETS[m.model])
+    shape["seq_length"] = shape.pop("max_seq_length")
+    for key in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
+                "seq_length", "vocab_size"):
+        if getattr(m, key) is not None:
+            shape[key] = getattr(m, key)
+    return shape
+
+
+def warmup_iters(t: TrainingConfig) -> int:
+    return t.lr_warmup_iters if t.lr_warmup_iters is not None else round(0.05 * t.train_iters)
+
+
+def wsd_decay_iters(t: TrainingConfig) -> int:
+    return t.lr_wsd_decay_iters if t.lr_wsd_decay_iters is not None else round(0.05 * t.train_iters)

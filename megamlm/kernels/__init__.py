@@ -1,0 +1,161 @@
+"""Hot-path ops behind one dispatch point.
+
+The model calls ``rms_norm``, ``apply_rotary``, ``swiglu`` and ``linear_cross_entropy`` from here;
+each call picks an implementation from the process-wide backend (``set_kernel_backend``):
+
+- ``"auto"`` (default): Triton kernels for tensors on a CUDA/ROCm device when triton imports;
+  elsewhere the references, except ``linear_cross_entropy`` which uses the pure-PyTorch chunked
+  version (it never holds the full logits and was measured faster than the reference on CPU at
+  vocabulary 128,256: see benchmarks/kernels.py). Inside ``torch.compile`` the element-wise ops use
+  the references, which inductor fuses itself.
+- ``"triton"``: Triton kernels everywhere (on CPU only under ``TRITON_INTERPRET=1``).
+- ``"reference"``: the pure-PyTorch references of ``reference.py``, full logits included.
+- ``"chunked"``: references, but ``linear_cross_entropy`` chunked in pure PyTorch.
+
+Importing this package never imports triton; the Triton modules load on first use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import os
+from typing import Iterator
+
+import torch
+
+from megamlm.kernels import reference
+from megamlm.kernels.chunked_linear_cross_entropy import chunked_linear_cross_entropy
+
+__all__ = [
+    "rms_norm",
+    "apply_rotary",
+    "swiglu",
+    "linear_cross_entropy",
+    "set_kernel_backend",
+    "get_kernel_backend",
+    "kernel_backend",
+    "triton_available",
+    "resolve_backend",
+    "KERNEL_BACKENDS",
+]
+
+KERNEL_BACKENDS = ("auto", "triton", "reference", "chunked")
+
+_backend = "auto"
+_triton_ok: bool | None = None
+_OP_MODULES = {
+    "rms_norm": "megamlm.kernels.triton_rms_norm",
+    "apply_rotary": "megamlm.kernels.triton_rotary",
+    "swiglu": "megamlm.kernels.triton_swiglu",
+    "linear_cross_entropy": "megamlm.kernels.triton_cross_entropy",
+}
+
+
+def triton_available() -> bool:
+    """True when triton imports (checked once; a broken install counts as absent)."""
+    global _triton_ok
+    if _triton_ok is None:
+        if importlib.util.find_spec("triton") is None:
+            _triton_ok = False
+        else:
+            try:
+                importlib.import_module("triton")
+                importlib.import_module("triton.language")
+                _triton_ok = True
+            except Exception:  # an install that fails to import is treated as missing
+                _triton_ok = False
+    return _triton_ok
+
+
+def set_kernel_backend(name: str) -> None:
+    """Select the kernel backend for the whole process: one of ``KERNEL_BACKENDS``."""
+    global _backend
+    if name not in KERNEL_BACKENDS:
+        raise ValueError(f"unknown kernel backend {name!r}; choose one of {', '.join(KERNEL_BACKENDS)}")
+    if name == "triton" and not triton_available():
+        raise RuntimeError(
+            "kernel backend 'triton' needs the triton package, which does not import here; "
+            "install it (pip install 'megamlm[kernels]') or use --kernel-backend auto"
+        )
+    _backend = name
+
+
+def get_kernel_backend() -> str:
+    return _backend
+
+
+@contextlib.contextmanager
+def kernel_backend(name: str) -> Iterator[None]:
+    """Temporarily select a backend (tests, benchmarks)."""
+    previous = _backend
+    set_kernel_backend(name)
+    try:
+        yield
+    finally:
+        set_kernel_backend(previous)
+
+
+def _on_accelerator(t: torch.Tensor) -> bool:
+    return t.device.type == "cuda"  # ROCm tensors also report "cuda"
+
+
+def resolve_backend(op: str, tensor: torch.Tensor) -> str:
+    """Which implementation ``op`` uses for ``tensor`` under the current backend: triton/chunked/reference."""
+    if _backend == "triton":
+        if not _on_accelerator(tensor) and os.environ.get("TRITON_INTERPRET") != "1":
+            raise RuntimeError(
+                f"kernel backend 'triton' got a {tensor.device.type} tensor in {op}; Triton runs on CUDA/ROCm "
+                "devices (or on CPU with TRITON_INTERPRET=1); use --kernel-backend auto"
+            )
+        return "triton"
+    if _backend == "reference":
+        return "reference"
+    if _backend == "chunked":
+        return "chunked" if op == "linear_cross_entropy" else "reference"
+    # auto
+    if _on_accelerator(tensor) and triton_available():
+        if op != "linear_cross_entropy" and torch.compiler.is_compiling():
+            return "reference"
+        return "triton"
+    return "chunked" if op == "linear_cross_entropy" else "reference"
+
+
+def _triton_op(op: str):
+    return getattr(importlib.import_module(_OP_MODULES[op]), op)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    if resolve_backend("rms_norm", x) == "triton":
+        return _triton_op("rms_norm")(x, weight, eps)
+    return reference.rms_norm(x, weight, eps)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    # The Triton kernel treats the tables as constants; differentiable tables take the reference.
+    if resolve_backend("apply_rotary", x) == "triton" and not (cos.requires_grad or sin.requires_grad):
+        return _triton_op("apply_rotary")(x, cos, sin)
+    return reference.apply_rotary(x, cos, sin)
+
+
+def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    if resolve_backend("swiglu", gate) == "triton":
+        return _triton_op("swiglu")(gate, up)
+    return reference.swiglu(gate, up)
+
+
+def linear_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    ignore_index: int = -100,
+    chunk_size: int = 0,
+) -> torch.Tensor:
+    """Sum (fp32) of token cross-entropies of ``hidden @ weight.T``; see ``reference.linear_cross_entropy``."""
+    choice = resolve_backend("linear_cross_entropy", hidden)
+    if choice == "triton":
+        return _triton_op("linear_cross_entropy")(hidden, weight, targets, ignore_index, chunk_size)
+    if choice == "chunked":
+        return chunked_linear_cross_entropy(hidden, weight, targets, ignore_index, chunk_size)
+    return reference.linear_cross_entropy(hidden, weight, targets, ignore_index, chunk_size)

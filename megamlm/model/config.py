@@ -1,0 +1,48 @@
+"""Model shapes and the named presets."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class ModelArgs:
+    """The resolved shape of a EuroBERT/Llama-style encoder."""
+
+    vocab_size: int
+    num_layers: int
+    hidden_size: int
+    ffn_hidden_size: int
+    num_attention_heads: int
+    num_query_groups: int
+    max_seq_length: int
+    rope_theta: float = 10_000.0
+    norm_epsilon: float = 1e-5
+    init_method_std: float = 0.02
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+# The paper's sizes (arXiv 2507.00994, Table 5) with the Llama 3 vocabulary, and a CPU-sized `tiny`
+# whose heads, KV heads and layers divide by 2 and 4 so that parallel tests can split it.
+# `vocab_size: None` means "the tokenizer's size, padded to --make-vocab-size-divisible-by".
+PRESETS: dict[str, dict] = {
+    "tiny": dict(vocab_size=None, num_layers=4, hidden_size=128, ffn_hidden_size=384,
+                 num_attention_heads=8, num_query_groups=4, max_seq_length=128),
+    "210m": dict(vocab_size=128_256, num_layers=12, hidden_size=768, ffn_hidden_size=3072,
+                 num_attention_heads=12, num_query_groups=12, max_seq_length=2048),
+    "610m": dict(vocab_size=128_256, num_layers=26, hidden_size=1152, ffn_hidden_size=4096,
+                 num_attention_heads=18, num_query_groups=6, max_seq_length=2048),
+    "1b": dict(vocab_size=128_256, num_layers=26, hidden_size=1728, ffn_hidden_size=4096,
+               num_attention_heads=18, num_query_groups=6, max_seq_length=2048),
+}
+
+
+def pad_vocab_size(size: int, multiple: int) -> int:
+    """Round ``size`` up to a multiple of ``multiple`` (Megatron's --make-vocab-size-divisible-by)."""
+    return ((size + multiple - 1) // multiple) * multiple

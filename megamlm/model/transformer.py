@@ -1,0 +1,136 @@
+"""The EuroBERT/Llama-style transformer, single-device.
+
+Module names follow Hugging Face's Llama/EuroBERT (``embed_tokens``, ``layers.N.self_attn.q_proj``,
+``input_layernorm``, ``mlp.gate_proj``, ``norm``, ``lm_head``) so that conversion is one-to-one.
+Parallelism is applied to a built model from outside (``megamlm.parallel``); ``layers`` is a
+ModuleDict so that a pipeline stage can drop the layers it does not own and keep stable names,
+and ``embed_tokens``/``norm``/``lm_head`` may be set to None on stages that do not own them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+
+from megamlm import kernels
+from megamlm.model.attention import attention
+from megamlm.model.config import ModelArgs
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return kernels.rms_norm(x, self.weight, self.eps)
+
+
+def rotary_tables(head_dim: int, max_seq_length: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin of shape (max_seq_length, head_dim), frequencies repeated twice (rotate-half layout)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    angles = torch.outer(torch.arange(max_seq_length, dtype=torch.float64), inv_freq)
+    angles = torch.cat((angles, angles), dim=-1)
+    return angles.cos().float(), angles.sin().float()
+
+
+class Attention(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.n_heads = args.num_attention_heads
+        self.n_kv_heads = args.num_query_groups
+        self.head_dim = args.head_dim
+        self.q_proj = nn.Linear(args.hidden_size, self.n_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(args.hidden_size, self.n_kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(args.hidden_size, self.n_kv_heads * self.head_dim, bias=False)
+        self.o_proj = nn.Linear(self.n_heads * self.head_dim, args.hidden_size, bias=False)
+
+    def forward(self, x, cos, sin, causal: bool, document_ids=None):
+        batch, seq, _ = x.shape
+        # -1 instead of the head count: under tensor parallelism the projections hold a shard of heads.
+        q = self.q_proj(x).view(batch, seq, -1, self.head_dim)
+        k = self.k_proj(x).view(batch, seq, -1, self.head_dim)
+        v = self.v_proj(x).view(batch, seq, -1, self.head_dim)
+        q = kernels.apply_rotary(q, cos, sin)
+        k = kernels.apply_rotary(k, cos, sin)
+        out = attention(q, k, v, causal=causal, document_ids=document_ids)
+        return self.o_proj(out.reshape(batch, seq, -1))
+
+
+class MLP(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.gate_proj = nn.Linear(args.hidden_size, args.ffn_hidden_size, bias=False)
+        self.up_proj = nn.Linear(args.hidden_size, args.ffn_hidden_size, bias=False)
+        self.down_proj = nn.Linear(args.ffn_hidden_size, args.hidden_size, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(kernels.swiglu(self.gate_proj(x), self.up_proj(x)))
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.input_layernorm = RMSNorm(args.hidden_size, args.norm_epsilon)
+        self.self_attn = Attention(args)
+        self.post_attention_layernorm = RMSNorm(args.hidden_size, args.norm_epsilon)
+        self.mlp = MLP(args)
+
+    def forward(self, x, cos, sin, causal: bool, document_ids=None):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, causal, document_ids)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Transformer(nn.Module):
+    """Embedding -> blocks -> final norm; ``lm_head`` is applied by the loss (sparse prediction)."""
+
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.args = args
+        self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
+        self.layers = nn.ModuleDict({str(i): TransformerBlock(args) for i in range(args.num_layers)})
+        self.norm = RMSNorm(args.hidden_size, args.norm_epsilon)
+        self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
+        cos, sin = rotary_tables(args.head_dim, args.max_seq_length, args.rope_theta)
+        self.register_buffer("rope_cos", cos, persistent=False)
+        self.register_buffer("rope_sin", sin, persistent=False)
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        """Megatron's init: N(0, std) everywhere, output projections scaled by 1/sqrt(2 * layers)."""
+        std = self.args.init_method_std
+        out_std = std / math.sqrt(2.0 * self.args.num_layers)
+        for name, p in self.named_parameters():
+            if name.endswith("layernorm.weight") or name == "norm.weight":
+                p.fill_(1.0)
+            elif name.endswith(("o_proj.weight", "down_proj.weight")):
+                p.normal_(0.0, out_std, generator=generator)
+            else:
+                p.normal_(0.0, std, generator=generator)
+
+    def forward(self, input_ids: torch.Tensor, causal: bool, document_ids: torch.Tensor | None = None):
+        """input_ids (batch, seq) -> final hidden states (batch, seq, hidden).
+
+        On a pipeline stage without ``embed_tokens`` the input is already a hidden-state tensor.
+        ``causal`` picks the attention mode for this call (CLM: True, MLM: False).
+        """
+        h = self.embed_tokens(input_ids) if self.embed_tokens is not None else input_ids
+        seq = h.shape[1]
+        if seq > self.args.max_seq_length:
+            raise ValueError(f"sequence of {seq} tokens exceeds the model's {self.args.max_seq_length}")
+        cos, sin = self.rope_cos[:seq], self.rope_sin[:seq]
+        for layer in self.layers.values():
+            h = layer(h, cos, sin, causal, document_ids)
+        return self.norm(h) if self.norm is not None else h
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Dense logits, for inference and parity tests (training uses the sparse loss)."""
+        return self.lm_head(hidden)
+
+
+def count_parameters(model: nn.Module, include_lm_head: bool = True) -> int:
+    return sum(p.numel() for n, p in model.named_parameters() if include_lm_head or not n.startswith("lm_head"))

@@ -1,0 +1,57 @@
+"""MLM masking and CLM targets: pure functions of (seed, global sample index) and the tokens.
+
+A mask never depends on the rank, the parallel layout, the micro-batch or the step it is drawn at:
+each sample's random stream is a counter-based Philox generator keyed by (seed, sample index).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+IGNORE_INDEX = -100
+
+
+@dataclass(frozen=True)
+class MaskingSpec:
+    mask_ratio: float
+    replace_prob: float
+    random_prob: float
+    keep_prob: float
+    mask_id: int
+    special_ids: tuple[int, ...]
+    random_vocab_size: int
+    """Random replacements are drawn from [0, random_vocab_size), skipping special ids."""
+
+
+def sample_generator(seed: int, sample_index: int) -> np.random.Generator:
+    return np.random.Generator(np.random.Philox(key=np.array([seed, sample_index], dtype=np.uint64)))
+
+
+def mlm_mask(tokens: np.ndarray, sample_index: int, seed: int, spec: MaskingSpec) -> tuple[np.ndarray, np.ndarray]:
+    """tokens (seq,) -> (inputs, targets); targets are IGNORE_INDEX except at selected positions."""
+    rng = sample_generator(seed, sample_index)
+    n = tokens.shape[0]
+    select_draw, kind_draw = rng.random(n), rng.random(n)
+    random_tokens = rng.integers(0, spec.random_vocab_size, n)
+    special = np.isin(tokens, np.asarray(spec.special_ids, dtype=tokens.dtype))
+    selected = (select_draw < spec.mask_ratio) & ~special
+    # Random replacements that land on a special id fall back to the mask token.
+    random_tokens = np.where(np.isin(random_tokens, spec.special_ids), spec.mask_id, random_tokens)
+
+    inputs = tokens.astype(np.int64, copy=True)
+    to_mask = selected & (kind_draw < spec.replace_prob)
+    to_random = selected & (kind_draw >= spec.replace_prob) & (kind_draw < spec.replace_prob + spec.random_prob)
+    inputs[to_mask] = spec.mask_id
+    inputs[to_random] = random_tokens[to_random]
+    targets = np.where(selected, tokens, IGNORE_INDEX).astype(np.int64)
+    return inputs, targets
+
+
+def clm_targets(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """tokens (seq,) -> (inputs, targets): target of position i is token i+1; the last position has none."""
+    inputs = tokens.astype(np.int64, copy=True)
+    targets = np.full_like(inputs, IGNORE_INDEX)
+    targets[:-1] = inputs[1:]
+    return inputs, targets

@@ -1,0 +1,87 @@
+"""The ObjectiveSchedule: which objective (attention mode + targets + loss) each step trains.
+
+Steps are numbered 1..train_iters. A two-phase schedule runs its first objective on steps 1..switch_step
+and its second on switch_step+1..train_iters, with switch_step = round(switch * train_iters) resolved once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from megamlm.objectives.masking import MaskingSpec, clm_targets, mlm_mask
+
+PHASES = {
+    "mlm": ("mlm",),
+    "clm": ("clm",),
+    "clm_then_mlm": ("clm", "mlm"),
+    "mlm_then_clm": ("mlm", "clm"),
+}
+
+
+@dataclass
+class Batch:
+    """One micro-batch as the model and loss see it."""
+
+    input_ids: torch.Tensor
+    targets: torch.Tensor
+    causal: bool
+    sample_ids: list[int]
+    document_ids: torch.Tensor | None = None
+
+
+class ObjectiveSchedule:
+    def __init__(self, objective: str, switch: float, train_iters: int, masking: MaskingSpec, seed: int):
+        if objective not in PHASES:
+            raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(PHASES)}")
+        self.objective = objective
+        self.switch = switch
+        self.train_iters = train_iters
+        self.masking = masking
+        self.seed = seed
+        self.phases = PHASES[objective]
+        self.switch_step = round(switch * train_iters) if len(self.phases) == 2 else None
+
+    def objective_at(self, step: int) -> str:
+        """The objective trained at 1-based ``step``."""
+        if self.switch_step is None or step <= self.switch_step:
+            return self.phases[0]
+        return self.phases[1]
+
+    def is_switch_step(self, step: int) -> bool:
+        """True for the last step of the first phase (a checkpoint is written after it)."""
+        return self.switch_step is not None and step == self.switch_step
+
+    def describe(self) -> str:
+        if self.switch_step is None:
+            return f"objective {self.objective} for all {self.train_iters} steps"
+        first, second = self.phases
+        return (f"objective {self.objective}: {first} for steps 1-{self.switch_step}, {second} for steps "
+                f"{self.switch_step + 1}-{self.train_iters} (switch {self.switch} x {self.train_iters} iters "
+                f"-> switch step {self.switch_step})")
+
+    def make_batch(self, step: int, tokens: np.ndarray, sample_ids: list[int],
+                   document_ids: np.ndarray | None = None) -> Batch:
+        """tokens (micro_batch, seq) of the given global sample ids -> the Batch for this step's objective."""
+        objective = self.objective_at(step)
+        if objective == "mlm":
+            pairs = [mlm_mask(row, sid, self.seed, self.masking) for row, sid in zip(tokens, sample_ids)]
+        else:
+            pairs = [clm_targets(row) for row in tokens]
+        inputs = torch.from_numpy(np.stack([p[0] for p in pairs]))
+        targets = torch.from_numpy(np.stack([p[1] for p in pairs]))
+        docs = torch.from_numpy(np.asarray(document_ids)) if document_ids is not None else None
+        return Batch(inputs, targets, causal=(objective == "clm"), sample_ids=list(sample_ids), document_ids=docs)
+
+    def state_dict(self) -> dict:
+        return {"objective": self.objective, "switch": self.switch, "train_iters": self.train_iters,
+                "switch_step": self.switch_step}
+
+    def load_state_dict(self, state: dict) -> None:
+        mine = self.state_dict()
+        if state != mine:
+            raise ValueError(f"the checkpoint's objective schedule {state} differs from this run's {mine}; "
+                             "resume with the same --objective/--switch/--train-iters, or use --init-from "
+                             "to start a new schedule from its weights")

@@ -1,0 +1,42 @@
+"""Learning-rate schedules: warmup-stable-decay (default), cosine, linear, constant."""
+
+from __future__ import annotations
+
+import math
+
+
+class LRSchedule:
+    """The learning rate of each 1-based step; stateless except for its settings, which a resume checks."""
+
+    def __init__(self, peak_lr: float, min_lr: float, style: str, warmup_iters: int, decay_iters: int,
+                 train_iters: int):
+        self.peak_lr, self.min_lr, self.style = peak_lr, min_lr, style
+        self.warmup_iters, self.decay_iters, self.train_iters = warmup_iters, decay_iters, train_iters
+
+    def lr_at(self, step: int) -> float:
+        if self.warmup_iters and step <= self.warmup_iters:
+            return self.peak_lr * step / self.warmup_iters
+        span = self.peak_lr - self.min_lr
+        if self.style == "constant":
+            return self.peak_lr
+        if self.style == "wsd":
+            decay_start = self.train_iters - self.decay_iters
+            if step <= decay_start:
+                return self.peak_lr
+            return self.peak_lr - span * (step - decay_start) / self.decay_iters
+        progress = (step - self.warmup_iters) / max(1, self.train_iters - self.warmup_iters)
+        progress = min(max(progress, 0.0), 1.0)
+        if self.style == "cosine":
+            return self.min_lr + 0.5 * span * (1.0 + math.cos(math.pi * progress))
+        if self.style == "linear":
+            return self.min_lr + span * (1.0 - progress)
+        raise ValueError(f"unknown LR schedule {self.style!r}")
+
+    def state_dict(self) -> dict:
+        return dict(peak_lr=self.peak_lr, min_lr=self.min_lr, style=self.style, warmup_iters=self.warmup_iters,
+                    decay_iters=self.decay_iters, train_iters=self.train_iters)
+
+    def load_state_dict(self, state: dict) -> None:
+        if state != self.state_dict():
+            raise ValueError(f"the checkpoint's LR schedule {state} differs from this run's {self.state_dict()}; "
+                             "resume with the same LR flags, or use --init-from for a fresh schedule")

@@ -1,0 +1,81 @@
+"""Everything a run resolves before its first step: data, tokenizer, model shape, objective schedule.
+
+All of it happens (and every user error is raised) before a model is built or a file is written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from megamlm.config import Config, ConfigError, resolved_shape, warmup_iters, wsd_decay_iters
+from megamlm.model.config import ModelArgs, pad_vocab_size
+from megamlm.objectives import MaskingSpec, ObjectiveSchedule
+from megamlm.training.lr_schedule import LRSchedule
+
+
+@dataclass
+class RunPlan:
+    model_args: ModelArgs
+    data_path: list[str]
+    tokenizer_path: str
+    tokenizer: object
+    objective_schedule: ObjectiveSchedule
+    lr_schedule: LRSchedule
+    num_samples: int
+
+
+def resolve_data_sources(cfg: Config) -> tuple[list[str], str]:
+    """(data_path, tokenizer path); no --data-path means the bundled Austen corpus and its tokenizer."""
+    if not cfg.data.data_path:
+        if cfg.data.tokenizer_model:
+            raise ConfigError("--tokenizer-model was given without --data-path; the bundled corpus has its own "
+                              "tokenizer: pass --data-path too, or drop --tokenizer-model")
+        from megamlm.data import prepare_embedded_corpus
+
+        prefix, tokenizer_path = prepare_embedded_corpus(cfg.data.data_cache_path)
+        return [prefix], tokenizer_path
+    if not cfg.data.tokenizer_model:
+        raise ConfigError("--data-path needs --tokenizer-model (the tokenizer the data was preprocessed with): "
+                          "it gives the mask, padding and special-token ids")
+    return list(cfg.data.data_path), cfg.data.tokenizer_model
+
+
+def model_args_for(cfg: Config, tokenizer_vocab_size: int) -> ModelArgs:
+    shape = resolved_shape(cfg.model)
+    vocab = shape["vocab_size"] or pad_vocab_size(tokenizer_vocab_size, cfg.model.make_vocab_size_divisible_by)
+    if tokenizer_vocab_size > vocab:
+        raise ConfigError(f"the tokenizer has {tokenizer_vocab_size} ids but the model vocabulary is {vocab}; "
+                          f"pass --vocab-size {pad_vocab_size(tokenizer_vocab_size, 128)} or the tokenizer "
+                          "the preset was made for")
+    return ModelArgs(
+        vocab_size=vocab, num_layers=shape["num_layers"], hidden_size=shape["hidden_size"],
+        ffn_hidden_size=shape["ffn_hidden_size"], num_attention_heads=shape["num_attention_heads"],
+        num_query_groups=shape["num_query_groups"], max_seq_length=shape["seq_length"],
+        rope_theta=cfg.model.rope_theta, norm_epsilon=cfg.model.norm_epsilon,
+        init_method_std=cfg.model.init_method_std)
+
+
+def masking_spec_for(cfg: Config, tokenizer) -> MaskingSpec:
+    if tokenizer.mask_id is None and cfg.objective.objective != "clm":
+        raise ConfigError(f"tokenizer {tokenizer} has no mask token, which MLM needs; use a tokenizer with one "
+                          "(Llama 3's <|reserved_special_token_0|> is picked automatically) or --objective clm")
+    o = cfg.objective
+    return MaskingSpec(mask_ratio=o.mask_ratio, replace_prob=o.mask_replace_prob, random_prob=o.mask_random_prob,
+                       keep_prob=o.mask_keep_prob, mask_id=tokenizer.mask_id if tokenizer.mask_id is not None else -1,
+                       special_ids=tuple(tokenizer.special_ids), random_vocab_size=tokenizer.vocab_size)
+
+
+def plan_run(cfg: Config) -> RunPlan:
+    """Resolve and check everything a run needs; raises ConfigError / DataError naming the fix."""
+    from megamlm.data import load_tokenizer
+
+    data_path, tokenizer_path = resolve_data_sources(cfg)
+    tokenizer = load_tokenizer(tokenizer_path)
+    args = model_args_for(cfg, tokenizer.vocab_size)
+    t = cfg.training
+    schedule = ObjectiveSchedule(cfg.objective.objective, cfg.objective.switch, t.train_iters,
+                                 masking_spec_for(cfg, tokenizer), t.seed)
+    lr_schedule = LRSchedule(t.lr, t.min_lr, t.lr_decay_style, warmup_iters(t), wsd_decay_iters(t), t.train_iters)
+    return RunPlan(model_args=args, data_path=data_path, tokenizer_path=tokenizer_path, tokenizer=tokenizer,
+                   objective_schedule=schedule, lr_schedule=lr_schedule,
+                   num_samples=t.train_iters * t.global_batch_size)

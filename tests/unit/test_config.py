@@ -1,0 +1,54 @@
+import pytest
+
+from megamlm.config import ConfigError, parse_args
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--objective", "bert"], "unknown --objective 'bert'"),
+    (["--switch", "0"], "--switch must be a fraction strictly between 0 and 1"),
+    (["--switch", "1.0"], "--switch must be a fraction strictly between 0 and 1"),
+    (["--mask-ratio", "1.2"], "--mask-ratio must be strictly between 0 and 1"),
+    (["--mask-ratio", "0"], "--mask-ratio must be strictly between 0 and 1"),
+    (["--num-attention-heads", "8", "--num-query-groups", "3"], "not divisible by --num-query-groups"),
+    (["--global-batch-size", "10", "--micro-batch-size", "4"], "not divisible by --micro-batch-size"),
+    (["--mask-replace-prob", "0.8"], "sum to 1"),
+    (["--model", "7b"], "unknown --model '7b'"),
+    (["--objective", "clm_then_mlm", "--switch", "0.01", "--train-iters", "10"], "leaving one phase empty"),
+    (["--lr-warmup-iters", "200", "--train-iters", "100"], "exceed --train-iters"),
+    (["--save-interval", "10"], "needs --save"),
+    (["--load", "a", "--init-from", "b"], "exclude each other"),
+])
+def test_bad_flags_give_one_clear_error(argv, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse_args(argv)
+
+
+def test_megatron_flags_override_the_preset(tmp_path):
+    cfg = parse_args(["--model", "210m", "--num-layers", "6", "--seq-length", "512"])
+    assert cfg.model.model == "210m" and cfg.model.num_layers == 6 and cfg.model.seq_length == 512
+    assert cfg.model.hidden_size is None  # resolved from the preset later
+
+
+def test_yaml_config_is_loaded_and_flags_override_it(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("objective:\n  objective: clm_then_mlm\n  switch: 0.5\ntraining:\n  train_iters: 40\n")
+    cfg = parse_args(["--config", str(path), "--switch", "0.25"])
+    assert cfg.objective.objective == "clm_then_mlm"
+    assert cfg.objective.switch == 0.25
+    assert cfg.training.train_iters == 40
+
+
+def test_yaml_with_an_unknown_key_names_it(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("training:\n  learning_rate: 0.1\n")
+    with pytest.raises(ConfigError, match="unknown key training.learning_rate"):
+        parse_args(["--config", str(path)])
+
+
+def test_help_lists_every_flag_with_its_doc(capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    out = capsys.readouterr().out
+    for flag in ("--objective", "--switch", "--mask-ratio", "--global-batch-size", "--save-interval", "--init-from"):
+        assert flag in out
+    assert "5% of --train-iters" in out
