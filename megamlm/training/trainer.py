@@ -106,8 +106,13 @@ def pretrain(cfg: Config) -> RunResult:
 
     sampler = GlobalBatchSampler(total_samples=plan.num_samples, global_batch_size=t.global_batch_size,
                                  micro_batch_size=t.micro_batch_size, consumed_samples=consumed)
-    config_record = {"config": cfg.to_dict(), "model_args": plan.model_args.to_dict(),
-                     "switch_step": schedule.switch_step}
+    tok = plan.tokenizer
+    config_record = {
+        "config": cfg.to_dict(), "model_args": plan.model_args.to_dict(), "switch_step": schedule.switch_step,
+        "data_path": plan.data_path, "seq_length": seq_length,
+        "tokenizer": {"path": str(plan.tokenizer_path), "vocab_size": tok.vocab_size, "bos_id": tok.bos_id,
+                      "eos_id": tok.eos_id, "pad_id": tok.pad_id, "mask_id": tok.mask_id},
+    }
 
     def checkpoint(at_step: int, consumed_samples: int) -> None:
         path = save_checkpoint(ckpt_cfg.save, at_step, model, optimizer, {
