@@ -1,0 +1,97 @@
+"""Fixed-length training samples cut from the packed token stream of one corpus."""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from megamlm.data.indexed import DataError, IndexedDataset
+from megamlm.data.index_cache import load_or_build_indices
+
+
+class PackedSampleDataset:
+    """Sample k: `seq_length` tokens from the packed, seeded-shuffled stream of documents.
+
+    `datasets` is one IndexedDataset or several (shards of one corpus, concatenated). Every
+    sequence of the files is a document. Sample k is a pure function of (files, seed,
+    seq_length, num_samples): the index arrays come from `sample_index.build_indices`.
+
+    With `cache_dir`, the arrays are cached as .npy files named by a hash of what determines
+    them, built by the process where `rank()` is 0 while the others wait at `barrier()`.
+    """
+
+    def __init__(
+        self,
+        datasets: IndexedDataset | Sequence[IndexedDataset],
+        seq_length: int,
+        num_samples: int,
+        seed: int,
+        cache_dir: str | None = None,
+        rank: Callable[[], int] | None = None,
+        barrier: Callable[[], None] | None = None,
+        use_cpp: bool | None = None,
+    ):
+        if isinstance(datasets, IndexedDataset):
+            datasets = [datasets]
+        self.datasets = list(datasets)
+        if not self.datasets:
+            raise DataError("no dataset given; pass at least one --data-path prefix")
+        if seq_length < 1 or num_samples < 1:
+            raise DataError(f"seq_length ({seq_length}) and num_samples ({num_samples}) must be positive")
+        self.seq_length = int(seq_length)
+        self.num_samples = int(num_samples)
+        self.seed = int(seed)
+        counts = [len(d) for d in self.datasets]
+        self._first_document = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+        self.sizes = np.concatenate([d.sequence_lengths for d in self.datasets]).astype(np.int32, copy=False)
+        if int(self.sizes.sum(dtype=np.int64)) == 0:
+            names = ", ".join(d.prefix for d in self.datasets)
+            raise DataError(f"dataset {names} holds no tokens; preprocess a non-empty corpus into it")
+        self.document_index, self.sample_index, self.shuffle_index = load_or_build_indices(
+            self.sizes,
+            [d.prefix for d in self.datasets],
+            self.seq_length,
+            self.num_samples,
+            self.seed,
+            cache_dir=cache_dir,
+            rank=rank,
+            barrier=barrier,
+            use_cpp=use_cpp,
+        )
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def _pieces(self, k: int):
+        """(global document id, offset, length) of each document piece of sample k, in order."""
+        if not 0 <= k < self.num_samples:
+            raise IndexError(f"sample {k} out of range for {self.num_samples} samples")
+        window = int(self.shuffle_index[k])
+        position, offset = (int(v) for v in self.sample_index[window])
+        remaining = self.seq_length
+        while remaining:
+            document = int(self.document_index[position])
+            take = min(int(self.sizes[document]) - offset, remaining)
+            if take > 0:
+                yield document, offset, take
+                remaining -= take
+            position += 1
+            offset = 0
+
+    def _read(self, document: int, offset: int, length: int) -> np.ndarray:
+        shard = int(np.searchsorted(self._first_document, document, side="right")) - 1
+        return self.datasets[shard].get(document - int(self._first_document[shard]), offset, length)
+
+    def __getitem__(self, k: int) -> np.ndarray:
+        pieces = [self._read(*piece) for piece in self._pieces(int(k))]
+        return np.concatenate(pieces).astype(np.int64)
+
+    def document_ids(self, k: int) -> np.ndarray:
+        """Per token of sample k, the number of its document within the window (0, 1, 2, ...)."""
+        lengths = [length for _, _, length in self._pieces(int(k))]
+        return np.repeat(np.arange(len(lengths), dtype=np.int32), lengths)
+
+    def sample_documents(self, k: int) -> list[tuple[int, int, int]]:
+        """(global document id, offset, length) pieces of sample k, for inspection tools."""
+        return list(self._pieces(int(k)))

@@ -1,0 +1,73 @@
+"""Train a byte-level BPE tokenizer (Hugging Face `tokenizers`) on the text of jsonl files.
+
+    python tools/train_tokenizer.py --input corpus.jsonl --output tokenizer.json --vocab-size 8192
+
+Special tokens <|bos|> <|eos|> <|pad|> <|mask|> get ids 0-3. Input may be plain or .gz jsonl.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import sys
+from pathlib import Path
+
+SPECIAL_TOKENS = ["<|bos|>", "<|eos|>", "<|pad|>", "<|mask|>"]
+
+
+def read_texts(paths: list[str], key: str):
+    for path in paths:
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    yield json.loads(line)[key]
+                except (ValueError, KeyError) as error:
+                    raise SystemExit(f"error: {path} line {number} is not JSON with a {key!r} field ({error})")
+
+
+def train(paths: list[str], vocab_size: int, key: str = "text", min_frequency: int = 2):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(read_texts(paths, key), trainer=trainer)
+    return tokenizer
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--input", nargs="+", required=True, help="jsonl files (plain or .gz)")
+    parser.add_argument("--output", required=True, help="tokenizer.json to write")
+    parser.add_argument("--vocab-size", type=int, default=8192)
+    parser.add_argument("--json-key", default="text")
+    parser.add_argument("--min-frequency", type=int, default=2)
+    args = parser.parse_args(argv)
+    for path in args.input:
+        if not os.path.isfile(path):
+            parser.error(f"input {path} not found")
+    if args.vocab_size < 256 + len(SPECIAL_TOKENS):
+        parser.error(f"--vocab-size must be at least {256 + len(SPECIAL_TOKENS)} (bytes plus special tokens)")
+    tokenizer = train(args.input, args.vocab_size, args.json_key, args.min_frequency)
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = output.with_name(output.name + ".tmp")
+    tokenizer.save(str(tmp))
+    os.replace(tmp, output)
+    print(f"wrote {output}: {tokenizer.get_vocab_size()} ids", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
