@@ -1,0 +1,58 @@
+"""megamlm checkpoint (any parallel layout) -> a Hugging Face folder that loads without remote code.
+
+    export_checkpoint("runs/x", "hf/x", arch="eurobert", dtype="bf16")
+
+writes config.json, model.safetensors, tokenizer.json + tokenizer_config.json (with the mask token)
+and a README.md model card, into a temporary folder renamed into place when complete.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from megamlm.hf.errors import ConversionError
+from megamlm.hf.hf_config import SpecialIds, hf_config_for
+from megamlm.hf.keymaps import EXPORT_ARCHS, KeyMap
+from megamlm.hf.megamlm_checkpoint import AtomicFolder, load_model, read_record
+from megamlm.hf.model_card import model_card
+from megamlm.hf.tokenizer_files import find_tokenizer_json, write_export_tokenizer
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def hf_state_dict(model: torch.nn.Module, keymap: KeyMap, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    return {keymap.to_hf(name): t.detach().to(dtype).contiguous() for name, t in model.state_dict().items()}
+
+
+def export_checkpoint(input_path: str | Path, output: str | Path, arch: str = "eurobert", dtype: str = "fp32",
+                      force: bool = False, tokenizer: str | Path | None = None, log=print) -> Path:
+    """Convert; every user error is raised before anything is written."""
+    from safetensors.torch import save_file
+
+    if arch not in EXPORT_ARCHS:
+        raise ConversionError(f"unsupported --arch {arch!r}; choose one of {', '.join(EXPORT_ARCHS)}")
+    if dtype not in DTYPES:
+        raise ConversionError(f"unsupported --dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    target = AtomicFolder(output, force)
+    target.check()
+    record = read_record(input_path)
+    tokenizer_json = find_tokenizer_json(tokenizer if tokenizer is not None else record.tokenizer_path())
+    ids = {key: record.tokenizer.get(key) for key in ("bos_id", "eos_id", "pad_id", "mask_id")}
+    if arch == "eurobert" and ids["mask_id"] is None:
+        raise ConversionError(f"checkpoint {record.path} records no mask token id; an EuroBERT export needs one "
+                              "(train with a tokenizer that has a mask token)")
+    keymap = EXPORT_ARCHS[arch]
+    config = hf_config_for(arch, record.model_args, SpecialIds(**ids))
+
+    log(f"loading {record.path}")
+    model = load_model(record)
+    with target as tmp:
+        write_export_tokenizer(tokenizer_json, tmp, ids, record.model_args.vocab_size, record.model_args.max_seq_length)
+        config.dtype = DTYPES[dtype]
+        config.save_pretrained(str(tmp))
+        save_file(hf_state_dict(model, keymap, DTYPES[dtype]), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        (tmp / "README.md").write_text(model_card(record, keymap.architecture, dtype))
+    log(f"wrote {keymap.architecture} ({dtype}) to {target.destination}")
+    return target.destination

@@ -1,0 +1,88 @@
+"""Declarative parameter-name maps between megamlm and Hugging Face, one per architecture.
+
+megamlm names its modules like Hugging Face's Llama/EuroBERT without the ``model.`` prefix of the
+base model, so every map is a table of templates where ``{i}`` is the layer index. Tools and tests
+share these tables; nothing else in megamlm spells a Hugging Face parameter name.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from megamlm.hf.errors import ConversionError
+
+_GLOBAL_KEYS = {
+    "embed_tokens.weight": "model.embed_tokens.weight",
+    "norm.weight": "model.norm.weight",
+    "lm_head.weight": "lm_head.weight",
+}
+
+_LAYER_KEYS = {
+    "layers.{i}.input_layernorm.weight": "model.layers.{i}.input_layernorm.weight",
+    "layers.{i}.self_attn.q_proj.weight": "model.layers.{i}.self_attn.q_proj.weight",
+    "layers.{i}.self_attn.k_proj.weight": "model.layers.{i}.self_attn.k_proj.weight",
+    "layers.{i}.self_attn.v_proj.weight": "model.layers.{i}.self_attn.v_proj.weight",
+    "layers.{i}.self_attn.o_proj.weight": "model.layers.{i}.self_attn.o_proj.weight",
+    "layers.{i}.post_attention_layernorm.weight": "model.layers.{i}.post_attention_layernorm.weight",
+    "layers.{i}.mlp.gate_proj.weight": "model.layers.{i}.mlp.gate_proj.weight",
+    "layers.{i}.mlp.up_proj.weight": "model.layers.{i}.mlp.up_proj.weight",
+    "layers.{i}.mlp.down_proj.weight": "model.layers.{i}.mlp.down_proj.weight",
+}
+
+
+@dataclass(frozen=True)
+class KeyMap:
+    """How one Hugging Face architecture names megamlm's parameters."""
+
+    name: str
+    """The --arch name (eurobert, llama)."""
+    model_types: tuple[str, ...]
+    """Hugging Face `model_type` values this map imports."""
+    architecture: str
+    """The Hugging Face class an export is loaded as."""
+    global_keys: dict[str, str]
+    layer_keys: dict[str, str]
+
+    def to_hf(self, name: str) -> str:
+        return _translate(name, self.global_keys, self.layer_keys, self.name)
+
+    def from_hf(self, name: str) -> str:
+        inverse_global = {hf: ours for ours, hf in self.global_keys.items()}
+        inverse_layer = {hf: ours for ours, hf in self.layer_keys.items()}
+        return _translate(name, inverse_global, inverse_layer, self.name)
+
+    def hf_names(self, num_layers: int) -> list[str]:
+        """Every Hugging Face parameter name of a model with ``num_layers`` blocks."""
+        names = list(self.global_keys.values())
+        for i in range(num_layers):
+            names += [template.format(i=i) for template in self.layer_keys.values()]
+        return names
+
+
+def _translate(name: str, global_keys: dict[str, str], layer_keys: dict[str, str], arch: str) -> str:
+    if name in global_keys:
+        return global_keys[name]
+    match = re.search(r"\.(\d+)\.", name)
+    if match:
+        template = name[: match.start()] + ".{i}." + name[match.end():]
+        if template in layer_keys:
+            return layer_keys[template].format(i=match.group(1))
+    raise ConversionError(f"tensor {name!r} has no counterpart in the {arch} key map; it belongs to a layer "
+                          "megamlm's model does not have (check the architecture of the checkpoint)")
+
+
+EUROBERT = KeyMap("eurobert", ("eurobert",), "EuroBertForMaskedLM", _GLOBAL_KEYS, _LAYER_KEYS)
+# Mistral and Qwen2 use Llama's names; Qwen2's q/k/v biases are refused in megamlm.hf.hf_config.
+LLAMA = KeyMap("llama", ("llama", "mistral", "qwen2"), "LlamaForCausalLM", _GLOBAL_KEYS, _LAYER_KEYS)
+
+EXPORT_ARCHS = {m.name: m for m in (EUROBERT, LLAMA)}
+
+
+def keymap_for_model_type(model_type: str) -> KeyMap:
+    for keymap in (EUROBERT, LLAMA):
+        if model_type in keymap.model_types:
+            return keymap
+    supported = sorted(t for m in (EUROBERT, LLAMA) for t in m.model_types)
+    raise ConversionError(f"unsupported architecture model_type={model_type!r}; megamlm imports "
+                          f"{', '.join(supported)} (SmolLM and TinyLlama are llama)")

@@ -1,0 +1,142 @@
+"""Reading and writing megamlm checkpoint folders for conversion (weights only, single process).
+
+The exporter reads any checkpoint through DCP, which reshards whatever parallel layout wrote it;
+the importer writes a step-0 checkpoint in the trainer's layout (megamlm.checkpoint.checkpointer)
+with the tokenizer beside it, so `pretrain.py --init-from` and `convert_to_hf.py` both take it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from megamlm.checkpoint import load_model_weights, resolve_checkpoint
+from megamlm.checkpoint.checkpointer import CONFIG, LATEST, TRAIN_STATE, iteration_dir
+from megamlm.hf.errors import ConversionError
+from megamlm.model.config import ModelArgs
+from megamlm.model.transformer import Transformer
+
+TOKENIZER_DIR = "tokenizer"
+
+
+@dataclass
+class CheckpointRecord:
+    """What a checkpoint folder says about itself (config.json + train_state.pt)."""
+
+    path: Path
+    model_args: ModelArgs
+    config: dict
+    train_state: dict
+
+    @property
+    def tokenizer(self) -> dict:
+        return self.config.get("tokenizer") or {}
+
+    def tokenizer_path(self) -> Path:
+        """The run's tokenizer; a relative path, or one that moved, is looked up beside the checkpoint."""
+        recorded = self.tokenizer.get("path")
+        save_dir = self.path.parent
+        candidates = []
+        if recorded:
+            recorded_path = Path(recorded)
+            candidates += [recorded_path] if recorded_path.is_absolute() else [save_dir / recorded, recorded_path]
+        candidates.append(save_dir / TOKENIZER_DIR / "tokenizer.json")
+        for candidate in candidates:
+            if candidate.exists():
+                return candidate
+        raise ConversionError(f"tokenizer of checkpoint {self.path} not found (config.json names {recorded!r}, and "
+                              f"{save_dir / TOKENIZER_DIR} does not exist); put the tokenizer back or pass --tokenizer")
+
+
+def read_record(path: str | Path) -> CheckpointRecord:
+    ckpt = resolve_checkpoint(path)
+    config = json.loads((ckpt / CONFIG).read_text())
+    if "model_args" not in config:
+        raise ConversionError(f"{ckpt / CONFIG} has no 'model_args'; it was not written by megamlm's trainer")
+    train_state = torch.load(ckpt / TRAIN_STATE, weights_only=False, map_location="cpu")
+    return CheckpointRecord(ckpt, ModelArgs(**config["model_args"]), config, train_state)
+
+
+def check_weights_match(record: CheckpointRecord, model: torch.nn.Module) -> None:
+    """Compare the shard metadata with the model built from config.json, naming the first mismatch."""
+    import torch.distributed.checkpoint as dcp
+
+    metadata = dcp.FileSystemReader(str(record.path)).read_metadata().state_dict_metadata
+    for name, param in model.state_dict().items():
+        key = f"model.{name}"
+        if key not in metadata:
+            raise ConversionError(f"checkpoint {record.path} has no tensor {name!r} that its config.json "
+                                  "implies; the weights and config.json come from different models")
+        stored = tuple(getattr(metadata[key], "size", ()))
+        if stored != tuple(param.shape):
+            raise ConversionError(f"tensor {name!r} in {record.path} has shape {stored} but config.json "
+                                  f"implies {tuple(param.shape)}; the weights and config.json do not match")
+
+
+def load_model(record: CheckpointRecord) -> Transformer:
+    """The checkpoint's weights in a single-process fp32 model, whatever layout saved them."""
+    model = Transformer(record.model_args)
+    check_weights_match(record, model)
+    load_model_weights(record.path, model)
+    return model.eval()
+
+
+def write_weights_checkpoint(save_dir: Path, state_dict: dict[str, torch.Tensor], config: dict,
+                             train_state: dict) -> Path:
+    """A step-0 checkpoint holding only model weights, in the trainer's layout (no optimizer)."""
+    import torch.distributed.checkpoint as dcp
+
+    final = iteration_dir(save_dir, 0)
+    final.mkdir(parents=True)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
+        dcp.save({"model": state_dict}, checkpoint_id=str(final))
+    torch.save({**train_state, "step": 0}, final / TRAIN_STATE)
+    (final / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True))
+    (save_dir / LATEST).write_text("0")
+    return final
+
+
+class AtomicFolder:
+    """Build a folder under a temporary sibling name and rename it into place on success.
+
+    An existing destination is refused unless ``force``; with ``force`` it is replaced only once the
+    new folder is complete.
+    """
+
+    def __init__(self, destination: str | Path, force: bool):
+        self.destination = Path(destination)
+        self.force = force
+        self.tmp = self.destination.with_name(f".{self.destination.name}.tmp{os.getpid()}")
+
+    def check(self) -> None:
+        if self.destination.exists() and not self.force:
+            raise ConversionError(f"output {self.destination} already exists; pass --force to replace it "
+                                  "or choose another --output")
+        if self.destination.exists() and not self.destination.is_dir():
+            raise ConversionError(f"output {self.destination} exists and is not a folder; choose another --output")
+
+    def __enter__(self) -> Path:
+        self.check()
+        if self.tmp.exists():
+            shutil.rmtree(self.tmp)
+        self.tmp.mkdir(parents=True)
+        return self.tmp
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            return
+        if self.destination.exists():
+            old = self.destination.with_name(f".{self.destination.name}.old{os.getpid()}")
+            os.replace(self.destination, old)
+            os.replace(self.tmp, self.destination)
+            shutil.rmtree(old)
+        else:
+            os.replace(self.tmp, self.destination)

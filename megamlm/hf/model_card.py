@@ -1,0 +1,74 @@
+"""The README.md of an exported model: how it was trained, read from the checkpoint's own record."""
+
+from __future__ import annotations
+
+from megamlm.hf.megamlm_checkpoint import CheckpointRecord
+
+_OBJECTIVE_NAMES = {
+    "mlm": "masked language modeling (MLM)",
+    "clm": "causal language modeling (CLM)",
+    "clm_then_mlm": "CLM, then MLM",
+    "mlm_then_clm": "MLM, then CLM",
+}
+
+
+def training_facts(record: CheckpointRecord) -> dict:
+    run = record.config.get("config") or {}
+    objective = (run.get("objective") or {}).get("objective")
+    steps = int(record.train_state.get("step", 0))
+    consumed = int(record.train_state.get("consumed_samples", 0))
+    seq_length = int(record.config.get("seq_length") or record.model_args.max_seq_length)
+    return {
+        "objective": objective,
+        "switch_step": record.config.get("switch_step"),
+        "switch": (run.get("objective") or {}).get("switch"),
+        "train_iters": (run.get("training") or {}).get("train_iters"),
+        "steps": steps,
+        "consumed_samples": consumed,
+        "seq_length": seq_length,
+        "tokens_seen": consumed * seq_length,
+        "data_path": record.config.get("data_path") or [],
+        "imported_from": record.config.get("imported_from"),
+    }
+
+
+def model_card(record: CheckpointRecord, arch_class: str, dtype: str) -> str:
+    f = training_facts(record)
+    a = record.model_args
+    objective = _OBJECTIVE_NAMES.get(f["objective"], f["objective"] or "unknown")
+    if f["objective"] in ("clm_then_mlm", "mlm_then_clm"):
+        schedule = (f"{objective}, switching after step {f['switch_step']} of {f['train_iters']} "
+                    f"(--switch {f['switch']})")
+    else:
+        schedule = objective
+    data = ", ".join(f["data_path"]) or "none recorded"
+    lines = [
+        "---",
+        "library_name: transformers",
+        "tags: [megamlm, " + ("fill-mask" if arch_class.endswith("MaskedLM") else "text-generation") + "]",
+        "---",
+        "",
+        f"# {arch_class} exported from megamlm",
+        "",
+        f"Converted by megamlm's `tools/convert_to_hf.py` from `{record.path}`.",
+        "",
+        "## Training",
+        "",
+        f"- Objective schedule: {schedule}",
+        f"- Switch step: {f['switch_step'] if f['switch_step'] is not None else 'none (single objective)'}",
+        f"- Steps: {f['steps']}",
+        f"- Tokens seen: {f['tokens_seen']:,} ({f['consumed_samples']:,} samples x {f['seq_length']} tokens)",
+        f"- Data: {data}",
+    ]
+    if f["imported_from"]:
+        lines.append(f"- Initialised from: {f['imported_from'].get('source')} (converted by tools/convert_from_hf.py)")
+    lines += [
+        "",
+        "## Model",
+        "",
+        f"- {a.num_layers} layers, hidden {a.hidden_size}, MLP {a.ffn_hidden_size}, "
+        f"{a.num_attention_heads} heads / {a.num_query_groups} KV heads, vocabulary {a.vocab_size}",
+        f"- RoPE theta {a.rope_theta:g}, context {a.max_seq_length}, weights in {dtype}",
+        "",
+    ]
+    return "\n".join(lines)
