@@ -1,0 +1,104 @@
+"""Token classification: a label per word on its first sub-token (the others get -100 and are not
+trained or scored); entity-span F1 when the tags are BIO entities, tagging accuracy otherwise.
+
+Words are joined with spaces and tokenized as running text, then sub-tokens are mapped back to words
+through character offsets; this works for any fast tokenizer (WordPiece, byte-level BPE with or
+without prefix spaces) and matches how the encoder saw text in pretraining.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from megamlm.eval import metrics
+from megamlm.eval.heads import TokenClassifier
+from megamlm.eval.tasks.base import Task, encode_batch, label_vocabulary, pad
+
+IGNORE = -100
+
+
+def first_subtoken_words(words: list[str], tokenizer, max_length: int) -> tuple[list[int], list[int]]:
+    """Token ids of the sentence and, per token, the index of the word it starts (-1 elsewhere)."""
+    char_word, text = [], ""
+    for w, word in enumerate(words):
+        if w:
+            text += " "
+            char_word.append(-1)
+        text += word
+        char_word.extend([w] * len(word))
+    enc = tokenizer(text, truncation=True, max_length=max_length, return_offsets_mapping=True)
+    starts, seen = [], set()
+    for begin, end in enc["offset_mapping"]:
+        word = next((char_word[c] for c in range(begin, end) if char_word[c] >= 0), -1)
+        if word >= 0 and word not in seen:
+            seen.add(word)
+            starts.append(word)
+        else:
+            starts.append(-1)
+    return enc["input_ids"], starts
+
+
+class TokenClassification(Task):
+    kind = "token_classification"
+
+    def validate(self):
+        splits = self.data.splits
+        self.labels = label_vocabulary(self.name, [t for s in splits["train"] for t in s.tags],
+                                       {s: [t for x in splits[s] for t in x.tags] for s in ("validation", "test")})
+        self.label_ids = {label: i for i, label in enumerate(self.labels)}
+        self.uses_spans = metrics.is_bio_tagset(self.labels)
+        self.metric = "span_f1" if self.uses_spans else "accuracy"
+        # Words cut off by max_length get this tag in predictions (and so are scored as given up on).
+        self.fallback_tag = "O" if "O" in self.label_ids else self.labels[0]
+        self._encoded: dict[str, list[tuple[list[int], list[int]]]] = {}
+
+    def _encode(self, split):
+        if split not in self._encoded:
+            self._encoded[split] = [first_subtoken_words(s.tokens, self.tokenizer, self.settings.max_length)
+                                    for s in self.data.splits[split]]
+        return self._encoded[split]
+
+    def build_model(self, encoder):
+        return TokenClassifier(encoder, len(self.labels))
+
+    def train_features(self):
+        features = []
+        for (ids, words), sentence in zip(self._encode("train"), self.data.splits["train"]):
+            labels = [self.label_ids[sentence.tags[w]] if w >= 0 else IGNORE for w in words]
+            features.append((ids, labels))
+        return features
+
+    def collate(self, features):
+        batch = encode_batch([f[0] for f in features], self.tokenizer.pad_token_id)
+        batch["labels"] = pad([f[1] for f in features], IGNORE)
+        return batch
+
+    def loss(self, model, batch):
+        logits = model(batch["input_ids"], batch["attention_mask"])
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=IGNORE)
+
+    @torch.no_grad()
+    def evaluate(self, model, split, device):
+        encoded, sentences = self._encode(split), self.data.splits[split]
+        predictions, truncated = [], 0
+        size = self.settings.eval_batch_size
+        for start in range(0, len(encoded), size):
+            chunk = encoded[start:start + size]
+            batch = encode_batch([ids for ids, _ in chunk], self.tokenizer.pad_token_id)
+            best = model(batch["input_ids"].to(device), batch["attention_mask"].to(device)).argmax(-1).tolist()
+            for row, (_, words), sentence in zip(best, chunk, sentences[start:start + size]):
+                tags = [self.fallback_tag] * len(sentence.tokens)
+                for position, w in enumerate(words):
+                    if w >= 0:
+                        tags[w] = self.labels[row[position]]
+                truncated += len(sentence.tokens) - sum(w >= 0 for w in words)
+                predictions.append(tags)
+        gold = [s.tags for s in sentences]
+        out = {"accuracy": 100.0 * metrics.tagging_accuracy(predictions, gold), "examples": len(sentences),
+               "words_not_reached": truncated}
+        if self.uses_spans:
+            spans = metrics.span_f1(predictions, gold)
+            out.update({"span_precision": 100.0 * spans["precision"], "span_recall": 100.0 * spans["recall"],
+                        "span_f1": 100.0 * spans["f1"]})
+        out["score"] = out[self.metric]
+        return out
