@@ -120,22 +120,22 @@ class IndexedDatasetWriter:
         self.document_indices: list[int] = [0]
         self._finalized = False
 
-    def _check_range(self, array: np.ndarray, ids) -> None:
-        if np.issubdtype(self.dtype, np.integer) and array.size:
+    def _as_tokens(self, ids) -> np.ndarray:
+        source = np.asarray(ids)
+        if source.ndim != 1:
+            raise DataError(f"a sequence must be a 1-D list of token ids, got shape {source.shape}")
+        if source.size and source.dtype != self.dtype and np.issubdtype(self.dtype, np.integer):
             info = np.iinfo(self.dtype)
-            source = np.asarray(ids)
-            if source.size and (source.min() < info.min or source.max() > info.max):
+            if source.min() < info.min or source.max() > info.max:
                 raise DataError(
-                    f"token id {int(source.max())} does not fit {self.dtype} in {self.prefix}.bin; "
-                    f"write with a wider dtype (best_dtype(vocab_size))"
+                    f"token id {source.max() if source.max() > info.max else source.min()} does not fit {self.dtype} "
+                    f"in {self.prefix}.bin; write with a wider dtype (best_dtype(vocab_size))"
                 )
+        return source.astype(self.dtype, copy=False)
 
     def add_item(self, ids) -> None:
         """Append one sequence to the current document (Megatron's `add_item`)."""
-        array = np.asarray(ids).astype(self.dtype, copy=False)
-        if array.ndim != 1:
-            raise DataError(f"a sequence must be a 1-D list of token ids, got shape {array.shape}")
-        self._check_range(array, ids)
+        array = self._as_tokens(ids)
         self._bin.write(array.tobytes(order="C"))
         self.sequence_lengths.append(int(array.size))
 
@@ -145,7 +145,7 @@ class IndexedDatasetWriter:
 
     def add_document(self, ids, lengths=None) -> None:
         """Append a document: one sequence, or several when `lengths` splits `ids`."""
-        array = np.asarray(ids).astype(self.dtype, copy=False)
+        array = self._as_tokens(ids)
         if lengths is None:
             self.add_item(array)
         else:

@@ -1,0 +1,321 @@
+"""Corpus -> Megatron `.bin/.idx`: the engine behind tools/preprocess_data.py.
+
+Documents are encoded the way Megatron's tools/preprocess_data.py encodes them, so the same
+tokenizer gives the same bytes: a text field that is a string becomes one sequence, a list
+of strings one sequence per non-empty string; `append_eod` adds the eod (eos) token to the
+last sequence of a non-empty document; an empty text makes a document with no sequence.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import multiprocessing
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from megamlm.data.indexed import DataError, IndexedDatasetWriter, best_dtype
+from megamlm.data.tokenizer import load_tokenizer
+
+# Megatron --tokenizer-type names accepted, and the tokenizer kind each maps to.
+TOKENIZER_TYPES = {
+    "HuggingFaceTokenizer": "huggingface",
+    "TikTokenizer": "tiktoken",
+    "SentencePieceTokenizer": "sentencepiece",
+    "GPTSentencePieceTokenizer": "sentencepiece",
+    "Llama2Tokenizer": "sentencepiece",
+}
+INPUT_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".json.zst", ".parquet")
+CHUNK_DOCUMENTS = 256
+
+
+@dataclass
+class PreprocessSettings:
+    inputs: list[str]
+    output_prefix: str
+    tokenizer_model: str
+    tokenizer_type: str = "HuggingFaceTokenizer"
+    json_keys: list[str] = field(default_factory=lambda: ["text"])
+    append_eod: bool = False
+    prepend_bos: bool = False
+    workers: int = 1
+    shard_documents: int | None = None
+    log_interval: float = 1.0
+    progress: bool = True
+
+
+def check_settings(s: PreprocessSettings) -> None:
+    """Every user error, raised before any work starts."""
+    if s.tokenizer_type not in TOKENIZER_TYPES:
+        raise DataError(
+            f"--tokenizer-type {s.tokenizer_type} is not supported; use one of {', '.join(TOKENIZER_TYPES)}"
+        )
+    if not s.inputs:
+        raise DataError("no --input given")
+    for path in s.inputs:
+        if not os.path.isfile(path):
+            raise DataError(f"input {path} not found")
+        if not path.endswith(INPUT_SUFFIXES):
+            raise DataError(f"input {path}: expected one of {', '.join(INPUT_SUFFIXES)}")
+        if path.endswith(".zst"):
+            _require("zstandard", path)
+        if path.endswith(".parquet"):
+            _require("pyarrow", path)
+    if not os.path.exists(s.tokenizer_model):
+        raise DataError(f"--tokenizer-model {s.tokenizer_model} not found")
+    if s.workers < 1:
+        raise DataError(f"--workers must be at least 1, got {s.workers}")
+    if s.shard_documents is not None and s.shard_documents < 1:
+        raise DataError(f"--shard-documents must be at least 1, got {s.shard_documents}")
+    if not s.json_keys:
+        raise DataError("--json-keys is empty")
+    folder = Path(s.output_prefix).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    if not os.access(folder, os.W_OK):
+        raise DataError(f"cannot write to {folder}; choose another --output-prefix")
+
+
+def _require(module: str, path: str) -> None:
+    try:
+        __import__(module)
+    except ImportError:
+        raise DataError(f"reading {path} needs the {module} package: pip install {module}") from None
+
+
+def output_prefix(base: str, key: str, shard: int | None) -> str:
+    """Megatron's name `<prefix>_<key>_document`, with `_<shard>` before the key when sharded."""
+    if shard is None:
+        return f"{base}_{key}_document"
+    return f"{base}_{shard:05d}_{key}_document"
+
+
+# ---- reading --------------------------------------------------------------------------------
+
+
+def _open_text(path: str):
+    if path.endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8")
+    if path.endswith(".zst"):
+        import zstandard
+
+        return io.TextIOWrapper(zstandard.open(path, "rb"), encoding="utf-8")
+    return open(path, "r", encoding="utf-8")
+
+
+def read_chunks(paths: list[str], json_keys: list[str]) -> Iterator[tuple[str, int, list]]:
+    """(file, line number of the first record, records): jsonl lines stay strings (parsed in
+    the workers); parquet rows become dicts of the json keys."""
+    for path in paths:
+        if path.endswith(".parquet"):
+            import pyarrow.parquet as pq
+
+            table = pq.ParquetFile(path)
+            missing = [k for k in json_keys if k not in table.schema_arrow.names]
+            if missing:
+                raise DataError(f"{path} has no column {missing[0]!r}; columns are {table.schema_arrow.names}")
+            row = 1
+            for batch in table.iter_batches(batch_size=CHUNK_DOCUMENTS, columns=json_keys):
+                records = batch.to_pylist()
+                yield path, row, records
+                row += len(records)
+            continue
+        with _open_text(path) as f:
+            chunk, first = [], 1
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                if not chunk:
+                    first = number
+                chunk.append(line)
+                if len(chunk) == CHUNK_DOCUMENTS:
+                    yield path, first, chunk
+                    chunk = []
+            if chunk:
+                yield path, first, chunk
+
+
+# ---- encoding (runs in worker processes) ------------------------------------------------------
+
+_worker: dict = {}
+
+
+def _init_worker(settings: PreprocessSettings) -> None:
+    if _worker.get("settings") == settings:
+        return  # a forked worker inherits the tokenizer the parent loaded
+    tokenizer = load_tokenizer(settings.tokenizer_model, kind=TOKENIZER_TYPES[settings.tokenizer_type])
+    _worker["tokenizer"] = tokenizer
+    _worker["settings"] = settings
+    _worker["dtype"] = best_dtype(tokenizer.vocab_size)
+
+
+def _encode_chunk(task):
+    path, first, records = task
+    settings: PreprocessSettings = _worker["settings"]
+    tokenizer = _worker["tokenizer"]
+    add_special = settings.tokenizer_type == "HuggingFaceTokenizer"  # Megatron calls tokenizer(text)
+    texts, owners, text_bytes = [], [], 0
+    for i, record in enumerate(records):
+        if isinstance(record, str):
+            text_bytes += len(record.encode("utf-8"))
+            try:
+                record = json.loads(record)
+            except ValueError as error:
+                return DataError(f"{path} record at line {first + i}: not valid JSON ({error}); fix or drop that line")
+        for key in settings.json_keys:
+            if not isinstance(record, dict) or key not in record:
+                return DataError(f"{path} record at line/row {first + i} has no {key!r} field; set --json-keys to the text field")
+            text = record[key]
+            sentences = text if isinstance(text, list) else [text]
+            if not all(isinstance(t, str) for t in sentences):
+                return DataError(f"{path} record at line/row {first + i}: field {key!r} is not text")
+            if not isinstance(records[i], str):
+                text_bytes += sum(len(t.encode("utf-8")) for t in sentences)
+            texts.extend(sentences)
+            owners.append((i, key, len(sentences)))
+    encoded_all = tokenizer.encode_batch(texts, add_special)  # one call: the tokenizer batches internally
+    documents = [dict() for _ in records]
+    position = 0
+    for i, key, count in owners:
+        encoded = [ids for ids in encoded_all[position : position + count] if ids]
+        position += count
+        if settings.prepend_bos and encoded:
+            encoded[0] = [tokenizer.bos_id, *encoded[0]]
+        if settings.append_eod and encoded:
+            encoded[-1] = [*encoded[-1], tokenizer.eos_id]
+        lengths = [len(ids) for ids in encoded]
+        flat = np.concatenate([np.asarray(ids, dtype=np.int64) for ids in encoded]) if encoded else np.zeros(0, np.int64)
+        documents[i][key] = (flat.astype(_worker["dtype"]), lengths)
+    return documents, text_bytes
+
+
+# ---- driver -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Summary:
+    documents: int = 0
+    empty_documents: int = 0
+    tokens: int = 0
+    input_bytes: int = 0
+    output_bytes: int = 0
+    seconds: float = 0.0
+    outputs: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        rate = max(self.seconds, 1e-9)
+        return (
+            f"{self.documents:,} documents ({self.empty_documents:,} empty), {self.tokens:,} tokens, "
+            f"{self.input_bytes / 1e6:,.1f} MB text -> {self.output_bytes / 1e6:,.1f} MB in {len(self.outputs)} "
+            f"file pair(s), {self.seconds:.1f} s: {self.documents / rate:,.0f} docs/s, {self.tokens / rate:,.0f} tokens/s"
+        )
+
+
+class _Progress:
+    def __init__(self, enabled: bool, interval: float):
+        self.bar = None
+        self.interval = interval
+        self.last = 0.0
+        self.start = time.perf_counter()
+        if enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(unit="doc", file=sys.stderr, mininterval=interval, dynamic_ncols=True)
+
+    def update(self, documents: int, summary: Summary) -> None:
+        if self.bar is None:
+            return
+        self.bar.update(documents)
+        now = time.perf_counter()
+        if now - self.last >= self.interval:
+            elapsed = max(now - self.start, 1e-9)
+            self.bar.set_postfix_str(
+                f"{summary.tokens / elapsed:,.0f} tok/s, {summary.input_bytes / elapsed / 1e6:,.1f} MB/s", refresh=False
+            )
+            self.last = now
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def preprocess(settings: PreprocessSettings) -> Summary:
+    check_settings(settings)
+    _init_worker(settings)  # also loads the tokenizer once here, so a bad file fails before the pool starts
+    dtype = _worker["dtype"]
+    summary = Summary()
+    start = time.perf_counter()
+    shard = 0 if settings.shard_documents else None
+    writers: dict[str, IndexedDatasetWriter] = {}
+    finished: list[IndexedDatasetWriter] = []
+
+    def open_writers():
+        for key in settings.json_keys:
+            writers[key] = IndexedDatasetWriter(output_prefix(settings.output_prefix, key, shard), dtype)
+
+    pool = None
+    tasks = read_chunks(settings.inputs, settings.json_keys)
+    # Pool.imap would read the whole input ahead into memory; this bounds the chunks in flight.
+    in_flight = threading.BoundedSemaphore(4 * settings.workers)
+
+    def bounded(iterator):
+        for task in iterator:
+            in_flight.acquire()
+            yield task
+
+    if settings.workers > 1:
+        context = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+        pool = context.Pool(settings.workers, initializer=_init_worker, initargs=(settings,))
+        results = pool.imap(_encode_chunk, bounded(tasks), chunksize=1)
+    else:
+        results = map(_encode_chunk, bounded(tasks))
+    progress = _Progress(settings.progress, settings.log_interval)
+    open_writers()
+    in_shard = 0
+    try:
+        for result in results:
+            in_flight.release()
+            if isinstance(result, DataError):
+                raise result
+            documents, text_bytes = result
+            summary.input_bytes += text_bytes
+            for document in documents:
+                if settings.shard_documents and in_shard == settings.shard_documents:
+                    finished.extend(writers.values())
+                    for writer in writers.values():
+                        writer.finalize()
+                    shard += 1
+                    in_shard = 0
+                    open_writers()
+                for key, (ids, lengths) in document.items():
+                    writers[key].add_document(ids, lengths)
+                    summary.tokens += len(ids)
+                summary.documents += 1
+                in_shard += 1
+                summary.empty_documents += all(len(ids) == 0 for ids, _ in document.values())
+            progress.update(len(documents), summary)
+        for writer in writers.values():
+            writer.finalize()
+        finished.extend(writers.values())
+    except BaseException:
+        for writer in writers.values():
+            writer.abort()
+        raise
+    finally:
+        progress.close()
+        if pool is not None:
+            pool.terminate()
+            pool.join()
+    summary.seconds = time.perf_counter() - start
+    summary.outputs = [w.prefix for w in finished]
+    summary.output_bytes = sum(os.path.getsize(w.prefix + ".bin") + os.path.getsize(w.prefix + ".idx") for w in finished)
+    return summary
+
+

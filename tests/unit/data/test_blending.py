@@ -1,0 +1,63 @@
+import numpy as np
+import pytest
+
+from megamlm.data import BlendedDataset, DataError, IndexedDataset, IndexedDatasetWriter, build_train_dataset
+from megamlm.data.blending import build_blend_index_numpy, parse_data_path
+
+
+def test_parse_data_path():
+    assert parse_data_path(["a"]) == (None, ["a"])
+    assert parse_data_path(["a", "b"]) == (None, ["a", "b"])
+    assert parse_data_path(["0.7", "a", "0.3", "b"]) == ([0.7, 0.3], ["a", "b"])
+    assert parse_data_path(["2", "a", "1", "b"]) == ([2.0, 1.0], ["a", "b"])
+
+
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        ([], "empty"),
+        (["0.7", "a", "b"], "does not parse"),
+        (["0.7", "a", "x", "b"], "does not parse"),
+        (["a", "0.3"], "does not parse"),
+        (["-1", "a", "2", "b"], "non-negative"),
+        (["0", "a", "0", "b"], "not all zero"),
+        (["nan", "a"], "finite"),
+    ],
+)
+def test_bad_weights(bad, match):
+    with pytest.raises(DataError, match=match):
+        parse_data_path(bad)
+
+
+@pytest.mark.parametrize("weights", [[0.7, 0.3], [1, 1, 2], [0.5, 0.0, 0.5], [0.01, 0.99]])
+def test_blend_index_follows_the_weights_at_every_prefix(weights):
+    n = 5000
+    owner, number = build_blend_index_numpy(weights, n)
+    assert len(owner) == n
+    w = np.asarray(weights) / np.sum(weights)
+    counts = np.zeros(len(w))
+    for i, d in enumerate(owner):
+        assert number[i] == counts[d]  # each dataset's samples are taken in order 0, 1, 2, ...
+        counts[d] += 1
+        assert np.all(np.abs(counts - w * (i + 1)) <= 1.0 + 1e-9)
+
+
+def write(prefix, docs):
+    with IndexedDatasetWriter(prefix, np.uint16) as writer:
+        for doc in docs:
+            writer.add_document(doc)
+    return str(prefix)
+
+
+def test_blended_dataset(tmp_path, make_documents):
+    a = write(tmp_path / "a", [np.full(30, 1), np.full(50, 2)])
+    b = write(tmp_path / "b", [np.full(40, 7)])
+    ds = build_train_dataset(["0.75", a, "0.25", b], 8, 100, seed=3, cache_dir=tmp_path / "cache")
+    assert isinstance(ds, BlendedDataset) and len(ds) == 100
+    from_b = [k for k in range(100) if set(ds[k]) == {7}]
+    assert len(from_b) == 25
+    again = build_train_dataset(["0.75", a, "0.25", b], 8, 100, seed=3)
+    assert all(np.array_equal(ds[k], again[k]) for k in range(100))
+    assert ds.document_ids(from_b[0]).tolist() == [0] * 8
+    with pytest.raises(DataError, match="holds no tokens"):
+        build_train_dataset(["0.5", a, "0.5", write(tmp_path / "e", [[]])], 8, 10, seed=0)

@@ -1,0 +1,45 @@
+import gzip
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from megamlm.data import IndexedDataset, load_tokenizer, prepare_embedded_corpus
+from megamlm.data.embedded import CORPUS_FILE, default_cache_root
+
+
+def test_prepare_tokenizes_once_and_reuses(tmp_path):
+    start = time.perf_counter()
+    prefix, tokenizer_path = prepare_embedded_corpus(tmp_path)
+    assert time.perf_counter() - start < 30  # a few seconds when the machine is not shared
+    tok = load_tokenizer(tokenizer_path)
+    ds = IndexedDataset(prefix)
+    with gzip.open(CORPUS_FILE, "rt") as f:
+        texts = [json.loads(line)["text"] for line in f]
+    assert len(texts) == len(ds) == 9996
+    for i in (0, 1234, 9995):
+        assert ds[i][-1] == tok.eos_id
+        assert tok.decode(ds[i][:-1]) == texts[i]
+    stamp = os.path.getmtime(prefix + ".bin")
+    assert prepare_embedded_corpus(tmp_path) == (prefix, tokenizer_path)
+    assert os.path.getmtime(prefix + ".bin") == stamp
+    assert [p.name for p in tmp_path.iterdir()] == [os.path.basename(os.path.dirname(prefix))]
+
+
+def test_damaged_cache_is_rebuilt(tmp_path):
+    prefix, _ = prepare_embedded_corpus(tmp_path)
+    expected = IndexedDataset(prefix)[7].copy()
+    with open(prefix + ".bin", "r+b") as f:
+        f.truncate(100)
+    prefix_again, _ = prepare_embedded_corpus(tmp_path)
+    assert prefix_again == prefix
+    np.testing.assert_array_equal(IndexedDataset(prefix)[7], expected)
+
+
+def test_cache_location_from_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("MEGAMLM_CACHE", str(tmp_path / "env"))
+    assert default_cache_root() == tmp_path / "env"
+    monkeypatch.delenv("MEGAMLM_CACHE")
+    assert default_cache_root() == Path.home() / ".cache" / "megamlm"

@@ -1,0 +1,68 @@
+import gzip
+import json
+
+import numpy as np
+import pytest
+
+from megamlm.data import IndexedDataset, load_tokenizer
+from megamlm.data.embedded import TOKENIZER_FILE
+from megamlm.data.indexed import DataError
+from megamlm.data.preprocess import PreprocessSettings, preprocess
+
+RECORDS = [
+    {"text": "It is a truth universally acknowledged.", "id": 0},
+    {"text": "", "id": 1},
+    {"text": ["First sentence.", "", "Second sentence."], "id": 2},
+    {"text": "Emma Woodhouse, handsome, clever, and rich " * 200, "id": 3},
+]
+
+
+def write_jsonl(path, records):
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "wt") as f:
+        for record in records:
+            f.write(json.dumps(record) + "\n")
+    return str(path)
+
+
+def settings(tmp_path, inputs, **kw):
+    kw.setdefault("progress", False)
+    return PreprocessSettings(inputs=inputs, output_prefix=str(tmp_path / "out" / "c"), tokenizer_model=str(TOKENIZER_FILE), **kw)
+
+
+def test_documents_are_encoded_like_megatron(tmp_path):
+    source = write_jsonl(tmp_path / "c.jsonl", RECORDS)
+    summary = preprocess(settings(tmp_path, [source], append_eod=True))
+    tok = load_tokenizer(TOKENIZER_FILE)
+    ds = IndexedDataset(tmp_path / "out" / "c_text_document")
+    assert summary.documents == 4 and summary.empty_documents == 1
+    assert summary.tokens == ds.num_tokens
+    assert ds.dtype == np.uint16
+    # document 1 is empty: no sequence; document 2 holds one sequence per non-empty sentence
+    assert list(ds.document_indices) == [0, 1, 1, 3, 4]
+    assert ds[0].tolist() == tok.encode(RECORDS[0]["text"]) + [tok.eos_id]
+    assert ds[1].tolist() == tok.encode("First sentence.")
+    assert ds[2].tolist() == tok.encode("Second sentence.") + [tok.eos_id]
+    assert ds[3].tolist() == tok.encode(RECORDS[3]["text"]) + [tok.eos_id]
+
+
+def test_bos_and_no_eod(tmp_path):
+    source = write_jsonl(tmp_path / "c.jsonl", RECORDS[:1])
+    preprocess(settings(tmp_path, [source], prepend_bos=True))
+    tok = load_tokenizer(TOKENIZER_FILE)
+    assert IndexedDataset(tmp_path / "out" / "c_text_document")[0].tolist() == [tok.bos_id] + tok.encode(RECORDS[0]["text"])
+
+
+def test_bad_input_is_reported_before_work(tmp_path):
+    good = write_jsonl(tmp_path / "c.jsonl", RECORDS)
+    with pytest.raises(DataError, match="not found"):
+        preprocess(settings(tmp_path, [str(tmp_path / "missing.jsonl")]))
+    with pytest.raises(DataError, match="--tokenizer-type GPT2BPETokenizer is not supported"):
+        preprocess(settings(tmp_path, [good], tokenizer_type="GPT2BPETokenizer"))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "fine"}\n{"text": broken\n')
+    with pytest.raises(DataError, match=r"bad\.jsonl record at line 2: not valid JSON"):
+        preprocess(settings(tmp_path, [str(bad)]))
+    with pytest.raises(DataError, match="no 'body' field"):
+        preprocess(settings(tmp_path, [good], json_keys=["body"]))
+    assert not list((tmp_path / "out").glob("*.bin"))  # failed runs leave nothing behind
