@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from megamlm.checkpoint import load_model_weights, resolve_checkpoint
-from megamlm.checkpoint.checkpointer import CONFIG, LATEST, TRAIN_STATE, iteration_dir
+from megamlm.checkpoint.checkpointer import CONFIG, TRAIN_STATE, save_state_checkpoint
 from megamlm.hf.errors import ConversionError
 from megamlm.model.config import ModelArgs
 from megamlm.model.transformer import Transformer
@@ -89,18 +88,8 @@ def load_model(record: CheckpointRecord) -> Transformer:
 
 def write_weights_checkpoint(save_dir: Path, state_dict: dict[str, torch.Tensor], config: dict,
                              train_state: dict) -> Path:
-    """A step-0 checkpoint holding only model weights, in the trainer's layout (no optimizer)."""
-    import torch.distributed.checkpoint as dcp
-
-    final = iteration_dir(save_dir, 0)
-    final.mkdir(parents=True)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
-        dcp.save({"model": state_dict}, checkpoint_id=str(final))
-    torch.save({**train_state, "step": 0}, final / TRAIN_STATE)
-    (final / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True))
-    (save_dir / LATEST).write_text("0")
-    return final
+    """A step-0 checkpoint holding only model weights, committed like the trainer's (no optimizer)."""
+    return save_state_checkpoint(save_dir, 0, {"model": state_dict}, train_state, config)
 
 
 class AtomicFolder:

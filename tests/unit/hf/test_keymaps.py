@@ -1,0 +1,32 @@
+import pytest
+
+from megamlm.hf.errors import ConversionError
+from megamlm.hf.keymaps import EUROBERT, LLAMA, keymap_for_model_type
+from megamlm.model.transformer import Transformer
+
+
+@pytest.mark.parametrize("keymap", [EUROBERT, LLAMA])
+def test_every_parameter_maps_to_a_distinct_hf_name_and_back(keymap, kit):
+    names = list(Transformer(kit.TINY).state_dict())
+    hf_names = [keymap.to_hf(n) for n in names]
+    assert sorted(hf_names) == sorted(keymap.hf_names(kit.TINY.num_layers))
+    assert [keymap.from_hf(n) for n in hf_names] == names
+
+
+def test_known_names():
+    assert LLAMA.to_hf("layers.1.self_attn.k_proj.weight") == "model.layers.1.self_attn.k_proj.weight"
+    assert EUROBERT.to_hf("embed_tokens.weight") == "model.embed_tokens.weight"
+    assert EUROBERT.from_hf("lm_head.weight") == "lm_head.weight"
+    assert EUROBERT.from_hf("model.layers.12.mlp.down_proj.weight") == "layers.12.mlp.down_proj.weight"
+
+
+def test_unknown_tensor_is_named():
+    with pytest.raises(ConversionError, match=r"model\.layers\.0\.self_attn\.q_proj\.bias"):
+        LLAMA.from_hf("model.layers.0.self_attn.q_proj.bias")
+
+
+def test_model_types():
+    assert keymap_for_model_type("mistral") is LLAMA
+    assert keymap_for_model_type("eurobert") is EUROBERT
+    with pytest.raises(ConversionError, match="gpt2.*eurobert, llama, mistral, qwen2"):
+        keymap_for_model_type("gpt2")

@@ -1,0 +1,47 @@
+"""Import a Hugging Face model (Llama family, EuroBERT, or a GGUF file) as a megamlm checkpoint.
+
+    python tools/convert_from_hf.py --input models/SmolLM2-135M --output ckpt/smollm2
+    python pretrain.py --init-from ckpt/smollm2 ...      # the flags to use are printed at the end
+
+The checkpoint is at step 0, holds the tokenizer (with a mask token) in `tokenizer/`, and can be
+exported back with tools/convert_to_hf.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--input", required=True,
+                        help="Hugging Face model folder (config.json + weights + tokenizer), or a .gguf file / a folder "
+                             "holding one")
+    parser.add_argument("--output", required=True, help="megamlm checkpoint folder to write")
+    parser.add_argument("--seq-length", type=int,
+                        help="sequence length recorded in the checkpoint (default: the model's context)")
+    parser.add_argument("--force", action="store_true", help="replace an existing --output folder")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from megamlm.checkpoint import CheckpointError
+    from megamlm.hf.importer import import_hf
+
+    try:
+        if args.seq_length is not None and args.seq_length <= 0:
+            raise CheckpointError(f"--seq-length must be positive, got {args.seq_length}")
+        import_hf(args.input, args.output, force=args.force, max_seq_length=args.seq_length)
+    except CheckpointError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

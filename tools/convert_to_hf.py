@@ -1,0 +1,45 @@
+"""Export a megamlm checkpoint (any parallel layout) as a Hugging Face model folder.
+
+    python tools/convert_to_hf.py --input runs/mlm --output hf/mlm                 # EuroBertForMaskedLM
+    python tools/convert_to_hf.py --input runs/clm --output hf/clm --arch llama    # LlamaForCausalLM
+
+The folder holds config.json, model.safetensors, the tokenizer (with its mask token) and a model card.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--input", required=True, help="megamlm --save folder or one of its iter_NNNNNNN folders")
+    parser.add_argument("--output", required=True, help="Hugging Face folder to write")
+    parser.add_argument("--arch", default="eurobert", choices=["eurobert", "llama"],
+                        help="eurobert: EuroBertForMaskedLM (encoders); llama: LlamaForCausalLM (CLM checkpoints)")
+    parser.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="dtype of model.safetensors")
+    parser.add_argument("--tokenizer", help="tokenizer.json to ship, when the one the checkpoint records has moved")
+    parser.add_argument("--force", action="store_true", help="replace an existing --output folder")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from megamlm.checkpoint import CheckpointError
+    from megamlm.hf.export import export_checkpoint
+
+    try:
+        export_checkpoint(args.input, args.output, arch=args.arch, dtype=args.dtype, force=args.force,
+                          tokenizer=args.tokenizer)
+    except CheckpointError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
