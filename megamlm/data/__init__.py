@@ -6,7 +6,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from megamlm.data.blending import BlendedDataset, build_blend_index_numpy, parse_data_path
+from megamlm.data.blending import BlendedDataset, load_or_build_blend_index, parse_data_path
 from megamlm.data.embedded import prepare_embedded_corpus
 from megamlm.data.indexed import DataError, IndexedDataset, IndexedDatasetWriter, best_dtype
 from megamlm.data.samples import PackedSampleDataset
@@ -81,7 +81,7 @@ def build_train_dataset(
     for weight, dataset in zip(weights, datasets):
         if weight > 0 and dataset.num_tokens == 0:
             raise DataError(f"dataset {dataset.prefix} has weight {weight} but holds no tokens; drop it from --data-path")
-    dataset_of, sample_in_dataset = build_blend_index_numpy(weights, num_samples)
+    dataset_of, sample_in_dataset = load_or_build_blend_index(weights, num_samples, **options)
     parts = []
     for d, dataset in enumerate(datasets):
         count = int(np.count_nonzero(dataset_of == d))

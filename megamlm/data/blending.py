@@ -67,6 +67,42 @@ def build_blend_index_numpy(weights: Sequence[float], num_samples: int) -> tuple
     return np.concatenate(owners)[order], np.concatenate(numbers)[order]
 
 
+def build_blend_index(weights: Sequence[float], num_samples: int, use_cpp: bool | None = None):
+    """`build_blend_index_numpy`'s arrays, from the C++ helper when it is built."""
+    if use_cpp is not False:
+        from megamlm.data import _helpers_loader
+
+        helpers = _helpers_loader.load()
+        if helpers is not None:
+            owner = np.empty(num_samples, dtype=np.int16)
+            number = np.empty(num_samples, dtype=np.int64)
+            helpers.build_blend_index(normalize_weights(weights), owner, number)
+            return owner, number
+        if use_cpp:
+            raise DataError("the C++ index helper is not built; run `pip install -e .` (needs a C++ compiler) or drop use_cpp")
+    return build_blend_index_numpy(weights, num_samples)
+
+
+def load_or_build_blend_index(weights, num_samples, cache_dir=None, rank=None, barrier=None):
+    """The blend index (a function of the weights and num_samples only), cached like the sample index."""
+    from megamlm.data.index_cache import INDEX_FORMAT_VERSION, cached_arrays
+
+    description = {
+        "format_version": INDEX_FORMAT_VERSION,
+        "weights": [float(w) for w in normalize_weights(weights)],
+        "num_samples": int(num_samples),
+    }
+
+    def valid(arrays) -> bool:
+        owner, number = arrays
+        return owner.shape == (num_samples,) and number.shape == (num_samples,)
+
+    return cached_arrays(
+        cache_dir, "blend", ("owner", "number"), description,
+        lambda: build_blend_index(weights, num_samples), valid, rank, barrier,
+    )
+
+
 class BlendedDataset:
     """Sample k of the blend is sample `sample_in_dataset[k]` of `datasets[dataset_of[k]]`."""
 

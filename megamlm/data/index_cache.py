@@ -42,15 +42,15 @@ def cache_key(description: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
-def _paths(cache_dir: str, key: str) -> dict[str, Path]:
+def _paths(cache_dir: str, kind: str, key: str, names: Sequence[str]) -> dict[str, Path]:
     base = Path(cache_dir)
-    paths = {name: base / f"index-{key}-{name}.npy" for name in ARRAY_NAMES}
-    paths["description"] = base / f"index-{key}-description.json"
+    paths = {name: base / f"{kind}-{key}-{name}.npy" for name in names}
+    paths["description"] = base / f"{kind}-{key}-description.json"
     return paths
 
 
-def _load(paths: dict[str, Path], description: dict):
-    """The three arrays memory-mapped, or None when the entry is absent, stale or malformed."""
+def _load(paths: dict[str, Path], names: Sequence[str], description: dict, valid: Callable[[tuple], bool]):
+    """The arrays memory-mapped, or None when the entry is absent, stale or malformed."""
     try:
         stored = json.loads(paths["description"].read_text())
     except (OSError, ValueError):
@@ -58,26 +58,16 @@ def _load(paths: dict[str, Path], description: dict):
     if stored != description:
         return None
     try:
-        arrays = tuple(np.load(paths[name], mmap_mode="r") for name in ARRAY_NAMES)
+        arrays = tuple(np.load(paths[name], mmap_mode="r") for name in names)
     except (OSError, ValueError):
         return None
-    document_index, sample_index, shuffle_index = arrays
-    windows = len(sample_index)
-    if (
-        document_index.ndim != 1
-        or sample_index.ndim != 2
-        or sample_index.shape[1] != 2
-        or shuffle_index.shape != (windows,)
-        or windows < description["num_samples"]
-    ):
-        return None
-    return arrays
+    return arrays if valid(arrays) else None
 
 
-def _save(paths: dict[str, Path], description: dict, arrays) -> None:
+def _save(paths: dict[str, Path], names: Sequence[str], description: dict, arrays) -> None:
     paths["description"].parent.mkdir(parents=True, exist_ok=True)
     # The description goes last: its presence means the arrays are complete.
-    for name, array in zip(ARRAY_NAMES, arrays):
+    for name, array in zip(names, arrays):
         tmp = paths[name].with_name(paths[name].name + f".tmp{os.getpid()}")
         with open(tmp, "wb") as f:
             np.save(f, array)
@@ -85,6 +75,38 @@ def _save(paths: dict[str, Path], description: dict, arrays) -> None:
     tmp = paths["description"].with_name(paths["description"].name + f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(description, indent=1, sort_keys=True))
     os.replace(tmp, paths["description"])
+
+
+def cached_arrays(
+    cache_dir: str | None,
+    kind: str,
+    names: Sequence[str],
+    description: dict,
+    build: Callable[[], tuple],
+    valid: Callable[[tuple], bool],
+    rank: Callable[[], int] | None = None,
+    barrier: Callable[[], None] | None = None,
+):
+    """Arrays from `build()`, cached under a name hashed from `description` when `cache_dir` is set.
+
+    Rank 0 (or the only process, when `rank` is None) validates the entry and rebuilds it if
+    it is missing, stale or malformed; all ranks then pass `barrier()` and memory-map it.
+    """
+    if cache_dir is None:
+        return build()
+    paths = _paths(cache_dir, kind, cache_key(description), names)
+    if rank is None or rank() == 0:
+        if _load(paths, names, description, valid) is None:
+            _save(paths, names, description, build())
+    if barrier is not None:
+        barrier()
+    arrays = _load(paths, names, description, valid)
+    if arrays is None:
+        raise DataError(
+            f"index cache {paths['description']} is missing or malformed after rank 0 built it; "
+            f"the cache folder must be one every rank can read (a shared file system)"
+        )
+    return arrays
 
 
 def load_or_build_indices(
@@ -99,19 +121,25 @@ def load_or_build_indices(
     use_cpp: bool | None = None,
 ):
     """(document_index, sample_index, shuffle_index), from the cache when a valid entry exists."""
-    if cache_dir is None:
-        return build_indices(sizes, seq_length, num_samples, seed, use_cpp=use_cpp)
-    description = describe(sizes, prefixes, seq_length, num_samples, seed)
-    paths = _paths(cache_dir, cache_key(description))
-    is_builder = rank is None or rank() == 0
-    if is_builder and _load(paths, description) is None:
-        _save(paths, description, build_indices(sizes, seq_length, num_samples, seed, use_cpp=use_cpp))
-    if barrier is not None:
-        barrier()
-    arrays = _load(paths, description)
-    if arrays is None:
-        raise DataError(
-            f"sample index cache {paths['description']} is missing or malformed after rank 0 built it; "
-            f"the cache folder must be one every rank can read (a shared file system)"
+
+    def valid(arrays) -> bool:
+        document_index, sample_index, shuffle_index = arrays
+        return (
+            document_index.ndim == 1
+            and sample_index.ndim == 2
+            and sample_index.shape[1] == 2
+            and shuffle_index.shape == (len(sample_index),)
+            and len(sample_index) >= num_samples
         )
-    return arrays
+
+    description = {} if cache_dir is None else describe(sizes, prefixes, seq_length, num_samples, seed)
+    return cached_arrays(
+        cache_dir,
+        "index",
+        ARRAY_NAMES,
+        description,
+        lambda: build_indices(sizes, seq_length, num_samples, seed, use_cpp=use_cpp),
+        valid,
+        rank,
+        barrier,
+    )

@@ -1,0 +1,183 @@
+// Index builders for megamlm.data, as a CPython extension (megamlm.data._helpers).
+//
+// Arrays are passed as objects supporting the buffer protocol (numpy arrays) and written in
+// place; shapes and dtypes are checked here, so a wrong call raises ValueError instead of
+// writing out of bounds. Each function has a numpy twin in megamlm/data that produces the
+// same arrays; tests compare them.
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <queue>
+#include <utility>
+#include <vector>
+
+namespace {
+
+// A contiguous buffer with a checked element kind ('i' int, 'u' unsigned, 'f' float) and size.
+struct View {
+  Py_buffer buffer{};
+  bool held = false;
+  ~View() {
+    if (held) PyBuffer_Release(&buffer);
+  }
+  bool acquire(PyObject* object, bool writable, const char* name) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(object, &buffer, flags) != 0) {
+      PyErr_Format(PyExc_ValueError, "%s must be a C-contiguous%s array", name, writable ? " writable" : "");
+      return false;
+    }
+    held = true;
+    return true;
+  }
+  char kind() const {
+    const char* f = buffer.format ? buffer.format : "B";
+    while (*f == '<' || *f == '=' || *f == '@' || *f == '!') ++f;
+    switch (*f) {
+      case 'b': case 'h': case 'i': case 'l': case 'q': return 'i';
+      case 'B': case 'H': case 'I': case 'L': case 'Q': return 'u';
+      case 'f': case 'd': return 'f';
+      default: return '?';
+    }
+  }
+  Py_ssize_t count() const { return buffer.itemsize ? buffer.len / buffer.itemsize : 0; }
+  bool expect(char want_kind, Py_ssize_t want_itemsize, const char* name) const {
+    if (kind() != want_kind || buffer.itemsize != want_itemsize) {
+      PyErr_Format(PyExc_ValueError, "%s has the wrong dtype (format '%s', itemsize %zd)", name,
+                   buffer.format ? buffer.format : "B", buffer.itemsize);
+      return false;
+    }
+    return true;
+  }
+};
+
+template <typename Out>
+bool fill_sample_index(const int32_t* sizes, Py_ssize_t num_documents, const int32_t* document_index,
+                       Py_ssize_t index_length, int64_t seq_length, Out* out, Py_ssize_t num_windows) {
+  Py_ssize_t position = 0;
+  int64_t document_start = 0;
+  for (Py_ssize_t window = 0; window < num_windows; ++window) {
+    const int64_t start = static_cast<int64_t>(window) * seq_length;
+    // Move to the first document that ends after `start` (empty documents are passed over).
+    while (true) {
+      if (position >= index_length) return false;
+      const int32_t document = document_index[position];
+      if (document < 0 || document >= num_documents) return false;
+      const int64_t end = document_start + sizes[document];
+      if (end > start) break;
+      document_start = end;
+      ++position;
+    }
+    out[2 * window] = static_cast<Out>(position);
+    out[2 * window + 1] = static_cast<Out>(start - document_start);
+  }
+  return true;
+}
+
+PyObject* build_sample_index(PyObject*, PyObject* args) {
+  PyObject *sizes_obj, *document_index_obj, *out_obj;
+  long long seq_length;
+  if (!PyArg_ParseTuple(args, "OOLO", &sizes_obj, &document_index_obj, &seq_length, &out_obj)) return nullptr;
+  View sizes, document_index, out;
+  if (!sizes.acquire(sizes_obj, false, "sizes") || !sizes.expect('i', 4, "sizes")) return nullptr;
+  if (!document_index.acquire(document_index_obj, false, "document_index") ||
+      !document_index.expect('i', 4, "document_index"))
+    return nullptr;
+  if (!out.acquire(out_obj, true, "out")) return nullptr;
+  if (out.kind() != 'i' || (out.buffer.itemsize != 4 && out.buffer.itemsize != 8)) {
+    PyErr_SetString(PyExc_ValueError, "out must be an int32 or int64 array of shape (windows, 2)");
+    return nullptr;
+  }
+  if (seq_length < 1 || out.count() % 2) {
+    PyErr_SetString(PyExc_ValueError, "seq_length must be positive and out must have two columns");
+    return nullptr;
+  }
+  const Py_ssize_t num_windows = out.count() / 2;
+  bool ok;
+  Py_BEGIN_ALLOW_THREADS;
+  if (out.buffer.itemsize == 4) {
+    ok = fill_sample_index(static_cast<const int32_t*>(sizes.buffer.buf), sizes.count(),
+                           static_cast<const int32_t*>(document_index.buffer.buf), document_index.count(),
+                           seq_length, static_cast<int32_t*>(out.buffer.buf), num_windows);
+  } else {
+    ok = fill_sample_index(static_cast<const int32_t*>(sizes.buffer.buf), sizes.count(),
+                           static_cast<const int32_t*>(document_index.buffer.buf), document_index.count(),
+                           seq_length, static_cast<int64_t*>(out.buffer.buf), num_windows);
+  }
+  Py_END_ALLOW_THREADS;
+  if (!ok) {
+    PyErr_SetString(PyExc_ValueError, "the documents hold fewer tokens than the windows need, or a document id is out of range");
+    return nullptr;
+  }
+  Py_RETURN_NONE;
+}
+
+// Dataset d's n-th sample is due at (n + 0.5) / weights[d]; samples go out in order of due
+// time, ties to the lower dataset number (what a stable sort of all due times gives).
+PyObject* build_blend_index(PyObject*, PyObject* args) {
+  PyObject *weights_obj, *owner_obj, *number_obj;
+  if (!PyArg_ParseTuple(args, "OOO", &weights_obj, &owner_obj, &number_obj)) return nullptr;
+  View weights, owner, number;
+  if (!weights.acquire(weights_obj, false, "weights") || !weights.expect('f', 8, "weights")) return nullptr;
+  if (!owner.acquire(owner_obj, true, "owner") || !owner.expect('i', 2, "owner")) return nullptr;
+  if (!number.acquire(number_obj, true, "number") || !number.expect('i', 8, "number")) return nullptr;
+  if (owner.count() != number.count()) {
+    PyErr_SetString(PyExc_ValueError, "owner and number must have the same length");
+    return nullptr;
+  }
+  const double* w = static_cast<const double*>(weights.buffer.buf);
+  const Py_ssize_t num_datasets = weights.count();
+  if (num_datasets > 32767) {
+    PyErr_SetString(PyExc_ValueError, "at most 32767 datasets can be blended");
+    return nullptr;
+  }
+  bool any_positive = false;
+  for (Py_ssize_t d = 0; d < num_datasets; ++d) {
+    if (!(w[d] >= 0)) {
+      PyErr_SetString(PyExc_ValueError, "weights must be non-negative");
+      return nullptr;
+    }
+    any_positive = any_positive || w[d] > 0;
+  }
+  if (!any_positive && owner.count() > 0) {
+    PyErr_SetString(PyExc_ValueError, "at least one weight must be positive");
+    return nullptr;
+  }
+  int16_t* owner_out = static_cast<int16_t*>(owner.buffer.buf);
+  int64_t* number_out = static_cast<int64_t*>(number.buffer.buf);
+  const Py_ssize_t total = owner.count();
+  Py_BEGIN_ALLOW_THREADS;
+  using Due = std::pair<double, int>;
+  std::priority_queue<Due, std::vector<Due>, std::greater<Due>> queue;
+  std::vector<int64_t> next(num_datasets, 0);
+  for (Py_ssize_t d = 0; d < num_datasets; ++d) {
+    if (w[d] > 0) queue.emplace(0.5 / w[d], static_cast<int>(d));
+  }
+  for (Py_ssize_t i = 0; i < total; ++i) {
+    const int d = queue.top().second;
+    queue.pop();
+    owner_out[i] = static_cast<int16_t>(d);
+    number_out[i] = next[d];
+    ++next[d];
+    queue.emplace((static_cast<double>(next[d]) + 0.5) / w[d], d);
+  }
+  Py_END_ALLOW_THREADS;
+  Py_RETURN_NONE;
+}
+
+PyMethodDef methods[] = {
+    {"build_sample_index", build_sample_index, METH_VARARGS,
+     "build_sample_index(sizes int32[D], document_index int32[M], seq_length, out int32|int64[W, 2])"},
+    {"build_blend_index", build_blend_index, METH_VARARGS,
+     "build_blend_index(weights float64[K] (normalized), owner int16[N], number int64[N])"},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef module = {PyModuleDef_HEAD_INIT, "_helpers", "megamlm dataset index builders (C++)", -1, methods};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__helpers(void) { return PyModule_Create(&module); }
