@@ -1,13 +1,16 @@
-"""Distributed checkpoints with an atomic commit and a latest pointer."""
+"""Distributed checkpoints: crash-safe commit (completion marker with checksums), latest pointer, retention."""
 
 from megamlm.checkpoint.checkpointer import (
     CheckpointError,
+    CheckpointSaveError,
+    find_checkpoint,
     load_checkpoint,
     load_model_weights,
     read_checkpoint_config,
     resolve_checkpoint,
     save_checkpoint,
+    save_state_checkpoint,
 )
 
-__all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "load_model_weights", "resolve_checkpoint",
-           "read_checkpoint_config"]
+__all__ = ["CheckpointError", "CheckpointSaveError", "save_checkpoint", "save_state_checkpoint", "load_checkpoint",
+           "load_model_weights", "resolve_checkpoint", "find_checkpoint", "read_checkpoint_config"]

@@ -1,19 +1,25 @@
-"""Checkpoints: torch.distributed.checkpoint shards + a small train-state file, committed atomically.
+"""Checkpoints: torch.distributed.checkpoint shards + a small train-state file, committed crash-safely.
 
 Layout of a save folder::
 
-    latest_checkpointed_iteration.txt      "120"  (moved only after iter_0000120/ is complete)
+    latest_checkpointed_iteration.txt      "120"  (moved only after iter_0000120/ is whole)
     iter_0000120/
-        .metadata, __*_*.distcp           model and optimizer, one shard file per rank (DCP)
+        .metadata, __*_*.distcp           model and optimizer, shard files per rank (DCP)
         train_state.pt                    step, consumed samples, LR schedule, ObjectiveSchedule, sampler, RNG
-        config.json                       the resolved run config and model shape
+        config.json                       the run record: resolved config, model shape, versions, data fingerprint
+        COMPLETE.json                     written last: size and sha256 of every file above
 
-A checkpoint is written into ``iter_N.tmp/`` and renamed to ``iter_N/`` once every part is on disk, so a
-crash mid-save never leaves a folder that looks complete. ``--init-from`` loads only the model shards.
+A save goes into ``iter_N.tmp/``: every rank writes its shards (DCP), hashes its share of the shard files and
+leaves a completion file; rank 0 then writes its own files and the completion marker, renames the folder to
+``iter_N/`` and moves the ``latest`` pointer. Loading picks the newest checkpoint whose files match its marker
+and says which newer ones it skipped and why. A failed save (disk full, no permission) removes its ``.tmp``
+folder, leaves every earlier checkpoint as it was, and raises ``CheckpointSaveError`` naming the cause.
+``--init-from`` loads only the model shards.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
@@ -23,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -33,31 +39,36 @@ from torch.distributed.checkpoint.state_dict import (
     set_state_dict,
 )
 
-LATEST = "latest_checkpointed_iteration.txt"
-TRAIN_STATE = "train_state.pt"
-CONFIG = "config.json"
-REQUIRED = (".metadata", TRAIN_STATE, CONFIG)
+from megamlm.checkpoint import ranks
+from megamlm.checkpoint.catalog import (
+    CONFIG,
+    LATEST,
+    REQUIRED,
+    TRAIN_STATE,
+    iteration_dir,
+    list_checkpoints,
+    problem,
+    retire_old_checkpoints,
+    step_of,
+)
+from megamlm.checkpoint.integrity import (
+    MARKER,
+    fsync_dir,
+    share_of,
+    write_marker,
+    write_rank_completion,
+)
+from megamlm.log import log
+
+__all__ = ["CONFIG", "LATEST", "REQUIRED", "TRAIN_STATE", "iteration_dir"]
 
 
 class CheckpointError(ValueError):
     """A checkpoint that is missing, incomplete or does not fit this run; the message names the fix."""
 
 
-def _distributed() -> bool:
-    return dist.is_available() and dist.is_initialized()
-
-
-def _barrier() -> None:
-    if _distributed():
-        dist.barrier()
-
-
-def _is_rank0() -> bool:
-    return not _distributed() or dist.get_rank() == 0
-
-
-def iteration_dir(save_dir: str | Path, step: int) -> Path:
-    return Path(save_dir) / f"iter_{step:07d}"
+class CheckpointSaveError(CheckpointError):
+    """A save that failed (disk full, permissions); earlier checkpoints are untouched."""
 
 
 def rng_state() -> dict:
@@ -70,67 +81,165 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+def describe_failure(err: BaseException) -> str:
+    """One line naming the cause, e.g. 'No space left on device (ENOSPC) at /ckpt/iter_0000008.tmp/__0_0.distcp'."""
+    if isinstance(err, CheckpointException) and err.failures:
+        err = next(iter(err.failures.values()))[0]
+    if isinstance(err, OSError) and err.errno:
+        where = f" at {err.filename}" if err.filename else ""
+        return f"{os.strerror(err.errno)} ({errno.errorcode.get(err.errno, err.errno)}){where}"
+    return f"{type(err).__name__}: {err}"
+
+
+def newest_whole(save_dir: str | Path) -> Path | None:
+    """The newest checkpoint of ``save_dir`` whose files have the sizes its marker records (no hashing)."""
+    for _, folder in list_checkpoints(save_dir):
+        if problem(folder, deep=False) is None:
+            return folder
+    return None
+
+
+def _write_latest(save_dir: Path, step: int) -> None:
+    tmp = save_dir / f"{LATEST}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(str(step))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, save_dir / LATEST)
+    fsync_dir(save_dir)
 
 
 def save_checkpoint(save_dir: str | Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                    train_state: dict, config: dict) -> Path:
-    """Write the checkpoint of ``step`` on every rank; returns its final folder."""
+                    train_state: dict, config: dict, *, keep_last: int | None = None,
+                    pinned: str | None = None) -> Path:
+    """Write the checkpoint of ``step`` on every rank; returns its final folder.
+
+    ``keep_last``: afterwards delete all but the newest N whole checkpoints (never a pinned one).
+    ``pinned``: why this checkpoint must survive retention (e.g. "objective switch").
+    """
+    model_sd, optim_sd = get_state_dict(model, optimizer)
+    return save_state_checkpoint(save_dir, step, {"model": model_sd, "optim": optim_sd}, train_state, config,
+                                 keep_last=keep_last, pinned=pinned)
+
+
+def save_state_checkpoint(save_dir: str | Path, step: int, state: dict, train_state: dict, config: dict, *,
+                          keep_last: int | None = None, pinned: str | None = None) -> Path:
+    """The commit protocol for any DCP state dict (``{"model": ...}`` alone makes a weights-only checkpoint)."""
+    save_dir = Path(save_dir)
     final = iteration_dir(save_dir, step)
     tmp = final.with_name(final.name + ".tmp")
-    if _is_rank0():
-        Path(save_dir).mkdir(parents=True, exist_ok=True)
-        if tmp.exists():
-            shutil.rmtree(tmp)  # leftovers of a save that crashed
-        tmp.mkdir()
-    _barrier()
-    model_sd, optim_sd = get_state_dict(model, optimizer)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
-        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp))
-    if _is_rank0():
-        torch.save({**train_state, "step": step, "rng": rng_state()}, tmp / TRAIN_STATE)
-        (tmp / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True))
-        if final.exists():
-            old = final.with_name(final.name + ".old")
-            os.replace(final, old)
-            os.replace(tmp, final)
-            shutil.rmtree(old)
-        else:
-            os.replace(tmp, final)
-        _write_atomic(Path(save_dir) / LATEST, str(step))
-    _barrier()
+    rank, world = ranks.rank(), ranks.world_size()
+
+    def fail(cause: str) -> CheckpointSaveError:
+        if rank == 0:
+            shutil.rmtree(tmp, ignore_errors=True)
+        previous = newest_whole(save_dir)
+        kept = f"the previous checkpoint {previous} is untouched" if previous else "no earlier checkpoint exists"
+        return CheckpointSaveError(
+            f"could not save the checkpoint of step {step} into {save_dir}: {cause}; {kept}. Free disk space or "
+            "fix the folder's permissions (or pass another --save), then relaunch the same command to resume")
+
+    error = None
+    if rank == 0:
+        try:
+            save_dir.mkdir(parents=True, exist_ok=True)
+            if tmp.exists():
+                shutil.rmtree(tmp)  # leftovers of a save that crashed
+            tmp.mkdir()
+        except OSError as err:
+            error = describe_failure(err)
+    if error := ranks.first_error(error):
+        raise fail(error)
+
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
+            metadata = dcp.save(state, checkpoint_id=str(tmp))
+        shard_files = sorted({info.relative_path for info in metadata.storage_data.values()})
+        write_rank_completion(tmp, rank, share_of(shard_files, rank, world))
+    except (OSError, CheckpointException) as err:
+        error = describe_failure(err)
+    if error := ranks.first_error(error):
+        raise fail(error)
+
+    if rank == 0:
+        try:
+            torch.save({**train_state, "step": step, "rng": rng_state()}, tmp / TRAIN_STATE)
+            (tmp / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True))
+            write_marker(tmp, step, world, [".metadata", TRAIN_STATE, CONFIG], {"pinned": pinned})
+            if final.exists():  # the same step saved again: swap in the new one only now it is whole
+                old = final.with_name(final.name + f".trash{os.getpid()}")
+                os.replace(final, old)
+                os.replace(tmp, final)
+                shutil.rmtree(old)
+            else:
+                os.replace(tmp, final)
+            fsync_dir(save_dir)
+            _write_latest(save_dir, step)
+        except OSError as err:
+            error = describe_failure(err)
+    if error := ranks.first_error(error):
+        raise fail(error)
+
+    if rank == 0 and keep_last:
+        try:
+            for folder in retire_old_checkpoints(save_dir, keep_last, step):
+                log(f"deleted old checkpoint {folder} (--keep-last {keep_last})")
+        except OSError as err:  # a checkpoint that cannot be deleted costs disk space, not the run
+            log(f"warning: could not delete old checkpoints in {save_dir}: {describe_failure(err)}")
+    ranks.barrier()
     return final
 
 
-def resolve_checkpoint(path: str | Path) -> Path:
-    """A save folder (follows its latest pointer) or an iter_N folder -> the complete iter_N folder."""
+def _agreed_problem(folder: Path, deep: bool) -> str | None:
+    return ranks.first_error(problem(folder, deep=deep, rank=ranks.rank(), world_size=ranks.world_size()))
+
+
+def find_checkpoint(save_dir: str | Path, deep: bool = True) -> Path | None:
+    """The newest loadable checkpoint of a save folder, or None; every newer one skipped is logged with why."""
+    for _, folder in list_checkpoints(save_dir):
+        reason = _agreed_problem(folder, deep)
+        if reason is None:
+            return folder
+        log(f"warning: skipping checkpoint {folder}: {reason}")
+    return None
+
+
+def resolve_checkpoint(path: str | Path, deep: bool = True) -> Path:
+    """A save folder (its newest loadable checkpoint) or an iter_N folder (checked) -> a loadable iter_N folder."""
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"checkpoint path {path} does not exist; pass the --save folder of an earlier run")
-    if (path / LATEST).is_file():
-        step = int((path / LATEST).read_text().strip())
-        path = iteration_dir(path, step)
-    elif not (path / ".metadata").exists() and not path.name.startswith("iter_"):
-        raise CheckpointError(f"{path} holds no checkpoint (no {LATEST} and no iter_* checkpoint files); "
+    if step_of(path) is not None or (path / ".metadata").exists() or (path / MARKER).exists():
+        reason = _agreed_problem(path, deep)
+        if reason is not None:
+            raise CheckpointError(f"checkpoint {path} cannot be loaded: {reason}; pass its save folder "
+                                  f"{path.parent} to load the newest whole checkpoint, or an earlier iter_* folder")
+        return path
+    candidates = list_checkpoints(path)
+    if not candidates:
+        raise CheckpointError(f"{path} holds no checkpoint (no iter_* checkpoint folders); "
                               "pass a --save folder of an earlier run or one of its iter_NNNNNNN folders")
-    missing = [name for name in REQUIRED if not (path / name).exists()]
-    if missing:
-        raise CheckpointError(f"checkpoint {path} is incomplete (missing {', '.join(missing)}); "
-                              "it was probably interrupted while saving: load an earlier iter_* folder")
-    return path
+    found = find_checkpoint(path, deep)
+    if found is None:
+        raise CheckpointError(f"none of the {len(candidates)} checkpoints in {path} can be loaded (see the warnings "
+                              "above); they were interrupted while saving or damaged since: start a fresh run")
+    if found != candidates[0][1]:
+        log(f"using checkpoint {found}, the newest whole one in {path}")
+    return found
 
 
 def read_checkpoint_config(path: str | Path) -> dict:
     return json.loads((resolve_checkpoint(path) / CONFIG).read_text())
 
 
-def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict:
-    """Load model, optimizer and RNG in place; returns the train state (step, schedules, sampler)."""
-    ckpt = resolve_checkpoint(path)
+def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                    verify: bool = True) -> dict:
+    """Load model, optimizer and RNG in place; returns the train state (step, schedules, sampler).
+
+    ``verify=False`` skips re-checking a folder that ``resolve_checkpoint`` has just checked.
+    """
+    ckpt = resolve_checkpoint(path) if verify else Path(path)
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state = {"model": model_sd, "optim": optim_sd}
     with warnings.catch_warnings():

@@ -1,0 +1,116 @@
+"""When a checkpoint counts: per-rank completion files, a completion marker with checksums, verification.
+
+Every rank hashes its share of the shard files once DCP has written them and leaves a completion file;
+rank 0 then merges those into ``COMPLETE.json`` together with the checksums of its own files. The marker
+is the last file written into the checkpoint, so a folder with a marker whose files match it is whole.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+MARKER = "COMPLETE.json"
+MARKER_FORMAT = 1
+_RANK_DONE_PREFIX = ".done_rank"
+
+
+def file_digest(path: Path, chunk_bytes: int = 1 << 22) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk_bytes):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def describe_files(folder: Path, names: list[str]) -> dict[str, dict]:
+    return {name: {"bytes": (folder / name).stat().st_size, "sha256": file_digest(folder / name)} for name in names}
+
+
+def share_of(names: list[str], rank: int, world_size: int) -> list[str]:
+    """The files rank ``rank`` hashes or checks: every world_size-th of the sorted list."""
+    return sorted(names)[rank::world_size]
+
+
+def write_json_durably(path: Path, data: dict) -> None:
+    """Write, fsync, then rename into place: a reader sees the old file or the whole new one."""
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make a rename inside ``folder`` durable (no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def rank_done_path(folder: Path, rank: int) -> Path:
+    return folder / f"{_RANK_DONE_PREFIX}{rank:05d}.json"
+
+
+def write_rank_completion(folder: Path, rank: int, names: list[str]) -> None:
+    """Rank ``rank`` hashed ``names`` (its share of the shards) and says so."""
+    write_json_durably(rank_done_path(folder, rank), {"rank": rank, "files": describe_files(folder, names)})
+
+
+def write_marker(folder: Path, step: int, world_size: int, own_files: list[str], extra: dict) -> None:
+    """Rank 0, after every rank's completion file exists: merge them and write the marker last."""
+    files: dict[str, dict] = {}
+    for r in range(world_size):
+        path = rank_done_path(folder, r)
+        if not path.is_file():
+            raise OSError(f"rank {r} left no completion file {path.name}; its part of the checkpoint is missing")
+        files.update(json.loads(path.read_text())["files"])
+    files.update(describe_files(folder, own_files))
+    write_json_durably(folder / MARKER, {"format": MARKER_FORMAT, "step": step, "world_size": world_size,
+                                         "files": files, **extra})
+    for r in range(world_size):
+        rank_done_path(folder, r).unlink()
+    fsync_dir(folder)
+
+
+def read_marker(folder: Path) -> dict | None:
+    try:
+        return json.loads((folder / MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def verify(folder: Path, deep: bool = True, rank: int = 0, world_size: int = 1) -> str | None:
+    """Why ``folder`` is not a whole checkpoint, or None when it is.
+
+    Sizes of every file are always checked; with ``deep`` this rank also re-hashes its share of the files
+    (``rank``/``world_size`` split the hashing so each rank reads only part of the checkpoint).
+    """
+    if not (folder / MARKER).exists():
+        return "no completion marker (it was interrupted while saving)"
+    marker = read_marker(folder)
+    if marker is None or not isinstance(marker.get("files"), dict):
+        return f"its completion marker {MARKER} is unreadable"
+    files = marker["files"]
+    for name, expected in sorted(files.items()):
+        path = folder / name
+        if not path.is_file():
+            return f"file {name} is missing"
+        size = path.stat().st_size
+        if size != expected["bytes"]:
+            return f"file {name} has {size} bytes where {expected['bytes']} were written (truncated or overwritten)"
+    if deep:
+        for name in share_of(list(files), rank, world_size):
+            if file_digest(folder / name) != files[name]["sha256"]:
+                return f"file {name} does not match its checksum (corrupt)"
+    return None
