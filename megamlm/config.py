@@ -114,6 +114,12 @@ class TrainingConfig:
     """auto (bf16 autocast on GPU, fp32 on CPU), bf16 or fp32."""
     device: str = "auto"
     """auto, cpu or cuda."""
+    exit_interval: int | None = None
+    """Save a checkpoint and exit 0 after the first step divisible by N (Megatron's name)."""
+    exit_duration_in_mins: float | None = None
+    """Save a checkpoint and exit 0 after the first step that ends N minutes after the run started."""
+    max_skipped_steps: int = 10
+    """Steps with a non-finite loss or gradient norm are skipped (no update); this many in a row stop the run."""
 
 
 @dataclass
@@ -126,6 +132,10 @@ class CheckpointConfig:
     """Resume from this folder's latest checkpoint (or a given iter_NNNNNNN folder)."""
     init_from: str | None = None
     """Load weights only (continued pretraining): a megamlm checkpoint; fresh optimizer, schedule and data."""
+    keep_last: int | None = None
+    """Keep only the N newest complete checkpoints (and the objective-switch one); default: keep all."""
+    override_data: bool = False
+    """Resume even though the checkpoint was trained on other data (its data fingerprint differs)."""
 
 
 @dataclass
@@ -300,6 +310,21 @@ def validate(cfg: Config) -> None:
         raise ConfigError("--save-interval needs --save DIR to know where to write checkpoints")
     if c.load and c.init_from:
         raise ConfigError("--load (resume a run) and --init-from (weights only) exclude each other; pick one")
+    if c.keep_last is not None and c.keep_last < 1:
+        raise ConfigError(f"--keep-last must be at least 1 (the checkpoint to resume from), got {c.keep_last}")
+    if c.keep_last is not None and not c.save:
+        raise ConfigError("--keep-last needs --save DIR, the folder whose checkpoints it prunes")
+    if c.override_data and not (c.load or c.save):
+        raise ConfigError("--override-data only matters when resuming: pass --load DIR, or --save DIR of the run "
+                          "to continue")
+    if t.exit_interval is not None and t.exit_interval <= 0:
+        raise ConfigError(f"--exit-interval must be positive, got {t.exit_interval}")
+    if t.exit_duration_in_mins is not None and t.exit_duration_in_mins <= 0:
+        raise ConfigError(f"--exit-duration-in-mins must be positive, got {t.exit_duration_in_mins}")
+    if (t.exit_interval is not None or t.exit_duration_in_mins is not None) and not c.save:
+        raise ConfigError("--exit-interval / --exit-duration-in-mins stop the run with a checkpoint: pass --save DIR")
+    if t.max_skipped_steps < 1:
+        raise ConfigError(f"--max-skipped-steps must be at least 1, got {t.max_skipped_steps}")
     if cfg.data.num_workers < 0:
         raise ConfigError("--num-workers must be >= 0")
 

@@ -14,15 +14,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from megamlm.checkpoint import CheckpointError, load_checkpoint, load_model_weights, read_checkpoint_config, \
-    save_checkpoint
+from megamlm.checkpoint import load_checkpoint, load_model_weights, save_checkpoint
+from megamlm.checkpoint.ranks import rank, world_size
 from megamlm.config import Config
 from megamlm.log import log
 from megamlm.model.transformer import Transformer, count_parameters
 from megamlm.training.metrics import IntervalMeter, TensorBoardWriter, format_duration
+from megamlm.training.guards import NonFiniteGuard, SkipNonFiniteUpdates
 from megamlm.training.optimizer import build_optimizer
+from megamlm.training.resume import checkpoint_to_resume
+from megamlm.training.run_record import build_run_record, write_run_record
 from megamlm.training.setup import RunPlan, plan_run
+from megamlm.training.signals import ExitSignalHandler
 from megamlm.training.step import train_step
+from megamlm.training.stopping import StopPolicy
 
 
 @dataclass
@@ -35,6 +40,10 @@ class RunResult:
     switch_step: int | None = None
     checkpoints: list[Path] = field(default_factory=list)
     start_step: int = 0
+    resumed_from: Path | None = None
+    skipped_steps: list[int] = field(default_factory=list)
+    stop_reason: str | None = None
+    """Why the run stopped before --train-iters (signal, --exit-interval, --exit-duration-in-mins)."""
 
 
 def resolve_device(choice: str) -> torch.device:
@@ -47,15 +56,6 @@ def resolve_device(choice: str) -> torch.device:
     return torch.device(choice)
 
 
-def check_resume_compatible(load_path: str, plan: RunPlan) -> None:
-    saved = read_checkpoint_config(load_path).get("model_args")
-    mine = plan.model_args.to_dict()
-    if saved is not None and saved != mine:
-        diff = {k: (saved.get(k), v) for k, v in mine.items() if saved.get(k) != v}
-        raise CheckpointError(f"checkpoint {load_path} has a different model shape (checkpoint, this run): {diff}; "
-                              "resume with the same model flags")
-
-
 def build_model(plan: RunPlan, seed: int, device: torch.device) -> Transformer:
     torch.manual_seed(seed)
     model = Transformer(plan.model_args)
@@ -63,12 +63,18 @@ def build_model(plan: RunPlan, seed: int, device: torch.device) -> Transformer:
 
 
 def pretrain(cfg: Config) -> RunResult:
+    """Train; SIGTERM/SIGUSR1 during the run save a checkpoint and return early (see training/signals.py)."""
+    with ExitSignalHandler() as signals:
+        return _pretrain(cfg, signals)
+
+
+def _pretrain(cfg: Config, signals: ExitSignalHandler) -> RunResult:
     t, ckpt_cfg = cfg.training, cfg.checkpoint
     plan = plan_run(cfg)
     device = resolve_device(t.device)
-    if ckpt_cfg.load:
-        check_resume_compatible(ckpt_cfg.load, plan)
-    if ckpt_cfg.init_from:
+    config_record = build_run_record(cfg, plan, world_size())
+    resume_from = checkpoint_to_resume(ckpt_cfg, config_record)  # --load, or auto-resume from --save
+    if ckpt_cfg.init_from and resume_from is None:
         from megamlm.checkpoint import resolve_checkpoint
 
         resolve_checkpoint(ckpt_cfg.init_from)  # fail on a bad path before any work
@@ -93,12 +99,13 @@ def pretrain(cfg: Config) -> RunResult:
 
     result = RunResult(switch_step=schedule.switch_step)
     step, consumed = 0, 0
-    if ckpt_cfg.load:
-        state = load_checkpoint(ckpt_cfg.load, model, optimizer)
+    if resume_from is not None:
+        state = load_checkpoint(resume_from, model, optimizer, verify=False)
         schedule.load_state_dict(state["objective_schedule"])
         lr_schedule.load_state_dict(state["lr_schedule"])
         step, consumed = state["step"], state["consumed_samples"]
-        log(f"resumed from {ckpt_cfg.load} at step {step} ({consumed} samples consumed)")
+        result.resumed_from = resume_from
+        log(f"resumed from {resume_from} at step {step} ({consumed} samples consumed)")
     elif ckpt_cfg.init_from:
         path = load_model_weights(ckpt_cfg.init_from, model)
         log(f"initialised weights from {path} (fresh optimizer, schedule and data position)")
@@ -106,21 +113,22 @@ def pretrain(cfg: Config) -> RunResult:
 
     sampler = GlobalBatchSampler(total_samples=plan.num_samples, global_batch_size=t.global_batch_size,
                                  micro_batch_size=t.micro_batch_size, consumed_samples=consumed)
-    tok = plan.tokenizer
-    config_record = {
-        "config": cfg.to_dict(), "model_args": plan.model_args.to_dict(), "switch_step": schedule.switch_step,
-        "data_path": plan.data_path, "seq_length": seq_length,
-        "tokenizer": {"path": str(plan.tokenizer_path), "vocab_size": tok.vocab_size, "bos_id": tok.bos_id,
-                      "eos_id": tok.eos_id, "pad_id": tok.pad_id, "mask_id": tok.mask_id},
-    }
+    if ckpt_cfg.save and rank() == 0:
+        write_run_record(ckpt_cfg.save, config_record)
 
-    def checkpoint(at_step: int, consumed_samples: int) -> None:
+    def checkpoint(at_step: int, consumed_samples: int) -> Path:
         path = save_checkpoint(ckpt_cfg.save, at_step, model, optimizer, {
             "consumed_samples": consumed_samples, "objective_schedule": schedule.state_dict(),
             "lr_schedule": lr_schedule.state_dict(), "sampler": {"consumed_samples": consumed_samples},
-        }, config_record)
+        }, config_record, keep_last=ckpt_cfg.keep_last,
+            pinned="objective switch" if schedule.is_switch_step(at_step) else None)
         result.checkpoints.append(path)
         log(f"saved checkpoint {path}")
+        return path
+
+    guarded_optimizer = SkipNonFiniteUpdates(optimizer)  # applies no update when any rank's gradients are not finite
+    guard = NonFiniteGuard(t.max_skipped_steps)
+    stop = StopPolicy(signals, t.exit_interval, t.exit_duration_in_mins)
 
     meter = IntervalMeter()
     tensorboard = TensorBoardWriter(cfg.logging.tensorboard_dir)
@@ -137,11 +145,22 @@ def pretrain(cfg: Config) -> RunResult:
             tokens = np.stack([dataset[k] for k in ids])
             micro_batches.append(schedule.make_batch(step, tokens, ids))
         lr = lr_schedule.lr_at(step)
-        stats = train_step(model, optimizer, micro_batches, lr, t.clip_grad, device, t.precision)
+        stats = train_step(model, guarded_optimizer, micro_batches, lr, t.clip_grad, device, t.precision)
         consumed += t.global_batch_size
         result.losses[step] = stats.loss
         result.objectives[step] = objective
         result.sample_ids[step] = [k for ids in micro_ids for k in ids]
+        if guarded_optimizer.skipped:
+            result.skipped_steps.append(step)
+            log(f"warning: step {step} skipped (update not applied): loss {stats.loss}, grad-norm {stats.grad_norm}; "
+                f"{len(guard.in_a_row) + 1} in a row, the run stops at {t.max_skipped_steps}")
+        if guard.record(step, guarded_optimizer.skipped, stats.loss, stats.grad_norm, result.sample_ids[step]):
+            saved = "No checkpoint was written (no --save)."
+            if ckpt_cfg.save:
+                last_good = guard.in_a_row[0].step - 1
+                saved = (f"Checkpoint {checkpoint(step, consumed)} holds the weights and optimizer state of step "
+                         f"{last_good} (the last good state) with the data position after step {step}.")
+            raise guard.error(saved)
         meter.add(stats.loss, stats.grad_norm, tokens_per_step)
         tensorboard.scalars(step, {"loss": stats.loss, f"loss/{objective}": stats.loss, "lr": lr,
                                    "grad_norm": stats.grad_norm})
@@ -162,6 +181,13 @@ def pretrain(cfg: Config) -> RunResult:
             or (ckpt_cfg.save_interval and step % ckpt_cfg.save_interval == 0)
         ):
             checkpoint(step, consumed)
+        if step < t.train_iters and (reason := stop.reason_to_stop(step)):
+            if ckpt_cfg.save and not (result.checkpoints and result.checkpoints[-1].name == f"iter_{step:07d}"):
+                checkpoint(step, consumed)
+            result.stop_reason = reason
+            log(f"stopping after step {step} ({reason}); " + ("relaunch the same command to continue from here"
+                                                           if ckpt_cfg.save else "nothing saved (no --save)"))
+            break
     tensorboard.close()
-    log(f"done: {t.train_iters} steps in {format_duration(time.perf_counter() - run_start)}")
+    log(f"done: {step - result.start_step} steps in {format_duration(time.perf_counter() - run_start)}")
     return result

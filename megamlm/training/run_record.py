@@ -1,0 +1,144 @@
+"""Run records: what a run was (resolved config, model shape, software, git commit, data fingerprint).
+
+The record goes into every checkpoint's ``config.json`` and, per launch, into ``run_record.json`` beside the
+checkpoints. Resuming compares the checkpoint's record with this run's and refuses a different model shape
+or different data unless the user says so (``--override-data``; ``--init-from`` takes weights only).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import socket
+import subprocess
+import time
+from importlib import metadata
+from pathlib import Path
+
+import torch
+
+from megamlm.checkpoint import CheckpointError
+
+RUN_RECORD = "run_record.json"
+OPTIONAL_PACKAGES = ("numpy", "tokenizers", "safetensors", "triton", "flash-attn", "transformer-engine", "apex",
+                     "transformers", "mpi4py")
+# Files up to this size are hashed whole; larger ones by evenly spread 1 MiB chunks (first and last included),
+# which keeps the fingerprint to seconds on terabyte corpora and still changes with any re-tokenization.
+_WHOLE_FILE_BYTES = 64 << 20
+_CHUNKS, _CHUNK_BYTES = 64, 1 << 20
+
+
+def software_versions() -> dict:
+    versions: dict = {"python": platform.python_version(), "torch": torch.__version__,
+                      "cuda": torch.version.cuda, "rocm": getattr(torch.version, "hip", None)}
+    if torch.cuda.is_available():
+        try:
+            versions["nccl"] = ".".join(str(v) for v in torch.cuda.nccl.version())
+        except (AttributeError, RuntimeError):
+            versions["nccl"] = None
+        versions["device"] = torch.cuda.get_device_name()
+    for package in OPTIONAL_PACKAGES:
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    return versions
+
+
+def git_state(folder: Path | None = None) -> dict | None:
+    """{"commit", "dirty"} of the git checkout megamlm runs from; None outside one (an installed wheel)."""
+    folder = folder or Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(["git", "-C", str(folder), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()
+        status = subprocess.run(["git", "-C", str(folder), "status", "--porcelain", "--untracked-files=no"],
+                                capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit, "dirty": bool(status.strip())}
+
+
+def _hash_file(digest, path: Path) -> None:
+    size = path.stat().st_size
+    digest.update(f"{path.suffix}:{size}".encode())
+    with open(path, "rb") as f:
+        if size <= _WHOLE_FILE_BYTES:
+            digest.update(f.read())
+            return
+        for i in range(_CHUNKS):
+            f.seek((size - _CHUNK_BYTES) * i // (_CHUNKS - 1))
+            digest.update(f.read(_CHUNK_BYTES))
+
+
+def data_fingerprint(data_path: list[str]) -> str:
+    """A content hash of the training data (.idx and .bin of every prefix) and the blend weights.
+
+    It does not depend on where the files live, so a run moved to another cluster resumes.
+    """
+    from megamlm.data.blending import parse_data_path
+    from megamlm.data.indexed import bin_path, idx_path
+
+    weights, prefixes = parse_data_path(data_path)
+    digest = hashlib.sha256(json.dumps(weights).encode())
+    for prefix in prefixes:
+        for path in (idx_path(prefix), bin_path(prefix)):
+            _hash_file(digest, Path(path))
+    return digest.hexdigest()[:32]
+
+
+def build_run_record(cfg, plan, world_size: int) -> dict:
+    """The record of this launch (``cfg``: Config, ``plan``: RunPlan)."""
+    tok = plan.tokenizer
+    return {
+        "config": cfg.to_dict(), "model_args": plan.model_args.to_dict(),
+        "switch_step": plan.objective_schedule.switch_step, "data_path": plan.data_path,
+        "seq_length": plan.model_args.max_seq_length,
+        "tokenizer": {"path": str(plan.tokenizer_path), "vocab_size": tok.vocab_size, "bos_id": tok.bos_id,
+                      "eos_id": tok.eos_id, "pad_id": tok.pad_id, "mask_id": tok.mask_id},
+        "data_fingerprint": data_fingerprint(plan.data_path),
+        "software": software_versions(), "git": git_state(), "world_size": world_size,
+        "host": socket.gethostname(), "launched_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def write_run_record(save_dir: str | Path, record: dict) -> Path:
+    """``run_record.json`` beside the checkpoints (rank 0; written to a temporary name, then renamed)."""
+    from megamlm.checkpoint import CheckpointSaveError
+    from megamlm.checkpoint.checkpointer import describe_failure
+
+    save_dir = Path(save_dir)
+    path = save_dir / RUN_RECORD
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    try:
+        save_dir.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(record, indent=2, sort_keys=True))
+        os.replace(tmp, path)
+    except OSError as err:
+        raise CheckpointSaveError(f"cannot write into --save {save_dir}: {describe_failure(err)}; fix the folder's "
+                                  "permissions or free disk space, or pass another --save") from None
+    return path
+
+
+def check_resume(checkpoint: Path, saved: dict, current: dict, override_data: bool) -> str | None:
+    """Raise CheckpointError when ``checkpoint`` (its record ``saved``) does not fit this run.
+
+    Returns a warning to log when the data differ but ``override_data`` allows it.
+    """
+    saved_shape, shape = saved.get("model_args"), current["model_args"]
+    if saved_shape is not None and saved_shape != shape:
+        diff = {k: (saved_shape.get(k), v) for k, v in shape.items() if saved_shape.get(k) != v}
+        raise CheckpointError(f"checkpoint {checkpoint} has a different model shape (checkpoint, this run): {diff}; "
+                              "resume with the same model flags, or pass --init-from to start a new run from "
+                              "weights of the same shape")
+    saved_data = saved.get("data_fingerprint")
+    if saved_data is None or saved_data == current["data_fingerprint"]:
+        return None
+    what = (f"checkpoint {checkpoint} was trained on other data (fingerprint {saved_data}, data {saved.get('data_path')}) "
+            f"than this run (fingerprint {current['data_fingerprint']}, data {current['data_path']})")
+    if not override_data:
+        raise CheckpointError(f"{what}; resuming would continue its sample order on different data. Pass the same "
+                              "--data-path, or --override-data to continue on the new data deliberately, or "
+                              f"--init-from {checkpoint} to start a fresh run from its weights")
+    return f"{what}; continuing on the new data because of --override-data"
