@@ -11,7 +11,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from megamlm.checkpoint import load_checkpoint, load_model_weights, save_checkpoint
@@ -79,7 +78,7 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler) -> RunResult:
 
         resolve_checkpoint(ckpt_cfg.init_from)  # fail on a bad path before any work
 
-    from megamlm.data import GlobalBatchSampler, build_train_dataset
+    from megamlm.data import GlobalBatchSampler, MicroBatchLoader, build_train_dataset
 
     seq_length = plan.model_args.max_seq_length
     dataset = build_train_dataset(plan.data_path, seq_length=seq_length, num_samples=plan.num_samples,
@@ -134,22 +133,20 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler) -> RunResult:
     tensorboard = TensorBoardWriter(cfg.logging.tensorboard_dir)
     tokens_per_step = t.global_batch_size * seq_length
     run_start = time.perf_counter()
-    batches = iter(sampler)
+    batches = iter(MicroBatchLoader(dataset, sampler, num_workers=cfg.data.num_workers,
+                                    pin_memory=device.type == "cuda"))
     model.train()
     while step < t.train_iters:
         step += 1
         objective = schedule.objective_at(step)
-        micro_ids = next(batches)
-        micro_batches = []
-        for ids in micro_ids:
-            tokens = np.stack([dataset[k] for k in ids])
-            micro_batches.append(schedule.make_batch(step, tokens, ids))
+        loaded = next(batches)
+        micro_batches = [schedule.make_batch(step, mb["tokens"].numpy(), mb["sample_ids"].tolist()) for mb in loaded]
         lr = lr_schedule.lr_at(step)
         stats = train_step(model, guarded_optimizer, micro_batches, lr, t.clip_grad, device, t.precision)
         consumed += t.global_batch_size
         result.losses[step] = stats.loss
         result.objectives[step] = objective
-        result.sample_ids[step] = [k for ids in micro_ids for k in ids]
+        result.sample_ids[step] = [k for b in micro_batches for k in b.sample_ids]
         if guarded_optimizer.skipped:
             result.skipped_steps.append(step)
             log(f"warning: step {step} skipped (update not applied): loss {stats.loss}, grad-norm {stats.grad_norm}; "

@@ -1,0 +1,73 @@
+"""End to end on the bundled corpus: loss, objective switch, checkpoints, bitwise resume."""
+
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("objective", ["mlm", "clm"])
+def test_loss_falls_well_below_its_start_under_each_objective(run, objective):
+    result = run("--objective", objective, "--train-iters", "40", "--lr", "3e-3")
+    losses = [result.losses[s] for s in sorted(result.losses)]
+    start, end = losses[0], statistics.mean(losses[-5:])
+    assert start > 8.5  # ~ln(8192) at init
+    assert end < start - 1.5, (start, end)
+
+
+def test_clm_then_mlm_switches_at_round_switch_times_iters_and_checkpoints_there(run, tmp_path):
+    result = run("--objective", "clm_then_mlm", "--switch", "0.3", "--train-iters", "15", "--save", tmp_path)
+    assert result.switch_step == round(0.3 * 15)
+    expected = ["clm"] * result.switch_step + ["mlm"] * (15 - result.switch_step)
+    assert [result.objectives[s] for s in range(1, 16)] == expected
+    saved = sorted(p.name for p in tmp_path.glob("iter_*"))
+    assert saved == [f"iter_{result.switch_step:07d}", "iter_0000015"]
+    config = json.loads((tmp_path / "iter_0000015" / "config.json").read_text())
+    assert config["switch_step"] == result.switch_step
+    assert config["config"]["objective"]["objective"] == "clm_then_mlm"
+    assert (tmp_path / "latest_checkpointed_iteration.txt").read_text() == "15"
+
+
+@pytest.mark.parametrize("objective", ["clm_then_mlm"])
+def test_resumed_run_reproduces_the_uninterrupted_losses_bitwise(run, tmp_path, objective):
+    common = ["--objective", objective, "--switch", "0.5", "--train-iters", "12"]
+    full = run(*common, "--save", tmp_path / "full", "--save-interval", "4")
+    # Resume from step 4 (before the switch at 6) and train to the end.
+    resumed = run(*common, "--load", tmp_path / "full" / "iter_0000004", "--save", tmp_path / "resumed")
+    assert resumed.start_step == 4
+    assert sorted(resumed.losses) == list(range(5, 13))
+    for step in range(5, 13):
+        assert resumed.losses[step] == full.losses[step], step  # bitwise on CPU
+        assert resumed.sample_ids[step] == full.sample_ids[step]
+        assert resumed.objectives[step] == full.objectives[step]
+
+
+def test_init_from_loads_weights_only(run, tmp_path):
+    first = run("--objective", "clm", "--train-iters", "6", "--save", tmp_path / "a")
+    cpt = run("--objective", "mlm", "--train-iters", "6", "--init-from", tmp_path / "a")
+    fresh = run("--objective", "mlm", "--train-iters", "6")
+    assert cpt.start_step == 0 and sorted(cpt.losses) == list(range(1, 7))
+    assert cpt.sample_ids[1] == fresh.sample_ids[1]  # fresh data position
+    assert cpt.losses[1] != fresh.losses[1]  # but trained weights
+    assert first.losses
+
+
+def test_pretrain_py_runs_as_a_script_and_prints_the_switch(tmp_path, cache_dir):
+    env = {"MEGAMLM_CACHE": cache_dir, "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+    import os
+
+    env = {**os.environ, **env}
+    out = subprocess.run(
+        [sys.executable, str(REPO / "pretrain.py"), "--objective", "clm_then_mlm", "--switch", "0.25",
+         "--train-iters", "8", "--seq-length", "32", "--global-batch-size", "4", "--micro-batch-size", "2",
+         "--log-interval", "2"],
+        capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "switch step 2" in out.stdout
+    assert "objective switch after step 2: clm -> mlm" in out.stdout
+    assert "step 8/8 | objective mlm | loss" in out.stdout
