@@ -1,0 +1,68 @@
+"""--model entries: `name=path` pairs whose path is a Hugging Face folder or a megamlm checkpoint
+(exported once to a Hugging Face folder under the output folder, through megamlm.hf)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from megamlm.eval.model_io import ModelFolderError, check_model_folder
+
+_NAME = re.compile(r"^[A-Za-z0-9._+-]+$")
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    name: str
+    path: Path            # what the user gave
+    hf_path: Path         # the Hugging Face folder that is evaluated
+
+
+def parse_model_specs(specs: list[str]) -> list[tuple[str, Path]]:
+    """`name=path` or a bare path (named by its folder); names must be unique and file-name safe."""
+    pairs = []
+    for spec in specs:
+        for item in filter(None, (s.strip() for s in spec.split(","))):
+            name, sep, path = item.partition("=")
+            if not sep:
+                name, path = Path(item).name, item
+            if not _NAME.match(name):
+                raise ModelFolderError(f"model name {name!r} (from {item!r}) may only use letters, digits and ._+-; "
+                                       f"write --model NAME=PATH")
+            pairs.append((name, Path(path)))
+    names = [n for n, _ in pairs]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ModelFolderError(f"model names {duplicates} are given twice; name each model: --model a=PATH1,b=PATH2")
+    if not pairs:
+        raise ModelFolderError("no model given; pass --model NAME=PATH (a Hugging Face folder or a megamlm checkpoint)")
+    return pairs
+
+
+def is_megamlm_checkpoint(path: Path) -> bool:
+    if (path / "latest_checkpointed_iteration.txt").exists() or any(path.glob("iter_*")):
+        return True
+    config = path / "config.json"
+    if config.is_file():
+        try:
+            return "model_args" in json.loads(config.read_text())
+        except json.JSONDecodeError:
+            return False
+    return False
+
+
+def resolve_model(name: str, path: Path, export_root: Path, export_arch: str = "eurobert", log=print) -> ModelEntry:
+    """Check an HF folder, or export a megamlm checkpoint (reusing an earlier complete export)."""
+    if path.is_dir() and is_megamlm_checkpoint(path):
+        target = export_root / name
+        if not (target / "config.json").is_file():
+            from megamlm.hf.export import export_checkpoint
+
+            log(f"exporting megamlm checkpoint {path} to {target} ({export_arch})")
+            export_checkpoint(path, target, arch=export_arch, log=log)
+        check_model_folder(target)
+        return ModelEntry(name, path, target)
+    check_model_folder(path)
+    return ModelEntry(name, path, path)

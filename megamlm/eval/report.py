@@ -1,0 +1,54 @@
+"""Write the aggregate table (Markdown and CSV), the per-LR table (CSV) and the two figures."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+from pathlib import Path
+
+from megamlm.eval.aggregate import LrScores, TaskSummary, family_averages
+from megamlm.eval.results import write_text_atomic
+
+
+def _csv(rows: list) -> str:
+    buffer = io.StringIO()
+    if rows:
+        fields = [f.name for f in dataclasses.fields(rows[0])]
+        writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow(dataclasses.asdict(row))
+    return buffer.getvalue()
+
+
+def markdown_table(summaries: list[TaskSummary]) -> str:
+    lines = ["| model | family | task | metric | best LR | val | test (mean ± 95% CI) | seeds | runs |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for s in sorted(summaries, key=lambda s: (s.family, s.task, s.model)):
+        runs = f"{s.runs}/{s.planned_runs}" + (f", {s.diverged_runs} diverged" if s.diverged_runs else "")
+        lines.append(f"| {s.model} | {s.family} | {s.task} | {s.metric} | {s.best_lr:g} | {s.validation_mean:.2f} | "
+                     f"{s.test_mean:.2f} ± {s.test_ci:.2f} | {s.seeds} | {runs} |")
+    families = family_averages(summaries)
+    if families:
+        models = sorted({m for m, _ in families})
+        names = sorted({f for _, f in families})
+        lines += ["", "Family averages (mean test score over the family's tasks):", "",
+                  "| model | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+        for m in models:
+            cells = [f"{families[(m, f)]:.2f}" if (m, f) in families else "–" for f in names]
+            lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_report(output: Path, summaries: list[TaskSummary], lr_rows: list[LrScores], plots: bool = True) -> list[Path]:
+    written = [output / "results.md", output / "results.csv", output / "scores_per_lr.csv"]
+    write_text_atomic(written[0], "# Fine-tuning results\n\n" + markdown_table(summaries))
+    write_text_atomic(written[1], _csv(summaries))
+    write_text_atomic(written[2], _csv(lr_rows))
+    if plots and summaries:
+        from megamlm.eval.plots import plot_score_per_model, plot_score_vs_lr
+
+        written.append(plot_score_per_model(summaries, output / "score_per_model.png"))
+        written.append(plot_score_vs_lr(lr_rows, output / "score_vs_lr.png"))
+    return written

@@ -1,0 +1,122 @@
+"""Fine-tune and score encoders with the paper's protocol (LR grid x seeds, best LR on validation,
+test mean and 95% CI over seeds), one result file per run; rerunning skips finished runs.
+
+    python tools/evaluate.py --model mlm=hf/mlm,clm=hf/clm --tasks rt-sentiment,brown-pos --output evals/x
+    python tools/evaluate.py --model runs/mlm --tasks sst2,squad --hf-datasets-dir /data/hf  # a megamlm checkpoint
+
+Tasks: local (rt-sentiment, brown-genre, brown-pos, austen-qa, austen-retrieval), the paper's 12
+datasets (sst2 qqp mnli conll2003 ontonotes uner squad squad_v2 record msmarco nq mldr, read from
+local copies only), or your own folder as TYPE:PATH. Writes results.md, results.csv, scores_per_lr.csv,
+score_per_model.png and score_vs_lr.png into --output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    return tuple(float(x) for x in text.split(",") if x.strip())
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from megamlm.eval.finetune import Hyperparameters
+    from megamlm.eval.runner import PAPER_LRS, PAPER_SEEDS
+    from megamlm.eval.tasks import TaskSettings
+
+    hp, ts = Hyperparameters(), TaskSettings()
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--model", action="append", required=True,
+                   help="NAME=PATH (repeatable or comma-separated); PATH is a Hugging Face folder or a megamlm checkpoint")
+    p.add_argument("--tasks", required=True, help="comma-separated task names or TYPE:PATH folders")
+    p.add_argument("--output", required=True, type=Path, help="folder for run results, tables and figures")
+    p.add_argument("--lrs", type=_floats, default=PAPER_LRS, help="comma-separated learning-rate grid")
+    p.add_argument("--seeds", type=_ints, default=PAPER_SEEDS, help="comma-separated seeds")
+    p.add_argument("--batch-size", type=int, default=hp.batch_size)
+    p.add_argument("--max-steps", type=int, default=hp.max_steps, help="at most this many steps per run")
+    p.add_argument("--epochs", type=float, default=hp.epochs, help="and at most this many passes over train")
+    p.add_argument("--warmup-ratio", type=float, default=hp.warmup_ratio, help="linear warmup fraction, then linear decay")
+    p.add_argument("--beta1", type=float, default=hp.beta1)
+    p.add_argument("--beta2", type=float, default=hp.beta2)
+    p.add_argument("--eps", type=float, default=hp.eps)
+    p.add_argument("--weight-decay", type=float, default=hp.weight_decay, help="AdamW decay of matrices")
+    p.add_argument("--max-grad-norm", type=float, default=hp.max_grad_norm, help="clipping; 0 = off")
+    p.add_argument("--max-length", type=int, default=ts.max_length, help="longest input in tokens")
+    p.add_argument("--max-query-length", type=int, default=ts.max_query_length, help="QA question / retrieval query tokens")
+    p.add_argument("--doc-stride", type=int, default=ts.doc_stride, help="QA window overlap in tokens")
+    p.add_argument("--max-answer-length", type=int, default=ts.max_answer_length, help="QA answer tokens")
+    p.add_argument("--no-answer-threshold", type=float, default=ts.no_answer_threshold,
+                   help="QA: answer nothing when null score > best span score + this")
+    p.add_argument("--temperature", type=float, default=ts.temperature, help="retrieval contrastive temperature")
+    p.add_argument("--eval-batch-size", type=int, default=ts.eval_batch_size)
+    p.add_argument("--max-train-examples", type=int, default=0, help="fixed random subset of train; 0 = all")
+    p.add_argument("--max-eval-examples", type=int, default=0, help="fixed random subset of validation/test; 0 = all")
+    p.add_argument("--data-dir", help="folder of the local tasks' data (default: ../shared/data beside the repo)")
+    p.add_argument("--hf-datasets-dir", help="folder of save_to_disk copies of the paper's datasets "
+                                             "(default: the Hugging Face cache, offline)")
+    p.add_argument("--num-workers", type=int, default=1, help="processes running fine-tuning runs in parallel")
+    p.add_argument("--devices", help="comma-separated devices given to workers in turn "
+                                     "(default: every CUDA device, else cpu)")
+    p.add_argument("--export-arch", default="eurobert", choices=["eurobert", "llama"],
+                   help="Hugging Face architecture for exporting megamlm checkpoints given as --model")
+    p.add_argument("--no-plots", action="store_true", help="write tables only")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from megamlm.checkpoint import CheckpointError
+    from megamlm.eval.finetune import Hyperparameters
+    from megamlm.eval.model_io import ModelFolderError
+    from megamlm.eval.model_source import parse_model_specs, resolve_model
+    from megamlm.eval.readers import TaskDataError
+    from megamlm.eval.runner import EvalPlan, PlanError, evaluate
+    from megamlm.eval.tasks import TaskSettings
+
+    if args.devices:
+        devices = tuple(d.strip() for d in args.devices.split(",") if d.strip())
+    else:
+        import torch
+
+        devices = tuple(f"cuda:{i}" for i in range(torch.cuda.device_count())) or ("cpu",)
+    try:
+        models = [resolve_model(name, path, args.output / "hf_exports", args.export_arch)
+                  for name, path in parse_model_specs(args.model)]
+        plan = EvalPlan(
+            models=models, tasks=[t.strip() for t in args.tasks.split(",") if t.strip()], output=args.output,
+            lrs=args.lrs, seeds=args.seeds,
+            hyperparameters=Hyperparameters(
+                batch_size=args.batch_size, max_steps=args.max_steps, epochs=args.epochs, warmup_ratio=args.warmup_ratio,
+                beta1=args.beta1, beta2=args.beta2, eps=args.eps, weight_decay=args.weight_decay,
+                max_grad_norm=args.max_grad_norm),
+            settings=TaskSettings(
+                max_length=args.max_length, max_query_length=args.max_query_length, doc_stride=args.doc_stride,
+                max_answer_length=args.max_answer_length, no_answer_threshold=args.no_answer_threshold,
+                temperature=args.temperature, eval_batch_size=args.eval_batch_size),
+            max_train_examples=args.max_train_examples, max_eval_examples=args.max_eval_examples,
+            data_dir=args.data_dir, hf_datasets_dir=args.hf_datasets_dir, num_workers=args.num_workers,
+            devices=devices)
+        if not plan.tasks:
+            raise PlanError("no task given; pass --tasks, e.g. --tasks rt-sentiment,brown-pos")
+        outcome = evaluate(plan, plots=not args.no_plots)
+    except (ModelFolderError, TaskDataError, PlanError, CheckpointError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if outcome["failed"]:
+        print(f"error: {len(outcome['failed'])} runs failed (tracebacks in the .error.txt files under "
+              f"{args.output / 'runs'}); rerun the same command to retry only those", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
