@@ -69,6 +69,10 @@ def pretrain(cfg: Config) -> RunResult:
 
 def _pretrain(cfg: Config, signals: ExitSignalHandler) -> RunResult:
     t, ckpt_cfg = cfg.training, cfg.checkpoint
+    if ckpt_cfg.init_from:  # a Hugging Face model is imported once and lends the run its shape and tokenizer
+        from megamlm.hf.init_from import adopt_hf_init_from
+
+        adopt_hf_init_from(cfg)
     plan = plan_run(cfg)
     device = resolve_device(t.device)
     config_record = build_run_record(cfg, plan, world_size())

@@ -1,0 +1,74 @@
+"""`pretrain.py --init-from <Hugging Face folder or .gguf>`: import once, then continue like a megamlm checkpoint.
+
+The model is imported into a cache folder (named by the source's path, sizes and times, so a changed
+source is imported again) and the run adopts its shape and, unless --tokenizer-model is given, its
+tokenizer (which now holds the mask token). The run's own --seq-length is kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+from megamlm.config import Config, ConfigError
+from megamlm.hf.hf_source import is_hf_model
+from megamlm.hf.megamlm_checkpoint import TOKENIZER_DIR, read_record
+from megamlm.log import log
+
+# ModelConfig field <- ModelArgs field
+SHAPE_FIELDS = {"num_layers": "num_layers", "hidden_size": "hidden_size", "ffn_hidden_size": "ffn_hidden_size",
+                "num_attention_heads": "num_attention_heads", "num_query_groups": "num_query_groups",
+                "vocab_size": "vocab_size", "rope_theta": "rope_theta", "norm_epsilon": "norm_epsilon"}
+
+
+def _fingerprint(source: Path) -> str:
+    digest = hashlib.sha256(str(source.resolve()).encode())
+    files = [source] if source.is_file() else sorted(p for p in source.iterdir() if p.is_file())
+    for path in files:
+        stat = path.stat()
+        digest.update(f"{path.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    return digest.hexdigest()[:16]
+
+
+def imported_copy(source: str | Path, cache_dir: str | Path | None = None) -> Path:
+    """The megamlm checkpoint of ``source`` in the cache, imported on first use."""
+    from megamlm.data.embedded import default_cache_root
+    from megamlm.hf.importer import import_hf
+
+    source = Path(source)
+    root = Path(cache_dir) if cache_dir else default_cache_root()
+    target = root / "hf-imports" / f"{source.stem}-{_fingerprint(source)}"
+    if target.is_dir():
+        return target
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise ConfigError(f"--init-from {source} is a Hugging Face model that has not been imported yet, and "
+                          "importing it in every rank of a multi-process launch would race: run "
+                          f"`python tools/convert_from_hf.py --input {source} --output CKPT` once and pass "
+                          "--init-from CKPT")
+    log(f"importing {source} into {target} (once; later runs reuse it)")
+    return import_hf(source, target, log=log)
+
+
+def adopt_hf_init_from(cfg: Config) -> None:
+    """Rewrite ``cfg`` in place when --init-from names a Hugging Face model; a megamlm checkpoint is left as is."""
+    source = cfg.checkpoint.init_from
+    if not source or not is_hf_model(source):
+        return
+    if not cfg.data.data_path:
+        raise ConfigError(f"--init-from {source}: the bundled corpus is tokenized with megamlm's own tokenizer, not "
+                          "this model's; tokenize your data with the model's tokenizer (tools/preprocess_data.py) "
+                          "and pass --data-path")
+    ckpt = imported_copy(source, cfg.data.data_cache_path)
+    args = read_record(ckpt).model_args
+    for field, arg in SHAPE_FIELDS.items():
+        wanted, explicit = getattr(args, arg), getattr(cfg.model, field)
+        if explicit is not None and explicit != wanted and field not in ("rope_theta", "norm_epsilon"):
+            raise ConfigError(f"--{field.replace('_', '-')} {explicit} contradicts the --init-from model, which has "
+                              f"{wanted}; drop the flag (the shape comes from the model)")
+        setattr(cfg.model, field, wanted)
+    if not cfg.data.tokenizer_model:
+        cfg.data.tokenizer_model = str(ckpt / TOKENIZER_DIR / "tokenizer.json")
+    cfg.checkpoint.init_from = str(ckpt)
+    log(f"--init-from {source}: using its import {ckpt} ({args.num_layers} layers, hidden {args.hidden_size}, "
+        f"vocab {args.vocab_size}); tokenizer {cfg.data.tokenizer_model}")

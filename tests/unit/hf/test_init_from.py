@@ -1,0 +1,62 @@
+"""`pretrain --init-from <Hugging Face folder>`: imported once, shape and tokenizer adopted, weights loaded."""
+
+import random
+
+import pytest
+import torch
+
+from megamlm.config import ConfigError, parse_args
+from megamlm.training.trainer import pretrain
+
+pytest.importorskip("transformers")
+
+
+def _word_corpus(prefix, kit, documents=40):
+    from megamlm.data import IndexedDatasetWriter
+
+    tokenizer = kit.word_tokenizer()
+    rng = random.Random(0)
+    with IndexedDatasetWriter(prefix) as writer:
+        for _ in range(documents):
+            text = " ".join(rng.choice(kit.WORDS) for _ in range(rng.randint(10, 30)))
+            writer.add_document(tokenizer(text)["input_ids"] + [tokenizer.eos_token_id])
+
+
+def test_pretrain_init_from_hf_folder(tmp_path, kit):
+    hf = kit.save_tiny_llama(tmp_path / "llama", tie=True)
+    _word_corpus(tmp_path / "words_text_document", kit)
+    flags = ["--init-from", str(tmp_path / "llama"), "--data-path", str(tmp_path / "words_text_document"),
+             "--data-cache-path", str(tmp_path / "cache"), "--seq-length", "32", "--objective", "mlm",
+             "--train-iters", "2", "--micro-batch-size", "2", "--global-batch-size", "2", "--lr", "1e-9",
+             "--weight-decay", "0", "--lr-warmup-iters", "0", "--lr-wsd-decay-iters", "0", "--device", "cpu",
+             "--save", str(tmp_path / "run")]
+    cfg = parse_args(flags)
+    result = pretrain(cfg)
+    assert (cfg.model.num_layers, cfg.model.hidden_size, cfg.model.vocab_size) == (2, 64, 128)
+    assert "hf-imports" in cfg.checkpoint.init_from and cfg.data.tokenizer_model.endswith("tokenizer.json")
+    assert all(loss == loss for loss in result.losses.values()) and len(result.losses) == 2
+    # The run started from the Hugging Face weights (an lr of 1e-9 leaves them where they were).
+    from megamlm.checkpoint import load_model_weights
+    from megamlm.hf.megamlm_checkpoint import read_record
+    from megamlm.model.transformer import Transformer
+
+    model = Transformer(read_record(tmp_path / "run").model_args)
+    load_model_weights(tmp_path / "run", model)
+    assert torch.allclose(model.layers["0"].self_attn.q_proj.weight, hf.model.layers[0].self_attn.q_proj.weight,
+                          atol=1e-6)
+    # A second run reuses the import instead of converting again.
+    again = parse_args(flags[:-2] + ["--save", str(tmp_path / "run2")])
+    pretrain(again)
+    assert again.checkpoint.init_from == cfg.checkpoint.init_from
+    assert len(list((tmp_path / "cache" / "hf-imports").iterdir())) == 1
+
+
+def test_init_from_hf_needs_data_and_a_consistent_shape(tmp_path, kit):
+    kit.save_tiny_llama(tmp_path / "llama")
+    with pytest.raises(ConfigError, match="bundled corpus is tokenized with megamlm's own tokenizer"):
+        pretrain(parse_args(["--init-from", str(tmp_path / "llama"), "--train-iters", "2"]))
+    _word_corpus(tmp_path / "w_text_document", kit)
+    with pytest.raises(ConfigError, match="--num-layers 3 contradicts the --init-from model, which has 2"):
+        pretrain(parse_args(["--init-from", str(tmp_path / "llama"), "--num-layers", "3", "--train-iters", "2",
+                             "--data-path", str(tmp_path / "w_text_document"),
+                             "--data-cache-path", str(tmp_path / "cache")]))
