@@ -19,7 +19,7 @@ from megamlm.data.indexed import DataError
 from megamlm.data.sample_index import build_indices
 
 # Bump when the way the arrays are built changes: old cache entries then get new names.
-INDEX_FORMAT_VERSION = 1
+INDEX_FORMAT_VERSION = 2
 ARRAY_NAMES = ("document_index", "sample_index", "shuffle_index")
 
 

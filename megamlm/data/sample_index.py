@@ -1,6 +1,6 @@
 """The three arrays that place every training sample, in Megatron's GPTDataset style.
 
-- document index: the document ids of every epoch, concatenated and shuffled with the seed;
+- document index: the document ids of every epoch, in one seeded random order;
 - sample index: row i = (position in the document index, token offset) where window i starts
   in the packed token stream; window i covers stream tokens [i * seq_length, (i + 1) * seq_length);
 - shuffle index: a seeded permutation of the windows.
@@ -24,10 +24,35 @@ def num_epochs_needed(tokens_per_epoch: int, seq_length: int, num_samples: int) 
     return max(1, math.ceil(num_samples * seq_length / tokens_per_epoch))
 
 
-def build_document_index(num_documents: int, num_epochs: int, rng: np.random.RandomState) -> np.ndarray:
-    document_index = np.tile(np.arange(num_documents, dtype=np.int32), num_epochs)
-    rng.shuffle(document_index)
-    return document_index
+def seeded_permutation(n: int, seed: int, purpose: int, dtype=np.int64) -> np.ndarray:
+    """A uniformly random permutation of range(n), a pure function of (n, seed, purpose).
+
+    Large n uses Rao-Sandelius: every element draws one of ~n/64Ki buckets, then each bucket is
+    shuffled on its own. The result is still uniform, and the per-bucket shuffles stay in cache,
+    which makes 50M elements about twice as fast as one Fisher-Yates pass over the whole array.
+    """
+    generator = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed, purpose])))
+    buckets = min(4096, n // 65536)
+    if buckets < 2:
+        permutation = np.arange(n, dtype=dtype)
+        generator.shuffle(permutation)
+        return permutation
+    bucket_of = generator.integers(0, buckets, n, dtype=np.uint16)
+    permutation = np.argsort(bucket_of, kind="stable").astype(dtype, copy=False)
+    start = 0
+    for count in np.bincount(bucket_of, minlength=buckets):
+        generator.shuffle(permutation[start : start + count])
+        start += count
+    return permutation
+
+
+def build_document_index(num_documents: int, num_epochs: int, seed: int) -> np.ndarray:
+    """Every document id num_epochs times, in a seeded random order."""
+    n = num_documents * num_epochs
+    permutation = seeded_permutation(n, seed, purpose=0, dtype=np.int32 if n < 2**31 else np.int64)
+    if num_epochs > 1:
+        permutation %= num_documents
+    return permutation.astype(np.int32, copy=False)
 
 
 def sample_index_dtype(document_index_length: int) -> type:
@@ -70,11 +95,9 @@ def build_sample_index(sizes: np.ndarray, document_index: np.ndarray, seq_length
     return build_sample_index_numpy(sizes, document_index, seq_length, num_windows)
 
 
-def build_shuffle_index(num_windows: int, rng: np.random.RandomState) -> np.ndarray:
+def build_shuffle_index(num_windows: int, seed: int) -> np.ndarray:
     dtype = np.uint32 if num_windows < 2**32 - 1 else np.int64
-    shuffle_index = np.arange(num_windows, dtype=dtype)
-    rng.shuffle(shuffle_index)
-    return shuffle_index
+    return seeded_permutation(num_windows, seed, purpose=1, dtype=dtype)
 
 
 def build_indices(sizes: np.ndarray, seq_length: int, num_samples: int, seed: int, use_cpp: bool | None = None):
@@ -82,9 +105,8 @@ def build_indices(sizes: np.ndarray, seq_length: int, num_samples: int, seed: in
     sizes = np.asarray(sizes)
     tokens_per_epoch = int(sizes.sum(dtype=np.int64))
     num_epochs = num_epochs_needed(tokens_per_epoch, seq_length, num_samples)
-    rng = np.random.RandomState(seed)
-    document_index = build_document_index(len(sizes), num_epochs, rng)
+    document_index = build_document_index(len(sizes), num_epochs, seed)
     num_windows = num_epochs * tokens_per_epoch // seq_length
     sample_index = build_sample_index(sizes, document_index, seq_length, num_windows, use_cpp)
-    shuffle_index = build_shuffle_index(num_windows, rng)
+    shuffle_index = build_shuffle_index(num_windows, seed)
     return document_index, sample_index, shuffle_index

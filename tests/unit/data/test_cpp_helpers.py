@@ -46,7 +46,7 @@ def test_sample_index_identical(helpers, seq_length):
     sizes[::11] = 0  # empty documents
     sizes[5] = 100000  # a very long one
     epochs = 2
-    document_index = build_document_index(len(sizes), epochs, np.random.RandomState(1))
+    document_index = build_document_index(len(sizes), epochs, seed=1)
     windows = int(sizes.sum()) * epochs // seq_length
     expected = build_sample_index_numpy(sizes, document_index, seq_length, windows)
     got = cpp_sample_index(helpers, sizes, document_index, seq_length, windows)

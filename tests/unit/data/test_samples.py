@@ -161,3 +161,19 @@ def test_build_train_dataset_checks_inputs(tmp_path, make_documents):
         build_train_dataset([str(tmp_path / "nope")], 16, 10, seed=0)
     with pytest.raises(DataError, match="does not parse"):
         build_train_dataset(["0.5", prefix, "0.5"], 16, 10, seed=0)
+
+
+@pytest.mark.parametrize("n", [1, 1000, 300_000])
+def test_seeded_permutation(n):
+    from megamlm.data.sample_index import seeded_permutation
+
+    p = seeded_permutation(n, seed=5, purpose=0)
+    assert np.array_equal(np.sort(p), np.arange(n))
+    assert np.array_equal(p, seeded_permutation(n, seed=5, purpose=0))
+    if n > 1:
+        assert not np.array_equal(p, seeded_permutation(n, seed=6, purpose=0))
+        assert not np.array_equal(p, seeded_permutation(n, seed=5, purpose=1))
+    if n >= 1000:
+        # no trace of the input order: values are uncorrelated with positions, halves mix evenly
+        assert abs(np.corrcoef(np.arange(n), p)[0, 1]) < 5 / np.sqrt(n)
+        assert abs(np.mean(p[: n // 2] < n // 2) - 0.5) < 5 / np.sqrt(n)

@@ -1,0 +1,118 @@
+"""tools/preprocess_data.py (inputs, workers, shards), tools/merge_datasets.py and tools/inspect_data.py."""
+
+import gzip
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from megamlm.data import IndexedDataset, IndexedDatasetWriter, build_train_dataset
+from megamlm.data.embedded import TOKENIZER_FILE
+
+TOOLS = Path(__file__).resolve().parents[3] / "tools"
+
+
+def tool(name):
+    spec = importlib.util.spec_from_file_location(f"tool_{name}", TOOLS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("corpus")
+    rng = np.random.default_rng(0)
+    words = "the of and to a in that was her not she be it had as for with his you".split()
+    records = [{"text": " ".join(rng.choice(words, rng.integers(0, 400))), "id": i} for i in range(600)]
+    plain = folder / "c.jsonl"
+    plain.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return folder, records
+
+
+def run_preprocess(inputs, prefix, *extra):
+    args = ["--input", *map(str, inputs), "--output-prefix", str(prefix), "--tokenizer-type", "HuggingFaceTokenizer",
+            "--tokenizer-model", str(TOKENIZER_FILE), "--append-eod", "--no-progress", *extra]
+    assert tool("preprocess_data").main(args) == 0
+
+
+def read_all(prefix):
+    ds = IndexedDataset(prefix)
+    return [ds[i].tolist() for i in range(len(ds))], ds.document_indices.tolist()
+
+
+def test_input_formats_and_workers_give_identical_files(corpus, tmp_path, capsys):
+    folder, records = corpus
+    run_preprocess([folder / "c.jsonl"], tmp_path / "plain", "--workers", "1")
+    assert "600 documents" in capsys.readouterr().out  # the summary line
+    expected = [(tmp_path / f"plain_text_document{s}").read_bytes() for s in (".bin", ".idx")]
+
+    with gzip.open(tmp_path / "c.jsonl.gz", "wt") as f:
+        f.write((folder / "c.jsonl").read_text())
+    zstandard = pytest.importorskip("zstandard")
+    (tmp_path / "c.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress((folder / "c.jsonl").read_bytes()))
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    pq.write_table(pa.Table.from_pylist(records), tmp_path / "c.parquet", row_group_size=100)
+    for name, source, workers in [("gz", "c.jsonl.gz", "2"), ("zst", "c.jsonl.zst", "1"), ("pq", "c.parquet", "2")]:
+        run_preprocess([tmp_path / source], tmp_path / name, "--workers", workers)
+        got = [(tmp_path / f"{name}_text_document{s}").read_bytes() for s in (".bin", ".idx")]
+        assert got == expected, name
+
+
+def test_shards_then_merge_equal_one_file(corpus, tmp_path):
+    folder, _ = corpus
+    run_preprocess([folder / "c.jsonl"], tmp_path / "one")
+    run_preprocess([folder / "c.jsonl"], tmp_path / "shards" / "c", "--shard-documents", "250", "--workers", "2")
+    shard_prefixes = sorted(str(p.with_suffix("")) for p in (tmp_path / "shards").glob("*.idx"))
+    assert [Path(p).name for p in shard_prefixes] == [f"c_{i:05d}_text_document" for i in range(3)]
+    assert [IndexedDataset(p).num_documents for p in shard_prefixes] == [250, 250, 100]
+    # shards train like the single file, without merging
+    whole = build_train_dataset([str(tmp_path / "one_text_document")], 64, 30, seed=4)
+    sharded = build_train_dataset(shard_prefixes, 64, 30, seed=4)
+    assert all(np.array_equal(whole[k], sharded[k]) for k in range(30))
+    # and merging gives the single file's bytes
+    merge = tool("merge_datasets")
+    assert merge.main(["--input", str(tmp_path / "shards"), "--output-prefix", str(tmp_path / "merged")]) == 0
+    for suffix in (".bin", ".idx"):
+        assert (tmp_path / f"merged{suffix}").read_bytes() == (tmp_path / f"one_text_document{suffix}").read_bytes()
+
+
+def test_merge_refuses_mixed_dtypes_and_overwriting_an_input(tmp_path, capsys):
+    for name, dtype in (("a", np.uint16), ("b", np.int32)):
+        with IndexedDatasetWriter(tmp_path / name, dtype) as writer:
+            writer.add_document([1, 2])
+    merge = tool("merge_datasets")
+    assert merge.main(["--input", str(tmp_path / "a"), str(tmp_path / "b"), "--output-prefix", str(tmp_path / "m")]) == 2
+    assert "different token dtypes" in capsys.readouterr().err
+    assert merge.main(["--input", str(tmp_path / "a"), "--output-prefix", str(tmp_path / "a")]) == 2
+    assert "is one of the inputs" in capsys.readouterr().err
+    assert not (tmp_path / "m.bin").exists()
+
+
+def test_inspect(corpus, tmp_path, capsys):
+    folder, _ = corpus
+    run_preprocess([folder / "c.jsonl"], tmp_path / "c")
+    capsys.readouterr()
+    prefix = str(tmp_path / "c_text_document")
+    inspect = tool("inspect_data")
+    assert inspect.main(["stats", prefix, "--json"]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    ds = IndexedDataset(prefix)
+    assert stats["tokens"] == ds.num_tokens and stats["documents"] == 600
+    assert stats["empty_documents"] == int(np.count_nonzero(np.diff(ds.document_indices) == 0)) > 0
+    run = ["--data-path", prefix, "--seq-length", "32", "--num-samples", "50", "--seed", "9"]
+    assert inspect.main(["sample", *run, "--index", "7", "--tokenizer", str(TOKENIZER_FILE)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("sample 7: 32 tokens") and "text: " in out
+    first = build_train_dataset([prefix], 32, 50, seed=9)
+    assert str(first[7][:16].tolist()) in out
+    assert inspect.main(["digest", *run, "--count", "50"]) == 0
+    digest_a = capsys.readouterr().out
+    assert inspect.main(["digest", *run[:-1], "10", "--count", "50"]) == 0
+    assert capsys.readouterr().out != digest_a  # another seed, another order
+    assert inspect.main(["sample", *run, "--index", "50"]) == 2
+    assert "outside the run's 50 samples" in capsys.readouterr().err

@@ -1,0 +1,112 @@
+"""Look inside datasets and check which samples a run sees.
+
+    python tools/inspect_data.py stats out/corpus_text_document
+    python tools/inspect_data.py sample --data-path out/corpus_text_document --seq-length 2048 \\
+        --num-samples 1000000 --seed 1234 --index 0 1 2 --tokenizer path/to/tokenizer.json
+    python tools/inspect_data.py digest --data-path 0.7 a 0.3 b --seq-length 2048 \\
+        --num-samples 1000000 --seed 1234 --first 0 --count 1024
+
+`sample` prints global sample k of the run's order (ids, the documents it was cut from, and the
+text when --tokenizer is given); `digest` prints one sha256 over a range of samples, so two runs
+(or machines) can confirm they saw the same data. --data-path, --seq-length, --num-samples
+(train iterations x global batch size) and --seed must be the run's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from megamlm.data import DataError, IndexedDataset, build_train_dataset, load_tokenizer  # noqa: E402
+from megamlm.data.inspection import dataset_statistics, sample_digest  # noqa: E402
+
+
+def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-path", nargs="+", required=True, help="as given to the run (Megatron syntax)")
+    parser.add_argument("--seq-length", type=int, required=True)
+    parser.add_argument("--num-samples", type=int, required=True, help="train iterations x global batch size")
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--cache-dir", default=None, help="the run's index cache folder (built there if absent)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    stats = commands.add_parser("stats", help="sizes, lengths and token range of .bin/.idx pairs")
+    stats.add_argument("prefixes", nargs="+")
+    stats.add_argument("--no-scan", action="store_true", help="skip reading every token for the max token id")
+    stats.add_argument("--json", action="store_true", help="print JSON")
+    sample = commands.add_parser("sample", help="decode global samples of a run's order")
+    add_run_arguments(sample)
+    sample.add_argument("--index", type=int, nargs="+", required=True, help="global sample numbers")
+    sample.add_argument("--tokenizer", default=None, help="tokenizer file to decode the text with")
+    digest = commands.add_parser("digest", help="sha256 over a range of a run's samples")
+    add_run_arguments(digest)
+    digest.add_argument("--first", type=int, default=0)
+    digest.add_argument("--count", type=int, default=1024)
+    return parser
+
+
+def print_stats(args) -> None:
+    for prefix in args.prefixes:
+        stats = dataset_statistics(IndexedDataset(prefix), scan_tokens=not args.no_scan)
+        if args.json:
+            print(json.dumps(stats))
+            continue
+        print(f"{stats['prefix']}: {stats['dtype']}, {stats['sequences']:,} sequences in {stats['documents']:,} "
+              f"documents ({stats['empty_documents']:,} empty), {stats['tokens']:,} tokens, "
+              f"{(stats['bin_bytes'] + stats['idx_bytes']) / 1e6:,.1f} MB")
+        if "sequence_length" in stats:
+            lengths = stats["sequence_length"]
+            print("  sequence length: " + ", ".join(f"{k} {v:,}" for k, v in lengths.items()))
+        if "max_token_id" in stats:
+            print(f"  max token id: {stats['max_token_id']:,} (the model vocabulary must be larger)")
+
+
+def run_dataset(args):
+    return build_train_dataset(args.data_path, args.seq_length, args.num_samples, args.seed, cache_dir=args.cache_dir)
+
+
+def print_samples(args) -> None:
+    tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else None
+    dataset = run_dataset(args)
+    for k in args.index:
+        if not 0 <= k < len(dataset):
+            raise DataError(f"--index {k} is outside the run's {len(dataset)} samples")
+        tokens = dataset[k]
+        fingerprint = hashlib.sha256(np.ascontiguousarray(tokens, dtype=np.int64).tobytes()).hexdigest()[:16]
+        print(f"sample {k}: {len(tokens)} tokens, sha256 {fingerprint}")
+        pieces = dataset.sample_documents(k)
+        print("  documents: " + ", ".join(f"{d}[{o}:{o + n}]" for d, o, n in pieces))
+        print(f"  ids: {tokens[:16].tolist()}{' ...' if len(tokens) > 16 else ''}")
+        if tokenizer is not None:
+            print("  text: " + repr(tokenizer.decode(tokens)))
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "stats":
+            print_stats(args)
+        elif args.command == "sample":
+            print_samples(args)
+        else:
+            dataset = run_dataset(args)
+            if args.first < 0 or args.count < 1 or args.first + args.count > len(dataset):
+                raise DataError(f"--first/--count must select samples inside [0, {len(dataset)})")
+            print(f"samples [{args.first}, {args.first + args.count}): sha256 {sample_digest(dataset, args.first, args.count)}")
+    except DataError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
