@@ -29,6 +29,7 @@ def training_facts(record: CheckpointRecord) -> dict:
         "tokens_seen": consumed * seq_length,
         "data_path": record.config.get("data_path") or [],
         "imported_from": record.config.get("imported_from"),
+        "init_from": (run.get("checkpoint") or {}).get("init_from"),
     }
 
 
@@ -60,6 +61,8 @@ def model_card(record: CheckpointRecord, arch_class: str, dtype: str) -> str:
         f"- Tokens seen: {f['tokens_seen']:,} ({f['consumed_samples']:,} samples x {f['seq_length']} tokens)",
         f"- Data: {data}",
     ]
+    if f["init_from"]:
+        lines.append(f"- Continued pretraining from: {f['init_from']} (weights only; fresh optimizer and schedule)")
     if f["imported_from"]:
         lines.append(f"- Initialised from: {f['imported_from'].get('source')} (converted by tools/convert_from_hf.py)")
     lines += [

@@ -163,3 +163,13 @@ def test_tokenizer_larger_than_the_embedding(tmp_path, kit):
     with pytest.raises(ConversionError, match="8192 ids but the checkpoint's embedding has 256 rows"):
         export_checkpoint(save_dir, tmp_path / "x", log=lambda *_: None)
     assert not (tmp_path / "x").exists()
+
+
+def test_tokenizer_that_is_not_a_tokenizer_json(tmp_path, kit):
+    spm = tmp_path / "tokenizer.model"
+    spm.write_bytes(b"not json")
+    save_dir = tmp_path / "ckpt"
+    kit.write_checkpoint(save_dir, kit.random_model(), tokenizer={"path": str(spm), **kit.AUSTEN_IDS})
+    with pytest.raises(ConversionError, match="not a Hugging Face tokenizer.json.*convert it to tokenizer.json"):
+        export_checkpoint(save_dir, tmp_path / "x")
+    assert not (tmp_path / "x").exists()

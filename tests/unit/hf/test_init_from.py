@@ -44,6 +44,11 @@ def test_pretrain_init_from_hf_folder(tmp_path, kit):
     load_model_weights(tmp_path / "run", model)
     assert torch.allclose(model.layers["0"].self_attn.q_proj.weight, hf.model.layers[0].self_attn.q_proj.weight,
                           atol=1e-6)
+    from megamlm.hf.export import export_checkpoint
+
+    export_checkpoint(tmp_path / "run", tmp_path / "hf", log=lambda *_: None)
+    card = (tmp_path / "hf" / "README.md").read_text()
+    assert f"Continued pretraining from: {cfg.checkpoint.init_from}" in card and "Steps: 2" in card
     # A second run reuses the import instead of converting again.
     again = parse_args(flags[:-2] + ["--save", str(tmp_path / "run2")])
     pretrain(again)
