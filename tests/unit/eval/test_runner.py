@@ -1,0 +1,139 @@
+"""tools/evaluate.py end to end on a tiny model: results per run, skip on rerun, crashes and bad input."""
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from megamlm.eval import runner
+from megamlm.eval.aggregate import summarize
+from megamlm.eval.results import RunKey
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _cli():
+    spec = importlib.util.spec_from_file_location("evaluate_cli", ROOT / "tools" / "evaluate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+def _cls_folder(folder: Path, test_labels=("pos", "neg")) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [("good film", "pos"), ("great movie", "pos"), ("bad film", "neg"), ("boring movie", "neg")]
+    for split in ("train", "validation", "test"):
+        labels = test_labels if split == "test" else ("pos", "neg")
+        lines = [json.dumps({"text": t, "label": labels[0] if l == "pos" else labels[1]}) for t, l in rows]
+        (folder / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def _args(model, task, out, *extra):
+    return ["--model", f"tiny={model}", "--tasks", task, "--output", str(out), "--lrs", "1e-3,1e-4",
+            "--seeds", "0,1", "--max-steps", "1", "--batch-size", "2", "--max-length", "32", "--no-plots", *extra]
+
+
+def _result_files(out: Path):
+    return sorted(p for p in (out / "runs").rglob("*.json"))
+
+
+def test_evaluate_writes_one_result_per_run_and_skips_finished(tiny_models, tmp_path, capsys):
+    main = _cli()
+    task = f"sequence_classification:{_cls_folder(tmp_path / 'reviews')}"
+    out = tmp_path / "out"
+    assert main(_args(tiny_models["bert"], task, out)) == 0
+    files = _result_files(out)
+    assert [p.name for p in files] == ["lr0.0001_seed0.json", "lr0.0001_seed1.json", "lr0.001_seed0.json", "lr0.001_seed1.json"]
+    result = json.loads(files[0].read_text())
+    assert result["status"] == "finished" and result["steps"] == 1 and result["task"] == "reviews"
+    table = (out / "results.md").read_text()
+    assert "| tiny | sequence classification | reviews | accuracy |" in table
+    assert (out / "results.csv").read_text().startswith("model,task,family,metric,best_lr")
+    stamps = [p.stat().st_mtime_ns for p in files]
+    capsys.readouterr()
+
+    assert main(_args(tiny_models["bert"], task, out)) == 0
+    assert "4 runs planned, 4 already finished, 0 to run" in capsys.readouterr().out
+    assert [p.stat().st_mtime_ns for p in files] == stamps
+
+    files[1].unlink()  # a lost run is redone, alone
+    assert main(_args(tiny_models["bert"], task, out)) == 0
+    assert "3 already finished, 1 to run" in capsys.readouterr().out
+    assert len(_result_files(out)) == 4
+
+    # Other settings into the same folder are refused instead of mixed in.
+    assert main(_args(tiny_models["bert"], task, out, "--weight-decay", "0.0")) == 2
+    assert "made with other settings" in capsys.readouterr().err
+
+
+def test_a_crashed_run_is_not_counted_and_is_retried(tiny_models, tmp_path, monkeypatch):
+    from megamlm.eval.model_source import resolve_model
+
+    task = f"sequence_classification:{_cls_folder(tmp_path / 'reviews')}"
+    plan = runner.EvalPlan(models=[resolve_model("tiny", Path(tiny_models["llama"]), tmp_path)], tasks=[task],
+                           output=tmp_path / "out", lrs=(1e-3,), seeds=(0, 1),
+                           hyperparameters=runner.Hyperparameters(max_steps=1, batch_size=2))
+    real = runner.run_finetuning
+
+    def crash_on_seed_1(task, loader, hp, device, **kw):
+        if hp.seed == 1:
+            raise RuntimeError("simulated crash in the middle of a run")
+        return real(task, loader, hp, device, **kw)
+
+    monkeypatch.setattr(runner, "run_finetuning", crash_on_seed_1)
+    outcome = runner.evaluate(plan, plots=False, log=lambda *_: None)
+    assert [k.seed for k in outcome["finished"]] == [0] and [k.seed for k in outcome["failed"]] == [1]
+    crashed = plan.output / RunKey("tiny", "reviews", 1e-3, 1).relative_path()
+    assert not crashed.exists()
+    assert "simulated crash" in crashed.with_suffix(".error.txt").read_text()
+    assert outcome["summaries"][0].runs == 1 and outcome["summaries"][0].planned_runs == 2
+
+    monkeypatch.setattr(runner, "run_finetuning", real)
+    outcome = runner.evaluate(plan, plots=False, log=lambda *_: None)
+    assert [k.seed for k in outcome["finished"]] == [1] and len(outcome["skipped"]) == 1
+    assert crashed.exists() and not crashed.with_suffix(".error.txt").exists()
+
+
+@pytest.mark.parametrize("case, message", [
+    ("unknown_task", "unknown task 'sst-3'"),
+    ("no_tokenizer", "has no tokenizer; copy the tokenizer files"),
+    ("label_mismatch", "test labels ['bad', 'good'] do not occur in train"),
+    ("empty_split", "the validation split is empty"),
+    ("bad_name", "model names ['tiny'] are given twice"),
+])
+def test_bad_input_is_one_clear_error_and_nothing_is_run(tiny_models, tmp_path, capsys, case, message):
+    main = _cli()
+    model, task = str(tiny_models["bert"]), f"sequence_classification:{_cls_folder(tmp_path / 'reviews')}"
+    extra = []
+    if case == "unknown_task":
+        task = "sst-3"
+    elif case == "no_tokenizer":
+        model = str(tmp_path / "bare")
+        shutil.copytree(tiny_models["bert"], model,
+                        ignore=lambda d, names: [n for n in names if n.startswith("tokenizer") or n == "special_tokens_map.json"])
+    elif case == "label_mismatch":
+        task = f"sequence_classification:{_cls_folder(tmp_path / 'mismatch', test_labels=('good', 'bad'))}"
+    elif case == "empty_split":
+        (tmp_path / "reviews" / "validation.jsonl").write_text("")
+    elif case == "bad_name":
+        extra = ["--model", f"tiny={model}"]
+    out = tmp_path / "out"
+    assert main(_args(model, task, out, *extra)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1
+    assert not (out / "runs").exists()
+
+
+def test_best_lr_is_chosen_on_validation_and_test_is_reported_at_it():
+    def result(lr, seed, val, test):
+        return {"model": "m", "task": "t", "family": "f", "metric": "accuracy", "lr": lr, "seed": seed,
+                "validation": {"score": val}, "test": {"score": test}, "diverged_at_step": None}
+
+    results = [result(1e-4, 0, 80, 70), result(1e-4, 1, 82, 72),   # best validation mean (81)
+               result(1e-3, 0, 79, 90), result(1e-3, 1, 81, 95)]   # better test, worse validation (80)
+    (summary,) = summarize(results, [RunKey("m", "t", lr, s) for lr in (1e-4, 1e-3) for s in (0, 1)])
+    assert summary.best_lr == 1e-4 and summary.validation_mean == 81 and summary.test_mean == 71
+    assert summary.test_ci == pytest.approx(12.7062 * (2 ** 0.5) / (2 ** 0.5), abs=1e-3)  # t(1) * sd / sqrt(n)
