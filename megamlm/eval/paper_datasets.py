@@ -48,13 +48,25 @@ def _carve(name: str, rows, convert_row) -> tuple[list, list]:
     return train, validation
 
 
+def _class_names(feature, column: str):
+    """The ClassLabel names under `column`, found through nested lists, Sequences and dicts."""
+    if isinstance(feature, dict):
+        if column in feature:
+            return _class_names(feature[column], None)
+        return next((n for n in (_class_names(f, column) for f in feature.values()) if n), None)
+    if isinstance(feature, (list, tuple)):
+        return _class_names(feature[0], column) if feature else None
+    if getattr(feature, "names", None) and column is None:
+        return list(feature.names)
+    inner = getattr(feature, "feature", None)
+    return _class_names(inner, column) if inner is not None else None
+
+
 def _label_names(dataset, column: str) -> list[str]:
-    feature = dataset.features[column]
-    feature = getattr(feature, "feature", feature)
-    names = getattr(feature, "names", None)
+    names = _class_names(dict(dataset.features), column)
     if not names:
         raise TaskDataError(f"column {column!r} has no label names (not a ClassLabel); cannot map its integers to tags")
-    return list(names)
+    return names
 
 
 def _glue(text: str, pair: str | None, test_split: str):
@@ -76,12 +88,7 @@ def _glue(text: str, pair: str | None, test_split: str):
 def _tagging(tokens: str, tags: str, nested_sentences: bool = False):
     def convert(name, sources):
         data = next(iter(sources.values()))
-        if nested_sentences:  # conll2012_ontonotesv5: one row per document, a list of sentences
-            feature = data["train"].features["sentences"]
-            feature = feature[0] if isinstance(feature, list) else feature.feature
-            names = list(feature[tags].feature.names)
-        else:
-            names = _label_names(data["train"], tags)
+        names = _label_names(data["train"], tags)  # conll2012_ontonotesv5: nested under "sentences"
 
         def sentences(rows):
             out = []
