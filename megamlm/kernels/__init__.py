@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import importlib.util
 import os
 from typing import Iterator
 
@@ -57,15 +56,12 @@ def triton_available() -> bool:
     """True when triton imports (checked once; a broken install counts as absent)."""
     global _triton_ok
     if _triton_ok is None:
-        if importlib.util.find_spec("triton") is None:
+        try:
+            importlib.import_module("triton")
+            importlib.import_module("triton.language")
+            _triton_ok = True
+        except Exception:  # missing, or an install that fails to import: both count as absent
             _triton_ok = False
-        else:
-            try:
-                importlib.import_module("triton")
-                importlib.import_module("triton.language")
-                _triton_ok = True
-            except Exception:  # an install that fails to import is treated as missing
-                _triton_ok = False
     return _triton_ok
 
 

@@ -1,0 +1,163 @@
+"""Linear + cross-entropy over row chunks, never holding the full (N, V) logits.
+
+With a 128k vocabulary the LM head's logits dwarf every other activation (12 x 2048 tokens give
+12.6 GB in fp32). Here the rows are processed ``chunk_size`` at a time: each chunk's logits are
+computed, turned into per-row losses *and* (when gradients are wanted) into the gradient of the loss
+sum w.r.t. those logits, which is immediately contracted into the gradients of ``hidden`` and
+``weight``. The backward pass then only scales the stored gradients by the incoming grad. Peak extra
+memory is one chunk of logits plus the gradients, which autograd would hold anyway.
+
+The per-chunk softmax/cross-entropy is pluggable: ``torch_chunk_cross_entropy`` (pure PyTorch, any
+device) here, and a Triton kernel in ``triton_cross_entropy``.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+# (logits (C, V), targets (C,), ignore_index, compute_grad) -> fp32 losses (C,); when compute_grad
+# it overwrites ``logits`` in place with d(sum of losses)/d(logits) (zero rows for ignored targets).
+ChunkCrossEntropy = Callable[[torch.Tensor, torch.Tensor, int, bool], torch.Tensor]
+
+# Logits bytes per chunk when chunk_size=0. On GPU a large chunk keeps the three matmuls efficient
+# and amortises the per-chunk fp32 weight-gradient update; on CPU a small chunk stays in cache.
+_GPU_CHUNK_BYTES = 1 << 30
+_CPU_CHUNK_BYTES = 32 << 20
+
+
+def torch_chunk_cross_entropy(
+    logits: torch.Tensor, targets: torch.Tensor, ignore_index: int, compute_grad: bool
+) -> torch.Tensor:
+    """Per-row cross-entropy of one chunk in fp32; optionally its logits gradient, in place."""
+    valid = targets != ignore_index
+    safe_targets = torch.where(valid, targets, torch.zeros_like(targets))
+    log_probs = torch.log_softmax(logits.float(), dim=-1)
+    losses = -log_probs.gather(1, safe_targets[:, None]).squeeze(1)
+    losses.masked_fill_(~valid, 0.0)
+    if compute_grad:
+        probs = log_probs.exp_()
+        probs.scatter_add_(1, safe_targets[:, None], torch.full_like(losses[:, None], -1.0))
+        ignored_rows = (~valid).nonzero().squeeze(1)
+        if ignored_rows.numel():
+            probs.index_fill_(0, ignored_rows, 0.0)
+        logits.copy_(probs)
+    return losses
+
+
+def check_linear_cross_entropy_inputs(
+    hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor, ignore_index: int, chunk_size: int
+) -> None:
+    """One clear error for malformed inputs, before any work starts."""
+    if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
+        raise ValueError(
+            f"linear_cross_entropy: expected hidden (N, H) and weight (V, H), got {tuple(hidden.shape)} "
+            f"and {tuple(weight.shape)}; flatten hidden to 2-D first"
+        )
+    if targets.shape != (hidden.shape[0],) or targets.is_floating_point():
+        raise ValueError(
+            f"linear_cross_entropy: targets must be an integer tensor of shape ({hidden.shape[0]},), "
+            f"got {targets.dtype} {tuple(targets.shape)}"
+        )
+    if chunk_size < 0:
+        raise ValueError(f"linear_cross_entropy: chunk_size must be >= 0 (0 = automatic), got {chunk_size}")
+    vocab = weight.shape[0]
+    out_of_range = ((targets < 0) | (targets >= vocab)) & (targets != ignore_index)
+    if targets.device.type == "cpu":
+        if bool(out_of_range.any()):
+            bad = targets[out_of_range][0].item()
+            raise ValueError(
+                f"linear_cross_entropy: target {bad} is outside the vocabulary [0, {vocab}) and is not "
+                f"ignore_index ({ignore_index}); check the tokenizer/vocabulary size"
+            )
+    else:
+        # An asynchronous device-side check: no host sync in the training step.
+        torch._assert_async(
+            ~out_of_range.any(),
+            f"linear_cross_entropy: a target is outside the vocabulary [0, {vocab}) and is not ignore_index",
+        )
+
+
+def compute_dtype(hidden: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
+    """The matmul dtype the reference would get: the autocast dtype when autocast is on."""
+    device_type = hidden.device.type
+    if torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return torch.promote_types(hidden.dtype, weight.dtype)
+
+
+def auto_chunk_rows(n_rows: int, vocab: int, dtype: torch.dtype, device: torch.device) -> int:
+    budget = _GPU_CHUNK_BYTES if device.type != "cpu" else _CPU_CHUNK_BYTES
+    # fp32 is what the chunk cross-entropy works in, whatever the logits dtype.
+    per_row = vocab * max(torch.finfo(dtype).bits // 8, 4)
+    return max(1, min(n_rows, budget // per_row))
+
+
+class ChunkedLinearCrossEntropyFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, ignore_index, chunk_rows, chunk_ce, want_grad_h, want_grad_w):
+        dtype = compute_dtype(hidden, weight)
+        with torch.autocast(hidden.device.type, enabled=False):
+            h = hidden.to(dtype)
+            w = weight.to(dtype)
+            n_rows, n_hidden = h.shape
+            compute_grad = want_grad_h or want_grad_w
+            grad_h = torch.empty_like(h) if want_grad_h else None
+            grad_w = torch.zeros(w.shape, dtype=torch.float32, device=w.device) if want_grad_w else None
+            total = torch.zeros((), dtype=torch.float32, device=h.device)
+            for start in range(0, n_rows, chunk_rows):
+                end = min(start + chunk_rows, n_rows)
+                h_chunk = h[start:end]
+                logits = h_chunk @ w.t()
+                total += chunk_ce(logits, targets[start:end], ignore_index, compute_grad).sum()
+                if want_grad_h:
+                    torch.mm(logits, w, out=grad_h[start:end])
+                if want_grad_w:
+                    if dtype == torch.float32:
+                        grad_w.addmm_(logits.t(), h_chunk)
+                    else:
+                        grad_w += logits.t() @ h_chunk
+        ctx.save_for_backward(grad_h, grad_w)
+        ctx.input_dtypes = (hidden.dtype, weight.dtype)
+        ctx.used = False
+        return total
+
+    @staticmethod
+    def backward(ctx, grad_total):
+        if ctx.used:
+            raise RuntimeError(
+                "linear_cross_entropy: its gradients were computed in the forward pass and already consumed; "
+                "a second backward (retain_graph=True) needs the 'reference' kernel backend"
+            )
+        ctx.used = True
+        grad_h, grad_w = ctx.saved_tensors
+        hidden_dtype, weight_dtype = ctx.input_dtypes
+        if grad_h is not None:
+            grad_h = grad_h.mul_(grad_total.to(grad_h.dtype)).to(hidden_dtype)
+        if grad_w is not None:
+            grad_w = grad_w.mul_(grad_total).to(weight_dtype)
+        return grad_h, grad_w, None, None, None, None, None, None
+
+
+def chunked_linear_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    ignore_index: int = -100,
+    chunk_size: int = 0,
+    chunk_ce: ChunkCrossEntropy = torch_chunk_cross_entropy,
+) -> torch.Tensor:
+    """Sum of token cross-entropies of ``hidden @ weight.T``, computed ``chunk_size`` rows at a time.
+
+    Same signature and result as ``reference.linear_cross_entropy``; ``chunk_size=0`` picks the
+    chunk from a logits-memory budget.
+    """
+    check_linear_cross_entropy_inputs(hidden, weight, targets, ignore_index, chunk_size)
+    grad_on = torch.is_grad_enabled()
+    want_grad_h = grad_on and hidden.requires_grad
+    want_grad_w = grad_on and weight.requires_grad
+    rows = chunk_size or auto_chunk_rows(hidden.shape[0], weight.shape[0], compute_dtype(hidden, weight), hidden.device)
+    return ChunkedLinearCrossEntropyFunction.apply(
+        hidden, weight, targets, ignore_index, rows, chunk_ce, want_grad_h, want_grad_w
+    )
