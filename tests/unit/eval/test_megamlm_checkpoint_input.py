@@ -1,0 +1,53 @@
+"""A megamlm checkpoint given to tools/evaluate.py is exported once (megamlm.hf) and then evaluated."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[3]
+AUSTEN_TOKENIZER = ROOT / "megamlm" / "assets" / "austen" / "tokenizer.json"
+
+
+def _write_megamlm_checkpoint(save_dir: Path) -> None:
+    from megamlm.checkpoint import save_checkpoint
+    from megamlm.config import Config
+    from megamlm.model.config import ModelArgs
+    from megamlm.model.transformer import Transformer
+
+    args = ModelArgs(vocab_size=8192, num_layers=1, hidden_size=32, ffn_hidden_size=64, num_attention_heads=2,
+                     num_query_groups=2, max_seq_length=64)
+    torch.manual_seed(0)
+    model = Transformer(args)
+    record = {"config": Config().to_dict(), "model_args": args.to_dict(), "seq_length": 64,
+              "tokenizer": {"path": str(AUSTEN_TOKENIZER), "vocab_size": 8192, "bos_id": 0, "eos_id": 1,
+                            "pad_id": 2, "mask_id": 3}}
+    save_checkpoint(save_dir, 1, model, torch.optim.AdamW(model.parameters()), {"consumed_samples": 0}, record)
+
+
+def test_megamlm_checkpoint_is_exported_then_evaluated(tmp_path, capsys):
+    if not AUSTEN_TOKENIZER.is_file():
+        pytest.skip("megamlm/assets/austen/tokenizer.json is not present")
+    _write_megamlm_checkpoint(tmp_path / "ckpt")
+    task = tmp_path / "reviews"
+    task.mkdir()
+    rows = "\n".join(json.dumps({"text": t, "label": l}) for t, l in
+                     [("she said it was good", "pos"), ("he was not good", "neg")] * 2)
+    for split in ("train", "validation", "test"):
+        (task / f"{split}.jsonl").write_text(rows + "\n")
+    spec = importlib.util.spec_from_file_location("evaluate_cli", ROOT / "tools" / "evaluate.py")
+    cli = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cli)
+    out = tmp_path / "out"
+    args = ["--model", f"mlm={tmp_path / 'ckpt'}", "--tasks", f"sequence_classification:{task}", "--output", str(out),
+            "--lrs", "1e-3", "--seeds", "0", "--max-steps", "1", "--batch-size", "2", "--no-plots"]
+    assert cli.main(args) == 0
+    exported = out / "hf_exports" / "mlm"
+    assert json.loads((exported / "config.json").read_text())["model_type"] == "eurobert"
+    result = json.loads((out / "runs" / "mlm" / "reviews" / "lr0.001_seed0.json").read_text())
+    assert result["model_input"] == str(tmp_path / "ckpt") and result["settings"]["model_path"] == str(exported)
+    assert "exporting megamlm checkpoint" in capsys.readouterr().out
+    assert cli.main(args) == 0  # the export is reused, the run skipped
+    assert "exporting" not in capsys.readouterr().out
