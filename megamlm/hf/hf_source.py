@@ -28,12 +28,20 @@ class HFSource:
 
 
 def is_hf_model(path: str | Path) -> bool:
-    """True for what open_source accepts (used to tell an HF folder from a megamlm checkpoint)."""
+    """True for a .gguf file, a folder holding one, or a folder whose config.json names a ``model_type``
+    (a megamlm iter_N folder also holds a config.json, without that key)."""
     path = Path(path)
     if path.is_file():
         return path.suffix == ".gguf"
-    return path.is_dir() and ((path / "config.json").is_file() and not (path / "latest_checkpointed_iteration.txt").exists()
-                              or any(path.glob("*.gguf")))
+    if not path.is_dir():
+        return False
+    config = path / "config.json"
+    if config.is_file():
+        try:
+            return "model_type" in json.loads(config.read_text())
+        except ValueError:
+            return False
+    return any(path.glob("*.gguf"))
 
 
 def open_source(path: str | Path) -> HFSource:

@@ -65,3 +65,14 @@ def test_init_from_hf_needs_data_and_a_consistent_shape(tmp_path, kit):
         pretrain(parse_args(["--init-from", str(tmp_path / "llama"), "--num-layers", "3", "--train-iters", "2",
                              "--data-path", str(tmp_path / "w_text_document"),
                              "--data-cache-path", str(tmp_path / "cache")]))
+
+
+def test_hf_models_are_told_apart_from_megamlm_checkpoints(tmp_path, kit, tiny_checkpoint):
+    from megamlm.hf.hf_source import is_hf_model
+
+    save_dir, _ = tiny_checkpoint
+    kit.save_tiny_llama(tmp_path / "llama")
+    (tmp_path / "q.gguf").write_bytes(b"GGUF")
+    assert is_hf_model(tmp_path / "llama") and is_hf_model(tmp_path / "q.gguf")
+    assert not is_hf_model(save_dir) and not is_hf_model(save_dir / "iter_0000007")
+    assert not is_hf_model(tmp_path / "missing")

@@ -1,0 +1,45 @@
+"""The continued-pretraining round trip on a real decoder: SmolLM2-135M (GGUF) -> megamlm -> 20 MLM steps
+-> EuroBERT -> fill-mask. Runs examples/cpt_smollm2.py and checks the figures it reports."""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL_DIR = REPO / ".." / "shared" / "models" / "smollm2-135m-instruct"
+
+
+@pytest.mark.slow
+def test_smollm2_import_cpt_export_fill_mask(tmp_path):
+    if not list(MODEL_DIR.glob("*.gguf")):
+        pytest.skip(f"SmolLM2 GGUF not found in {MODEL_DIR} (see ../shared/ASSETS.md)")
+    pytest.importorskip("gguf")
+    report_file = tmp_path / "report.json"
+    done = subprocess.run([sys.executable, str(REPO / "examples" / "cpt_smollm2.py"), "--workdir", str(tmp_path / "work"),
+                           "--report", str(report_file)], cwd=REPO, capture_output=True, text=True, timeout=3600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(report_file.read_text())
+
+    # megamlm computes the same causal loss as transformers on the imported weights.
+    loss = report["causal_loss"]
+    assert loss["tokens"] > 200
+    assert abs(loss["megamlm"] - loss["transformers"]) < 1e-3, loss
+    assert 2.0 < loss["transformers"] < 5.0, loss  # a trained model, not random weights (ln 49152 = 10.8)
+
+    # 20 MLM steps ran from the imported weights and saved a checkpoint.
+    losses = {int(k): v for k, v in report["cpt"]["losses"].items()}
+    assert sorted(losses) == list(range(1, 21)) and all(math.isfinite(v) for v in losses.values())
+    assert (tmp_path / "work" / "cpt" / "iter_0000020").is_dir()
+    assert "--init-from" in report["cpt"]["command"]
+
+    # The EuroBERT export loads with AutoModelForMaskedLM and fills the mask.
+    config = json.loads((tmp_path / "work" / "hf-eurobert" / "config.json").read_text())
+    assert config["model_type"] == "eurobert" and config["mask_token_id"] == 49152
+    predictions = report["fill_mask"]
+    assert len(predictions) == 5 and all(p["token"].strip() for p in predictions)
+    scores = [p["score"] for p in predictions]
+    assert scores == sorted(scores, reverse=True) and 0 < sum(scores) <= 1 + 1e-6
