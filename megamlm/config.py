@@ -147,6 +147,30 @@ class LoggingConfig:
 
 
 @dataclass
+class ParallelConfig:
+    tensor_model_parallel_size: int = 1
+    """Tensor-parallel degree (Megatron layout: heads, MLP and vocabulary split over TP ranks)."""
+    pipeline_model_parallel_size: int = 1
+    """Pipeline stages over ranks (layers split evenly; embedding on the first, head and loss on the last)."""
+    dp_replicate: int = 1
+    """FSDP2 hybrid sharding: number of replica groups (parameters sharded within each, replicated across)."""
+    dp_shard: int = -1
+    """FSDP2 sharding degree; -1: the rest of world / (TP x PP x dp-replicate)."""
+    data_parallel_impl: str = "fsdp"
+    """Data parallelism: fsdp (FSDP2 fully_shard per block) or ddp (full replicas, all-reduce)."""
+    pipeline_schedule: str = "1f1b"
+    """Pipeline schedule: 1f1b or interleaved_1f1b (needs --num-layers-per-virtual-stage)."""
+    num_layers_per_virtual_stage: int | None = None
+    """Interleaved 1F1B: layers in each virtual stage (each rank holds layers / (PP x this) stages)."""
+    recompute: bool = False
+    """Activation checkpointing per transformer block (recompute activations in the backward pass)."""
+    world_size: int | None = None
+    """With --dry-run: the number of processes to plan for (default: the launcher's world size)."""
+    dry_run: bool = False
+    """Validate the layout and print per-rank parameters and estimated memory, then exit (no GPU needed)."""
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
@@ -154,6 +178,7 @@ class Config:
     training: TrainingConfig = field(default_factory=TrainingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -180,7 +205,9 @@ SECTIONS = {f.name: f.type for f in dataclasses.fields(Config)}
 SECTION_CLASSES = {
     "model": ModelConfig, "objective": ObjectiveConfig, "data": DataConfig,
     "training": TrainingConfig, "checkpoint": CheckpointConfig, "logging": LoggingConfig,
+    "parallel": ParallelConfig,
 }
+FLAG_ALIASES = {"tensor_model_parallel_size": ["--tp"], "pipeline_model_parallel_size": ["--pp"]}
 
 def field_docs(cls: type) -> dict[str, str]:
     """The string literal under each field of a dataclass (attribute docstrings)."""
@@ -209,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
         docs = field_docs(cls)
         hints = get_type_hints(cls)
         for f in dataclasses.fields(cls):
-            flag = "--" + f.name.replace("_", "-")
+            flags = ["--" + f.name.replace("_", "-"), *FLAG_ALIASES.get(f.name, [])]
             default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
             help_text = f"{docs.get(f.name, '')} (default: {default})".replace("%", "%%")
             kwargs: dict[str, Any] = dict(dest=f"{section}.{f.name}", help=help_text, default=argparse.SUPPRESS)
@@ -222,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
                 kwargs["type"] = _scalar_type(hint)
             if hint is not bool:
                 kwargs["metavar"] = f.name.upper()
-            group.add_argument(flag, **kwargs)
+            group.add_argument(*flags, **kwargs)
     return parser
 
 
@@ -327,6 +354,32 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"--max-skipped-steps must be at least 1, got {t.max_skipped_steps}")
     if cfg.data.num_workers < 0:
         raise ConfigError("--num-workers must be >= 0")
+    parallel_dims(cfg)
+
+
+def parallel_dims(cfg: Config, world_size: int | None = None):
+    """The run's checked ParallelDims (world size: argument, --world-size, else the launcher's environment)."""
+    from megamlm.parallel.dims import LayoutError, resolve_parallel_dims
+    from megamlm.parallel.launch import world_size_from_env
+
+    p, t = cfg.parallel, cfg.training
+    shape = resolved_shape(cfg.model)
+    if p.world_size is not None and p.world_size < 1:
+        raise ConfigError(f"--world-size must be positive, got {p.world_size}")
+    if p.world_size is not None and not p.dry_run:
+        raise ConfigError("--world-size only plans a layout with --dry-run; a real run takes its world size from "
+                          "the launcher (torchrun, srun or mpirun)")
+    world = world_size or p.world_size or world_size_from_env()
+    try:
+        return resolve_parallel_dims(
+            world, p.tensor_model_parallel_size, p.pipeline_model_parallel_size, p.dp_replicate, p.dp_shard,
+            p.data_parallel_impl, p.pipeline_schedule, p.num_layers_per_virtual_stage,
+            num_layers=shape["num_layers"], num_attention_heads=shape["num_attention_heads"],
+            num_query_groups=shape["num_query_groups"], ffn_hidden_size=shape["ffn_hidden_size"],
+            seq_length=shape["seq_length"], vocab_size=shape["vocab_size"], micro_batch_size=t.micro_batch_size,
+            global_batch_size=t.global_batch_size)
+    except LayoutError as err:
+        raise ConfigError(str(err)) from None
 
 
 def resolved_shape(m: ModelConfig) -> dict:

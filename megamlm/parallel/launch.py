@@ -1,0 +1,117 @@
+"""Where a process learns its rank: torchrun, SLURM (srun) or an MPI launcher, and the process group.
+
+torchrun sets RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT itself. Under ``mpirun`` (Open MPI,
+MPICH, Intel MPI, MVAPICH) or a bare ``srun`` the same facts live in launcher-specific variables;
+``launcher_env`` maps them to torch's names so ``init_process_group("env://")`` works everywhere.
+The master address comes from MASTER_ADDR, the first host of SLURM's node list, or (with mpi4py
+installed) rank 0's host name broadcast over MPI.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from datetime import timedelta
+from typing import Mapping
+
+DEFAULT_MASTER_PORT = "29500"
+
+# (rank, world size, local rank) variables of each launcher, most specific first.
+_LAUNCHERS = (
+    ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
+    ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+    ("mvapich", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK"),
+    ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
+    ("slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+)
+
+
+class LaunchError(RuntimeError):
+    """The launcher's environment is incomplete; the message names the variable to set."""
+
+
+def detect_launcher(environ: Mapping[str, str] | None = None) -> str | None:
+    env = os.environ if environ is None else environ
+    for name, rank, size, _ in _LAUNCHERS:
+        if rank in env and size in env:
+            return name
+    return None
+
+
+def world_size_from_env(environ: Mapping[str, str] | None = None) -> int:
+    """The world size the launcher announced (1 when started as a plain process)."""
+    env = os.environ if environ is None else environ
+    for _, _, size, _ in _LAUNCHERS:
+        if size in env:
+            return int(env[size])
+    return 1
+
+
+def first_slurm_host(nodelist: str) -> str:
+    """``gpu[003-005,9],cpu1`` -> ``gpu003`` (what ``scontrol show hostnames | head -1`` prints)."""
+    match = re.match(r"([^,\[]+)(?:\[([^\]]+)\])?", nodelist.strip())
+    if not match:
+        raise LaunchError(f"cannot read a host from SLURM node list {nodelist!r}; set MASTER_ADDR")
+    prefix, ranges = match.groups()
+    if not ranges:
+        return prefix
+    first = ranges.split(",")[0].split("-")[0]
+    return prefix + first
+
+
+def _mpi_master_addr() -> str | None:
+    try:
+        from mpi4py import MPI
+    except ImportError:
+        return None
+    return MPI.COMM_WORLD.bcast(socket.gethostname(), root=0)
+
+
+def launcher_env(environ: Mapping[str, str] | None = None, resolve_master=_mpi_master_addr) -> dict[str, str]:
+    """RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT for this process ({} for a plain process)."""
+    env = os.environ if environ is None else environ
+    launcher = detect_launcher(env)
+    if launcher is None:
+        return {}
+    _, rank, size, local = next(entry for entry in _LAUNCHERS if entry[0] == launcher)
+    out = {"RANK": env[rank], "WORLD_SIZE": env[size], "LOCAL_RANK": env.get(local, "0")}
+    master = env.get("MASTER_ADDR")
+    if master is None and "SLURM_JOB_NODELIST" in env:
+        master = first_slurm_host(env["SLURM_JOB_NODELIST"])
+    if master is None and launcher in ("openmpi", "mvapich", "pmi"):
+        master = resolve_master()
+    if master is None:
+        if int(env[size]) > 1 and launcher != "torchrun":
+            raise LaunchError(f"launched by {launcher} without MASTER_ADDR; export MASTER_ADDR=<host of rank 0> "
+                              "(e.g. `mpirun -x MASTER_ADDR=$(hostname)`) or install mpi4py")
+        master = "127.0.0.1"
+    out["MASTER_ADDR"] = master
+    out["MASTER_PORT"] = env.get("MASTER_PORT", DEFAULT_MASTER_PORT)
+    return out
+
+
+def backend_for(device_type: str) -> str:
+    """nccl on CUDA (RCCL on ROCm builds of torch answers to the same name), gloo on CPU."""
+    return "nccl" if device_type == "cuda" else "gloo"
+
+
+def init_distributed(device_type: str, timeout_minutes: float = 30.0) -> tuple[int, int, int]:
+    """Start the default process group from the launcher's environment; returns (rank, world size, local rank).
+
+    A plain process (no launcher) gets (0, 1, 0) and no process group.
+    """
+    import torch
+    import torch.distributed as dist
+
+    env = launcher_env()
+    if not env or int(env["WORLD_SIZE"]) == 1:
+        return 0, 1, 0
+    os.environ.update(env)
+    rank, world, local = int(env["RANK"]), int(env["WORLD_SIZE"]), int(env["LOCAL_RANK"])
+    if device_type == "cuda":
+        torch.cuda.set_device(local)
+    if not dist.is_initialized():
+        dist.init_process_group(backend_for(device_type), init_method="env://", rank=rank, world_size=world,
+                                timeout=timedelta(minutes=timeout_minutes))
+    return rank, world, local

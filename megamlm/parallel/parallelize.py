@@ -1,0 +1,90 @@
+"""Apply a ParallelDims layout to a built single-device Transformer, in the fixed order:
+pipeline split -> TP -> activation checkpointing -> FSDP2/DDP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+
+from megamlm.model.transformer import Transformer
+from megamlm.parallel.data_parallel import apply_ddp, apply_fsdp, apply_recompute, mixed_precision_policy
+from megamlm.parallel.dims import ParallelDims
+from megamlm.parallel.pipeline import PipelineStageModule, prune_to_stages, rank_stages
+from megamlm.parallel.tensor_parallel import apply_tp
+
+
+@dataclass
+class ParallelModel:
+    """One rank's share of the model.
+
+    ``model`` holds every module this rank owns under its original name (optimizer, clipping, checkpoints);
+    ``parts`` are what runs: the model itself (maybe FSDP/DDP-wrapped), or one module per pipeline stage.
+    """
+
+    model: Transformer
+    parts: list[nn.Module]
+    dims: ParallelDims
+    mesh: object
+    stage_ids: list[int] = field(default_factory=list)
+    pipeline: object = None
+    """The PipelineRunner, built on the first step (megamlm.parallel.step)."""
+
+    @property
+    def tp_mesh(self):
+        return self.mesh["tp"] if self.dims.tp > 1 else None
+
+    @property
+    def dp_mesh(self):
+        if self.dims.dp_replicate > 1:
+            return self.mesh["dp_replicate", "dp_shard"]
+        return self.mesh["dp_shard"]
+
+    @property
+    def dp_rank(self) -> int:
+        return self.mesh["dp_replicate"].get_local_rank() * self.dims.dp_shard + self.mesh["dp_shard"].get_local_rank()
+
+    @property
+    def has_last_stage(self) -> bool:
+        return self.dims.pp == 1 or self.dims.num_stages - 1 in self.stage_ids
+
+    @property
+    def has_first_stage(self) -> bool:
+        return self.dims.pp == 1 or 0 in self.stage_ids
+
+    def head_weight(self) -> torch.Tensor:
+        head = self.model.lm_head
+        return head.weight
+
+
+def parallelize(model: Transformer, dims: ParallelDims, mesh, device: torch.device, precision: str = "auto",
+                recompute: bool = False) -> ParallelModel:
+    """Turn the full model (same weights on every rank) into this rank's ParallelModel, in place."""
+    stage_ids: list[int] = []
+    if dims.pp > 1:
+        stage_ids = rank_stages(mesh["pp"].get_local_rank(), dims.pp, dims.stages_per_rank)
+        prune_to_stages(model, stage_ids, dims.num_stages)
+    tp_mesh = mesh["tp"] if dims.tp > 1 else None
+    if tp_mesh is not None:
+        apply_tp(model, tp_mesh)
+    if recompute:
+        apply_recompute(model)
+
+    if dims.pp > 1:
+        parts: list[nn.Module] = [PipelineStageModule(model, s, dims.num_stages, tp_mesh) for s in stage_ids]
+    else:
+        parts = [model]
+
+    if dims.dp > 1:
+        if dims.data_parallel_impl == "fsdp":
+            dp_mesh = mesh["dp_replicate", "dp_shard"] if dims.dp_replicate > 1 else mesh["dp_shard"]
+            policy = mixed_precision_policy(device, precision)
+            # With PP a stage runs forward once per micro-batch; resharding in between would re-gather each time.
+            reshard = dims.pp == 1
+            parts = [apply_fsdp(part, list(part.layers.values()), dp_mesh, policy, reshard) for part in parts]
+        else:
+            dp_group = mesh["dp_replicate"].get_group()
+            parts = [apply_ddp(part, dp_group) for part in parts]
+    return ParallelModel(model=model, parts=parts, dims=dims, mesh=mesh, stage_ids=stage_ids)

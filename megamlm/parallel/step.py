@@ -1,0 +1,144 @@
+"""One optimizer step of a parallel layout (the single-process step is megamlm.training.step.train_step).
+
+The loss is the same as the single-process one: the sum of token losses over the *global* batch divided
+by the global batch's predicted-token count. Each data-parallel rank scales its share by DP because
+FSDP/DDP average gradients over DP ranks; the pipeline schedule is told not to rescale.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor, Shard
+
+from megamlm.objectives import IGNORE_INDEX, Batch
+from megamlm.parallel.parallelize import ParallelModel
+from megamlm.parallel.pipeline import build_schedule
+from megamlm.parallel.vocab_parallel_loss import parallel_sparse_lm_loss
+from megamlm.training.step import StepStats, autocast_context
+
+
+def _global_sum(value: float, replicas: int, device: torch.device) -> float:
+    """Sum over all ranks of a per-rank number held identically by ``replicas`` ranks each."""
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return float(t) / replicas
+
+
+def clip_grad_norm_(pm: ParallelModel, max_norm: float) -> torch.Tensor:
+    """Global gradient norm over every rank's parameters (DTensor shards and pipeline stages), then clip."""
+    params = [p for p in pm.model.parameters() if p.grad is not None]
+    grads = [p.grad for p in params]
+    total = torch.nn.utils.get_total_norm(grads, 2.0) if grads else torch.zeros(())
+    if isinstance(total, DTensor):
+        total = total.full_tensor()
+    if pm.dims.pp > 1:
+        # Stages hold disjoint parameters: add the squares over the pipeline group.
+        squared = total.float().pow(2)
+        dist.all_reduce(squared, group=pm.mesh["pp"].get_group())
+        total = squared.sqrt()
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
+    return total
+
+
+def _gradient_sync(part: torch.nn.Module, sync: bool):
+    """FSDP2: skip the reduce-scatter on non-final micro-batches; DDP: no_sync."""
+    from torch.distributed.fsdp import FSDPModule
+    from torch.nn.parallel import DistributedDataParallel
+
+    if isinstance(part, FSDPModule):
+        part.set_requires_gradient_sync(sync)
+        return contextlib.nullcontext()
+    if isinstance(part, DistributedDataParallel) and not sync:
+        return part.no_sync()
+    return contextlib.nullcontext()
+
+
+def _forward_backward_plain(pm: ParallelModel, micro_batches: list[Batch], scale: float, device, precision) -> float:
+    part = pm.parts[0]
+    loss_sum = torch.zeros((), dtype=torch.float32, device=device)
+    for i, batch in enumerate(micro_batches):
+        input_ids = batch.input_ids.to(device, non_blocking=True)
+        targets = batch.targets.to(device, non_blocking=True)
+        document_ids = batch.document_ids.to(device) if batch.document_ids is not None else None
+        with _gradient_sync(part, i == len(micro_batches) - 1):
+            with autocast_context(device, precision):
+                hidden = part(input_ids, causal=batch.causal, document_ids=document_ids)
+                loss, _ = parallel_sparse_lm_loss(hidden, pm.head_weight(), targets)
+            (loss * scale).backward()
+        loss_sum += loss.detach()
+    return float(loss_sum)
+
+
+class PipelineRunner:
+    """This rank's pipeline schedule, built once; the loss scale of the current step is set before each run."""
+
+    def __init__(self, pm: ParallelModel, n_microbatches: int, device: torch.device):
+        self.pm = pm
+        self.scale = 1.0
+        self.sums: list[torch.Tensor] = []
+        self.n_microbatches = n_microbatches
+        self.schedule, self.stages = build_schedule(pm.parts, pm.stage_ids, pm.dims.num_stages,
+                                                    pm.dims.pipeline_schedule, n_microbatches, self.loss_fn,
+                                                    pm.mesh["pp"].get_group(), device)
+
+    def loss_fn(self, output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        tp_mesh = self.pm.tp_mesh
+        if tp_mesh is not None:
+            output = DTensor.from_local(output, tp_mesh, [Shard(1)], run_check=False)
+        loss, _ = parallel_sparse_lm_loss(output, self.pm.parts[-1].lm_head.weight, targets)
+        self.sums.append(loss.detach())
+        return loss * self.scale
+
+    def run(self, micro_batches: list[Batch], scale: float, device, precision) -> float:
+        if len(micro_batches) != self.n_microbatches:
+            raise ValueError(f"the pipeline was built for {self.n_microbatches} micro-batches, got {len(micro_batches)}")
+        causal = micro_batches[0].causal
+        if any(b.causal != causal for b in micro_batches):
+            raise ValueError("all micro-batches of a step share one objective")
+        self.scale, self.sums = scale, []
+        # The attention mode (and document ids) reach every stage as keyword arguments of the schedule.
+        kwargs: dict = {"causal": causal}
+        if micro_batches[0].document_ids is not None:
+            kwargs["document_ids"] = torch.cat([b.document_ids for b in micro_batches]).to(device)
+        pm = self.pm
+        args = (torch.cat([b.input_ids for b in micro_batches]).to(device),) if pm.has_first_stage else ()
+        target = torch.cat([b.targets for b in micro_batches]).to(device) if pm.has_last_stage else None
+        with autocast_context(device, precision):
+            self.schedule.step(*args, target=target, losses=[], return_outputs=False, **kwargs)
+        # On its first run the schedule infers shapes with one extra call of the loss on placeholder tensors.
+        real = self.sums[len(self.sums) - self.n_microbatches:] if self.sums else []
+        return float(sum(real)) if real else 0.0
+
+
+def forward_backward(pm: ParallelModel, micro_batches: list[Batch], device: torch.device,
+                     precision: str = "auto") -> tuple[float, int]:
+    """Accumulate this step's gradients on every rank; returns (global mean loss, global predicted tokens)."""
+    dims = pm.dims
+    local_tokens = sum(int((b.targets != IGNORE_INDEX).sum()) for b in micro_batches)
+    # Every TP and PP rank of a data-parallel replica computes the same count.
+    total_tokens = round(_global_sum(local_tokens, dims.tp * dims.pp, device))
+    scale = dims.dp / max(total_tokens, 1)
+    if dims.pp > 1:
+        if pm.pipeline is None:
+            pm.pipeline = PipelineRunner(pm, len(micro_batches), device)
+        local_loss = pm.pipeline.run(micro_batches, scale, device, precision)
+    else:
+        local_loss = _forward_backward_plain(pm, micro_batches, scale, device, precision)
+    # Losses live on the last pipeline stage, repeated on each of its TP ranks.
+    return _global_sum(local_loss, dims.tp, device) / max(total_tokens, 1), total_tokens
+
+
+def parallel_train_step(pm: ParallelModel, optimizer: torch.optim.Optimizer, micro_batches: list[Batch], lr: float,
+                        clip_grad: float, device: torch.device, precision: str = "auto") -> StepStats:
+    """Forward/backward this rank's micro-batches in the layout of ``pm``, clip globally, one AdamW update."""
+    loss, total_tokens = forward_backward(pm, micro_batches, device, precision)
+    grad_norm = clip_grad_norm_(pm, clip_grad if clip_grad > 0 else math.inf)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return StepStats(loss=loss, grad_norm=float(grad_norm), predicted_tokens=total_tokens)

@@ -1,0 +1,66 @@
+"""Tensor parallelism in Megatron's layout, as DTensor plans applied to a built model.
+
+Per block: q/k/v and gate/up column-wise (each rank holds a slice of heads / of the MLP width),
+o and down row-wise (their partial sums are reduce-scattered back onto the sequence), the two norms
+sequence-parallel (each rank normalises its slice of the sequence). The embedding is
+vocabulary-parallel (rows split over ranks), and the LM head is split the same way: the loss
+computes logits for its own vocabulary slice only (see ``vocab_parallel_loss``).
+
+Between modules the residual stream is a DTensor sharded on the sequence (Shard(1)).
+"""
+
+from __future__ import annotations
+
+import torch.nn as nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    PrepareModuleInput,
+    RowwiseParallel,
+    SequenceParallel,
+    parallelize_module,
+)
+
+
+def block_plan() -> dict:
+    # The attention module takes (x, cos, sin, causal, document_ids): only x is distributed.
+    attention_inputs = (Shard(1), None, None, None, None)
+    return {
+        "input_layernorm": SequenceParallel(),
+        "self_attn": PrepareModuleInput(input_layouts=attention_inputs,
+                                        desired_input_layouts=(Replicate(), None, None, None, None),
+                                        use_local_output=True),
+        "self_attn.q_proj": ColwiseParallel(),
+        "self_attn.k_proj": ColwiseParallel(),
+        "self_attn.v_proj": ColwiseParallel(),
+        "self_attn.o_proj": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
+        "post_attention_layernorm": SequenceParallel(),
+        "mlp": PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),),
+                                  use_local_output=True),
+        "mlp.gate_proj": ColwiseParallel(),
+        "mlp.up_proj": ColwiseParallel(),
+        "mlp.down_proj": RowwiseParallel(output_layouts=Shard(1), use_local_output=False),
+    }
+
+
+def apply_tp(model: nn.Module, tp_mesh: DeviceMesh) -> nn.Module:
+    """Shard a Transformer (or a pipeline stage of one) over ``tp_mesh`` in place.
+
+    The model's forward then takes replicated token ids (or, on later pipeline stages, a sequence-sharded
+    hidden DTensor) and returns the final hidden states as a DTensor sharded on the sequence.
+    """
+    top: dict = {}
+    if model.embed_tokens is not None:
+        top["embed_tokens"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1),
+                                              use_local_output=False)
+    if model.norm is not None:
+        top["norm"] = SequenceParallel()
+    if model.lm_head is not None:
+        # Only shards the weight over the vocabulary for the loss; a dense `logits()` call gathers them.
+        top["lm_head"] = ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())
+    if top:
+        parallelize_module(model, tp_mesh, top)
+    for block in model.layers.values():
+        parallelize_module(block, tp_mesh, block_plan())
+    return model

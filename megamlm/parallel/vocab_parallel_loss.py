@@ -1,0 +1,80 @@
+"""Cross-entropy over a vocabulary split across tensor-parallel ranks, for the sparse LM head.
+
+Each rank multiplies the selected hidden rows by its slice of the LM head and never sees the other
+slices' logits: the softmax max, the normaliser and the target logit are combined with three
+all-reduces of (rows,) vectors, as in Megatron's vocab-parallel cross-entropy.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch.distributed.tensor import DTensor, Partial, Replicate
+
+from megamlm.objectives import IGNORE_INDEX, sparse_lm_loss
+
+
+class _VocabParallelCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, targets: torch.Tensor, vocab_start: int, group) -> torch.Tensor:
+        """logits (N, V_local) fp32, targets (N,) global ids -> per-row losses (N,)."""
+        logits_max = logits.max(dim=-1).values
+        dist.all_reduce(logits_max, op=dist.ReduceOp.MAX, group=group)
+        shifted = logits - logits_max.unsqueeze(-1)
+        vocab_end = vocab_start + logits.shape[-1]
+        not_mine = (targets < vocab_start) | (targets >= vocab_end)
+        local_targets = (targets - vocab_start).masked_fill(not_mine, 0)
+        rows = torch.arange(logits.shape[0], device=logits.device)
+        target_logit = shifted[rows, local_targets].masked_fill(not_mine, 0.0)
+        dist.all_reduce(target_logit, group=group)
+        exp = shifted.exp()
+        sum_exp = exp.sum(dim=-1)
+        dist.all_reduce(sum_exp, group=group)
+        ctx.save_for_backward(exp.div_(sum_exp.unsqueeze(-1)), local_targets, not_mine)
+        return sum_exp.log() - target_logit
+
+    @staticmethod
+    def backward(ctx, grad_loss: torch.Tensor):
+        softmax, local_targets, not_mine = ctx.saved_tensors
+        grad = softmax
+        rows = torch.arange(grad.shape[0], device=grad.device)
+        grad[rows, local_targets] -= (~not_mine).to(grad.dtype)
+        return grad * grad_loss.unsqueeze(-1), None, None, None
+
+
+def vocab_parallel_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, vocab_start: int, group) -> torch.Tensor:
+    """Per-row cross-entropy of vocabulary-sharded ``logits`` (this rank: ids [vocab_start, vocab_start + V_local))."""
+    return _VocabParallelCrossEntropy.apply(logits.float(), targets, vocab_start, group)
+
+
+def replicate_hidden(hidden: torch.Tensor) -> torch.Tensor:
+    """A sequence-sharded hidden DTensor -> the full local tensor on every TP rank.
+
+    The all-gather's backward turns each rank's partial gradient (from its vocabulary slice) back into
+    a reduce-scatter over the sequence.
+    """
+    return hidden.redistribute(placements=[Replicate()]).to_local(grad_placements=[Partial()])
+
+
+def parallel_sparse_lm_loss(hidden: torch.Tensor, head_weight: torch.Tensor,
+                            targets: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """``sparse_lm_loss`` for any layout: (fp32 sum of token losses, predicted tokens).
+
+    Without tensor parallelism this is ``sparse_lm_loss`` itself. With a vocabulary-sharded head (a DTensor
+    on the TP mesh) only the selected rows are multiplied by this rank's slice of the head.
+    """
+    if not isinstance(head_weight, DTensor):
+        if isinstance(hidden, DTensor):
+            hidden = replicate_hidden(hidden)
+        return sparse_lm_loss(hidden, head_weight, targets)
+    if isinstance(hidden, DTensor):
+        hidden = replicate_hidden(hidden)
+    mesh = head_weight.device_mesh
+    weight = head_weight.to_local()
+    vocab_start = mesh.get_local_rank() * weight.shape[0]
+    flat_targets = targets.reshape(-1)
+    keep = flat_targets != IGNORE_INDEX
+    selected = hidden.reshape(-1, hidden.shape[-1])[keep]
+    logits = selected @ weight.t()
+    losses = vocab_parallel_cross_entropy(logits, flat_targets[keep], vocab_start, mesh.get_group())
+    return losses.sum(), int(keep.sum())
