@@ -1,0 +1,210 @@
+"""Attention backends: PyTorch SDPA, FlexAttention and flash-attn, with optional document masks.
+
+``attention(q, k, v, causal, document_ids=None, backend="sdpa")`` takes q (batch, seq, heads, dim)
+and k/v (batch, seq, kv_heads, dim) (grouped-query when kv_heads < heads) and returns
+(batch, seq, heads, dim). With ``document_ids`` (batch, seq) a token attends only to tokens of its
+own document (a maximal run of equal ids in its row), causally or not.
+
+backend:
+- ``"sdpa"``: ``scaled_dot_product_attention``. With documents it uses a block-diagonal boolean
+  mask on CPU, and FlexAttention block masks on GPU, where a dense mask would rule out the fused
+  flash kernel and the block mask skips the blocks between documents.
+- ``"flex"``: FlexAttention (GPU), with or without documents.
+- ``"flash"``: flash-attn (``flash_attn_func``; ``flash_attn_varlen_func`` with documents).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+from functools import lru_cache
+
+import torch
+import torch.nn.functional as F
+
+ATTENTION_BACKENDS = ("sdpa", "flex", "flash")
+
+# The last mask built, reused while the same document_ids tensor comes back (every layer of a step).
+_mask_cache: dict[str, tuple] = {}
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    causal: bool,
+    document_ids: torch.Tensor | None = None,
+    backend: str = "sdpa",
+) -> torch.Tensor:
+    """Scaled dot-product attention, (batch, seq, heads, dim) in and out; see the module docstring."""
+    _check_inputs(q, k, v, document_ids, backend)
+    if backend == "flash":
+        return _flash_attention(q, k, v, causal, document_ids)
+    if backend == "flex" or (document_ids is not None and q.device.type == "cuda"):
+        if q.device.type != "cuda":
+            raise ValueError(
+                "attention backend 'flex' needs a CUDA/ROCm device (FlexAttention has no CPU backward); "
+                "use backend 'sdpa' on CPU"
+            )
+        return _flex_attention(q, k, v, causal, document_ids)
+    if document_ids is None:
+        return _sdpa(q, k, v, attn_mask=None, causal=causal)
+    return _sdpa(q, k, v, attn_mask=_cached("dense", document_ids, causal, dense_document_mask), causal=False)
+
+
+def segment_ids(document_ids: torch.Tensor) -> torch.Tensor:
+    """Number the maximal runs of equal ids along each row 0, 1, 2, ... (no host sync)."""
+    starts = torch.ones_like(document_ids, dtype=torch.int32)
+    starts[:, 1:] = (document_ids[:, 1:] != document_ids[:, :-1]).to(torch.int32)
+    return starts.cumsum(dim=1, dtype=torch.int32)
+
+
+def dense_document_mask(document_ids: torch.Tensor, causal: bool) -> torch.Tensor:
+    """(batch, 1, seq, seq) boolean mask, True where a query may attend to a key."""
+    seg = segment_ids(document_ids)
+    mask = seg[:, :, None] == seg[:, None, :]
+    if causal:
+        seq = seg.shape[1]
+        mask &= torch.ones(seq, seq, dtype=torch.bool, device=seg.device).tril()
+    return mask[:, None]
+
+
+def varlen_boundaries(document_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """flash-attn varlen inputs for the flattened batch: int32 cu_seqlens and the longest document."""
+    batch, seq = document_ids.shape
+    starts = torch.ones_like(document_ids, dtype=torch.bool)
+    starts[:, 1:] = document_ids[:, 1:] != document_ids[:, :-1]
+    offsets = starts.reshape(-1).nonzero().squeeze(1).to(torch.int32)
+    end = torch.tensor([batch * seq], dtype=torch.int32, device=document_ids.device)
+    cu_seqlens = torch.cat([offsets, end])
+    return cu_seqlens, int((cu_seqlens[1:] - cu_seqlens[:-1]).max())
+
+
+def _cached(kind: str, document_ids: torch.Tensor, causal: bool, build):
+    key = (document_ids._version, causal, tuple(document_ids.shape))
+    hit = _mask_cache.get(kind)
+    if hit is not None and hit[0] is document_ids and hit[1] == key:
+        return hit[2]
+    value = build(document_ids, causal)
+    _mask_cache[kind] = (document_ids, key, value)
+    return value
+
+
+def _sdpa(q, k, v, attn_mask, causal):
+    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+    grouped = k.shape[1] != q.shape[1]
+    if grouped and attn_mask is not None:
+        # With a mask, the memory-efficient kernel takes no grouped K/V: repeat them instead.
+        repeat = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
+        grouped = False
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=causal, enable_gqa=grouped)
+    return out.transpose(1, 2)
+
+
+@lru_cache(maxsize=1)
+def _compiled_flex():
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False)
+
+
+def _flex_block_mask(document_ids: torch.Tensor | None, causal: bool, batch: int, seq: int, device):
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    if document_ids is None:
+        def causal_mask(b, h, q_idx, kv_idx):
+            return q_idx >= kv_idx
+
+        return create_block_mask(causal_mask, None, None, seq, seq, device=device)
+
+    seg = segment_ids(document_ids)
+
+    def document_mask(b, h, q_idx, kv_idx):
+        same = seg[b, q_idx] == seg[b, kv_idx]
+        return same & (q_idx >= kv_idx) if causal else same
+
+    return create_block_mask(document_mask, batch, None, seq, seq, device=device)
+
+
+def _flex_attention(q, k, v, causal, document_ids):
+    batch, seq = q.shape[:2]
+    block_mask = None
+    if document_ids is not None:
+        block_mask = _cached("flex", document_ids, causal,
+                             lambda ids, c: _flex_block_mask(ids, c, batch, seq, q.device))
+    elif causal:
+        block_mask = _flex_block_mask(None, True, batch, seq, q.device)
+    qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+    out = _compiled_flex()(qt, kt, vt, block_mask=block_mask, enable_gqa=kt.shape[1] != qt.shape[1])
+    return out.transpose(1, 2)
+
+
+def _flash_attention(q, k, v, causal, document_ids):
+    try:
+        import flash_attn
+    except ImportError as e:
+        raise ImportError(
+            "attention backend 'flash' needs the flash-attn package, which is not installed "
+            "(pip install flash-attn --no-build-isolation), or use --attention-backend sdpa"
+        ) from e
+    if q.device.type != "cuda" or q.dtype not in (torch.float16, torch.bfloat16):
+        raise ValueError(
+            f"attention backend 'flash' runs on CUDA/ROCm in fp16/bf16, got {q.dtype} on {q.device.type}; "
+            "enable bf16 autocast or use --attention-backend sdpa"
+        )
+    if document_ids is None:
+        return flash_attn.flash_attn_func(q, k, v, causal=causal)
+    batch, seq, heads, dim = q.shape
+    cu_seqlens, longest = _cached("flash", document_ids, causal, lambda ids, c: varlen_boundaries(ids))
+    flat = [t.reshape(batch * seq, t.shape[2], dim) for t in (q, k, v)]
+    out = flash_attn.flash_attn_varlen_func(*flat, cu_seqlens, cu_seqlens, longest, longest, causal=causal)
+    return out.view(batch, seq, heads, dim)
+
+
+def _check_inputs(q, k, v, document_ids, backend):
+    if backend not in ATTENTION_BACKENDS:
+        raise ValueError(f"unknown attention backend {backend!r}; choose one of {', '.join(ATTENTION_BACKENDS)}")
+    if q.dim() != 4 or k.shape != v.shape or k.dim() != 4 or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
+        raise ValueError(
+            f"attention: expected q (batch, seq, heads, dim) and k, v (batch, seq, kv_heads, dim), got "
+            f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if q.shape[2] % k.shape[2]:
+        raise ValueError(f"attention: {q.shape[2]} query heads are not a multiple of {k.shape[2]} kv heads")
+    if document_ids is not None and (document_ids.shape != q.shape[:2] or document_ids.is_floating_point()):
+        raise ValueError(
+            f"attention: document_ids must be an integer (batch, seq) = {tuple(q.shape[:2])} tensor, got "
+            f"{document_ids.dtype} {tuple(document_ids.shape)}"
+        )
+
+
+# Import name -> distribution names to read the version from (first found wins).
+_EXTRAS = {
+    "flash_attn": ("flash-attn", "flash_attn"),
+    "transformer_engine": ("transformer-engine", "transformer_engine", "transformer-engine-cu12"),
+    "apex": ("apex",),
+    "triton": ("triton", "pytorch-triton-rocm", "pytorch-triton"),
+}
+
+
+def detect_optional_extras() -> dict[str, str | None]:
+    """{flash_attn, transformer_engine, apex, triton: installed version or None}, importing none of them."""
+    found: dict[str, str | None] = {}
+    for module, distributions in _EXTRAS.items():
+        try:
+            present = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            present = False
+        version = None
+        if present:
+            for dist in distributions:
+                try:
+                    version = importlib.metadata.version(dist)
+                    break
+                except importlib.metadata.PackageNotFoundError:
+                    continue
+            version = version or "unknown version"
+        found[module] = version
+    return found

@@ -1,0 +1,130 @@
+"""Attention backends against a dense, loop-built masked reference (forward and gradients)."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+
+import pytest
+import torch
+
+from megamlm.model.attention_backends import (
+    attention,
+    dense_document_mask,
+    detect_optional_extras,
+    segment_ids,
+    varlen_boundaries,
+)
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+DOCS = torch.tensor([[0, 0, 0, 1, 1, 2, 2, 2, 2], [5, 5, 5, 5, 5, 5, 7, 7, 5]])
+
+
+def reference_attention(q, k, v, causal, document_ids=None):
+    """Plain softmax attention, the allowed keys of each query listed one by one."""
+    batch, seq, heads, dim = q.shape
+    group = heads // k.shape[2]
+    out = torch.zeros_like(q)
+    for b in range(batch):
+        for i in range(seq):
+            allowed = []
+            for j in range(seq):
+                if causal and j > i:
+                    continue
+                if document_ids is not None:
+                    lo, hi = sorted((i, j))
+                    if not bool((document_ids[b, lo : hi + 1] == document_ids[b, i]).all()):
+                        continue  # a different document, or the same id after another document
+                allowed.append(j)
+            for h in range(heads):
+                keys = k[b, allowed, h // group]
+                scores = keys @ q[b, i, h] / math.sqrt(dim)
+                out[b, i, h] = torch.softmax(scores.float(), dim=0).to(v.dtype) @ v[b, allowed, h // group]
+    return out
+
+
+def _qkv(batch=2, seq=9, heads=4, kv_heads=2, dim=8, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    make = lambda h: torch.randn(batch, seq, h, dim, generator=g).to(DEVICE, dtype).requires_grad_()  # noqa: E731
+    return make(heads), make(kv_heads), make(kv_heads)
+
+
+def _compare(backend, causal, document_ids, dtype=torch.float32, tol=None):
+    tol = tol or dict(atol=1e-5, rtol=1e-4)
+    q, k, v = _qkv(dtype=dtype)
+    ids = None if document_ids is None else document_ids.to(DEVICE)
+    out = attention(q, k, v, causal, ids, backend=backend)
+    q2, k2, v2 = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    want = reference_attention(q2, k2, v2, causal, ids)
+    torch.testing.assert_close(out, want, **tol)
+    upstream = torch.randn_like(want)
+    grads = torch.autograd.grad((out * upstream).sum(), (q, k, v))
+    want_grads = torch.autograd.grad((want * upstream).sum(), (q2, k2, v2))
+    for got, expected in zip(grads, want_grads):
+        torch.testing.assert_close(got, expected, **tol)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("with_documents", [False, True])
+def test_sdpa_matches_reference(causal, with_documents):
+    _compare("sdpa", causal, DOCS if with_documents else None)
+
+
+def test_document_mask_is_block_diagonal_and_treats_a_returning_id_as_a_new_document():
+    mask = dense_document_mask(DOCS, causal=False)[:, 0]
+    assert mask.shape == (2, 9, 9)
+    assert mask[0, 0, 2] and not mask[0, 2, 3] and mask[0, 4, 3] and not mask[0, 5, 4]
+    assert mask[1, 0, 5] and not mask[1, 8, 0] and not mask[1, 8, 6] and mask[1, 8, 8]
+    causal = dense_document_mask(DOCS, causal=True)[:, 0]
+    assert torch.equal(causal, mask & torch.ones(9, 9, dtype=torch.bool).tril())
+    assert segment_ids(DOCS).tolist()[1] == [1, 1, 1, 1, 1, 1, 2, 2, 3]
+
+
+def test_varlen_boundaries_split_rows_and_documents():
+    cu, longest = varlen_boundaries(DOCS)
+    assert cu.dtype == torch.int32
+    assert cu.tolist() == [0, 3, 5, 9, 15, 17, 18]
+    assert longest == 6
+
+
+def test_bad_inputs_raise_clear_errors():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="choose one of sdpa, flex, flash"):
+        attention(q, k, v, True, backend="xformers")
+    with pytest.raises(ValueError, match="document_ids must be"):
+        attention(q, k, v, True, document_ids=torch.zeros(2, 8, dtype=torch.long))
+    with pytest.raises(ValueError, match="not a multiple"):
+        attention(q, k[:, :, :1].expand(-1, -1, 3, -1), v[:, :, :1].expand(-1, -1, 3, -1), True)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("flash_attn") is not None, reason="flash-attn is installed")
+def test_flash_backend_without_flash_attn_names_the_fix():
+    q, k, v = _qkv()
+    with pytest.raises(ImportError, match="pip install flash-attn"):
+        attention(q, k, v, True, backend="flash")
+
+
+@pytest.mark.skipif(DEVICE.type == "cuda", reason="CPU-only refusal")
+def test_flex_backend_on_cpu_is_refused():
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match="use backend 'sdpa' on CPU"):
+        attention(q, k, v, False, backend="flex")
+
+
+@pytest.mark.skipif(DEVICE.type != "cuda", reason="FlexAttention/flash-attn paths need a GPU")
+@pytest.mark.parametrize("backend", ["sdpa", "flex", "flash"])
+@pytest.mark.parametrize("causal", [True, False])
+def test_gpu_backends_with_documents_match_reference(backend, causal):
+    if backend == "flash" and importlib.util.find_spec("flash_attn") is None:
+        pytest.skip("flash-attn is not installed")
+    _compare(backend, causal, DOCS, dtype=torch.bfloat16, tol=dict(atol=3e-2, rtol=3e-2))
+    _compare(backend, causal, None, dtype=torch.bfloat16, tol=dict(atol=3e-2, rtol=3e-2))
+
+
+def test_detect_optional_extras_reports_each_accelerator():
+    extras = detect_optional_extras()
+    assert set(extras) == {"flash_attn", "transformer_engine", "apex", "triton"}
+    assert extras["triton"] == (None if importlib.util.find_spec("triton") is None else extras["triton"])
+    for name, version in extras.items():
+        assert version is None or isinstance(version, str)
+        assert (version is None) == (importlib.util.find_spec(name) is None)
