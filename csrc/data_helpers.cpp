@@ -168,7 +168,48 @@ PyObject* build_blend_index(PyObject*, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+// Stable counting sort of bucket numbers: out[j] = the j-th element index in (bucket, index)
+// order, i.e. numpy.argsort(bucket_of, kind="stable").
+PyObject* group_by_bucket(PyObject*, PyObject* args) {
+  PyObject *bucket_obj, *out_obj;
+  if (!PyArg_ParseTuple(args, "OO", &bucket_obj, &out_obj)) return nullptr;
+  View bucket, out;
+  if (!bucket.acquire(bucket_obj, false, "bucket_of") || !bucket.expect('u', 2, "bucket_of")) return nullptr;
+  if (!out.acquire(out_obj, true, "out")) return nullptr;
+  if (out.kind() == '?' || out.kind() == 'f' || (out.buffer.itemsize != 4 && out.buffer.itemsize != 8)) {
+    PyErr_SetString(PyExc_ValueError, "out must be a 4- or 8-byte integer array");
+    return nullptr;
+  }
+  const Py_ssize_t n = bucket.count();
+  if (out.count() != n) {
+    PyErr_SetString(PyExc_ValueError, "out must have as many elements as bucket_of");
+    return nullptr;
+  }
+  if (out.buffer.itemsize == 4 && n > 0xFFFFFFFFLL) {
+    PyErr_SetString(PyExc_ValueError, "a 4-byte out cannot hold the indices of this many elements");
+    return nullptr;
+  }
+  const uint16_t* b = static_cast<const uint16_t*>(bucket.buffer.buf);
+  const bool wide = out.buffer.itemsize == 8;
+  void* dest = out.buffer.buf;
+  Py_BEGIN_ALLOW_THREADS;
+  std::vector<int64_t> next(65537, 0);
+  for (Py_ssize_t i = 0; i < n; ++i) ++next[b[i] + 1];
+  for (size_t k = 1; k < next.size(); ++k) next[k] += next[k - 1];
+  if (wide) {
+    int64_t* o = static_cast<int64_t*>(dest);
+    for (Py_ssize_t i = 0; i < n; ++i) o[next[b[i]]++] = i;
+  } else {
+    uint32_t* o = static_cast<uint32_t*>(dest);
+    for (Py_ssize_t i = 0; i < n; ++i) o[next[b[i]]++] = static_cast<uint32_t>(i);
+  }
+  Py_END_ALLOW_THREADS;
+  Py_RETURN_NONE;
+}
+
 PyMethodDef methods[] = {
+    {"group_by_bucket", group_by_bucket, METH_VARARGS,
+     "group_by_bucket(bucket_of uint16[N], out int32|uint32|int64[N]): numpy.argsort(bucket_of, kind='stable')"},
     {"build_sample_index", build_sample_index, METH_VARARGS,
      "build_sample_index(sizes int32[D], document_index int32[M], seq_length, out int32|int64[W, 2])"},
     {"build_blend_index", build_blend_index, METH_VARARGS,

@@ -52,6 +52,13 @@ def check_vocab(dataset: IndexedDataset, vocab_size: int) -> None:
         )
 
 
+def group_rank_and_barrier(group):
+    """(rank, barrier) callables of a torch.distributed process group."""
+    import torch.distributed as dist
+
+    return (lambda: dist.get_rank(group)), (lambda: dist.barrier(group=group))
+
+
 def build_train_dataset(
     data_path: Sequence[str],
     seq_length: int,
@@ -61,15 +68,19 @@ def build_train_dataset(
     vocab_size: int | None = None,
     rank: Callable[[], int] | None = None,
     barrier: Callable[[], None] | None = None,
+    group=None,
 ):
     """The training samples for Megatron's --data-path list.
 
     `["prefix"]` or `["shard0", "shard1"]`: one corpus (a PackedSampleDataset);
     `["0.7", "a", "0.3", "b"]`: a BlendedDataset whose sample k comes from corpus a or b in a
     fixed interleave of the weights. Every file is opened and checked (and, with
-    `vocab_size`, its token ids) before any index is built. `rank`/`barrier` make only rank 0
-    build the cached index (see PackedSampleDataset).
+    `vocab_size`, its token ids) before any index is built. `rank`/`barrier` callables, or a
+    torch.distributed process `group`, make only its rank 0 build the cached index while the
+    other ranks wait, then memory-map it (see PackedSampleDataset).
     """
+    if group is not None:
+        rank, barrier = group_rank_and_barrier(group)
     weights, prefixes = parse_data_path(data_path)
     datasets = [IndexedDataset(prefix) for prefix in prefixes]
     for dataset in datasets:

@@ -38,12 +38,25 @@ def seeded_permutation(n: int, seed: int, purpose: int, dtype=np.int64) -> np.nd
         generator.shuffle(permutation)
         return permutation
     bucket_of = generator.integers(0, buckets, n, dtype=np.uint16)
-    permutation = np.argsort(bucket_of, kind="stable").astype(dtype, copy=False)
+    permutation = group_by_bucket(bucket_of, dtype)
     start = 0
     for count in np.bincount(bucket_of, minlength=buckets):
         generator.shuffle(permutation[start : start + count])
         start += count
     return permutation
+
+
+def group_by_bucket(bucket_of: np.ndarray, dtype, use_cpp: bool | None = None) -> np.ndarray:
+    """np.argsort(bucket_of, kind="stable") as `dtype`; a C++ counting sort when the helper is built."""
+    if use_cpp is not False:
+        from megamlm.data import _helpers_loader
+
+        helpers = _helpers_loader.load()
+        if helpers is not None:
+            out = np.empty(len(bucket_of), dtype=dtype)
+            helpers.group_by_bucket(np.ascontiguousarray(bucket_of, dtype=np.uint16), out)
+            return out
+    return np.argsort(bucket_of, kind="stable").astype(dtype, copy=False)
 
 
 def build_document_index(num_documents: int, num_epochs: int, seed: int) -> np.ndarray:

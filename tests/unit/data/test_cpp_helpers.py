@@ -77,3 +77,13 @@ def test_bad_calls_raise_instead_of_writing_out_of_bounds(helpers):
         helpers.build_sample_index(sizes.astype(np.int64), document_index, 2, np.empty((3, 2), np.int32))
     with pytest.raises(ValueError, match="non-negative"):
         helpers.build_blend_index(np.array([-1.0, 2.0]), np.empty(3, np.int16), np.empty(3, np.int64))
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint32, np.int64])
+def test_group_by_bucket_identical_to_stable_argsort(helpers, dtype):
+    bucket_of = np.random.default_rng(3).integers(0, 300, 200_000, dtype=np.uint16)
+    out = np.empty(len(bucket_of), dtype=dtype)
+    helpers.group_by_bucket(bucket_of, out)
+    np.testing.assert_array_equal(out, np.argsort(bucket_of, kind="stable"))
+    with pytest.raises(ValueError, match="as many elements"):
+        helpers.group_by_bucket(bucket_of, np.empty(5, dtype=dtype))
