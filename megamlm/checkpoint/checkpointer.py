@@ -131,8 +131,10 @@ def save_state_checkpoint(save_dir: str | Path, step: int, state: dict, train_st
     rank, world = ranks.rank(), ranks.world_size()
 
     def fail(cause: str) -> CheckpointSaveError:
+        """Every rank calls this together (they share ``cause``): clean up, then all raise."""
         if rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
+        ranks.barrier()
         previous = newest_whole(save_dir)
         kept = f"the previous checkpoint {previous} is untouched" if previous else "no earlier checkpoint exists"
         return CheckpointSaveError(

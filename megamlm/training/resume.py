@@ -1,4 +1,4 @@
-"""Which checkpoint a launch continues from: ``--load``, or (auto-resume) the newest whole one in ``--save``.
+"""Which checkpoint a launch continues from: the newest whole one in ``--save`` (auto-resume), else ``--load``.
 
 Launching the same command again after a pre-emption or crash continues from the newest checkpoint of its
 ``--save`` folder whose files match their completion marker; incomplete or damaged ones are skipped with a
@@ -18,17 +18,19 @@ from megamlm.training.run_record import check_resume
 
 def checkpoint_to_resume(ckpt_cfg, record: dict) -> Path | None:
     """The checkpoint this launch resumes from (checked against ``record``), or None for a fresh start."""
-    if ckpt_cfg.load:
-        path = resolve_checkpoint(ckpt_cfg.load)
-    elif ckpt_cfg.save and list_checkpoints(ckpt_cfg.save):
+    path = None
+    if ckpt_cfg.save and list_checkpoints(ckpt_cfg.save):
+        # The run's own checkpoints win over --load/--init-from: a requeued job must not restart from them.
         path = find_checkpoint(ckpt_cfg.save)
+        start = ckpt_cfg.load or ckpt_cfg.init_from
         if path is None:
-            log(f"no complete checkpoint in --save {ckpt_cfg.save} (see the warnings above): starting from scratch")
-        elif ckpt_cfg.init_from:
+            log(f"no complete checkpoint in --save {ckpt_cfg.save} (see the warnings above): starting from "
+                f"{start or 'scratch'}")
+        elif start:
             log(f"--save {ckpt_cfg.save} already holds checkpoints of this run: resuming from {path} "
-                f"instead of initialising from {ckpt_cfg.init_from}")
-    else:
-        path = None
+                f"instead of starting from {start}")
+    if path is None and ckpt_cfg.load:
+        path = resolve_checkpoint(ckpt_cfg.load)
     if path is not None:
         warning = check_resume(path, json.loads((path / CONFIG).read_text()), record, ckpt_cfg.override_data)
         if warning:

@@ -157,3 +157,12 @@ def test_run_record_is_written_and_resuming_on_other_data_or_shape_is_refused(ti
     resumed = tiny(*other, "--override-data")
     assert resumed.start_step == 2 and sorted(resumed.losses) == [3, 4]
     assert resumed.sample_ids[3] == list(range(2 * GBS, 3 * GBS))  # the data position carries over
+
+
+def test_a_relaunch_with_load_continues_from_its_own_save_folder_not_from_load_again(tiny, tmp_path):
+    tiny("--train-iters", "6", "--save", tmp_path / "base", "--exit-interval", "2")
+    branch = ["--train-iters", "6", "--load", tmp_path / "base", "--save", tmp_path / "branch", "--exit-interval", "3"]
+    first = tiny(*branch)
+    assert first.start_step == 2 and first.stop_reason is not None
+    again = tiny(*branch)
+    assert again.start_step == 3 and again.resumed_from == tmp_path / "branch" / "iter_0000003"

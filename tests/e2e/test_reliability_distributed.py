@@ -1,0 +1,119 @@
+"""Two gloo ranks under torchrun: every rank takes the same decision when only one rank sees the problem.
+
+One launch checks: a checkpoint's marker covers every rank's shard; a shard damaged on one rank makes all
+ranks fall back to the previous checkpoint; a save failing on one rank fails on all (no hang, old checkpoint
+kept); non-finite gradients on one rank skip the update on both; a signal seen by one rank stops both.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+WORKER = r'''
+import errno, json, os, sys
+from pathlib import Path
+import torch
+import torch.distributed as dist
+torch.set_num_threads(1)
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+from megamlm.checkpoint import CheckpointSaveError, resolve_checkpoint, save_state_checkpoint
+from megamlm.checkpoint.integrity import read_marker
+from megamlm.training.guards import SkipNonFiniteUpdates
+from megamlm.training.signals import ExitSignalHandler
+from megamlm.training.stopping import StopPolicy
+
+save = Path(sys.argv[1])
+out = {}
+
+def state(value):
+    # Each rank owns one tensor, so each rank writes its own shard file.
+    return {f"part{rank}": torch.full((64,), float(value + rank))}
+
+for step in (1, 2):
+    save_state_checkpoint(save, step, state(step), {"consumed_samples": step}, {"step": step})
+marker = read_marker(save / "iter_0000002")
+out["marker_files"] = sorted(marker["files"])
+out["marker_world_size"] = marker["world_size"]
+
+dist.barrier()
+if rank == 1:  # damage rank 1's shard of the newest checkpoint
+    shard = save / "iter_0000002" / "__1_0.distcp"
+    shard.write_bytes(shard.read_bytes()[:-4])
+dist.barrier()
+out["resolved"] = resolve_checkpoint(save).name
+
+import torch.distributed.checkpoint.filesystem as fs
+original = fs.FileSystem.create_stream
+if rank == 1:
+    class Full:
+        def __init__(self, cm, path): self.cm, self.path = cm, path
+        def __enter__(self): self.stream = self.cm.__enter__(); return self
+        def __exit__(self, *exc): return self.cm.__exit__(*exc)
+        def write(self, data): raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.path))
+        def __getattr__(self, name): return getattr(self.stream, name)
+    fs.FileSystem.create_stream = lambda self, path, mode: Full(original(self, path, mode), path)
+try:
+    save_state_checkpoint(save, 3, state(3), {"consumed_samples": 3}, {"step": 3})
+    out["save_error"] = None
+except CheckpointSaveError as err:
+    out["save_error"] = str(err)
+fs.FileSystem.create_stream = original
+out["after_failed_save"] = sorted(p.name for p in save.iterdir())
+
+model = torch.nn.Linear(4, 1)
+torch.nn.init.constant_(model.weight, 1.0)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+guarded = SkipNonFiniteUpdates(optimizer)
+for bad in (True, False):
+    model(torch.ones(2, 4)).sum().backward()
+    if bad and rank == 1:
+        model.weight.grad[0, 0] = float("nan")
+    before = model.weight.detach().clone()
+    guarded.step()
+    guarded.zero_grad()
+    out[f"skipped_bad_{bad}"] = guarded.skipped
+    out[f"changed_bad_{bad}"] = not torch.equal(before, model.weight)
+
+signals = ExitSignalHandler()
+policy = StopPolicy(signals)
+out["no_signal"] = policy.reason_to_stop(1)
+if rank == 1:
+    signals.received = "SIGUSR1"
+out["signal_on_rank1"] = policy.reason_to_stop(2)
+
+Path(sys.argv[2] + f".{rank}.json").write_text(json.dumps(out))
+dist.destroy_process_group()
+'''
+
+
+@pytest.mark.slow
+def test_two_ranks_agree_on_damaged_checkpoints_failed_saves_nan_skips_and_signals(tmp_path):
+    worker = tmp_path / "worker.py"
+    worker.write_text(WORKER)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           str(worker), str(tmp_path / "ckpt"), str(tmp_path / "out")],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = [json.loads((tmp_path / f"out.{rank}.json").read_text()) for rank in (0, 1)]
+    for rank, out in enumerate(results):
+        assert {"__0_0.distcp", "__1_0.distcp", ".metadata", "train_state.pt", "config.json"} <= set(
+            out["marker_files"]), rank
+        assert out["marker_world_size"] == 2
+        assert out["resolved"] == "iter_0000001", rank  # rank 0's shard was fine: it still agreed to skip
+        assert "No space left on device (ENOSPC)" in out["save_error"], rank
+        assert "iter_0000001 is untouched" in out["save_error"]
+        assert out["after_failed_save"] == ["iter_0000001", "iter_0000002", "latest_checkpointed_iteration.txt"]
+        assert out["skipped_bad_True"] and not out["changed_bad_True"], rank
+        assert not out["skipped_bad_False"] and out["changed_bad_False"], rank
+        assert out["no_signal"] is None
+        assert out["signal_on_rank1"] is not None, rank
+    assert results[1]["signal_on_rank1"] == "signal SIGUSR1"
+    assert results[0]["signal_on_rank1"] == "a signal on another rank"
