@@ -1,0 +1,323 @@
+"""Training-step throughput and peak memory: megamlm against Hugging Face transformers, in one run.
+
+    python benchmarks/train_step.py --preset cpu --objective mlm --compare hf
+
+Both sides train the same configuration (same weights, same batches, the same MLM masks) with AdamW:
+megamlm through the trainer's own ``train_step`` (sparse LM head, fused/chunked kernels where they run),
+transformers through ``EuroBertForMaskedLM`` (MLM) or ``LlamaForCausalLM`` (CLM) with ``labels``.
+Steps alternate between the two after warm-up, so machine noise hits both alike; the figures are
+medians. Peak memory is ``torch.cuda.max_memory_allocated`` on GPU; on CPU it is the peak resident set
+of a child process per side (the same steps), reported above the RSS right after the model is built.
+On GPU the script also prints MFU (model FLOPs, attention included, over the device's bf16 peak) and,
+with ``--max-batch``, the largest micro-batch each side fits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from megamlm.model.config import PRESETS, ModelArgs  # noqa: E402
+from megamlm.objectives import MaskingSpec, ObjectiveSchedule  # noqa: E402
+
+# CPU-sized configuration of the issue's target: hidden 384, Llama 3 vocabulary, sequence 512.
+BENCH_PRESETS = {
+    "cpu": dict(vocab_size=128_256, num_layers=4, hidden_size=384, ffn_hidden_size=1536,
+                num_attention_heads=6, num_query_groups=6, max_seq_length=512),
+    **{name: dict(shape, vocab_size=shape["vocab_size"] or 128_256) for name, shape in PRESETS.items()},
+}
+
+# Dense bf16 peak of common accelerators, FLOP/s (vendor figures, no sparsity).
+PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "MI250X": 191.5e12, "MI300X": 1307e12,
+             "L40S": 362e12, "A10": 125e12}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", default="cpu", choices=sorted(BENCH_PRESETS))
+    p.add_argument("--objective", default="mlm", choices=["mlm", "clm"])
+    p.add_argument("--compare", default="hf", choices=["hf", "none"])
+    p.add_argument("--micro-batch-size", type=int, default=None, help="default: 4 on CPU, 8 on GPU")
+    p.add_argument("--seq-length", type=int, default=None, help="default: the preset's")
+    p.add_argument("--mask-ratio", type=float, default=0.4)
+    p.add_argument("--steps", type=int, default=5, help="timed steps per side")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p.add_argument("--compile", action="store_true", help="torch.compile each megamlm block (GPU)")
+    p.add_argument("--kernels", default="auto", help="megamlm kernel backend (see megamlm.kernels)")
+    p.add_argument("--max-batch", action="store_true", help="GPU: search the largest micro-batch per side")
+    p.add_argument("--peak-tflops", type=float, default=None, help="override the device's bf16 peak for MFU")
+    p.add_argument("--json", default=None, help="also write the figures to this file")
+    p.add_argument("--_child", default=None, help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def resolve_device(choice: str) -> torch.device:
+    if choice == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(choice)
+
+
+def model_args(opts) -> ModelArgs:
+    shape = dict(BENCH_PRESETS[opts.preset])
+    if opts.seq_length:
+        shape["max_seq_length"] = opts.seq_length
+    return ModelArgs(**shape)
+
+
+def make_batches(args: ModelArgs, opts, count: int, micro_batch: int):
+    """``count`` micro-batches as (megamlm Batch, HF input_ids, HF labels), masks from megamlm's contract."""
+    spec = MaskingSpec(opts.mask_ratio, 1.0, 0.0, 0.0, mask_id=4, special_ids=(0, 1, 2, 3, 4),
+                       random_vocab_size=args.vocab_size)
+    schedule = ObjectiveSchedule(opts.objective, 0.5, 10, spec, seed=0)
+    rng = np.random.default_rng(0)
+    batches = []
+    for i in range(count):
+        tokens = rng.integers(5, args.vocab_size, size=(micro_batch, args.max_seq_length))
+        ids = list(range(i * micro_batch, (i + 1) * micro_batch))
+        batch = schedule.make_batch(1, tokens, ids)
+        if opts.objective == "mlm":
+            hf_inputs, hf_labels = batch.input_ids, batch.targets
+        else:  # transformers shifts the labels itself
+            hf_inputs, hf_labels = batch.input_ids, batch.input_ids.clone()
+        batches.append((batch, hf_inputs, hf_labels))
+    return batches
+
+
+def build_megamlm(args: ModelArgs, device, opts):
+    from megamlm.model.transformer import Transformer
+    from megamlm.training.optimizer import build_optimizer
+
+    torch.manual_seed(0)
+    model = Transformer(args).to(device)
+    if opts.compile:
+        for name, block in model.layers.items():
+            model.layers[name] = torch.compile(block)
+    return model, build_optimizer(model, 1e-4, 0.1, (0.9, 0.95), 1e-5)
+
+
+def build_hf(args: ModelArgs, device, objective: str, weights_from=None):
+    import transformers
+
+    from megamlm.hf.export import hf_state_dict
+    from megamlm.hf.hf_config import SpecialIds, hf_config_for
+    from megamlm.hf.keymaps import EXPORT_ARCHS
+    from megamlm.training.optimizer import build_optimizer
+
+    arch = "eurobert" if objective == "mlm" else "llama"
+    config = hf_config_for(arch, args, SpecialIds(bos_id=0, eos_id=1, pad_id=2, mask_id=4))
+    config._attn_implementation = "sdpa"
+    cls = transformers.EuroBertForMaskedLM if arch == "eurobert" else transformers.LlamaForCausalLM
+    model = cls(config)
+    if weights_from is not None:
+        model.load_state_dict(hf_state_dict(weights_from, EXPORT_ARCHS[arch], torch.float32), strict=False)
+    model = model.to(device)
+    return model, build_optimizer(model, 1e-4, 0.1, (0.9, 0.95), 1e-5)
+
+
+def megamlm_step(model, optimizer, batch, device):
+    from megamlm.training.step import train_step
+
+    train_step(model, optimizer, [batch[0]], 1e-4, 1.0, device, "auto")
+
+
+def hf_step(model, optimizer, batch, device):
+    use_bf16 = device.type == "cuda"
+    input_ids, labels = batch[1].to(device), batch[2].to(device)
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16):
+        loss = model(input_ids=input_ids, labels=labels).loss
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(step, model, optimizer, batch, device) -> float:
+    sync(device)
+    start = time.perf_counter()
+    step(model, optimizer, batch, device)
+    sync(device)
+    return time.perf_counter() - start
+
+
+def model_flops_per_step(args: ModelArgs, tokens: int, predicted: int, causal: bool) -> float:
+    """Training FLOPs (forward + backward = 3x forward) of the work the objective needs.
+
+    Matmuls: 2 FLOPs per weight per token in the blocks, the LM head only on predicted positions;
+    attention scores and values: 4 * seq * hidden per token per layer, halved under a causal mask.
+    """
+    h, f, layers = args.hidden_size, args.ffn_hidden_size, args.num_layers
+    kv = args.num_query_groups * args.head_dim
+    block_weights = layers * (2 * h * h + 2 * h * kv + 3 * h * f)
+    attention = layers * 4 * args.max_seq_length * h * (0.5 if causal else 1.0)
+    forward = 2 * block_weights * tokens + attention * tokens + 2 * h * args.vocab_size * predicted
+    return 3.0 * forward
+
+
+def device_peak(device, override_tflops):
+    if override_tflops:
+        return override_tflops * 1e12
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for key, peak in PEAK_BF16.items() if key in name), None)
+
+
+def child_peak_rss(opts, side: str) -> float:
+    """Peak resident memory (MiB) of one side's steps above the RSS after building, in a fresh process."""
+    cmd = [sys.executable, __file__, "--_child", side, "--preset", opts.preset, "--objective", opts.objective,
+           "--steps", str(opts.steps), "--warmup", str(opts.warmup), "--device", "cpu",
+           "--micro-batch-size", str(opts.micro_batch_size), "--mask-ratio", str(opts.mask_ratio),
+           "--kernels", opts.kernels]
+    if opts.seq_length:
+        cmd += ["--seq-length", str(opts.seq_length)]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])["peak_above_build_mib"]
+
+
+def run_child(opts):
+    """Build one side, then run its steps; print the peak RSS growth (ru_maxrss is in KiB on Linux)."""
+    device = torch.device("cpu")
+    args = model_args(opts)
+    batches = make_batches(args, opts, opts.warmup + opts.steps, opts.micro_batch_size)
+    if opts._child == "megamlm":
+        model, optimizer = build_megamlm(args, device, opts)
+        step = megamlm_step
+    else:
+        model, optimizer = build_hf(args, device, opts.objective)
+        step = hf_step
+    import gc
+
+    gc.collect()
+    with open("/proc/self/status") as status:
+        rss_now = next(int(line.split()[1]) for line in status if line.startswith("VmRSS"))
+    # ru_maxrss cannot be reset, so the build's own peak would mask the steps': report the step-phase
+    # peak as max(ru_maxrss after steps) - RSS after build, which is exact whenever the steps' peak
+    # exceeds the build's (always, for a training step that allocates gradients and optimizer state).
+    for batch in batches:
+        step(model, optimizer, batch, device)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(json.dumps({"peak_above_build_mib": (peak - rss_now) / 1024}))
+
+
+def max_micro_batch(build, step, args, opts, device) -> int:
+    """Largest power-of-two micro-batch (then refined) whose training step fits in GPU memory."""
+    def fits(mb: int) -> bool:
+        model = optimizer = None
+        try:
+            model, optimizer = build()
+            batch = make_batches(args, opts, 1, mb)[0]
+            step(model, optimizer, batch, device)
+            step(model, optimizer, batch, device)
+            return True
+        except torch.OutOfMemoryError:
+            return False
+        finally:
+            del model, optimizer
+            torch.cuda.empty_cache()
+
+    low, high = 0, 1
+    while fits(high):
+        low, high = high, high * 2
+        if high > 4096:
+            break
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return low
+
+
+def main(argv=None):
+    opts = parse_args(argv)
+    device = resolve_device(opts.device)
+    if opts.micro_batch_size is None:
+        opts.micro_batch_size = 8 if device.type == "cuda" else 4
+    from megamlm import kernels
+
+    if hasattr(kernels, "set_kernel_backend"):
+        kernels.set_kernel_backend(opts.kernels)
+    if opts._child:
+        return run_child(opts)
+
+    args = model_args(opts)
+    torch.manual_seed(0)
+    batches = make_batches(args, opts, opts.warmup + opts.steps, opts.micro_batch_size)
+    tokens = opts.micro_batch_size * args.max_seq_length
+    predicted = int(sum((b[0].targets != -100).sum() for b in batches) / len(batches))
+    ours, ours_opt = build_megamlm(args, device, opts)
+    sides = {"megamlm": (megamlm_step, ours, ours_opt)}
+    if opts.compare == "hf":
+        theirs, theirs_opt = build_hf(args, device, opts.objective, weights_from=ours)
+        sides["hf"] = (hf_step, theirs, theirs_opt)
+
+    times = {name: [] for name in sides}
+    peaks = {name: 0.0 for name in sides}
+    for i, batch in enumerate(batches):
+        for name, (step, model, optimizer) in sides.items():
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            elapsed = timed(step, model, optimizer, batch, device)
+            if device.type == "cuda":
+                peaks[name] = max(peaks[name], torch.cuda.max_memory_allocated(device) / 2**20)
+            if i >= opts.warmup:
+                times[name].append(elapsed)
+
+    if device.type == "cpu":
+        peaks = {name: child_peak_rss(opts, name) for name in sides}
+    figures = {"preset": opts.preset, "objective": opts.objective, "device": str(device),
+               "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+               "micro_batch_size": opts.micro_batch_size, "seq_length": args.max_seq_length,
+               "vocab_size": args.vocab_size, "hidden_size": args.hidden_size, "torch": torch.__version__,
+               "threads": torch.get_num_threads(), "compile": opts.compile}
+    peak_flops = device_peak(device, opts.peak_tflops)
+    flops = model_flops_per_step(args, tokens, predicted, causal=opts.objective == "clm")
+    print(f"# {opts.preset} ({args.num_layers} layers, hidden {args.hidden_size}, vocab {args.vocab_size}), "
+          f"{opts.objective}, micro-batch {opts.micro_batch_size} x {args.max_seq_length} tokens, "
+          f"{figures['device_name']}, {opts.steps} timed steps after {opts.warmup} warm-up")
+    for name in sides:
+        median = statistics.median(times[name])
+        figures[f"{name}_tokens_per_s"] = tokens / median
+        figures[f"{name}_peak_mib"] = peaks[name]
+        line = f"{name:8s} {tokens / median:10.0f} tok/s | peak memory {peaks[name]:9.1f} MiB"
+        if peak_flops:
+            figures[f"{name}_mfu"] = flops / median / peak_flops
+            line += f" | MFU {100 * figures[f'{name}_mfu']:.1f}%"
+        print(line)
+    if "hf" in sides:
+        figures["tokens_per_s_ratio"] = figures["megamlm_tokens_per_s"] / figures["hf_tokens_per_s"]
+        figures["peak_memory_ratio"] = figures["megamlm_peak_mib"] / max(figures["hf_peak_mib"], 1e-9)
+        print(f"tokens/s megamlm/hf: {figures['tokens_per_s_ratio']:.2f}x")
+        print(f"peak memory megamlm/hf: {figures['peak_memory_ratio']:.2f}x")
+    if opts.max_batch and device.type == "cuda":
+        del sides
+        torch.cuda.empty_cache()
+        figures["megamlm_max_micro_batch"] = max_micro_batch(lambda: build_megamlm(args, device, opts),
+                                                             megamlm_step, args, opts, device)
+        if opts.compare == "hf":
+            figures["hf_max_micro_batch"] = max_micro_batch(lambda: build_hf(args, device, opts.objective),
+                                                            hf_step, args, opts, device)
+            print(f"largest micro-batch megamlm/hf: {figures['megamlm_max_micro_batch']} / "
+                  f"{figures['hf_max_micro_batch']}")
+    if opts.json:
+        Path(opts.json).write_text(json.dumps(figures, indent=2))
+    return figures
+
+
+if __name__ == "__main__":
+    main()
