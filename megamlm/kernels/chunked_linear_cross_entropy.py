@@ -24,7 +24,7 @@ ChunkCrossEntropy = Callable[[torch.Tensor, torch.Tensor, int, bool], torch.Tens
 # Logits bytes per chunk when chunk_size=0. On GPU a large chunk keeps the three matmuls efficient
 # and amortises the per-chunk fp32 weight-gradient update; on CPU a small chunk stays in cache.
 _GPU_CHUNK_BYTES = 1 << 30
-_CPU_CHUNK_BYTES = 32 << 20
+_CPU_CHUNK_BYTES = 256 << 20
 
 
 def torch_chunk_cross_entropy(

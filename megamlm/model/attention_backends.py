@@ -7,8 +7,8 @@ own document (a maximal run of equal ids in its row), causally or not.
 
 backend:
 - ``"sdpa"``: ``scaled_dot_product_attention``. With documents it uses a block-diagonal boolean
-  mask on CPU, and FlexAttention block masks on GPU, where a dense mask would rule out the fused
-  flash kernel and the block mask skips the blocks between documents.
+  mask on CPU, and FlexAttention block masks on GPU (head dim >= 16), where a dense mask would rule
+  out the fused flash kernel and the block mask skips the blocks between documents.
 - ``"flex"``: FlexAttention (GPU), with or without documents.
 - ``"flash"``: flash-attn (``flash_attn_func``; ``flash_attn_varlen_func`` with documents).
 """
@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 ATTENTION_BACKENDS = ("sdpa", "flex", "flash")
+_FLEX_MIN_HEAD_DIM = 16  # FlexAttention's compiled kernels refuse smaller head dims
 
 # The last mask built, reused while the same document_ids tensor comes back (every layer of a step).
 _mask_cache: dict[str, tuple] = {}
@@ -41,12 +42,14 @@ def attention(
     _check_inputs(q, k, v, document_ids, backend)
     if backend == "flash":
         return _flash_attention(q, k, v, causal, document_ids)
-    if backend == "flex" or (document_ids is not None and q.device.type == "cuda"):
-        if q.device.type != "cuda":
+    if backend == "flex":
+        if q.device.type != "cuda" or q.shape[-1] < _FLEX_MIN_HEAD_DIM:
             raise ValueError(
-                "attention backend 'flex' needs a CUDA/ROCm device (FlexAttention has no CPU backward); "
-                "use backend 'sdpa' on CPU"
+                f"attention backend 'flex' needs a CUDA/ROCm device (FlexAttention has no CPU backward) and a "
+                f"head dim of at least {_FLEX_MIN_HEAD_DIM}, got {q.device.type} and {q.shape[-1]}; use backend 'sdpa'"
             )
+        return _flex_attention(q, k, v, causal, document_ids)
+    if document_ids is not None and q.device.type == "cuda" and q.shape[-1] >= _FLEX_MIN_HEAD_DIM:
         return _flex_attention(q, k, v, causal, document_ids)
     if document_ids is None:
         return _sdpa(q, k, v, attn_mask=None, causal=causal)

@@ -186,3 +186,30 @@ def test_cross_entropy_kernel_without_gradient_leaves_logits_alone(triton_ops, d
     torch.testing.assert_close(logits, kept, rtol=0, atol=0)
     torch.testing.assert_close(losses, torch_chunk_cross_entropy(kept.clone(), targets, -100, False))
     assert losses[2] == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="realistic sizes only run compiled, on a GPU")
+def test_realistic_sizes_on_gpu(triton_ops, device):
+    torch.manual_seed(0)
+    bf16 = dict(atol=5e-2, rtol=3e-2)
+    x, w = _leaves(device, torch.bfloat16, torch.randn(4, 512, 2048), torch.rand(2048) + 0.5)
+    _check_fwd_bwd(triton_ops["rms_norm"], reference.rms_norm, [x, w], dict(atol=0.5, rtol=3e-2))
+    (q,) = _leaves(device, torch.bfloat16, torch.randn(2, 512, 12, 128))
+    cos, sin = torch.randn(512, 128, device=device), torch.randn(512, 128, device=device)
+    _check_fwd_bwd(lambda q: triton_ops["apply_rotary"](q, cos, sin),
+                   lambda q: reference.apply_rotary(q, cos, sin), [q], bf16)
+    g, u = _leaves(device, torch.bfloat16, torch.randn(2048, 2816), torch.randn(2048, 2816))
+    _check_fwd_bwd(triton_ops["swiglu"], reference.swiglu, [g, u], bf16)
+
+    h, w, targets = _ce_inputs(device, 1000, 384, 50_257, ignored=range(0, 1000, 9))
+    losses = []
+    for fn in (lambda *a: triton_ops["linear_cross_entropy"](*a, -100, 256), reference.linear_cross_entropy):
+        hh, ww = h.clone().requires_grad_(), w.clone().requires_grad_()
+        loss = fn(hh, ww, targets)
+        loss.backward()
+        losses.append((loss, hh.grad, ww.grad))
+    (lk, ghk, gwk), (lr, ghr, gwr) = losses
+    torch.testing.assert_close(lk, lr, rtol=1e-4, atol=1e-2)
+    torch.testing.assert_close(ghk, ghr, rtol=1e-3, atol=1e-4)
+    torch.testing.assert_close(gwk, gwr, rtol=1e-3, atol=1e-4)

@@ -43,15 +43,15 @@ def reference_attention(q, k, v, causal, document_ids=None):
     return out
 
 
-def _qkv(batch=2, seq=9, heads=4, kv_heads=2, dim=8, dtype=torch.float32, seed=0):
+def _qkv(batch=2, seq=9, heads=4, kv_heads=2, dim=16, dtype=torch.float32, seed=0):
     g = torch.Generator().manual_seed(seed)
     make = lambda h: torch.randn(batch, seq, h, dim, generator=g).to(DEVICE, dtype).requires_grad_()  # noqa: E731
     return make(heads), make(kv_heads), make(kv_heads)
 
 
-def _compare(backend, causal, document_ids, dtype=torch.float32, tol=None):
+def _compare(backend, causal, document_ids, dtype=torch.float32, tol=None, dim=16):
     tol = tol or dict(atol=1e-5, rtol=1e-4)
-    q, k, v = _qkv(dtype=dtype)
+    q, k, v = _qkv(dtype=dtype, dim=dim)
     ids = None if document_ids is None else document_ids.to(DEVICE)
     out = attention(q, k, v, causal, ids, backend=backend)
     q2, k2, v2 = (t.detach().clone().requires_grad_() for t in (q, k, v))
@@ -68,6 +68,11 @@ def _compare(backend, causal, document_ids, dtype=torch.float32, tol=None):
 @pytest.mark.parametrize("with_documents", [False, True])
 def test_sdpa_matches_reference(causal, with_documents):
     _compare("sdpa", causal, DOCS if with_documents else None)
+
+
+def test_sdpa_with_documents_and_a_small_head_dim_uses_the_dense_mask():
+    # FlexAttention refuses head dims below 16; on GPU "sdpa" then keeps the dense mask.
+    _compare("sdpa", True, DOCS, dim=8)
 
 
 def test_document_mask_is_block_diagonal_and_treats_a_returning_id_as_a_new_document():
@@ -104,10 +109,9 @@ def test_flash_backend_without_flash_attn_names_the_fix():
         attention(q, k, v, True, backend="flash")
 
 
-@pytest.mark.skipif(DEVICE.type == "cuda", reason="CPU-only refusal")
-def test_flex_backend_on_cpu_is_refused():
-    q, k, v = _qkv()
-    with pytest.raises(ValueError, match="use backend 'sdpa' on CPU"):
+def test_flex_backend_refuses_cpu_and_small_head_dims():
+    q, k, v = _qkv(dim=8)
+    with pytest.raises(ValueError, match="head dim of at least 16.*use backend 'sdpa'"):
         attention(q, k, v, False, backend="flex")
 
 

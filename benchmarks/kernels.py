@@ -1,0 +1,241 @@
+"""Kernel vs reference: forward+backward time and peak memory, side by side.
+
+    PYTHONPATH=. python benchmarks/kernels.py                 # CPU, or the GPU when there is one
+    PYTHONPATH=. python benchmarks/kernels.py --device cpu --quick --json out.json
+
+On a GPU every op runs through each backend of ``megamlm.kernels`` (reference, triton, and chunked
+for the LM-head cross-entropy); on CPU only the cross-entropy has a second backend (chunked; Triton
+runs on CPU only in its slow interpreter). Time is the median of ``--reps`` timed forward+backward
+passes after one warm-up; peak memory is the high-water mark above what was allocated before the
+pass (CUDA allocator stats on GPU, the process's peak resident set on CPU). Ratios are against the
+reference: time < 1 is faster, memory < 1 is leaner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from megamlm import kernels  # noqa: E402
+
+VOCAB = 128_256
+
+
+@dataclass
+class Case:
+    op: str
+    shape: str
+    backend: str
+    ms: float
+    peak_mib: float | None
+    time_ratio: float | None = None
+    memory_ratio: float | None = None
+
+
+def _cpu_rss_bytes(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def _reset_cpu_peak() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM (peak RSS) to the current RSS
+        return True
+    except OSError:
+        return False
+
+
+def measure(step: Callable[[], None], device: torch.device, reps: int) -> tuple[float, float | None]:
+    """Median ms of ``step`` and its peak memory (MiB) above the memory in use before it."""
+    step()  # warm-up: compiles kernels, fills allocator caches
+    times, peaks = [], []
+    for _ in range(reps):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            step()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+            peaks.append((torch.cuda.max_memory_allocated() - base) / 2**20)
+        else:
+            base = _cpu_rss_bytes("VmRSS")
+            can_peak = _reset_cpu_peak()
+            t0 = time.perf_counter()
+            step()
+            times.append((time.perf_counter() - t0) * 1000)
+            if can_peak:
+                peaks.append((_cpu_rss_bytes("VmHWM") - base) / 2**20)
+    return statistics.median(times), (max(peaks) if peaks else None)
+
+
+def _fwd_bwd(fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor]):
+    """A step that runs fn forward and backward on fresh-grad leaves."""
+
+    def step() -> None:
+        for t in inputs:
+            t.grad = None
+        out = fn(*inputs)
+        if out.dim() == 0:
+            out.backward()
+        else:
+            out.backward(torch.ones_like(out))
+        for t in inputs:
+            t.grad = None
+
+    return step
+
+
+def cases_for(device: torch.device, quick: bool) -> list[tuple[str, str, Callable[[], list], Callable]]:
+    """(op, shape label, input factory, op call) for this device."""
+    gpu = device.type == "cuda"
+    dt = torch.bfloat16 if gpu else torch.float32
+
+    def leaf(*shape, dtype=dt, scale=1.0):
+        return (torch.randn(*shape, device=device, dtype=torch.float32) * scale).to(dtype).requires_grad_()
+
+    out = []
+    if gpu:
+        rows, hidden, inter = (4096, 1024, 2816) if quick else (16384, 2048, 5632)
+        batch, seq, heads, head_dim = (2, 2048, 16, 64) if quick else (8, 2048, 16, 128)
+        out.append(("rms_norm", f"x ({rows}, {hidden}) {dt}",
+                    lambda: [leaf(rows, hidden), leaf(hidden)],
+                    lambda x, w: kernels.rms_norm(x, w, 1e-5)))
+
+        def make_rotary():
+            make_rotary.tables = (torch.randn(seq, head_dim, device=device), torch.randn(seq, head_dim, device=device))
+            return [leaf(batch, seq, heads, head_dim)]
+
+        out.append(("apply_rotary", f"x ({batch}, {seq}, {heads}, {head_dim}) {dt}", make_rotary,
+                    lambda x: kernels.apply_rotary(x, *make_rotary.tables)))
+
+        out.append(("swiglu", f"gate/up halves of ({rows}, {2 * inter}) {dt}", lambda: [leaf(rows, 2 * inter)],
+                    lambda fused: kernels.swiglu(*fused.chunk(2, dim=-1))))
+    n_rows, hidden = ((2048, 512) if quick else (16384, 1152)) if gpu else ((512, 256) if quick else (2048, 384))
+
+    def make_ce():
+        h = leaf(n_rows, hidden)
+        w = leaf(VOCAB, hidden, scale=0.02)
+        targets = torch.randint(0, VOCAB, (n_rows,), device=device)
+        targets[::7] = -100
+        make_ce.targets = targets
+        return [h, w]
+
+    make_ce.chunk = 0
+    out.append(("linear_cross_entropy", f"hidden ({n_rows}, {hidden}) x vocab {VOCAB} {dt}", make_ce,
+                lambda h, w: kernels.linear_cross_entropy(h, w, make_ce.targets, chunk_size=make_ce.chunk)))
+    return out
+
+
+def backends_for(op: str, device: torch.device) -> list[str]:
+    names = ["reference"]
+    if device.type == "cuda" and kernels.triton_available():
+        names.append("triton")
+    if op == "linear_cross_entropy":
+        names.append("chunked")
+    return names
+
+
+def run(device: torch.device, reps: int, quick: bool, ce_chunks: list[int]) -> list[Case]:
+    results: list[Case] = []
+    for op, label, make_inputs, call in cases_for(device, quick):
+        backends = backends_for(op, device)
+        if len(backends) == 1:
+            continue
+        torch.manual_seed(0)
+        inputs = make_inputs()
+        rows: list[Case] = []
+        variants = [(b, 0) for b in backends]
+        if op == "linear_cross_entropy":
+            variants += [("triton" if "triton" in backends else "chunked", c) for c in ce_chunks]
+        for backend, chunk in variants:
+            if op == "linear_cross_entropy":
+                make_inputs.chunk = chunk
+            name = backend if not chunk else f"{backend}@{chunk}"
+            with kernels.kernel_backend(backend):
+                ms, peak = measure(_fwd_bwd(call, inputs), device, reps)
+            rows.append(Case(op, label, name, round(ms, 3), None if peak is None else round(peak, 1)))
+            print(f"  {op:22s} {name:14s} {ms:10.2f} ms  peak {peak if peak is None else round(peak)} MiB",
+                  flush=True)
+        ref = rows[0]
+        for row in rows:
+            row.time_ratio = round(row.ms / ref.ms, 3)
+            if row.peak_mib is not None and ref.peak_mib:
+                row.memory_ratio = round(row.peak_mib / ref.peak_mib, 3)
+        results.extend(rows)
+        del inputs
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return results
+
+
+def print_table(results: list[Case], device_name: str) -> None:
+    print(f"\nkernels vs reference on {device_name} (forward+backward; ratio < 1 is better)")
+    print(f"{'op':22s} {'backend':14s} {'ms':>10s} {'peak MiB':>10s} {'time/ref':>9s} {'mem/ref':>8s}  shape")
+    for r in results:
+        peak = "n/a" if r.peak_mib is None else f"{r.peak_mib:.0f}"
+        mem = "n/a" if r.memory_ratio is None else f"{r.memory_ratio:.2f}x"
+        print(f"{r.op:22s} {r.backend:14s} {r.ms:10.2f} {peak:>10s} {r.time_ratio:8.2f}x {mem:>8s}  {r.shape}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="auto", help="auto (cuda when available), cpu or cuda")
+    parser.add_argument("--reps", type=int, default=3, help="timed repetitions per case (median reported)")
+    parser.add_argument("--quick", action="store_true", help="smaller shapes (smoke run)")
+    parser.add_argument("--json", type=Path, help="also write the results to this JSON file")
+    parser.add_argument("--ce-chunks", default="",
+                        help="comma-separated explicit chunk sizes to also time for the fused cross-entropy "
+                             "(Triton on GPU, chunked on CPU); the default rows use the automatic chunk")
+    args = parser.parse_args(argv)
+    if args.device == "auto":
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        device = torch.device(args.device)
+        if device.type == "cuda" and not torch.cuda.is_available():
+            parser.error("--device cuda but no CUDA device is visible; use --device cpu")
+    if args.reps < 1:
+        parser.error("--reps must be at least 1")
+    try:
+        ce_chunks = [int(c) for c in args.ce_chunks.split(",") if c.strip()]
+    except ValueError:
+        parser.error(f"--ce-chunks takes comma-separated integers, got {args.ce_chunks!r}")
+    if any(c < 1 for c in ce_chunks):
+        parser.error("--ce-chunks sizes must be positive")
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
+    print(f"device {device_name}, torch {torch.__version__}, threads {torch.get_num_threads()}", flush=True)
+    results = run(device, args.reps, args.quick, ce_chunks)
+    print_table(results, device_name)
+    if args.json:
+        payload = {"device": device_name, "torch": torch.__version__, "quick": args.quick,
+                   "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                   "results": [asdict(r) for r in results]}
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=args.json.parent, delete=False, suffix=".tmp") as f:
+            json.dump(payload, f, indent=2)
+        os.replace(f.name, args.json)
+
+
+if __name__ == "__main__":
+    main()
