@@ -14,6 +14,17 @@ def llama3_dir():
     return path
 
 
+@pytest.fixture(scope="session")
+def llama3_tokenizer():
+    """Llama 3's tokenizer.json loaded once (it takes seconds)."""
+    path = SHARED / "tokenizers" / "llama3"
+    if not (path / "tokenizer.json").is_file():
+        pytest.skip(f"shared Llama 3 tokenizer not found at {path}")
+    from megamlm.data import load_tokenizer
+
+    return load_tokenizer(path)
+
+
 @pytest.fixture
 def austen_jsonl():
     path = SHARED / "data" / "austen" / "austen.jsonl"

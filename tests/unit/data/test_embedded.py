@@ -1,19 +1,28 @@
 import gzip
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from megamlm.data import IndexedDataset, load_tokenizer, prepare_embedded_corpus
 from megamlm.data.embedded import CORPUS_FILE, default_cache_root
 
 
-def test_prepare_tokenizes_once_and_reuses(tmp_path):
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    root = tmp_path_factory.mktemp("embedded")
     start = time.perf_counter()
-    prefix, tokenizer_path = prepare_embedded_corpus(tmp_path)
+    prefix, tokenizer_path = prepare_embedded_corpus(root)
     assert time.perf_counter() - start < 30  # a few seconds when the machine is not shared
+    return root, prefix, tokenizer_path
+
+
+def test_prepare_tokenizes_once_and_reuses(prepared):
+    tmp_path, prefix, tokenizer_path = prepared
     tok = load_tokenizer(tokenizer_path)
     ds = IndexedDataset(prefix)
     with gzip.open(CORPUS_FILE, "rt") as f:
@@ -28,9 +37,12 @@ def test_prepare_tokenizes_once_and_reuses(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == [os.path.basename(os.path.dirname(prefix))]
 
 
-def test_damaged_cache_is_rebuilt(tmp_path):
-    prefix, _ = prepare_embedded_corpus(tmp_path)
-    expected = IndexedDataset(prefix)[7].copy()
+def test_damaged_cache_is_rebuilt(prepared, tmp_path):
+    root, good_prefix, _ = prepared
+    folder = Path(good_prefix).parent
+    shutil.copytree(folder, tmp_path / folder.name)
+    prefix = str(tmp_path / folder.name / Path(good_prefix).name)
+    expected = IndexedDataset(good_prefix)[7].copy()
     with open(prefix + ".bin", "r+b") as f:
         f.truncate(100)
     prefix_again, _ = prepare_embedded_corpus(tmp_path)

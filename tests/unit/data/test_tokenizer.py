@@ -14,16 +14,15 @@ def austen_paragraphs(path, count):
         return [json.loads(next(f))["text"] for _ in range(count)]
 
 
-def test_llama3_ids(llama3_dir):
-    tok = load_tokenizer(llama3_dir)
+def test_llama3_ids(llama3_tokenizer):
+    tok = llama3_tokenizer
     assert tok.kind == "huggingface"
     assert tok.vocab_size == 128256
     assert (tok.bos_id, tok.eos_id, tok.pad_id, tok.mask_id) == (128000, 128001, 128001, 128002)
     assert tok.special_ids == list(range(128000, 128256))
     assert tok.encode("Hello world") == [9906, 1917]
     assert tok.decode([9906, 1917]) == "Hello world"
-    # the file itself works as well as its folder
-    assert load_tokenizer(llama3_dir / "tokenizer.json").mask_id == 128002
+    assert tok.path.endswith("tokenizer.json")  # the folder was resolved to the file
 
 
 def test_bundled_tokenizer():
@@ -51,7 +50,7 @@ def bytes_to_unicode():
     return table
 
 
-def test_tiktoken_file_matches_huggingface(tmp_path, llama3_dir, austen_jsonl):
+def test_tiktoken_file_matches_huggingface(tmp_path, llama3_dir, llama3_tokenizer, austen_jsonl):
     """A tiktoken file made from Llama 3's vocabulary tokenizes like Llama 3's tokenizer.json."""
     vocab = json.loads((llama3_dir / "tokenizer.json").read_text())["model"]["vocab"]
     decode_char = {c: b for b, c in bytes_to_unicode().items()}
@@ -59,7 +58,7 @@ def test_tiktoken_file_matches_huggingface(tmp_path, llama3_dir, austen_jsonl):
     path = tmp_path / "tokenizer.model"
     path.write_bytes(b"".join(base64.b64encode(token) + b" %d\n" % rank for rank, token in lines))
     tik = load_tokenizer(path)
-    hf = load_tokenizer(llama3_dir)
+    hf = llama3_tokenizer
     assert tik.kind == "tiktoken"
     assert tik.vocab_size == 128256
     assert (tik.bos_id, tik.eos_id, tik.pad_id, tik.mask_id) == (128000, 128001, 128001, 128002)
