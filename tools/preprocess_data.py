@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     group = parser.add_argument_group("runtime")
     group.add_argument("--workers", type=int, default=1, help="tokenizer processes")
-    group.add_argument("--log-interval", type=float, default=1.0, help="seconds between progress updates")
+    group.add_argument("--log-interval", type=int, default=1000, help="documents between updates of the rates shown")
     group.add_argument("--no-progress", action="store_true", help="no progress bar (the summary is still printed)")
     return parser
 

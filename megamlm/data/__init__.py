@@ -37,11 +37,11 @@ def check_vocab(dataset: IndexedDataset, vocab_size: int) -> None:
     """Raise DataError when the dataset holds a token id >= vocab_size."""
     if np.issubdtype(dataset.dtype, np.integer) and np.iinfo(dataset.dtype).max < vocab_size:
         return  # the token dtype cannot hold an id that large
-    tokens = np.frombuffer(dataset._bin, dtype=dataset.dtype) if len(dataset._bin) else np.zeros(0, dataset.dtype)
+    tokens = dataset.tokens()
     if len(tokens) <= _FULL_SCAN_TOKENS:
         largest = dataset.max_token_id()
     else:
-        chunk = 1 << 20
+        chunk = min(1 << 20, len(tokens))
         starts = np.linspace(0, len(tokens) - chunk, 64).astype(np.int64)
         largest = max(int(tokens[s : s + chunk].max()) for s in starts)
     if largest >= vocab_size:

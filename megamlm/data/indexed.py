@@ -327,9 +327,13 @@ class IndexedDataset:
             raise IndexError(f"sequence {i} out of range for {self.prefix} with {n} sequences")
         return self.get(i)
 
+    def tokens(self) -> np.ndarray:
+        """Every token of the .bin as one flat memory-mapped array."""
+        return np.frombuffer(self._bin, dtype=self.dtype) if len(self._bin) else np.zeros(0, self.dtype)
+
     def max_token_id(self, chunk_tokens: int = 1 << 26) -> int:
-        """Largest token id in the .bin, scanned in chunks (reads the whole file)."""
-        tokens = np.frombuffer(self._bin, dtype=self.dtype) if len(self._bin) else np.zeros(0, self.dtype)
+        """Largest token id in the .bin, scanned in chunks (reads the whole file); -1 when empty."""
+        tokens = self.tokens()
         best = -1
         for start in range(0, len(tokens), chunk_tokens):
             best = max(best, int(tokens[start : start + chunk_tokens].max()))

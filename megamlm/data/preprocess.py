@@ -48,7 +48,7 @@ class PreprocessSettings:
     prepend_bos: bool = False
     workers: int = 1
     shard_documents: int | None = None
-    log_interval: float = 1.0
+    log_interval: int = 1000  # documents between rate updates (Megatron's --log-interval)
     progress: bool = True
 
 
@@ -219,27 +219,28 @@ class Summary:
 
 
 class _Progress:
-    def __init__(self, enabled: bool, interval: float):
+    """A tqdm bar over documents; tokens/s and MB/s are refreshed every `interval` documents."""
+
+    def __init__(self, enabled: bool, interval: int):
         self.bar = None
-        self.interval = interval
-        self.last = 0.0
+        self.interval = max(1, interval)
+        self.next_update = self.interval
         self.start = time.perf_counter()
         if enabled:
             from tqdm import tqdm
 
-            self.bar = tqdm(unit="doc", file=sys.stderr, mininterval=interval, dynamic_ncols=True)
+            self.bar = tqdm(unit="doc", file=sys.stderr, mininterval=1.0, dynamic_ncols=True)
 
     def update(self, documents: int, summary: Summary) -> None:
         if self.bar is None:
             return
         self.bar.update(documents)
-        now = time.perf_counter()
-        if now - self.last >= self.interval:
-            elapsed = max(now - self.start, 1e-9)
+        if summary.documents >= self.next_update:
+            elapsed = max(time.perf_counter() - self.start, 1e-9)
             self.bar.set_postfix_str(
                 f"{summary.tokens / elapsed:,.0f} tok/s, {summary.input_bytes / elapsed / 1e6:,.1f} MB/s", refresh=False
             )
-            self.last = now
+            self.next_update = summary.documents + self.interval
 
     def close(self) -> None:
         if self.bar is not None:

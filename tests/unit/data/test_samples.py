@@ -177,3 +177,17 @@ def test_seeded_permutation(n):
         # no trace of the input order: values are uncorrelated with positions, halves mix evenly
         assert abs(np.corrcoef(np.arange(n), p)[0, 1]) < 5 / np.sqrt(n)
         assert abs(np.mean(p[: n // 2] < n // 2) - 0.5) < 5 / np.sqrt(n)
+
+
+def test_vocab_check_samples_huge_files(tmp_path, monkeypatch):
+    import megamlm.data as data
+
+    docs = [np.full(5000, 10, dtype=np.int64) for _ in range(4)]
+    docs[3][-1] = 900  # in the last chunk, which the sampled scan always reads
+    write(tmp_path / "d", docs)
+    dataset = IndexedDataset(tmp_path / "d")
+    monkeypatch.setattr(data, "_FULL_SCAN_TOKENS", 100)
+    with pytest.raises(DataError, match="token id 900"):
+        data.check_vocab(dataset, 500)
+    data.check_vocab(dataset, 901)
+    data.check_vocab(IndexedDataset(tmp_path / "d"), 2**17)  # uint16 ids cannot reach it: nothing read
