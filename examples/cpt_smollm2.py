@@ -85,13 +85,15 @@ def continued_pretraining(ckpt: Path, data_prefix: Path, save: Path, steps: int,
                "--lr", "1e-4", "--lr-warmup-iters", "2", "--lr-wsd-decay-iters", "4", "--weight-decay", "0.0",
                "--device", "cpu", "--precision", "fp32", "--log-interval", "1", "--save", str(save)]
     print("$", " ".join(command), flush=True)
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
-    sys.stdout.write(done.stdout)
-    sys.stderr.write(done.stderr)
-    if done.returncode != 0:
-        raise SystemExit(f"pretrain.py failed with exit code {done.returncode}")
+    output = []
+    with subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as run:
+        for line in run.stdout:  # streamed, so progress shows while it trains
+            sys.stdout.write(line)
+            output.append(line)
+    if run.returncode != 0:
+        raise SystemExit(f"pretrain.py failed with exit code {run.returncode}")
     losses = {int(m.group(1)): float(m.group(2))
-              for m in re.finditer(r"step (\d+)/\d+ \| objective mlm \| loss ([0-9.]+)", done.stdout + done.stderr)}
+              for m in re.finditer(r"step (\d+)/\d+ \| objective mlm \| loss ([0-9.]+)", "".join(output))}
     return {"losses": losses, "command": command}
 
 
@@ -127,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         timings[name] = round(time.perf_counter() - start - sum(timings.values()), 1)
         print(f"--- {name}: {timings[name]} s", flush=True)
 
-    ckpt = import_hf(MODEL_DIR, work / "imported", force=True, max_seq_length=args.seq_length)
+    ckpt = import_hf(MODEL_DIR, work / "imported", force=True)
     lap("import")
     report["causal_loss"] = causal_losses(ckpt, austen_paragraphs(1)[0])
     print("causal loss on the first Austen paragraph:", report["causal_loss"])
