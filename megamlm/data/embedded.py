@@ -72,13 +72,12 @@ def prepare_embedded_corpus(cache_dir: str | os.PathLike | None = None) -> tuple
         tmp.mkdir()
         try:
             _tokenize_into(tmp)
-            if not _is_complete(folder):  # another process may have finished it meanwhile
-                shutil.rmtree(folder, ignore_errors=True)  # an incomplete or corrupt leftover
-                try:
+            try:
+                os.rename(tmp, folder)  # fails when the folder exists (another process, or a leftover)
+            except OSError:
+                if not _is_complete(folder):
+                    shutil.rmtree(folder, ignore_errors=True)  # an incomplete or corrupt leftover
                     os.rename(tmp, folder)
-                except OSError:
-                    if not _is_complete(folder):
-                        raise
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return str(folder / DATASET_NAME), str(TOKENIZER_FILE)

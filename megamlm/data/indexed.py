@@ -240,6 +240,11 @@ class IndexedDataset:
         self.dtype = np.dtype(DTYPE_CODES[code])
         sequence_count, document_count = struct.unpack_from("<QQ", header, position + 9)
         expected = HEADER_BYTES + sequence_count * (4 + 8) + document_count * 8
+        if idx_size == expected + sequence_count and sequence_count:
+            raise DataError(
+                f"{idx_file} is a multimodal index (it carries per-sequence modes), which megamlm does not read; "
+                f"preprocess the text without multimodal modes"
+            )
         if idx_size != expected:
             raise DataError(
                 f"{idx_file} is {idx_size} bytes but its header announces {sequence_count} sequences and "

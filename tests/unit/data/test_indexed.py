@@ -178,3 +178,11 @@ def test_corrupt_pointers_and_document_index(good):
     patch(good + ".idx", 34 + 12 * n, struct.pack("<q", 5))
     with pytest.raises(DataError, match="document index"):
         IndexedDataset(good)
+
+
+def test_multimodal_index_is_named(good):
+    n = len(IndexedDataset(good))
+    with open(good + ".idx", "ab") as f:
+        f.write(b"\x00" * n)  # Megatron's multimodal files end with one int8 mode per sequence
+    with pytest.raises(DataError, match="multimodal index"):
+        IndexedDataset(good)
