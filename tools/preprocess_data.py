@@ -26,7 +26,10 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--input", nargs="+", required=True, help="jsonl(.gz/.zst) or parquet files")
     group.add_argument("--json-keys", nargs="+", default=["text"], help="fields (columns) to tokenize")
     group = parser.add_argument_group("tokenizer")
-    group.add_argument("--tokenizer-type", default="HuggingFaceTokenizer", choices=sorted(TOKENIZER_TYPES))
+    group.add_argument(
+        "--tokenizer-type", default="HuggingFaceTokenizer",
+        help=f"one of {', '.join(TOKENIZER_TYPES)} (see megamlm/data/preprocess.py for what each does)",
+    )
     group.add_argument(
         "--tokenizer-model", required=True,
         help="tokenizer.json or its folder, tiktoken BPE file, or sentencepiece model",

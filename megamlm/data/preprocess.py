@@ -4,6 +4,12 @@ Documents are encoded the way Megatron's tools/preprocess_data.py encodes them, 
 tokenizer gives the same bytes: a text field that is a string becomes one sequence, a list
 of strings one sequence per non-empty string; `append_eod` adds the eod (eos) token to the
 last sequence of a non-empty document; an empty text makes a document with no sequence.
+
+Tokenizer types and what each does per text, as Megatron's tokenizer of that name does:
+HuggingFaceTokenizer `tokenizer(text).input_ids` (the tokenizer.json post-processor applies),
+GPTSentencePieceTokenizer `encode_as_ids(text)`, Llama2Tokenizer `[bos] + encode(text)`.
+`TiktokenBPE` (megamlm's name: Megatron's TikTokenizer reads a JSON vocabulary shifted past its
+special tokens, another format) encodes with a tiktoken BPE text file's own ranks.
 """
 
 from __future__ import annotations
@@ -25,13 +31,20 @@ import numpy as np
 from megamlm.data.indexed import DataError, IndexedDatasetWriter, best_dtype
 from megamlm.data.tokenizer import load_tokenizer
 
-# Megatron --tokenizer-type names accepted, and the tokenizer kind each maps to.
+# --tokenizer-type names accepted, and the tokenizer kind each maps to (see the module docstring).
 TOKENIZER_TYPES = {
     "HuggingFaceTokenizer": "huggingface",
-    "TikTokenizer": "tiktoken",
-    "SentencePieceTokenizer": "sentencepiece",
     "GPTSentencePieceTokenizer": "sentencepiece",
     "Llama2Tokenizer": "sentencepiece",
+    "TiktokenBPE": "tiktoken",
+}
+# Megatron types whose encoding megamlm does not reproduce, with what to use instead.
+UNSUPPORTED_TYPES = {
+    "TikTokenizer": "TiktokenBPE (a tiktoken BPE text file, ids as ranked in the file)",
+    "SentencePieceTokenizer": "GPTSentencePieceTokenizer (Megatron's SentencePieceTokenizer adds its own special ids)",
+    "GPT2BPETokenizer": "HuggingFaceTokenizer with a tokenizer.json",
+    "BertWordPieceLowerCase": "HuggingFaceTokenizer with a tokenizer.json",
+    "BertWordPieceCase": "HuggingFaceTokenizer with a tokenizer.json",
 }
 INPUT_SUFFIXES = (".jsonl", ".json", ".jsonl.gz", ".json.gz", ".jsonl.zst", ".json.zst", ".parquet")
 CHUNK_DOCUMENTS = 256
@@ -54,6 +67,8 @@ class PreprocessSettings:
 
 def check_settings(s: PreprocessSettings) -> None:
     """Every user error, raised before any work starts."""
+    if s.tokenizer_type in UNSUPPORTED_TYPES:
+        raise DataError(f"--tokenizer-type {s.tokenizer_type} is not supported; use {UNSUPPORTED_TYPES[s.tokenizer_type]}")
     if s.tokenizer_type not in TOKENIZER_TYPES:
         raise DataError(
             f"--tokenizer-type {s.tokenizer_type} is not supported; use one of {', '.join(TOKENIZER_TYPES)}"
@@ -181,6 +196,8 @@ def _encode_chunk(task):
             texts.extend(sentences)
             owners.append((i, key, len(sentences)))
     encoded_all = tokenizer.encode_batch(texts, add_special)  # one call: the tokenizer batches internally
+    if settings.tokenizer_type == "Llama2Tokenizer":  # Megatron's Llama2Tokenizer.tokenize(s, bos=True)
+        encoded_all = [[tokenizer.bos_id, *ids] for ids in encoded_all]
     documents = [dict() for _ in records]
     position = 0
     for i, key, count in owners:

@@ -57,7 +57,7 @@ def test_bad_input_is_reported_before_work(tmp_path):
     good = write_jsonl(tmp_path / "c.jsonl", RECORDS)
     with pytest.raises(DataError, match="not found"):
         preprocess(settings(tmp_path, [str(tmp_path / "missing.jsonl")]))
-    with pytest.raises(DataError, match="--tokenizer-type GPT2BPETokenizer is not supported"):
+    with pytest.raises(DataError, match="--tokenizer-type GPT2BPETokenizer is not supported; use HuggingFaceTokenizer"):
         preprocess(settings(tmp_path, [good], tokenizer_type="GPT2BPETokenizer"))
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "fine"}\n{"text": broken\n')
@@ -66,3 +66,47 @@ def test_bad_input_is_reported_before_work(tmp_path):
     with pytest.raises(DataError, match="no 'body' field"):
         preprocess(settings(tmp_path, [good], json_keys=["body"]))
     assert not list((tmp_path / "out").glob("*.bin"))  # failed runs leave nothing behind
+
+
+@pytest.fixture(scope="module")
+def sentencepiece_model(tmp_path_factory):
+    spm = pytest.importorskip("sentencepiece")
+    import io
+
+    model = io.BytesIO()
+    texts = [r["text"] if isinstance(r["text"], str) else " ".join(r["text"]) for r in RECORDS] * 20
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(texts), model_writer=model, vocab_size=60, minloglevel=2, hard_vocab_limit=False
+    )
+    path = tmp_path_factory.mktemp("sp") / "sp.model"
+    path.write_bytes(model.getvalue())
+    return str(path)
+
+
+@pytest.mark.parametrize("tokenizer_type", ["GPTSentencePieceTokenizer", "Llama2Tokenizer"])
+def test_sentencepiece_types_encode_like_megatron(tmp_path, sentencepiece_model, tokenizer_type):
+    import sentencepiece
+
+    source = write_jsonl(tmp_path / "c.jsonl", RECORDS)
+    preprocess(PreprocessSettings(
+        inputs=[source], output_prefix=str(tmp_path / "c"), tokenizer_model=sentencepiece_model,
+        tokenizer_type=tokenizer_type, append_eod=True, progress=False,
+    ))
+    sp = sentencepiece.SentencePieceProcessor(model_file=sentencepiece_model)
+    bos = [sp.bos_id()] if tokenizer_type == "Llama2Tokenizer" else []  # Megatron's Llama2Tokenizer adds bos
+    expected = []
+    for record in RECORDS:
+        sentences = record["text"] if isinstance(record["text"], list) else [record["text"]]
+        ids = [bos + sp.encode_as_ids(t) for t in sentences]
+        ids = [x for x in ids if x]
+        if ids:
+            ids[-1] = ids[-1] + [sp.eos_id()]
+        expected.extend(ids)
+    ds = IndexedDataset(tmp_path / "c_text_document")
+    assert [ds[i].tolist() for i in range(len(ds))] == expected
+
+
+def test_unsupported_megatron_types_name_the_alternative(tmp_path):
+    source = write_jsonl(tmp_path / "c.jsonl", RECORDS)
+    with pytest.raises(DataError, match="TikTokenizer is not supported; use TiktokenBPE"):
+        preprocess(settings(tmp_path, [source], tokenizer_type="TikTokenizer"))
