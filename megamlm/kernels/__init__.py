@@ -12,6 +12,9 @@ each call picks an implementation from the process-wide backend (``set_kernel_ba
 - ``"reference"``: the pure-PyTorch references of ``reference.py``, full logits included.
 - ``"chunked"``: references, but ``linear_cross_entropy`` chunked in pure PyTorch.
 
+Tensor subclasses (DTensor under tensor/sequence parallelism, fake tensors while tracing) always
+take the references, which their own dispatch knows how to shard; the fused kernels need plain tensors.
+
 Importing this package never imports triton; the Triton modules load on first use.
 """
 
@@ -97,8 +100,14 @@ def _on_accelerator(t: torch.Tensor) -> bool:
     return t.device.type == "cuda"  # ROCm tensors also report "cuda"
 
 
-def resolve_backend(op: str, tensor: torch.Tensor) -> str:
-    """Which implementation ``op`` uses for ``tensor`` under the current backend: triton/chunked/reference."""
+def _plain(t: torch.Tensor) -> bool:
+    return type(t) in (torch.Tensor, torch.nn.Parameter)
+
+
+def resolve_backend(op: str, tensor: torch.Tensor, *others: torch.Tensor) -> str:
+    """Which implementation ``op`` uses for these inputs under the current backend: triton/chunked/reference."""
+    if not all(_plain(t) for t in (tensor, *others)):
+        return "reference"
     if _backend == "triton":
         if not _on_accelerator(tensor) and os.environ.get("TRITON_INTERPRET") != "1":
             raise RuntimeError(
@@ -123,20 +132,20 @@ def _triton_op(op: str):
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
-    if resolve_backend("rms_norm", x) == "triton":
+    if resolve_backend("rms_norm", x, weight) == "triton":
         return _triton_op("rms_norm")(x, weight, eps)
     return reference.rms_norm(x, weight, eps)
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     # The Triton kernel treats the tables as constants; differentiable tables take the reference.
-    if resolve_backend("apply_rotary", x) == "triton" and not (cos.requires_grad or sin.requires_grad):
+    if resolve_backend("apply_rotary", x, cos, sin) == "triton" and not (cos.requires_grad or sin.requires_grad):
         return _triton_op("apply_rotary")(x, cos, sin)
     return reference.apply_rotary(x, cos, sin)
 
 
 def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    if resolve_backend("swiglu", gate) == "triton":
+    if resolve_backend("swiglu", gate, up) == "triton":
         return _triton_op("swiglu")(gate, up)
     return reference.swiglu(gate, up)
 
@@ -149,7 +158,7 @@ def linear_cross_entropy(
     chunk_size: int = 0,
 ) -> torch.Tensor:
     """Sum (fp32) of token cross-entropies of ``hidden @ weight.T``; see ``reference.linear_cross_entropy``."""
-    choice = resolve_backend("linear_cross_entropy", hidden)
+    choice = resolve_backend("linear_cross_entropy", hidden, weight, targets)
     if choice == "triton":
         return _triton_op("linear_cross_entropy")(hidden, weight, targets, ignore_index, chunk_size)
     if choice == "chunked":

@@ -54,6 +54,20 @@ def test_triton_backend_refuses_cpu_tensors_unless_interpreted(monkeypatch):
     assert K.resolve_backend("rms_norm", torch.ones(2)) == "triton"
 
 
+def test_tensor_subclasses_take_the_reference_even_under_triton(monkeypatch):
+    # DTensor (tensor parallelism) and tracing tensors are subclasses; the fused kernels need plain tensors.
+    class Wrapped(torch.Tensor):
+        pass
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    if K.triton_available():
+        K.set_kernel_backend("triton")
+    x = torch.ones(2, 4)
+    assert K.resolve_backend("rms_norm", x, torch.nn.Parameter(torch.ones(4))) == K.resolve_backend("rms_norm", x)
+    assert K.resolve_backend("rms_norm", x, torch.ones(4).as_subclass(Wrapped)) == "reference"
+    assert K.resolve_backend("linear_cross_entropy", x.as_subclass(Wrapped)) == "reference"
+
+
 def test_auto_on_cpu_gives_reference_results():
     torch.manual_seed(0)
     x, w = torch.randn(3, 8), torch.randn(8)
