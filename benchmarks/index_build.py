@@ -7,9 +7,9 @@ The corpus is synthetic (document lengths drawn with a fixed seed; only lengths 
 index). Both builders are checked to agree before any time is reported.
 
 Measured (defaults: 50M documents, 48.8M samples; Python 3.12, numpy 2.5, an idle 16-core
-server): document index 2.3 s, shuffle index 2.3 s, sample index 1.5 s with the C++ helper
-(7.2 s numpy), blend index 0.5 s C++ (1.3 s numpy): about 6 s for a whole run's index with
-the helper, 12 s without.
+server, one thread): document index 2.6 s, shuffle index 2.2 s, sample index 1.2 s with the
+C++ helper (3.1 s numpy), blend index 0.5 s C++ (1.2 s numpy): about 6 s for a whole run's
+index with the helper, 8 s without. On a busy 2-core VM, 8.7 CPU-seconds with the helper.
 """
 
 from __future__ import annotations
