@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from megamlm.data import BlendedDataset, DataError, IndexedDataset, IndexedDatasetWriter, build_train_dataset
+from megamlm.data import BlendedDataset, DataError, IndexedDatasetWriter, build_train_dataset
 from megamlm.data.blending import build_blend_index_numpy, parse_data_path
 
 
