@@ -4,8 +4,9 @@
     PYTHONPATH=. python benchmarks/kernels.py --device cpu --quick --json out.json
 
 On a GPU every op runs through each backend of ``megamlm.kernels`` (reference, triton, and chunked
-for the LM-head cross-entropy); on CPU only the cross-entropy has a second backend (chunked; Triton
-runs on CPU only in its slow interpreter). Time is the median of ``--reps`` timed forward+backward
+for the LM-head cross-entropy), and document-masked attention runs as SDPA with a dense mask against
+FlexAttention block masks; on CPU only the cross-entropy has a second backend (chunked; Triton runs
+on CPU only in its slow interpreter). Time is the median of ``--reps`` timed forward+backward
 passes after one warm-up; peak memory is the high-water mark above what was allocated before the
 pass (CUDA allocator stats on GPU, the process's peak resident set on CPU). Ratios are against the
 reference: time < 1 is faster, memory < 1 is leaner.
@@ -107,8 +108,32 @@ def _fwd_bwd(fn: Callable[..., torch.Tensor], inputs: list[torch.Tensor]):
     return step
 
 
-def cases_for(device: torch.device, quick: bool) -> list[tuple[str, str, Callable[[], list], Callable]]:
-    """(op, shape label, input factory, op call) for this device."""
+@dataclass
+class Bench:
+    op: str
+    shape: str
+    make_inputs: Callable[[], list[torch.Tensor]]
+    variants: list[tuple[str, Callable[..., torch.Tensor]]]  # (name, call); the first is the reference
+
+
+def _with_backend(backend: str, call: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    def run_with(*inputs):
+        with kernels.kernel_backend(backend):
+            return call(*inputs)
+
+    return run_with
+
+
+def _kernel_variants(op: str, device: torch.device, call) -> list[tuple[str, Callable]]:
+    names = ["reference"]
+    if device.type == "cuda" and kernels.triton_available():
+        names.append("triton")
+    if op == "linear_cross_entropy":
+        names.append("chunked")
+    return [(name, _with_backend(name, call)) for name in names]
+
+
+def benches_for(device: torch.device, quick: bool, ce_chunks: list[int]) -> list[Bench]:
     gpu = device.type == "cuda"
     dt = torch.bfloat16 if gpu else torch.float32
 
@@ -119,70 +144,78 @@ def cases_for(device: torch.device, quick: bool) -> list[tuple[str, str, Callabl
     if gpu:
         rows, hidden, inter = (4096, 1024, 2816) if quick else (16384, 2048, 5632)
         batch, seq, heads, head_dim = (2, 2048, 16, 64) if quick else (8, 2048, 16, 128)
-        out.append(("rms_norm", f"x ({rows}, {hidden}) {dt}",
-                    lambda: [leaf(rows, hidden), leaf(hidden)],
-                    lambda x, w: kernels.rms_norm(x, w, 1e-5)))
+        out.append(Bench("rms_norm", f"x ({rows}, {hidden}) {dt}", lambda: [leaf(rows, hidden), leaf(hidden)],
+                         _kernel_variants("rms_norm", device, lambda x, w: kernels.rms_norm(x, w, 1e-5))))
+        cos, sin = torch.randn(seq, head_dim, device=device), torch.randn(seq, head_dim, device=device)
+        out.append(Bench("apply_rotary", f"x ({batch}, {seq}, {heads}, {head_dim}) {dt}",
+                         lambda: [leaf(batch, seq, heads, head_dim)],
+                         _kernel_variants("apply_rotary", device, lambda x: kernels.apply_rotary(x, cos, sin))))
+        out.append(Bench("swiglu", f"gate/up halves of ({rows}, {2 * inter}) {dt}", lambda: [leaf(rows, 2 * inter)],
+                         _kernel_variants("swiglu", device, lambda fused: kernels.swiglu(*fused.chunk(2, dim=-1)))))
+        out.append(_document_attention_bench(device, leaf, batch, seq, heads, head_dim, quick))
 
-        def make_rotary():
-            make_rotary.tables = (torch.randn(seq, head_dim, device=device), torch.randn(seq, head_dim, device=device))
-            return [leaf(batch, seq, heads, head_dim)]
-
-        out.append(("apply_rotary", f"x ({batch}, {seq}, {heads}, {head_dim}) {dt}", make_rotary,
-                    lambda x: kernels.apply_rotary(x, *make_rotary.tables)))
-
-        out.append(("swiglu", f"gate/up halves of ({rows}, {2 * inter}) {dt}", lambda: [leaf(rows, 2 * inter)],
-                    lambda fused: kernels.swiglu(*fused.chunk(2, dim=-1))))
     n_rows, hidden = ((2048, 512) if quick else (16384, 1152)) if gpu else ((512, 256) if quick else (2048, 384))
+    targets = torch.randint(0, VOCAB, (n_rows,), device=device)
+    targets[::7] = -100
 
-    def make_ce():
-        h = leaf(n_rows, hidden)
-        w = leaf(VOCAB, hidden, scale=0.02)
-        targets = torch.randint(0, VOCAB, (n_rows,), device=device)
-        targets[::7] = -100
-        make_ce.targets = targets
-        return [h, w]
+    def ce(chunk):
+        return lambda h, w: kernels.linear_cross_entropy(h, w, targets, chunk_size=chunk)
 
-    make_ce.chunk = 0
-    out.append(("linear_cross_entropy", f"hidden ({n_rows}, {hidden}) x vocab {VOCAB} {dt}", make_ce,
-                lambda h, w: kernels.linear_cross_entropy(h, w, make_ce.targets, chunk_size=make_ce.chunk)))
+    variants = _kernel_variants("linear_cross_entropy", device, ce(0))
+    fused = "triton" if any(name == "triton" for name, _ in variants) else "chunked"
+    variants += [(f"{fused}@{chunk}", _with_backend(fused, ce(chunk))) for chunk in ce_chunks]
+    out.append(Bench("linear_cross_entropy", f"hidden ({n_rows}, {hidden}) x vocab {VOCAB} {dt}",
+                     lambda: [leaf(n_rows, hidden), leaf(VOCAB, hidden, scale=0.02)], variants))
     return out
 
 
-def backends_for(op: str, device: torch.device) -> list[str]:
-    names = ["reference"]
-    if device.type == "cuda" and kernels.triton_available():
-        names.append("triton")
-    if op == "linear_cross_entropy":
-        names.append("chunked")
-    return names
+def _document_attention_bench(device, leaf, batch, seq, heads, head_dim, quick) -> Bench:
+    """Document-masked attention: dense boolean mask through SDPA (reference) vs FlexAttention block masks."""
+    from megamlm.model import attention_backends as ab
+
+    kv_heads = heads // 4
+    # Packed windows of documents 300-900 tokens long (a fixed pattern, so every run sees the same mask).
+    lengths = torch.tensor([300, 900, 500, 700, 400, 800], device=device).repeat(seq // 300 + 1)
+    ids = torch.repeat_interleave(torch.arange(len(lengths), device=device), lengths)[:seq]
+    document_ids = ids.expand(batch, seq).contiguous()
+
+    mask = ab.dense_document_mask(document_ids, causal=False)  # built once, as attention() caches it
+
+    def dense(q, k, v):
+        return ab._sdpa(q, k, v, attn_mask=mask, causal=False)
+
+    def flex(q, k, v):
+        return ab.attention(q, k, v, causal=False, document_ids=document_ids, backend="flex")
+
+    return Bench("document_attention", f"q ({batch}, {seq}, {heads}, {head_dim}), {kv_heads} kv heads, bidirectional",
+                 lambda: [leaf(batch, seq, heads, head_dim), leaf(batch, seq, kv_heads, head_dim),
+                          leaf(batch, seq, kv_heads, head_dim)],
+                 [("sdpa+dense", dense), ("flex", flex)])
 
 
 def run(device: torch.device, reps: int, quick: bool, ce_chunks: list[int]) -> list[Case]:
     results: list[Case] = []
-    for op, label, make_inputs, call in cases_for(device, quick):
-        backends = backends_for(op, device)
-        if len(backends) == 1:
+    for bench in benches_for(device, quick, ce_chunks):
+        if len(bench.variants) == 1:
             continue
         torch.manual_seed(0)
-        inputs = make_inputs()
+        inputs = bench.make_inputs()
         rows: list[Case] = []
-        variants = [(b, 0) for b in backends]
-        if op == "linear_cross_entropy":
-            variants += [("triton" if "triton" in backends else "chunked", c) for c in ce_chunks]
-        for backend, chunk in variants:
-            if op == "linear_cross_entropy":
-                make_inputs.chunk = chunk
-            name = backend if not chunk else f"{backend}@{chunk}"
-            with kernels.kernel_backend(backend):
+        for name, call in bench.variants:
+            try:
                 ms, peak = measure(_fwd_bwd(call, inputs), device, reps)
-            rows.append(Case(op, label, name, round(ms, 3), None if peak is None else round(peak, 1)))
-            print(f"  {op:22s} {name:14s} {ms:10.2f} ms  peak {peak if peak is None else round(peak)} MiB",
+            except Exception as e:  # one failing variant must not hide the others' figures
+                print(f"  {bench.op:22s} {name:14s} FAILED: {type(e).__name__}: {e}", flush=True)
+                continue
+            rows.append(Case(bench.op, bench.shape, name, round(ms, 3), None if peak is None else round(peak, 1)))
+            print(f"  {bench.op:22s} {name:14s} {ms:10.2f} ms  peak {peak if peak is None else round(peak)} MiB",
                   flush=True)
-        ref = rows[0]
-        for row in rows:
-            row.time_ratio = round(row.ms / ref.ms, 3)
-            if row.peak_mib is not None and ref.peak_mib:
-                row.memory_ratio = round(row.peak_mib / ref.peak_mib, 3)
+        if rows:
+            ref = rows[0]
+            for row in rows:
+                row.time_ratio = round(row.ms / ref.ms, 3)
+                if row.peak_mib is not None and ref.peak_mib:
+                    row.memory_ratio = round(row.peak_mib / ref.peak_mib, 3)
         results.extend(rows)
         del inputs
         if device.type == "cuda":
@@ -191,7 +224,7 @@ def run(device: torch.device, reps: int, quick: bool, ce_chunks: list[int]) -> l
 
 
 def print_table(results: list[Case], device_name: str) -> None:
-    print(f"\nkernels vs reference on {device_name} (forward+backward; ratio < 1 is better)")
+    print(f"\nkernels vs reference (first row of each op) on {device_name} (forward+backward; ratio < 1 is better)")
     print(f"{'op':22s} {'backend':14s} {'ms':>10s} {'peak MiB':>10s} {'time/ref':>9s} {'mem/ref':>8s}  shape")
     for r in results:
         peak = "n/a" if r.peak_mib is None else f"{r.peak_mib:.0f}"
