@@ -137,3 +137,16 @@ def test_best_lr_is_chosen_on_validation_and_test_is_reported_at_it():
     (summary,) = summarize(results, [RunKey("m", "t", lr, s) for lr in (1e-4, 1e-3) for s in (0, 1)])
     assert summary.best_lr == 1e-4 and summary.validation_mean == 81 and summary.test_mean == 71
     assert summary.test_ci == pytest.approx(12.7062 * (2 ** 0.5) / (2 ** 0.5), abs=1e-3)  # t(1) * sd / sqrt(n)
+
+
+@pytest.mark.slow
+def test_runs_spread_over_worker_processes(tiny_models, tmp_path, capsys):
+    main = _cli()
+    task = f"sequence_classification:{_cls_folder(tmp_path / 'reviews')}"
+    out = tmp_path / "out"
+    assert main(_args(tiny_models["eurobert"], task, out, "--num-workers", "2", "--devices", "cpu")) == 0
+    results = [json.loads(p.read_text()) for p in _result_files(out)]
+    assert len(results) == 4 and {r["device"] for r in results} == {"cpu"}
+    assert "4 runs planned, 0 already finished, 4 to run" in capsys.readouterr().out
+    assert main(_args(tiny_models["eurobert"], task, out, "--num-workers", "2")) == 0
+    assert "4 already finished, 0 to run" in capsys.readouterr().out
