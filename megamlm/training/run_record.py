@@ -78,11 +78,12 @@ def data_fingerprint(data_path: list[str]) -> str:
     It does not depend on where the files live, so a run moved to another cluster resumes.
     """
     from megamlm.data.blending import parse_data_path
-    from megamlm.data.indexed import bin_path, idx_path
+    from megamlm.data.indexed import IndexedDataset, bin_path, idx_path
 
     weights, prefixes = parse_data_path(data_path)
     digest = hashlib.sha256(json.dumps(weights).encode())
     for prefix in prefixes:
+        IndexedDataset(prefix)  # a missing or malformed file gets the data package's own error
         for path in (idx_path(prefix), bin_path(prefix)):
             _hash_file(digest, Path(path))
     return digest.hexdigest()[:32]

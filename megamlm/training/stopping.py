@@ -8,6 +8,10 @@ import time
 from megamlm.training.agreement import any_rank
 from megamlm.training.signals import ExitSignalHandler
 
+# --exit-duration-in-mins counts from about process start (this module is imported with the trainer), so the
+# minutes spent loading data and building the model count against a job's time limit too.
+PROCESS_START = time.monotonic()
+
 
 class StopPolicy:
     def __init__(self, signals: ExitSignalHandler, exit_interval: int | None = None,
@@ -15,7 +19,7 @@ class StopPolicy:
         self.signals = signals
         self.exit_interval = exit_interval
         self.exit_duration_in_mins = exit_duration_in_mins
-        self.start_time = time.monotonic() if start_time is None else start_time
+        self.start_time = PROCESS_START if start_time is None else start_time
         self.group = group
 
     def reason_to_stop(self, step: int) -> str | None:
