@@ -43,6 +43,17 @@ def test_cpu_choices_per_backend(monkeypatch):
         assert K.resolve_backend("linear_cross_entropy", x) == ce
 
 
+def test_auto_on_an_accelerator_picks_triton_and_leaves_elementwise_ops_to_compile(monkeypatch):
+    monkeypatch.setattr(K, "_on_accelerator", lambda t: True)
+    monkeypatch.setattr(K, "triton_available", lambda: True)
+    K.set_kernel_backend("auto")
+    x = torch.zeros(2)
+    ops = ("rms_norm", "apply_rotary", "swiglu", "linear_cross_entropy")
+    assert [K.resolve_backend(op, x) for op in ops] == ["triton"] * 4
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert [K.resolve_backend(op, x) for op in ops] == ["reference"] * 3 + ["triton"]
+
+
 def test_triton_backend_refuses_cpu_tensors_unless_interpreted(monkeypatch):
     if not K.triton_available():
         pytest.skip("triton is not installed")
