@@ -116,3 +116,19 @@ def test_inspect(corpus, tmp_path, capsys):
     assert capsys.readouterr().out != digest_a  # another seed, another order
     assert inspect.main(["sample", *run, "--index", "50"]) == 2
     assert "outside the run's 50 samples" in capsys.readouterr().err
+
+
+def test_train_tokenizer(corpus, tmp_path):
+    from megamlm.data import load_tokenizer
+
+    folder, records = corpus
+    train = tool("train_tokenizer")
+    train.main(["--input", str(folder / "c.jsonl"), "--output", str(tmp_path / "tok.json"), "--vocab-size", "300"])
+    tok = load_tokenizer(tmp_path / "tok.json")
+    assert tok.vocab_size == 300
+    assert (tok.bos_id, tok.eos_id, tok.pad_id, tok.mask_id) == (0, 1, 2, 3)
+    text = records[1]["text"] or "the end"
+    assert tok.decode(tok.encode(text)) == text
+    assert [p.name for p in tmp_path.iterdir()] == ["tok.json"]  # written under a temporary name, then renamed
+    with pytest.raises(SystemExit):
+        train.main(["--input", str(tmp_path / "missing.jsonl"), "--output", str(tmp_path / "x.json")])
