@@ -97,7 +97,14 @@ def cached_arrays(
     paths = _paths(cache_dir, kind, cache_key(description), names)
     if rank is None or rank() == 0:
         if _load(paths, names, description, valid) is None:
-            _save(paths, names, description, build())
+            arrays = build()
+            try:
+                _save(paths, names, description, arrays)
+            except OSError as error:
+                raise DataError(
+                    f"cannot write the index cache in {cache_dir} ({error.strerror or error}); "
+                    f"pass a writable folder as the data cache path"
+                ) from error
     if barrier is not None:
         barrier()
     arrays = _load(paths, names, description, valid)

@@ -191,3 +191,11 @@ def test_vocab_check_samples_huge_files(tmp_path, monkeypatch):
         data.check_vocab(dataset, 500)
     data.check_vocab(dataset, 901)
     data.check_vocab(IndexedDataset(tmp_path / "d"), 2**17)  # uint16 ids cannot reach it: nothing read
+
+
+def test_unwritable_cache_folder(tmp_path, make_documents):
+    corpus = write(tmp_path / "d", make_documents())
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with pytest.raises(DataError, match="cannot write the index cache"):
+        PackedSampleDataset(corpus, 16, 40, seed=7, cache_dir=blocker / "cache")
