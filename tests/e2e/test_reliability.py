@@ -1,5 +1,6 @@
 """Reliability in-process on the bundled corpus: non-finite steps, early exits with auto-resume, run records."""
 
+import errno
 import json
 import os
 import signal
@@ -166,3 +167,25 @@ def test_a_relaunch_with_load_continues_from_its_own_save_folder_not_from_load_a
     assert first.start_step == 2 and first.stop_reason is not None
     again = tiny(*branch)
     assert again.start_step == 3 and again.resumed_from == tmp_path / "branch" / "iter_0000003"
+
+
+def test_a_full_disk_during_a_periodic_save_stops_the_run_clearly_and_the_relaunch_resumes(tiny, tmp_path,
+                                                                                          monkeypatch):
+    from torch.distributed.checkpoint.filesystem import FileSystem
+
+    from megamlm.checkpoint import CheckpointSaveError
+
+    def full_disk(fs, path, mode):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    StepHook(monkeypatch, on_step=lambda step: step == 3 and monkeypatch.setattr(FileSystem, "create_stream",
+                                                                                 full_disk))
+    common = ["--train-iters", "6", "--save", tmp_path, "--save-interval", "2"]
+    with pytest.raises(CheckpointSaveError, match=r"step 4 .*No space left on device \(ENOSPC\).*iter_0000002 is "
+                                                  r"untouched"):
+        tiny(*common)
+    monkeypatch.undo()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["iter_0000002", "latest_checkpointed_iteration.txt",
+                                                          "run_record.json"]
+    again = tiny(*common)
+    assert again.start_step == 2 and sorted(again.losses) == [3, 4, 5, 6]
