@@ -17,6 +17,7 @@ documents of several sequences, which this reader also opens.
 
 from __future__ import annotations
 
+import array
 import os
 import struct
 from pathlib import Path
@@ -83,6 +84,8 @@ def write_index(path: str, dtype, sequence_lengths, document_indices) -> None:
     """Write an .idx file for sequences stored back to back in `dtype`."""
     lengths = np.asarray(sequence_lengths, dtype=np.int32)
     documents = np.asarray(document_indices, dtype=np.int64)
+    if lengths.ndim != 1 or documents.ndim != 1:
+        raise DataError("sequence lengths and document indices must be 1-D")
     itemsize = np.dtype(dtype).itemsize
     pointers = np.zeros(len(lengths), dtype=np.int64)
     if len(lengths) > 1:
@@ -116,8 +119,10 @@ class IndexedDatasetWriter:
         self._tmp_suffix = f".tmp{os.getpid()}"
         self._bin_tmp = bin_path(self.prefix) + self._tmp_suffix
         self._bin = open(self._bin_tmp, "wb")
-        self.sequence_lengths: list[int] = []
-        self.document_indices: list[int] = [0]
+        # Compact growable arrays (4 and 8 bytes per entry): merging shards of 100M+ sequences
+        # would take tens of GB as Python lists.
+        self.sequence_lengths = array.array("i")
+        self.document_indices = array.array("q", [0])
         self._finalized = False
 
     def _as_tokens(self, ids) -> np.ndarray:
@@ -135,9 +140,9 @@ class IndexedDatasetWriter:
 
     def add_item(self, ids) -> None:
         """Append one sequence to the current document (Megatron's `add_item`)."""
-        array = self._as_tokens(ids)
-        self._bin.write(array.tobytes(order="C"))
-        self.sequence_lengths.append(int(array.size))
+        tokens = self._as_tokens(ids)
+        self._bin.write(tokens.tobytes(order="C"))
+        self.sequence_lengths.append(int(tokens.size))
 
     def end_document(self) -> None:
         """Close the current document (Megatron's `end_document`)."""
@@ -145,15 +150,15 @@ class IndexedDatasetWriter:
 
     def add_document(self, ids, lengths=None) -> None:
         """Append a document: one sequence, or several when `lengths` splits `ids`."""
-        array = self._as_tokens(ids)
+        tokens = self._as_tokens(ids)
         if lengths is None:
-            self.add_item(array)
+            self.add_item(tokens)
         else:
-            if int(np.sum(lengths)) != array.size:
-                raise DataError(f"sequence lengths {list(lengths)} do not add up to {array.size} tokens")
+            if int(np.sum(lengths)) != tokens.size:
+                raise DataError(f"sequence lengths {list(lengths)} do not add up to {tokens.size} tokens")
             start = 0
             for length in lengths:
-                self.add_item(array[start : start + length])
+                self.add_item(tokens[start : start + length])
                 start += length
         self.end_document()
 
@@ -166,8 +171,8 @@ class IndexedDatasetWriter:
                 f"all shards must share one token dtype"
             )
         offset = len(self.sequence_lengths)
-        self.sequence_lengths.extend(other.sequence_lengths.tolist())
-        self.document_indices.extend((other.document_indices[1:] + offset).tolist())
+        self.sequence_lengths.frombytes(np.ascontiguousarray(other.sequence_lengths, dtype=np.int32).tobytes())
+        self.document_indices.frombytes((other.document_indices[1:] + offset).astype(np.int64).tobytes())
         with open(bin_path(other.prefix), "rb") as src:
             while chunk := src.read(64 << 20):
                 self._bin.write(chunk)
