@@ -1,5 +1,7 @@
 """Two gloo ranks under torchrun: every rank takes the same decision when only one rank sees the problem.
 
+The second test runs pretrain.py itself with FSDP2 over two ranks and signals only one of them.
+
 One launch checks: a checkpoint's marker covers every rank's shard; a shard damaged on one rank makes all
 ranks fall back to the previous checkpoint; a save failing on one rank fails on all (no hang, old checkpoint
 kept); non-finite gradients on one rank skip the update on both; a signal seen by one rank stops both.
@@ -117,3 +119,55 @@ def test_two_ranks_agree_on_damaged_checkpoints_failed_saves_nan_skips_and_signa
         assert out["signal_on_rank1"] is not None, rank
     assert results[1]["signal_on_rank1"] == "signal SIGUSR1"
     assert results[0]["signal_on_rank1"] == "a signal on another rank"
+
+
+PRETRAIN_DRIVER = r'''
+import os, sys
+from pathlib import Path
+Path(os.environ["PID_DIR"], "rank" + os.environ["RANK"]).write_text(str(os.getpid()))
+import torch
+torch.set_num_threads(1)
+from megamlm.cli import main
+sys.exit(main(sys.argv[1:]))
+'''
+
+TINY = ["--num-layers", "1", "--hidden-size", "32", "--ffn-hidden-size", "64", "--num-attention-heads", "2",
+        "--num-query-groups", "2", "--seq-length", "32", "--global-batch-size", "4", "--micro-batch-size", "2",
+        "--train-iters", "6", "--log-interval", "1"]
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_rank_of_an_fsdp_run_stops_both_after_the_same_step_and_the_relaunch_resumes(tmp_path):
+    import signal
+    import time
+
+    pytest.importorskip("megamlm.parallel.runtime", reason="the trainer's multi-rank path (megamlm.parallel) is absent")
+    driver = tmp_path / "driver.py"
+    driver.write_text(PRETRAIN_DRIVER)
+    save = tmp_path / "ckpt"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+           "PID_DIR": str(tmp_path)}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(driver),
+               *TINY, "--save", str(save)]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        lines.append(line)
+        if "step 2/6" in line or not line:
+            break
+    assert "step 2/6" in lines[-1], "".join(lines)
+    os.kill(int((tmp_path / "rank1").read_text()), signal.SIGTERM)  # rank 0 never sees a signal
+    rest, _ = proc.communicate(timeout=240)
+    log = "".join(lines) + rest
+    assert proc.returncode == 0, log
+    stopped = [p.name for p in save.glob("iter_*")]
+    assert len(stopped) == 1 and "stopping after step" in log and "a signal on another rank" in log, log
+    step = int(stopped[0].removeprefix("iter_"))
+    assert 2 <= step < 6
+
+    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"resumed from {save / stopped[0]} at step {step}" in again.stdout
+    assert (save / "latest_checkpointed_iteration.txt").read_text() == "6"
