@@ -100,7 +100,8 @@ def build_megamlm(args: ModelArgs, device, opts):
     from megamlm.training.optimizer import build_optimizer
 
     torch.manual_seed(0)
-    model = Transformer(args).to(device)
+    with torch.device(device):  # initialise on the device: seconds saved per build at 610m
+        model = Transformer(args)
     if opts.compile:
         for name, block in model.layers.items():
             model.layers[name] = torch.compile(block)
@@ -119,7 +120,8 @@ def build_hf(args: ModelArgs, device, objective: str, weights_from=None):
     config = hf_config_for(arch, args, SpecialIds(bos_id=0, eos_id=1, pad_id=2, mask_id=4))
     config._attn_implementation = "sdpa"
     cls = transformers.EuroBertForMaskedLM if arch == "eurobert" else transformers.LlamaForCausalLM
-    model = cls(config)
+    with torch.device(device):
+        model = cls(config)
     if weights_from is not None:
         model.load_state_dict(hf_state_dict(weights_from, EXPORT_ARCHS[arch], torch.float32), strict=False)
     model = model.to(device)
