@@ -1,0 +1,58 @@
+"""Worker side of test_hf_export_layouts.py: save the same weights from a parallel layout.
+
+(Kept out of the test module so spawned processes can import it by name.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from megamlm.config import Config
+from megamlm.model.config import ModelArgs
+
+REPO = Path(__file__).resolve().parents[2]
+AUSTEN_TOKENIZER = REPO / "megamlm" / "assets" / "austen" / "tokenizer.json"
+# Splits by 2 in heads, KV heads, layers and MLP width; the Austen tokenizer's vocabulary.
+ARGS = ModelArgs(vocab_size=8192, num_layers=4, hidden_size=64, ffn_hidden_size=128, num_attention_heads=8,
+                 num_query_groups=4, max_seq_length=32)
+SEED = 11
+
+
+def reference_model():
+    from megamlm.model.transformer import Transformer
+
+    torch.manual_seed(SEED)
+    model = Transformer(ARGS)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.uniform_(0.5, 1.5)
+    return model
+
+
+def run_record() -> dict:
+    return {"config": Config().to_dict(), "model_args": ARGS.to_dict(), "switch_step": None, "data_path": [],
+            "seq_length": ARGS.max_seq_length,
+            "tokenizer": {"path": str(AUSTEN_TOKENIZER), "vocab_size": 8192, "bos_id": 0, "eos_id": 1, "pad_id": 2,
+                          "mask_id": 3}}
+
+
+def save(model, save_dir: str) -> None:
+    from megamlm.checkpoint import save_checkpoint
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    save_checkpoint(save_dir, 5, model, optimizer, {"consumed_samples": 40}, run_record())
+
+
+def save_layout(rank: int, world: int, layout: dict, save_dir: str) -> None:
+    from megamlm.parallel.dims import resolve_parallel_dims
+    from megamlm.parallel.parallelize import parallelize
+
+    dims = resolve_parallel_dims(
+        world, **layout, num_layers=ARGS.num_layers, num_attention_heads=ARGS.num_attention_heads,
+        num_query_groups=ARGS.num_query_groups, ffn_hidden_size=ARGS.ffn_hidden_size, seq_length=ARGS.max_seq_length,
+        vocab_size=ARGS.vocab_size, micro_batch_size=1, global_batch_size=world)
+    pm = parallelize(reference_model(), dims, dims.build_mesh("cpu"), torch.device("cpu"))
+    save(pm.model, save_dir)
