@@ -204,8 +204,12 @@ def _import_datasets_offline():
     except ImportError:
         raise TaskDataError("the paper's datasets are read with the Hugging Face `datasets` package, which is not "
                             "installed; pip install datasets") from None
+    import huggingface_hub.constants
+
+    # The environment is read at import time; these packages may have been imported before us.
     datasets.config.HF_DATASETS_OFFLINE = True
     datasets.config.HF_HUB_OFFLINE = True
+    huggingface_hub.constants.HF_HUB_OFFLINE = True
     return datasets
 
 

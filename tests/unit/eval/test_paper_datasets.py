@@ -84,3 +84,19 @@ def test_missing_local_copy_names_the_folder_and_how_to_make_it(tmp_path):
     with pytest.raises(TaskDataError, match=r"nyu-mll__glue__mnli is missing; on a machine with network access run: "
                                             r'datasets.load_dataset\("nyu-mll/glue", \'mnli\'\).save_to_disk'):
         load_paper_dataset("mnli", tmp_path)
+
+
+def test_cache_miss_is_an_error_without_any_connection(monkeypatch, tmp_path):
+    import socket
+
+    attempts = []
+
+    def refuse(self, address, *args):
+        attempts.append(address)
+        raise OSError("network disabled in tests")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    with pytest.raises(TaskDataError, match="is not in the local Hugging Face cache"):
+        load_paper_dataset("sst2")
+    assert attempts == []
