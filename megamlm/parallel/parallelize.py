@@ -37,12 +37,6 @@ class ParallelModel:
         return self.mesh["tp"] if self.dims.tp > 1 else None
 
     @property
-    def dp_mesh(self):
-        if self.dims.dp_replicate > 1:
-            return self.mesh["dp_replicate", "dp_shard"]
-        return self.mesh["dp_shard"]
-
-    @property
     def dp_rank(self) -> int:
         return self.mesh["dp_replicate"].get_local_rank() * self.dims.dp_shard + self.mesh["dp_shard"].get_local_rank()
 

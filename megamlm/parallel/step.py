@@ -89,7 +89,7 @@ class PipelineRunner:
         tp_mesh = self.pm.tp_mesh
         if tp_mesh is not None:
             output = DTensor.from_local(output, tp_mesh, [Shard(1)], run_check=False)
-        loss, _ = parallel_sparse_lm_loss(output, self.pm.parts[-1].lm_head.weight, targets)
+        loss, _ = parallel_sparse_lm_loss(output, self.pm.head_weight(), targets)
         self.sums.append(loss.detach())
         return loss * self.scale
 

@@ -42,7 +42,9 @@ def resolve_data_sources(cfg: Config) -> tuple[list[str], str]:
 
 def model_args_for(cfg: Config, tokenizer_vocab_size: int) -> ModelArgs:
     shape = resolved_shape(cfg.model)
-    vocab = shape["vocab_size"] or pad_vocab_size(tokenizer_vocab_size, cfg.model.make_vocab_size_divisible_by)
+    # Megatron pads to a multiple of (divisible-by x TP) so each tensor-parallel rank gets an equal vocabulary slice.
+    multiple = cfg.model.make_vocab_size_divisible_by * cfg.parallel.tensor_model_parallel_size
+    vocab = shape["vocab_size"] or pad_vocab_size(tokenizer_vocab_size, multiple)
     if tokenizer_vocab_size > vocab:
         raise ConfigError(f"the tokenizer has {tokenizer_vocab_size} ids but the model vocabulary is {vocab}; "
                           f"pass --vocab-size {pad_vocab_size(tokenizer_vocab_size, 128)} or the tokenizer "

@@ -18,6 +18,8 @@ from megamlm.checkpoint.ranks import rank, world_size
 from megamlm.config import Config
 from megamlm.log import log
 from megamlm.model.transformer import Transformer, count_parameters
+from megamlm.parallel.data_parallel import apply_recompute
+from megamlm.parallel.runtime import start_parallel
 from megamlm.training.metrics import IntervalMeter, TensorBoardWriter, format_duration
 from megamlm.training.guards import NonFiniteGuard, SkipNonFiniteUpdates
 from megamlm.training.optimizer import build_optimizer
@@ -75,6 +77,9 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler) -> RunResult:
         adopt_hf_init_from(cfg)
     plan = plan_run(cfg)
     device = resolve_device(t.device)
+    parallel = start_parallel(cfg, device)  # None for one process; else joins the launcher's process group
+    if parallel is not None:
+        device = parallel.device
     config_record = build_run_record(cfg, plan, world_size())
     resume_from = checkpoint_to_resume(ckpt_cfg, config_record)  # --load, or auto-resume from --save
     if ckpt_cfg.init_from and resume_from is None:
@@ -87,11 +92,11 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler) -> RunResult:
     seq_length = plan.model_args.max_seq_length
     dataset = build_train_dataset(plan.data_path, seq_length=seq_length, num_samples=plan.num_samples,
                                   seed=t.seed, cache_dir=cfg.data.data_cache_path,
-                                  vocab_size=plan.model_args.vocab_size)
+                                  vocab_size=plan.model_args.vocab_size,
+                                  group=parallel.group if parallel is not None else None)
 
     schedule, lr_schedule = plan.objective_schedule, plan.lr_schedule
     model = build_model(plan, t.seed, device)
-    optimizer = build_optimizer(model, t.lr, t.weight_decay, (t.adam_beta1, t.adam_beta2), t.adam_eps)
     log(f"model {cfg.model.model}: {count_parameters(model, include_lm_head=False) / 1e6:.1f}M parameters "
         f"without the LM head, {count_parameters(model) / 1e6:.1f}M in all "
         f"({plan.model_args.num_layers} layers, hidden {plan.model_args.hidden_size}, "
@@ -99,7 +104,14 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler) -> RunResult:
     log(schedule.describe())
     log(f"data: {', '.join(plan.data_path)} | {len(dataset)} samples of {seq_length} tokens | "
         f"tokenizer {plan.tokenizer_path} | device {device}")
+    step_fn, dp_rank, dp_size = train_step, 0, 1
+    if parallel is not None:  # TP -> recompute -> FSDP/DDP; `model` becomes this rank's share
+        model = parallel.parallelize(model, t.precision, cfg.parallel.recompute)
+        step_fn, dp_rank, dp_size = parallel.train_step, parallel.dp_rank, parallel.dp_size
+    elif cfg.parallel.recompute:
+        apply_recompute(model)
 
+    optimizer = build_optimizer(model, t.lr, t.weight_decay, (t.adam_beta1, t.adam_beta2), t.adam_eps)
     result = RunResult(switch_step=schedule.switch_step)
     step, consumed = 0, 0
     if resume_from is not None:
@@ -115,7 +127,8 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler) -> RunResult:
     result.start_step = step
 
     sampler = GlobalBatchSampler(total_samples=plan.num_samples, global_batch_size=t.global_batch_size,
-                                 micro_batch_size=t.micro_batch_size, consumed_samples=consumed)
+                                 micro_batch_size=t.micro_batch_size, dp_rank=dp_rank, dp_size=dp_size,
+                                 consumed_samples=consumed)
     if ckpt_cfg.save and rank() == 0:
         write_run_record(ckpt_cfg.save, config_record)
 
@@ -140,13 +153,15 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler) -> RunResult:
     batches = iter(MicroBatchLoader(dataset, sampler, num_workers=cfg.data.num_workers,
                                     pin_memory=device.type == "cuda"))
     model.train()
+    if parallel is not None:
+        parallel.train()
     while step < t.train_iters:
         step += 1
         objective = schedule.objective_at(step)
         loaded = next(batches)
         micro_batches = [schedule.make_batch(step, mb["tokens"].numpy(), mb["sample_ids"].tolist()) for mb in loaded]
         lr = lr_schedule.lr_at(step)
-        stats = train_step(model, guarded_optimizer, micro_batches, lr, t.clip_grad, device, t.precision)
+        stats = step_fn(model, guarded_optimizer, micro_batches, lr, t.clip_grad, device, t.precision)
         consumed += t.global_batch_size
         result.losses[step] = stats.loss
         result.objectives[step] = objective

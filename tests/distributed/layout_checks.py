@@ -1,0 +1,83 @@
+"""Worker side of test_layouts.py: one rank's comparison of a layout with the single-process run.
+
+(Kept out of the test module so spawned processes can import it by name.)
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness import SEED, TINY, full_grads, micro_batches, schedule
+
+GLOBAL_IDS = [[0, 1], [2, 3], [4, 5], [6, 7]]  # 4 micro-batches of 2 samples: one global batch of 8
+LR, CLIP = 1e-3, 1.0
+
+
+def reference(objective: str):
+    """Single process: step-1 loss and gradients, then the step-2 loss after one update (megamlm's own step)."""
+    from megamlm.model.transformer import Transformer
+    from megamlm.objectives import IGNORE_INDEX, sparse_lm_loss
+    from megamlm.training.optimizer import build_optimizer
+    from megamlm.training.step import train_step
+
+    sched = schedule(objective)
+    torch.manual_seed(SEED)
+    model = Transformer(TINY)
+    batches = micro_batches(sched, 1, GLOBAL_IDS)
+    total = sum(int((b.targets != IGNORE_INDEX).sum()) for b in batches)
+    for b in batches:
+        loss, _ = sparse_lm_loss(model(b.input_ids, causal=b.causal), model.lm_head.weight, b.targets)
+        (loss / total).backward()
+    grads = full_grads(model.named_parameters())
+    model.zero_grad(set_to_none=True)
+    optimizer = build_optimizer(model, LR, 0.1, (0.9, 0.95), 1e-8)
+    first = train_step(model, optimizer, batches, LR, CLIP, torch.device("cpu"))
+    second = train_step(model, optimizer, micro_batches(sched, 2, [[k + 8 for k in ids] for ids in GLOBAL_IDS]),
+                        LR, CLIP, torch.device("cpu"))
+    return first.loss, grads, second.loss, first.grad_norm
+
+
+def check_layout(rank: int, world: int, layout: dict, recompute: bool = False) -> None:
+    from megamlm.model.transformer import Transformer
+    from megamlm.parallel.dims import resolve_parallel_dims
+    from megamlm.parallel.parallelize import parallelize
+    from megamlm.parallel.step import clip_grad_norm_, forward_backward
+    from megamlm.training.optimizer import build_optimizer
+
+    dims = resolve_parallel_dims(
+        world, **layout, num_layers=TINY.num_layers, num_attention_heads=TINY.num_attention_heads,
+        num_query_groups=TINY.num_query_groups, ffn_hidden_size=TINY.ffn_hidden_size, seq_length=TINY.max_seq_length,
+        vocab_size=TINY.vocab_size, micro_batch_size=2, global_batch_size=8)
+    mesh = dims.build_mesh("cpu")
+    cpu = torch.device("cpu")
+    for objective in ("mlm", "clm"):
+        ref_loss, ref_grads, ref_second, ref_norm = reference(objective)
+        sched = schedule(objective)
+        torch.manual_seed(SEED)
+        pm = parallelize(Transformer(TINY), dims, mesh, cpu, recompute=recompute)
+        per_rank = len(GLOBAL_IDS) // dims.dp
+        mine = GLOBAL_IDS[pm.dp_rank * per_rank:(pm.dp_rank + 1) * per_rank]
+
+        loss, _ = forward_backward(pm, micro_batches(sched, 1, mine), cpu)
+        assert loss == pytest.approx(ref_loss, rel=1e-5), (objective, layout)
+        grads = full_grads(pm.model.named_parameters())
+        expected = set(ref_grads) if dims.pp == 1 else {n for n in ref_grads if n in grads}
+        assert set(grads) == expected and grads, (objective, layout)
+        for name, grad in grads.items():
+            torch.testing.assert_close(grad, ref_grads[name], rtol=1e-4, atol=1e-6, msg=f"{objective} {name}")
+        if dims.pp > 1:  # every parameter of the model lives on exactly one pipeline rank
+            owned = [None] * dims.pp
+            torch.distributed.all_gather_object(owned, sorted(grads), group=mesh["pp"].get_group())
+            assert sorted(n for names in owned for n in names) == sorted(ref_grads)
+
+        optimizer = build_optimizer(pm.model, LR, 0.1, (0.9, 0.95), 1e-8)
+        for group in optimizer.param_groups:
+            group["lr"] = LR
+        norm = clip_grad_norm_(pm, CLIP)
+        assert float(norm) == pytest.approx(ref_norm, rel=1e-4)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        second_ids = [[k + 8 for k in ids] for ids in mine]
+        second, _ = forward_backward(pm, micro_batches(sched, 2, second_ids), cpu)
+        assert second == pytest.approx(ref_second, rel=1e-4), (objective, layout)
