@@ -1,8 +1,9 @@
 """Fixtures for the kernel tests: the device to test on, and the Triton modules.
 
-Without a GPU the Triton kernels run in Triton's interpreter: ``TRITON_INTERPRET=1`` must be set
-before a kernel is decorated (at module import), so the fixture sets it and re-imports the kernel
-modules if they were imported earlier without it.
+Without a GPU the Triton kernels run in Triton's interpreter. ``TRITON_INTERPRET=1`` only takes
+effect for functions decorated after it is set, and that includes triton's own ``tl.sum``/``tl.max``
+helpers: if triton was imported earlier in this process (by another test, or by torch), the fixture
+re-imports triton.language and the kernel modules under the interpreter, and restores them after.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import sys
 
 import pytest
 import torch
@@ -20,6 +22,8 @@ TRITON_MODULES = {
     "swiglu": "megamlm.kernels.triton_swiglu",
     "linear_cross_entropy": "megamlm.kernels.triton_cross_entropy",
 }
+# triton.language modules holding @triton.jit helpers, then the package that re-exports them.
+_TRITON_LANGUAGE = ("triton.language.standard", "triton.language.random", "triton.language")
 
 
 @pytest.fixture(scope="session")
@@ -27,11 +31,16 @@ def device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def _interpreted(module) -> bool:
-    from triton.runtime.interpreter import InterpretedFunction
-
-    kernels = [v for k, v in vars(module).items() if k.startswith("_") and k.endswith("_kernel")]
-    return bool(kernels) and all(isinstance(k, InterpretedFunction) for k in kernels)
+def _reimport_triton(interpret: str | None) -> None:
+    """Re-decorate triton's helpers and our kernels for the given TRITON_INTERPRET value."""
+    if interpret is None:
+        os.environ.pop("TRITON_INTERPRET", None)
+    else:
+        os.environ["TRITON_INTERPRET"] = interpret
+    for name in (*_TRITON_LANGUAGE, *TRITON_MODULES.values()):
+        module = sys.modules.get(name)
+        if module is not None:
+            importlib.reload(module)
 
 
 @pytest.fixture(scope="module")
@@ -40,16 +49,10 @@ def triton_ops(device):
     if importlib.util.find_spec("triton") is None:
         pytest.skip("triton is not installed (pip install 'megamlm[kernels]')")
     previous = os.environ.get("TRITON_INTERPRET")
-    if device.type == "cpu":
-        os.environ["TRITON_INTERPRET"] = "1"
-    ops = {}
-    for op, name in TRITON_MODULES.items():
-        module = importlib.import_module(name)
-        if device.type == "cpu" and not _interpreted(module):
-            module = importlib.reload(module)
-        ops[op] = getattr(module, op)
+    interpreted = device.type == "cpu"
+    if interpreted:
+        _reimport_triton("1")
+    ops = {op: getattr(importlib.import_module(name), op) for op, name in TRITON_MODULES.items()}
     yield ops
-    if previous is None:
-        os.environ.pop("TRITON_INTERPRET", None)
-    else:
-        os.environ["TRITON_INTERPRET"] = previous
+    if interpreted:
+        _reimport_triton(previous)
