@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from megamlm.config import parse_args
@@ -9,13 +11,20 @@ FAST = ["--seq-length", "64", "--global-batch-size", "8", "--micro-batch-size", 
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory):
-    """One tokenized copy of the bundled corpus for the whole session."""
-    return str(tmp_path_factory.mktemp("megamlm-cache"))
+    """One tokenized copy of the bundled corpus for the whole session (MEGAMLM_CACHE)."""
+    path = str(tmp_path_factory.mktemp("megamlm-cache"))
+    previous = os.environ.get("MEGAMLM_CACHE")
+    os.environ["MEGAMLM_CACHE"] = path
+    yield path
+    if previous is None:
+        os.environ.pop("MEGAMLM_CACHE", None)
+    else:
+        os.environ["MEGAMLM_CACHE"] = previous
 
 
-@pytest.fixture
-def run(cache_dir, monkeypatch):
-    monkeypatch.setenv("MEGAMLM_CACHE", cache_dir)
+@pytest.fixture(scope="session")
+def run(cache_dir):
+    """Train in-process on the bundled corpus with the FAST settings plus ``argv``; returns the RunResult."""
 
     def _run(*argv):
         return pretrain(parse_args(FAST + [str(a) for a in argv]))
