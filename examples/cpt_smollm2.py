@@ -38,11 +38,19 @@ def austen_paragraphs(count: int) -> list[str]:
     return texts[:count]
 
 
-def causal_losses(ckpt: Path, text: str) -> dict:
-    """Mean next-token loss of ``text`` (no BOS) under transformers' GGUF model and the imported megamlm model."""
+def load_transformers_model():
+    """SmolLM2 as transformers loads it from the GGUF file (dequantized to float32)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    gguf = next(MODEL_DIR.glob("*.gguf"))
+    return AutoModelForCausalLM.from_pretrained(str(MODEL_DIR), gguf_file=gguf.name, dtype=torch.float32).eval()
+
+
+def causal_losses(hf_model, ckpt: Path, text: str) -> dict:
+    """Mean next-token loss of ``text`` (no BOS) under transformers' model and the imported megamlm model."""
     import torch
     import torch.nn.functional as F
-    from transformers import AutoModelForCausalLM
 
     from megamlm.checkpoint import load_model_weights
     from megamlm.data import load_tokenizer
@@ -50,11 +58,8 @@ def causal_losses(ckpt: Path, text: str) -> dict:
     from megamlm.model.transformer import Transformer
 
     ids = torch.tensor([load_tokenizer(ckpt / "tokenizer").encode(text)])
-    gguf = next(MODEL_DIR.glob("*.gguf"))
-    hf = AutoModelForCausalLM.from_pretrained(str(MODEL_DIR), gguf_file=gguf.name, dtype=torch.float32).eval()
     with torch.no_grad():
-        theirs = hf(input_ids=ids, labels=ids).loss.item()
-    del hf
+        theirs = hf_model(input_ids=ids, labels=ids).loss.item()
     model = Transformer(read_record(ckpt).model_args).eval()
     load_model_weights(ckpt, model)
     with torch.no_grad():
@@ -81,7 +86,7 @@ def continued_pretraining(ckpt: Path, data_prefix: Path, save: Path, steps: int,
 
     command = [sys.executable, str(REPO / "pretrain.py"), *pretrain_flags(read_record(ckpt).model_args, ckpt),
                "--data-path", str(data_prefix), "--seq-length", str(seq_length), "--objective", "mlm",
-               "--train-iters", str(steps), "--micro-batch-size", "2", "--global-batch-size", "4",
+               "--train-iters", str(steps), "--micro-batch-size", "2", "--global-batch-size", "2",
                "--lr", "1e-4", "--lr-warmup-iters", "2", "--lr-wsd-decay-iters", "4", "--weight-decay", "0.0",
                "--device", "cpu", "--precision", "fp32", "--log-interval", "1", "--save", str(save)]
     print("$", " ".join(command), flush=True)
@@ -129,9 +134,14 @@ def main(argv: list[str] | None = None) -> int:
         timings[name] = round(time.perf_counter() - start - sum(timings.values()), 1)
         print(f"--- {name}: {timings[name]} s", flush=True)
 
-    ckpt = import_hf(MODEL_DIR, work / "imported", force=True)
+    hf_model = load_transformers_model()
+    lap("load_gguf")
+    # The same as `python tools/convert_from_hf.py --input MODEL_DIR --output work/imported`, reusing the
+    # tensors already in memory instead of dequantizing the GGUF file a second time.
+    ckpt = import_hf(MODEL_DIR, work / "imported", force=True, hf_state=hf_model.state_dict())
     lap("import")
-    report["causal_loss"] = causal_losses(ckpt, austen_paragraphs(1)[0])
+    report["causal_loss"] = causal_losses(hf_model, ckpt, austen_paragraphs(1)[0])
+    del hf_model
     print("causal loss on the first Austen paragraph:", report["causal_loss"])
     lap("causal_loss")
     report["train_tokens"] = tokenize_corpus(ckpt, work / "data" / "austen_smollm2", args.paragraphs)

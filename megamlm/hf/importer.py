@@ -136,8 +136,12 @@ def _run_config(args: ModelArgs) -> dict:
 
 
 def import_hf(input_path: str | Path, output: str | Path, force: bool = False, max_seq_length: int | None = None,
-              log=print) -> Path:
-    """Write a step-0 megamlm checkpoint (weights, config.json, tokenizer/) of an HF model; returns its folder."""
+              log=print, hf_state: dict[str, torch.Tensor] | None = None) -> Path:
+    """Write a step-0 megamlm checkpoint (weights, config.json, tokenizer/) of an HF model; returns its folder.
+
+    ``hf_state``: the model's tensors when the caller already holds them (``hf_model.state_dict()`` of the
+    same ``input_path``), which saves reading and dequantizing the weights again.
+    """
     from megamlm.data import load_tokenizer as load_megamlm_tokenizer
 
     target = AtomicFolder(output, force)
@@ -147,7 +151,7 @@ def import_hf(input_path: str | Path, output: str | Path, force: bool = False, m
     log(f"{plan.source.describe()}: {plan.config.model_type}, {args.num_layers} layers, hidden {args.hidden_size}, "
         f"vocabulary {plan.config.vocab_size} -> {args.vocab_size}, mask token {plan.tokenizer.mask_token!r} "
         f"({'added' if plan.mask_added else 'reserved'}, id {plan.tokenizer.mask_token_id})")
-    state = megamlm_state_dict(load_state_dict(plan.source, plan.config), plan)
+    state = megamlm_state_dict(hf_state if hf_state is not None else load_state_dict(plan.source, plan.config), plan)
     with target as tmp:
         plan.tokenizer.save_pretrained(str(tmp / TOKENIZER_DIR))
         ours = load_megamlm_tokenizer(tmp / TOKENIZER_DIR)

@@ -188,3 +188,12 @@ def test_existing_output_needs_force(tmp_path, kit):
         import_hf(tmp_path / "m", tmp_path / "ckpt", **QUIET)
     import_hf(tmp_path / "m", tmp_path / "ckpt", force=True, **QUIET)
     assert (tmp_path / "ckpt" / "tokenizer" / "tokenizer.json").is_file()
+
+
+def test_tensors_already_in_memory_import_the_same(tmp_path, kit):
+    hf = kit.save_tiny_llama(tmp_path / "llama")
+    import_hf(tmp_path / "llama", tmp_path / "from_files", **QUIET)
+    import_hf(tmp_path / "llama", tmp_path / "from_memory", hf_state=hf.state_dict(), **QUIET)
+    a, b = _load_imported(tmp_path / "from_files"), _load_imported(tmp_path / "from_memory")
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(x, y), name
