@@ -205,3 +205,41 @@ def test_checkpoint_without_marker_from_older_versions_still_loads(tmp_path):
     (folder / MARKER).unlink()
     assert resolve_checkpoint(tmp_path) == folder
     assert torch.equal(loaded_weight(tmp_path), make_model(1)[0][0].weight)
+
+
+class Killed(BaseException):
+    """Stands for the process dying at this point (nothing after it runs, no cleanup)."""
+
+
+def test_death_after_the_rename_but_before_latest_moves_still_loads_the_new_checkpoint(tmp_path, monkeypatch):
+    from megamlm.checkpoint import checkpointer
+
+    save(tmp_path, 1)
+
+    def die(*args):
+        raise Killed
+
+    monkeypatch.setattr(checkpointer, "_write_latest", die)
+    with pytest.raises(Killed):
+        save(tmp_path, 2)
+    monkeypatch.undo()
+    assert (tmp_path / LATEST).read_text() == "1"
+    assert resolve_checkpoint(tmp_path) == iteration_dir(tmp_path, 2)  # whole: its marker was written first
+
+
+def test_death_before_the_marker_leaves_only_an_ignored_tmp_folder(tmp_path, monkeypatch):
+    from megamlm.checkpoint import checkpointer
+
+    save(tmp_path, 1)
+
+    def die(*args):
+        raise Killed
+
+    monkeypatch.setattr(checkpointer, "write_marker", die)
+    with pytest.raises(Killed):
+        save(tmp_path, 2)
+    monkeypatch.undo()
+    assert (tmp_path / "iter_0000002.tmp" / "__0_0.distcp").exists() and not iteration_dir(tmp_path, 2).exists()
+    assert resolve_checkpoint(tmp_path) == iteration_dir(tmp_path, 1)
+    save(tmp_path, 2)  # the next save of that step clears the leftover
+    assert resolve_checkpoint(tmp_path) == iteration_dir(tmp_path, 2)
