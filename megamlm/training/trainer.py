@@ -81,7 +81,7 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler) -> RunResult:
     if parallel is not None:
         device = parallel.device
     config_record = build_run_record(cfg, plan, world_size())
-    resume_from = checkpoint_to_resume(ckpt_cfg, config_record)  # --load, or auto-resume from --save
+    resume_from = checkpoint_to_resume(ckpt_cfg, config_record)  # auto-resume from --save, else --load
     if ckpt_cfg.init_from and resume_from is None:
         from megamlm.checkpoint import resolve_checkpoint
 
