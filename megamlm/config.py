@@ -125,11 +125,11 @@ class TrainingConfig:
 @dataclass
 class CheckpointConfig:
     save: str | None = None
-    """Folder to write checkpoints to (iter_NNNNNNN/ plus a `latest` pointer)."""
+    """Folder to write checkpoints to (iter_NNNNNNN/ plus a `latest` pointer); relaunching with it resumes there."""
     save_interval: int | None = None
     """Save every N steps (also always at the objective switch and at the end when --save is set)."""
     load: str | None = None
-    """Resume from this folder's latest checkpoint (or a given iter_NNNNNNN folder)."""
+    """Resume from this folder's newest whole checkpoint (or an iter_NNNNNNN folder); once --save holds checkpoints, they win."""
     init_from: str | None = None
     """Load weights only (continued pretraining): a megamlm checkpoint; fresh optimizer, schedule and data."""
     keep_last: int | None = None
