@@ -1,0 +1,66 @@
+"""The trainer under parallel layouts, against single-process runs of the same flags.
+
+- data order and the objective switch: at world size 2 (DP=2) the ranks consume exactly the global
+  batches of the single-process run, switch CLM -> MLM at the same step, and reach the same losses;
+- a checkpoint saved at TP=2 x PP=2 resumes in a single process with the same next-step losses as the
+  uninterrupted 4-rank run.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from harness import spawn
+from trainer_checks import FLAGS, pretrain_on_rank, read_ranks, run_pretrain
+
+pytestmark = pytest.mark.distributed
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("megamlm-cache"))
+    previous = os.environ.get("MEGAMLM_CACHE")
+    os.environ["MEGAMLM_CACHE"] = path  # spawned ranks inherit it
+    yield path
+    if previous is None:
+        os.environ.pop("MEGAMLM_CACHE", None)
+    else:
+        os.environ["MEGAMLM_CACHE"] = previous
+
+
+@pytest.fixture(scope="module")
+def single(cache):
+    """The single-process reference run (also tokenizes the bundled corpus once for the spawned ranks)."""
+    return run_pretrain(FLAGS)
+
+
+def test_data_parallel_run_consumes_the_same_samples_and_switches_at_the_same_step(single, tmp_path):
+    spawn(pretrain_on_rank, 2, FLAGS, str(tmp_path))
+    ranks = read_ranks(tmp_path, 2)
+    assert single["switch_step"] == 2
+    for step in range(1, 5):
+        # Rank 0 holds the first half of each global batch, rank 1 the second half.
+        assert ranks[0]["sample_ids"][step] + ranks[1]["sample_ids"][step] == single["sample_ids"][step]
+        for r in ranks:
+            assert r["objectives"][step] == single["objectives"][step]
+            assert r["losses"][step] == pytest.approx(single["losses"][step], rel=1e-4)
+    assert [single["objectives"][s] for s in range(1, 5)] == ["clm", "clm", "mlm", "mlm"]
+
+
+@pytest.mark.slow
+def test_checkpoint_saved_at_tp2_pp2_resumes_at_tp1_with_the_same_losses(single, tmp_path):
+    save = tmp_path / "ckpt"
+    layout = ["--tp", "2", "--pp", "2", "--save", save, "--save-interval", "2"]
+    spawn(pretrain_on_rank, 4, FLAGS + layout, str(tmp_path))
+    ranks = read_ranks(tmp_path, 4)
+    for r in ranks:
+        assert r["objectives"] == single["objectives"]
+        for step in range(1, 5):
+            assert r["losses"][step] == pytest.approx(single["losses"][step], rel=1e-4)
+    resumed = run_pretrain(FLAGS + ["--load", save / "iter_0000002"])
+    assert resumed["start_step"] == 2
+    for step in (3, 4):
+        assert resumed["losses"][step] == pytest.approx(ranks[0]["losses"][step], rel=1e-4), step
+        assert resumed["objectives"][step] == ranks[0]["objectives"][step]
