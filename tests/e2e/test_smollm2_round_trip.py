@@ -18,10 +18,12 @@ def test_smollm2_import_cpt_export_fill_mask(tmp_path):
     if not list(MODEL_DIR.glob("*.gguf")):
         pytest.skip(f"SmolLM2 GGUF not found in {MODEL_DIR} (see ../shared/ASSETS.md)")
     pytest.importorskip("gguf")
-    report_file = tmp_path / "report.json"
-    done = subprocess.run([sys.executable, str(REPO / "examples" / "cpt_smollm2.py"), "--workdir", str(tmp_path / "work"),
-                           "--report", str(report_file)], cwd=REPO, capture_output=True, text=True, timeout=3600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report_file, log_file = tmp_path / "report.json", tmp_path / "example.log"
+    with open(log_file, "w") as log:  # a file rather than a pipe, so a long run can be followed with tail -f
+        done = subprocess.run([sys.executable, str(REPO / "examples" / "cpt_smollm2.py"), "--workdir",
+                               str(tmp_path / "work"), "--report", str(report_file)],
+                              cwd=REPO, stdout=log, stderr=subprocess.STDOUT, timeout=3600)
+    assert done.returncode == 0, log_file.read_text()[-5000:]
     report = json.loads(report_file.read_text())
 
     # megamlm computes the same causal loss as transformers on the imported weights.
