@@ -13,6 +13,11 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         cfg = parse_args(argv)
+        if cfg.parallel.dry_run:  # layout check and memory estimate only: no process group, no data, no GPU
+            from megamlm.parallel.dry_run import dry_run_report
+
+            print(dry_run_report(cfg))
+            return 0
         pretrain(cfg)
     except (ConfigError, DataError, CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)

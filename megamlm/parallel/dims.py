@@ -125,9 +125,9 @@ def resolve_parallel_dims(world_size: int, tp: int = 1, pp: int = 1, dp_replicat
             if num_layers_per_virtual_stage is not None:
                 raise LayoutError("--num-layers-per-virtual-stage is for --pipeline-schedule interleaved_1f1b; "
                                   "drop it or switch the schedule")
-            if num_layers % pp:
-                raise LayoutError(f"--num-layers {num_layers} is not divisible by --pipeline-model-parallel-size "
-                                  f"{pp}; every stage holds the same number of layers")
+            if num_layers < pp:
+                raise LayoutError(f"--num-layers {num_layers} is fewer than --pipeline-model-parallel-size {pp}; "
+                                  "every pipeline stage needs at least one layer")
         else:
             if num_layers_per_virtual_stage is None or num_layers_per_virtual_stage < 1:
                 raise LayoutError("--pipeline-schedule interleaved_1f1b needs --num-layers-per-virtual-stage N "

@@ -1,6 +1,6 @@
 """Pipeline parallelism: split a Transformer into stages by layer ranges, and build the schedule.
 
-Stage s of S owns layers [s * L / S, (s + 1) * L / S); stage 0 also owns the embedding and stage S-1
+Stage s of S owns a contiguous range of about L / S layers; stage 0 also owns the embedding and stage S-1
 the final norm and the LM head (the loss runs there). With interleaved 1F1B each pipeline rank holds
 several stages, assigned round-robin (rank r: stages r, r + PP, r + 2 PP, ...), as torch's schedules
 expect. A rank keeps one pruned Transformer with every module it owns under its original name (for
@@ -17,8 +17,11 @@ from megamlm.model.transformer import Transformer
 
 
 def stage_layers(num_layers: int, num_stages: int, stage: int) -> list[str]:
-    per_stage = num_layers // num_stages
-    return [str(i) for i in range(stage * per_stage, (stage + 1) * per_stage)]
+    """Layer names of ``stage``: an even split, the first ``num_layers % num_stages`` stages taking one more
+    (the last stage also runs the LM head and the loss)."""
+    base, extra = divmod(num_layers, num_stages)
+    start = stage * base + min(stage, extra)
+    return [str(i) for i in range(start, start + base + (1 if stage < extra else 0))]
 
 
 def rank_stages(pp_rank: int, pp: int, stages_per_rank: int) -> list[int]:

@@ -23,6 +23,15 @@ def test_data_parallel_takes_the_rest_of_the_world():
     assert (d.stages_per_rank, d.num_stages) == (2, 4)
 
 
+def test_pipeline_stages_split_uneven_layer_counts_evenly():
+    from megamlm.parallel.pipeline import stage_layers
+
+    stages = [stage_layers(26, 4, s) for s in range(4)]  # 610m / 1b: 26 layers on PP=4
+    assert [len(s) for s in stages] == [7, 7, 6, 6]
+    assert [int(n) for s in stages for n in s] == list(range(26))
+    assert [stage_layers(4, 2, s) for s in range(2)] == [["0", "1"], ["2", "3"]]
+
+
 def test_long_flag_names_match_megatron():
     d = dims_for("--tensor-model-parallel-size", "4", "--pipeline-model-parallel-size", "2")
     assert (d.tp, d.pp, d.dp) == (4, 2, 1)
@@ -34,7 +43,7 @@ def test_long_flag_names_match_megatron():
     (["--tp", "8"], 8, "--num-query-groups 4 is not divisible"),
     (["--tp", "2", "--vocab-size", "8191"], 8, "pad it to a multiple of 256"),
     (["--tp", "2", "--seq-length", "63"], 8, "--seq-length 63 is not divisible"),
-    (["--pp", "8"], 8, "--num-layers 4 is not divisible by --pipeline-model-parallel-size 8"),
+    (["--pp", "8"], 8, "--num-layers 4 is fewer than --pipeline-model-parallel-size 8"),
     (["--pp", "2", "--pipeline-schedule", "interleaved_1f1b"], 8, "needs --num-layers-per-virtual-stage"),
     (["--pp", "2", "--pipeline-schedule", "interleaved_1f1b", "--num-layers-per-virtual-stage", "2"], 8,
      "at least 2 stages per rank"),
