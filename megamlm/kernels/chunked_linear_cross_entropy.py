@@ -106,7 +106,7 @@ class ChunkedLinearCrossEntropyFunction(torch.autograd.Function):
             w = weight.to(dtype)
             n_rows, n_hidden = h.shape
             compute_grad = want_grad_h or want_grad_w
-            grad_h = torch.empty_like(h) if want_grad_h else None
+            grad_h = torch.empty(h.shape, dtype=h.dtype, device=h.device) if want_grad_h else None
             grad_w = torch.zeros(w.shape, dtype=torch.float32, device=w.device) if want_grad_w else None
             total = torch.zeros((), dtype=torch.float32, device=h.device)
             for start in range(0, n_rows, chunk_rows):

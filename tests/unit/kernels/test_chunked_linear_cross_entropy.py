@@ -124,3 +124,14 @@ def test_auto_chunk_rows_respects_the_memory_budget():
     assert 1 <= rows < 100_000
     assert auto_chunk_rows(10, 128_256, torch.float32, torch.device("cpu")) == 10
     assert auto_chunk_rows(10, 10**12, torch.float32, torch.device("cpu")) == 1
+
+
+def test_non_contiguous_hidden():
+    h, w, targets = _inputs()
+    h_t = h.t().contiguous().t()  # same values, column-major strides
+    assert not h_t.is_contiguous()
+    loss_c, gh_c, gw_c = _grads(chunked_linear_cross_entropy, h_t, w, targets, chunk_size=4)
+    loss_r, gh_r, gw_r = _grads(reference.linear_cross_entropy, h, w, targets)
+    torch.testing.assert_close(loss_c, loss_r)
+    torch.testing.assert_close(gh_c, gh_r)
+    torch.testing.assert_close(gw_c, gw_r)
