@@ -1,0 +1,122 @@
+"""The launch scripts: valid bash, and the torchrun / mpirun commands they generate parse and plan a valid layout.
+
+The slow tests really launch: torchrun through examples/run_local.sh, and two plain `pretrain.py` processes
+given the environment Open MPI's mpirun would give them.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = [REPO / "examples" / "run_local.sh", REPO / "examples" / "run_mpirun.sh",
+           REPO / "examples" / "slurm" / "pretrain_nvidia.sbatch", REPO / "examples" / "slurm" / "pretrain_rocm.sbatch"]
+LAYOUT = ["--model", "610m", "--tp", "2", "--pp", "2", "--micro-batch-size", "2", "--global-batch-size", "64"]
+TINY_RUN = ["--model", "tiny", "--hidden-size", "64", "--ffn-hidden-size", "128", "--seq-length", "32",
+            "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters", "2", "--lr-warmup-iters", "0",
+            "--lr-wsd-decay-iters", "1", "--log-interval", "1", "--objective", "clm_then_mlm", "--switch", "0.5"]
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_script_is_valid_bash_and_executable(script):
+    subprocess.run(["bash", "-n", str(script)], check=True)
+    assert script.stat().st_mode & stat.S_IXUSR
+
+
+def printed_command(script: Path, env: dict, args: list[str]) -> list[str]:
+    out = subprocess.run(["bash", str(script), *args], env={**os.environ, **env, "PRINT_CMD": "1"},
+                         capture_output=True, text=True, check=True)
+    return shlex.split(out.stdout)
+
+
+def option(cmd: list[str], name: str) -> str:
+    return cmd[cmd.index(name) + 1]
+
+
+def pretrain_flags(cmd: list[str]) -> list[str]:
+    return cmd[next(i for i, a in enumerate(cmd) if a.endswith("pretrain.py")) + 1:]
+
+
+def check_layout_plans(flags: list[str], world: int) -> None:
+    from megamlm.config import parallel_dims, parse_args
+
+    dims = parallel_dims(parse_args(flags + ["--dry-run", "--world-size", str(world)]))
+    assert dims.world_size == world
+
+
+@pytest.mark.parametrize("script", SCRIPTS[2:], ids=lambda p: p.name)
+def test_sbatch_discovers_the_head_node_and_builds_srun_torchrun(script, tmp_path):
+    fake_scontrol = tmp_path / "scontrol"
+    fake_scontrol.write_text("#!/bin/bash\n# scontrol show hostnames LIST\nprintf 'gpu012\\ngpu013\\n'\n")
+    fake_scontrol.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:{os.environ['PATH']}", "SLURM_NNODES": "2", "SLURM_JOB_NODELIST": "gpu[012-013]",
+           "SLURM_JOB_ID": "4242", "SLURM_GPUS_ON_NODE": "8"}
+    env_clean = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "MASTER_PORT")}
+    out = subprocess.run(["bash", str(script), *LAYOUT], env={**env_clean, **env, "PRINT_CMD": "1"},
+                         capture_output=True, text=True, check=True)
+    cmd = shlex.split(out.stdout)
+    assert cmd[:2] == ["srun", "torchrun"]
+    assert option(cmd, "--nnodes") == "2" and option(cmd, "--nproc-per-node") == "8"
+    assert option(cmd, "--rdzv-endpoint") == "gpu012:29500" and option(cmd, "--rdzv-id") == "4242"
+    flags = pretrain_flags(cmd)
+    assert flags[:2] == ["--device", "cuda"] and flags[2:] == LAYOUT
+    check_layout_plans(flags, world=16)
+
+
+def test_run_local_builds_a_standalone_torchrun():
+    cmd = printed_command(SCRIPTS[0], {"NPROC": "4"}, LAYOUT)
+    assert cmd[:2] == ["torchrun", "--standalone"] and option(cmd, "--nproc-per-node") == "4"
+    assert pretrain_flags(cmd) == LAYOUT
+    check_layout_plans(pretrain_flags(cmd), world=4)
+
+
+def test_mpirun_exports_the_master_address_to_every_rank():
+    cmd = printed_command(SCRIPTS[1], {"NP": "8", "MASTER_ADDR": "head", "HOSTS": "a:4,b:4"}, LAYOUT)
+    assert cmd[:3] == ["mpirun", "-np", "8"] and option(cmd, "--host") == "a:4,b:4"
+    exported = [cmd[i + 1] for i, a in enumerate(cmd) if a == "-x"]
+    assert "MASTER_ADDR=head" in exported and "MASTER_PORT=29500" in exported
+    check_layout_plans(pretrain_flags(cmd), world=8)
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("megamlm-cache"))
+
+
+def launch_env(cache: str) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI_", "SLURM_"))
+           and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    return {**env, "MEGAMLM_CACHE": cache, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+
+
+@pytest.mark.slow
+def test_run_local_trains_with_torchrun_on_cpu(cache):
+    out = subprocess.run(["bash", str(SCRIPTS[0]), *TINY_RUN, "--tp", "2"], env={**launch_env(cache), "NPROC": "2"},
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "parallel layout: world 2 | TP 2" in out.stdout
+    assert "objective switch after step 1: clm -> mlm" in out.stdout
+
+
+@pytest.mark.slow
+def test_ranks_started_by_an_mpi_launcher_find_each_other(cache, tmp_path):
+    from harness import free_port
+
+    port = str(free_port())
+    procs = []
+    for rank in range(2):
+        env = {**launch_env(cache), "OMPI_COMM_WORLD_RANK": str(rank), "OMPI_COMM_WORLD_SIZE": "2",
+               "OMPI_COMM_WORLD_LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
+        procs.append(subprocess.Popen([sys.executable, str(REPO / "pretrain.py"), *TINY_RUN],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outputs = [p.communicate(timeout=600) for p in procs]
+    for p, (stdout, stderr) in zip(procs, outputs):
+        assert p.returncode == 0, stderr[-3000:]
+    assert "parallel layout: world 2 | TP 1 | PP 1 | DP 2" in outputs[0][0]
