@@ -145,6 +145,8 @@ def test_missing_checkpoint_and_tokenizer(tiny_checkpoint, tmp_path, kit):
     with pytest.raises(ConversionError, match="gone/tokenizer.json"):
         export_checkpoint(save_dir, tmp_path / "x")
     assert not (tmp_path / "x").exists()
+    export_checkpoint(save_dir, tmp_path / "x", tokenizer=kit.AUSTEN_TOKENIZER, log=lambda *_: None)  # --tokenizer
+    assert (tmp_path / "x" / "tokenizer.json").read_bytes() != b""
 
 
 def test_config_weights_mismatch_names_the_tensor(tmp_path, kit):
