@@ -1,0 +1,34 @@
+#!/bin/bash
+# Run a megamlm launch command (`srun torchrun pretrain.py ... --save DIR ...`) and requeue this SLURM job when
+# the run stopped before --train-iters *after making progress*: a pre-emption warning signal or
+# --exit-duration-in-mins made every rank save and exit. A run that saved nothing new (a crash at start, a
+# user error) is not requeued, so it cannot loop; MAX_REQUEUES (default 50) bounds the requeues. See requeue.md.
+#
+#   examples/slurm/with_requeue.sh srun --kill-on-bad-exit=1 torchrun ... pretrain.py --save /ckpt/run1 ...
+set -uo pipefail
+
+save=""
+prev=""
+for arg in "$@"; do
+    [[ "$prev" == "--save" ]] && save=$arg
+    [[ "$arg" == --save=* ]] && save=${arg#--save=}
+    prev=$arg
+done
+latest_step() { cat "$save/latest_checkpointed_iteration.txt" 2>/dev/null || echo 0; }
+
+before=$(latest_step)
+"$@"
+status=$?
+after=$(latest_step)
+if [[ -z "$save" || -z "${SLURM_JOB_ID:-}" ]]; then
+    exit "$status"
+fi
+# The run's length as the checkpoint recorded it (flags or a --config file alike).
+train_iters=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["config"]["training"]["train_iters"])' \
+              "$save/$(printf 'iter_%07d' "$after")/config.json" 2>/dev/null || echo 0)
+if (( after > before && after < train_iters && ${SLURM_RESTART_COUNT:-0} < ${MAX_REQUEUES:-50} )); then
+    echo "megamlm: stopped at step $after of $train_iters with a checkpoint; requeueing job $SLURM_JOB_ID"
+    scontrol requeue "$SLURM_JOB_ID"
+    exit 0
+fi
+exit "$status"
