@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib.util
 import dataclasses
 import inspect
 import json
@@ -171,6 +172,20 @@ class ParallelConfig:
 
 
 @dataclass
+class PerformanceConfig:
+    kernel_backend: str = "auto"
+    """Hot-path kernels: auto (Triton on GPU, chunked LM-head loss on CPU), triton, chunked or reference."""
+    attention_backend: str = "sdpa"
+    """Attention: sdpa (scaled_dot_product_attention), flex (FlexAttention, GPU) or flash (flash-attn)."""
+    document_mask: bool = False
+    """Attend only within each document of a packed window (causal and bidirectional alike)."""
+    compile: bool = False
+    """torch.compile each transformer block."""
+    optimizer_impl: str = "torch"
+    """AdamW implementation: torch (fused kernel on GPU) or apex (apex.optimizers.FusedAdam)."""
+
+
+@dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
@@ -179,6 +194,7 @@ class Config:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    performance: PerformanceConfig = field(default_factory=PerformanceConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -205,7 +221,7 @@ SECTIONS = {f.name: f.type for f in dataclasses.fields(Config)}
 SECTION_CLASSES = {
     "model": ModelConfig, "objective": ObjectiveConfig, "data": DataConfig,
     "training": TrainingConfig, "checkpoint": CheckpointConfig, "logging": LoggingConfig,
-    "parallel": ParallelConfig,
+    "parallel": ParallelConfig, "performance": PerformanceConfig,
 }
 FLAG_ALIASES = {"tensor_model_parallel_size": ["--tp"], "pipeline_model_parallel_size": ["--pp"]}
 
@@ -354,6 +370,7 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"--max-skipped-steps must be at least 1, got {t.max_skipped_steps}")
     if cfg.data.num_workers < 0:
         raise ConfigError("--num-workers must be >= 0")
+    validate_performance(cfg.performance)
     parallel_dims(cfg)
 
 
@@ -401,3 +418,21 @@ def warmup_iters(t: TrainingConfig) -> int:
 
 def wsd_decay_iters(t: TrainingConfig) -> int:
     return t.lr_wsd_decay_iters if t.lr_wsd_decay_iters is not None else round(0.05 * t.train_iters)
+
+
+def validate_performance(p: PerformanceConfig) -> None:
+    from megamlm.kernels import KERNEL_BACKENDS
+
+    if p.kernel_backend not in KERNEL_BACKENDS:
+        raise ConfigError(f"unknown --kernel-backend {p.kernel_backend!r}; choose one of {', '.join(KERNEL_BACKENDS)}")
+    if p.attention_backend not in ("sdpa", "flex", "flash"):
+        raise ConfigError(f"unknown --attention-backend {p.attention_backend!r}; choose sdpa, flex or flash")
+    if p.optimizer_impl not in ("torch", "apex"):
+        raise ConfigError(f"unknown --optimizer-impl {p.optimizer_impl!r}; choose torch or apex")
+    if p.attention_backend == "flash" and importlib.util.find_spec("flash_attn") is None:
+        raise ConfigError("--attention-backend flash needs the flash-attn package, which is not installed; "
+                          "pip install flash-attn, or use --attention-backend sdpa")
+    if p.optimizer_impl == "apex" and importlib.util.find_spec("apex") is None:
+        raise ConfigError("--optimizer-impl apex needs NVIDIA apex, which is not installed; use --optimizer-impl torch")
+    if p.kernel_backend == "triton" and importlib.util.find_spec("triton") is None:
+        raise ConfigError("--kernel-backend triton needs the triton package; pip install triton, or use auto")

@@ -1,5 +1,5 @@
 """Apply a ParallelDims layout to a built single-device Transformer, in the fixed order:
-pipeline split -> TP -> activation checkpointing -> FSDP2/DDP.
+pipeline split -> TP -> activation checkpointing -> compile -> FSDP2/DDP.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 from megamlm.model.transformer import Transformer
-from megamlm.parallel.data_parallel import apply_ddp, apply_fsdp, apply_recompute, mixed_precision_policy
+from megamlm.parallel.data_parallel import apply_compile, apply_ddp, apply_fsdp, apply_recompute, mixed_precision_policy
 from megamlm.parallel.dims import ParallelDims
 from megamlm.parallel.pipeline import PipelineStageModule, prune_to_stages, rank_stages
 from megamlm.parallel.tensor_parallel import apply_tp
@@ -54,7 +54,7 @@ class ParallelModel:
 
 
 def parallelize(model: Transformer, dims: ParallelDims, mesh, device: torch.device, precision: str = "auto",
-                recompute: bool = False) -> ParallelModel:
+                recompute: bool = False, compile_blocks: bool = False) -> ParallelModel:
     """Turn the full model (same weights on every rank) into this rank's ParallelModel, in place."""
     stage_ids: list[int] = []
     if dims.pp > 1:
@@ -65,6 +65,8 @@ def parallelize(model: Transformer, dims: ParallelDims, mesh, device: torch.devi
         apply_tp(model, tp_mesh)
     if recompute:
         apply_recompute(model)
+    if compile_blocks:
+        apply_compile(model)
 
     if dims.pp > 1:
         parts: list[nn.Module] = [PipelineStageModule(model, s, dims.num_stages, tp_mesh) for s in stage_ids]

@@ -26,9 +26,10 @@ class ParallelRun:
     device: torch.device
     pm: ParallelModel | None = None
 
-    def parallelize(self, model: torch.nn.Module, precision: str, recompute: bool) -> torch.nn.Module:
+    def parallelize(self, model: torch.nn.Module, precision: str, recompute: bool,
+                    compile_blocks: bool = False) -> torch.nn.Module:
         """Shard the full model in place; returns this rank's modules under their original names."""
-        self.pm = parallelize(model, self.dims, self.mesh, self.device, precision, recompute)
+        self.pm = parallelize(model, self.dims, self.mesh, self.device, precision, recompute, compile_blocks)
         return self.pm.model
 
     @property

@@ -18,7 +18,7 @@ from megamlm.checkpoint.ranks import rank, world_size
 from megamlm.config import Config
 from megamlm.log import log
 from megamlm.model.transformer import Transformer, count_parameters
-from megamlm.parallel.data_parallel import apply_recompute
+from megamlm.parallel.data_parallel import apply_compile, apply_recompute
 from megamlm.parallel.runtime import start_parallel
 from megamlm.training.metrics import IntervalMeter, TensorBoardWriter, format_duration
 from megamlm.training.guards import NonFiniteGuard, SkipNonFiniteUpdates
@@ -63,6 +63,20 @@ def build_model(plan: RunPlan, seed: int, device: torch.device) -> Transformer:
     return model.to(device)
 
 
+def select_backends(perf) -> None:
+    """Kernel and attention backends for this process, and a report of the optional accelerators."""
+    from megamlm import kernels
+    from megamlm.model.attention import set_attention_backend
+    from megamlm.model.attention_backends import detect_optional_extras
+
+    kernels.set_kernel_backend(perf.kernel_backend)
+    set_attention_backend(perf.attention_backend)
+    extras = ", ".join(f"{name} {version or 'absent'}" for name, version in detect_optional_extras().items())
+    log(f"kernels {perf.kernel_backend} | attention {perf.attention_backend}"
+        f"{' with document masks' if perf.document_mask else ''}{' | torch.compile per block' if perf.compile else ''}"
+        f" | optional extras: {extras}")
+
+
 def pretrain(cfg: Config) -> RunResult:
     """Train; SIGTERM/SIGUSR1 during the run save a checkpoint and return early (see training/signals.py)."""
     with ExitSignalHandler() as signals:
@@ -77,6 +91,7 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler) -> RunResult:
         adopt_hf_init_from(cfg)
     plan = plan_run(cfg)
     device = resolve_device(t.device)
+    select_backends(cfg.performance)
     parallel = start_parallel(cfg, device)  # None for one process; else joins the launcher's process group
     if parallel is not None:
         device = parallel.device
@@ -106,12 +121,16 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler) -> RunResult:
         f"tokenizer {plan.tokenizer_path} | device {device}")
     step_fn, dp_rank, dp_size = train_step, 0, 1
     if parallel is not None:  # TP -> recompute -> FSDP/DDP; `model` becomes this rank's share
-        model = parallel.parallelize(model, t.precision, cfg.parallel.recompute)
+        model = parallel.parallelize(model, t.precision, cfg.parallel.recompute, cfg.performance.compile)
         step_fn, dp_rank, dp_size = parallel.train_step, parallel.dp_rank, parallel.dp_size
-    elif cfg.parallel.recompute:
-        apply_recompute(model)
+    else:
+        if cfg.parallel.recompute:
+            apply_recompute(model)
+        if cfg.performance.compile:
+            apply_compile(model)
 
-    optimizer = build_optimizer(model, t.lr, t.weight_decay, (t.adam_beta1, t.adam_beta2), t.adam_eps)
+    optimizer = build_optimizer(model, t.lr, t.weight_decay, (t.adam_beta1, t.adam_beta2), t.adam_eps,
+                                impl=cfg.performance.optimizer_impl)
     result = RunResult(switch_step=schedule.switch_step)
     step, consumed = 0, 0
     if resume_from is not None:
@@ -159,7 +178,9 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler) -> RunResult:
         step += 1
         objective = schedule.objective_at(step)
         loaded = next(batches)
-        micro_batches = [schedule.make_batch(step, mb["tokens"].numpy(), mb["sample_ids"].tolist()) for mb in loaded]
+        micro_batches = [schedule.make_batch(step, mb["tokens"].numpy(), mb["sample_ids"].tolist(),
+                                             mb["document_ids"].numpy() if cfg.performance.document_mask else None)
+                         for mb in loaded]
         lr = lr_schedule.lr_at(step)
         stats = step_fn(model, guarded_optimizer, micro_batches, lr, t.clip_grad, device, t.precision)
         consumed += t.global_batch_size

@@ -1,0 +1,53 @@
+"""The performance flags reach the run: kernel/attention backends, document masks, torch.compile."""
+
+import pytest
+
+from megamlm.config import ConfigError, parse_args
+
+SHORT = ["--train-iters", "3", "--objective", "clm_then_mlm", "--switch", "0.34"]
+
+
+def test_document_mask_changes_what_tokens_see(run):
+    """Bundled paragraphs are shorter than a 64-token window, so masking at document boundaries must matter."""
+    plain = run(*SHORT)
+    masked = run(*SHORT, "--document-mask")
+    assert plain.sample_ids == masked.sample_ids
+    for step in (1, 3):  # a CLM step and an MLM step
+        assert masked.losses[step] != plain.losses[step]
+
+
+def test_kernel_backends_agree(run):
+    reference = run(*SHORT, "--kernel-backend", "reference")
+    chunked = run(*SHORT, "--kernel-backend", "chunked")
+    for step in reference.losses:
+        assert chunked.losses[step] == pytest.approx(reference.losses[step], rel=1e-4)
+
+
+@pytest.mark.slow
+def test_compiled_blocks_match_eager(run):
+    eager = run(*SHORT)
+    compiled = run(*SHORT, "--compile")
+    for step in eager.losses:
+        assert compiled.losses[step] == pytest.approx(eager.losses[step], rel=1e-3)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--kernel-backend", "cuda"], "unknown --kernel-backend"),
+    (["--attention-backend", "xformers"], "unknown --attention-backend"),
+    (["--optimizer-impl", "sgd"], "unknown --optimizer-impl"),
+])
+def test_unknown_backends_are_refused(argv, message):
+    with pytest.raises(ConfigError, match=message):
+        parse_args(argv)
+
+
+def test_absent_optional_extras_are_named(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("flash_attn", "apex")
+                        else real(name, *a))
+    with pytest.raises(ConfigError, match="needs the flash-attn package"):
+        parse_args(["--attention-backend", "flash"])
+    with pytest.raises(ConfigError, match="needs NVIDIA apex"):
+        parse_args(["--optimizer-impl", "apex"])
