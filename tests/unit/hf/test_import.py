@@ -197,3 +197,18 @@ def test_tensors_already_in_memory_import_the_same(tmp_path, kit):
     a, b = _load_imported(tmp_path / "from_files"), _load_imported(tmp_path / "from_memory")
     for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
         assert torch.equal(x, y), name
+
+
+def test_gguf_sources_are_located_before_loading(tmp_path):
+    from megamlm.hf.hf_source import open_source
+
+    (tmp_path / "one").mkdir()
+    (tmp_path / "one" / "m.Q4.gguf").write_bytes(b"GGUF")
+    assert open_source(tmp_path / "one").gguf_file == "m.Q4.gguf"
+    assert open_source(tmp_path / "one" / "m.Q4.gguf").folder == tmp_path / "one"
+    (tmp_path / "one" / "m.Q8.gguf").write_bytes(b"GGUF")
+    with pytest.raises(ConversionError, match="several GGUF files.*pass one of them"):
+        open_source(tmp_path / "one")
+    (tmp_path / "weights.bin").write_bytes(b"")
+    with pytest.raises(ConversionError, match="not a .gguf"):
+        open_source(tmp_path / "weights.bin")
