@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -14,6 +16,7 @@ GLOBAL_IDS = [[0, 1], [2, 3], [4, 5], [6, 7]]  # 4 micro-batches of 2 samples: o
 LR, CLIP = 1e-3, 1.0
 
 
+@functools.lru_cache(maxsize=None)
 def reference(objective: str):
     """Single process: step-1 loss and gradients, then the step-2 loss after one update (megamlm's own step)."""
     from megamlm.model.transformer import Transformer
@@ -81,3 +84,12 @@ def check_layout(rank: int, world: int, layout: dict, recompute: bool = False) -
         second_ids = [[k + 8 for k in ids] for ids in mine]
         second, _ = forward_backward(pm, micro_batches(sched, 2, second_ids), cpu)
         assert second == pytest.approx(ref_second, rel=1e-4), (objective, layout)
+
+
+def check_layouts(rank: int, world: int, layouts: list[tuple[str, dict, bool]]) -> None:
+    """Several layouts in one spawned world (process start-up dominates on small CPUs)."""
+    for name, layout, recompute in layouts:
+        try:
+            check_layout(rank, world, layout, recompute)
+        except AssertionError as err:
+            raise AssertionError(f"layout {name}: {err}") from err

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from harness import spawn
-from layout_checks import check_layout
+from layout_checks import check_layouts
 
 pytestmark = pytest.mark.distributed
 
@@ -27,14 +27,12 @@ SLOW_LAYOUTS = {
 }
 
 
-@pytest.mark.parametrize("name", LAYOUTS)
-def test_layout_matches_single_process(name):
-    world, layout = LAYOUTS[name]
-    spawn(check_layout, world, layout, name in RECOMPUTE)
+def test_two_rank_layouts_match_single_process():
+    """TP=2, PP=2 (1F1B and interleaved), FSDP2 DP=2 (with --recompute) and DDP DP=2, in one 2-rank world."""
+    spawn(check_layouts, 2, [(name, layout, name in RECOMPUTE) for name, (_, layout) in LAYOUTS.items()])
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", SLOW_LAYOUTS)
-def test_four_rank_layout_matches_single_process(name):
-    world, layout = SLOW_LAYOUTS[name]
-    spawn(check_layout, world, layout)
+def test_four_rank_layouts_match_single_process():
+    """TP=2 x FSDP2 DP=2, hybrid sharding 2x2 and TP=2 x PP=2, in one 4-rank world."""
+    spawn(check_layouts, 4, [(name, layout, False) for name, (_, layout) in SLOW_LAYOUTS.items()])
