@@ -1,4 +1,8 @@
-"""The pretrain command line: parse, validate, train; user errors print one line and exit 2."""
+"""The pretrain command line: parse, validate, train.
+
+Exit codes: 0 done (or stopped cleanly by a signal / --exit-interval, with a checkpoint); 2 a user error
+(one line naming the fix, nothing damaged); 3 the run stopped on persistent non-finite losses/gradients.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ def main(argv: list[str] | None = None) -> int:
     from megamlm.checkpoint import CheckpointError
     from megamlm.config import ConfigError, parse_args
     from megamlm.data import DataError
+    from megamlm.training.guards import NonFiniteError
     from megamlm.training.trainer import pretrain
 
     try:
@@ -22,4 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, DataError, CheckpointError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except NonFiniteError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 3
     return 0

@@ -190,3 +190,12 @@ def test_a_full_disk_during_a_periodic_save_stops_the_run_clearly_and_the_relaun
                                                           "run_record.json"]
     again = tiny(*common)
     assert again.start_step == 2 and sorted(again.losses) == [3, 4, 5, 6]
+
+
+def test_the_command_line_reports_a_persistent_nan_in_one_line_with_exit_code_3(cache_dir, monkeypatch, capsys):
+    from megamlm.cli import main
+
+    StepHook(monkeypatch, nan_steps=range(1, 100))
+    assert main([*TINY, "--train-iters", "6", "--max-skipped-steps", "2"]) == 3
+    err = capsys.readouterr().err
+    assert err.startswith("error: 2 steps in a row had a non-finite loss") and "Traceback" not in err
