@@ -2,8 +2,8 @@
 
 - data order and the objective switch: at world size 2 (DP=2) the ranks consume exactly the global
   batches of the single-process run, switch CLM -> MLM at the same step, and reach the same losses;
-- a checkpoint saved at TP=2 x PP=2 resumes in a single process with the same next-step losses as the
-  uninterrupted 4-rank run.
+- a checkpoint saved at TP=2 x PP=2 resumes in a single process, and under FSDP2 at DP=2, with the same
+  next-step losses as the uninterrupted 4-rank run.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def test_data_parallel_run_consumes_the_same_samples_and_switches_at_the_same_st
 
 
 @pytest.mark.slow
-def test_checkpoint_saved_at_tp2_pp2_resumes_at_tp1_with_the_same_losses(single, tmp_path):
+def test_checkpoint_saved_at_tp2_pp2_resumes_at_tp1_and_fsdp_dp2_with_the_same_losses(single, tmp_path):
     save = tmp_path / "ckpt"
     layout = ["--tp", "2", "--pp", "2", "--save", save, "--save-interval", "2"]
     spawn(pretrain_on_rank, 4, FLAGS + layout, str(tmp_path))
@@ -64,3 +64,11 @@ def test_checkpoint_saved_at_tp2_pp2_resumes_at_tp1_with_the_same_losses(single,
     for step in (3, 4):
         assert resumed["losses"][step] == pytest.approx(ranks[0]["losses"][step], rel=1e-4), step
         assert resumed["objectives"][step] == ranks[0]["objectives"][step]
+    # The same shards, resharded onto FSDP2 over two data-parallel ranks.
+    out = tmp_path / "dp2"
+    out.mkdir()
+    spawn(pretrain_on_rank, 2, FLAGS + ["--load", save / "iter_0000002"], str(out))
+    for r in read_ranks(out, 2):
+        assert r["start_step"] == 2
+        for step in (3, 4):
+            assert r["losses"][step] == pytest.approx(ranks[0]["losses"][step], rel=1e-4), step
