@@ -23,7 +23,9 @@ _LAUNCHERS = (
     ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
     ("mvapich", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK"),
     ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
-    ("slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+    # SLURM_STEP_NUM_TASKS is set by srun for the tasks of a step, not in the batch script itself, so a plain
+    # `python pretrain.py` inside an allocation stays a single process.
+    ("slurm", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID"),
 )
 
 
@@ -42,10 +44,10 @@ def detect_launcher(environ: Mapping[str, str] | None = None) -> str | None:
 def world_size_from_env(environ: Mapping[str, str] | None = None) -> int:
     """The world size the launcher announced (1 when started as a plain process)."""
     env = os.environ if environ is None else environ
-    for _, _, size, _ in _LAUNCHERS:
-        if size in env:
-            return int(env[size])
-    return 1
+    launcher = detect_launcher(env)
+    if launcher is None:
+        return 1
+    return int(env[next(size for name, _, size, _ in _LAUNCHERS if name == launcher)])
 
 
 def first_slurm_host(nodelist: str) -> str:

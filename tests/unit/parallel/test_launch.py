@@ -39,7 +39,8 @@ def test_mpi_without_master_address_or_mpi4py_names_the_fix():
 
 
 def test_bare_srun_takes_the_first_node_as_master():
-    env = {"SLURM_PROCID": "7", "SLURM_NTASKS": "8", "SLURM_LOCALID": "3", "SLURM_JOB_NODELIST": "gpu[012-015]"}
+    env = {"SLURM_PROCID": "7", "SLURM_STEP_NUM_TASKS": "8", "SLURM_NTASKS": "8", "SLURM_LOCALID": "3",
+           "SLURM_JOB_NODELIST": "gpu[012-015]"}
     out = launcher_env(env)
     assert out == {"RANK": "7", "WORLD_SIZE": "8", "LOCAL_RANK": "3", "MASTER_ADDR": "gpu012", "MASTER_PORT": "29500"}
 
@@ -48,3 +49,12 @@ def test_bare_srun_takes_the_first_node_as_master():
                                              ("x-y[10-11]", "x-y10")])
 def test_first_slurm_host(nodelist, first):
     assert first_slurm_host(nodelist) == first
+
+
+def test_a_batch_script_outside_srun_is_a_single_process():
+    env = {"SLURM_PROCID": "0", "SLURM_NTASKS": "8", "SLURM_JOB_NODELIST": "gpu[012-015]"}
+    assert launcher_env(env) == {} and world_size_from_env(env) == 1
+
+
+def test_rank_without_size_is_not_a_launcher():
+    assert world_size_from_env({"OMPI_COMM_WORLD_SIZE": "4"}) == 1
