@@ -71,3 +71,15 @@ def test_pretrain_py_runs_as_a_script_and_prints_the_switch(tmp_path, cache_dir)
     assert "switch step 2" in out.stdout
     assert "objective switch after step 2: clm -> mlm" in out.stdout
     assert "step 8/8 | objective mlm | loss" in out.stdout
+
+
+def test_tensorboard_scalars_are_written(run, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run("--objective", "clm_then_mlm", "--switch", "0.5", "--train-iters", "4", "--tensorboard-dir", tmp_path)
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"loss", "loss/clm", "loss/mlm", "lr", "grad_norm"} <= tags
+    assert [e.step for e in events.Scalars("loss")] == [1, 2, 3, 4]
+    assert [e.step for e in events.Scalars("loss/mlm")] == [3, 4]
