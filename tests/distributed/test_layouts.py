@@ -24,6 +24,7 @@ SLOW_LAYOUTS = {
     "tp2_x_fsdp2": (4, dict(tp=2)),
     "hsdp_2x2": (4, dict(dp_replicate=2)),
     "tp2_pp2": (4, dict(tp=2, pp=2)),
+    "pp2_x_fsdp2": (4, dict(pp=2)),
 }
 
 
@@ -34,5 +35,5 @@ def test_two_rank_layouts_match_single_process():
 
 @pytest.mark.slow
 def test_four_rank_layouts_match_single_process():
-    """TP=2 x FSDP2 DP=2, hybrid sharding 2x2 and TP=2 x PP=2, in one 4-rank world."""
+    """TP=2 x FSDP2 DP=2, hybrid sharding 2x2, TP=2 x PP=2 and PP=2 x FSDP2 DP=2, in one 4-rank world."""
     spawn(check_layouts, 4, [(name, layout, False) for name, (_, layout) in SLOW_LAYOUTS.items()])
