@@ -28,8 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 MODEL_DIR = REPO / ".." / "shared" / "models" / "smollm2-135m-instruct"
 CORPUS = REPO / "megamlm" / "assets" / "austen" / "austen.jsonl.gz"
-SENTENCE = ("It is a truth universally acknowledged, that a single man in possession of a good fortune, "
-            "must be in want of a {mask}.")
+SENTENCE = "Elizabeth and her {mask} Jane walked to Netherfield."
 
 
 def austen_paragraphs(count: int) -> list[str]:
