@@ -4,7 +4,8 @@
 
 1. pretrain the `tiny` preset with MLM, CLM and CLM-then-MLM (switch 0.25) on the bundled Austen corpus,
    with one seed, so all three see the identical sample sequence (pretrain.py);
-2. continue SmolLM2-135M (../shared/models) with MLM (examples/cpt_smollm2.py's steps; --skip-cpt to leave out);
+2. with --cpt: continue SmolLM2-135M (../shared/models) with MLM (examples/cpt_smollm2.py's steps) and
+   evaluate it too (135M parameters: slow on a CPU, so opt-in);
 3. export every checkpoint as a EuroBERT folder (megamlm.hf; CLM models too: fine-tuning is bidirectional);
 4. fine-tune and score all of them on the local tasks with a reduced grid (megamlm.eval, as tools/evaluate.py);
 5. write RESULTS.md with the table, the two figures and the measured times beside this script.
@@ -48,17 +49,18 @@ def parse_args(argv=None):
     p.add_argument("--workdir", required=True, type=Path, help="checkpoints, exports and run results")
     p.add_argument("--results", type=Path, default=HERE, help="folder for RESULTS.md and its figures")
     p.add_argument("--device", default="cpu", help="device for pretraining and fine-tuning")
-    p.add_argument("--train-iters", type=int, default=200, help="pretraining steps of each tiny model")
+    p.add_argument("--train-iters", type=int, default=40, help="pretraining steps of each tiny model")
     p.add_argument("--seed", type=int, default=1234, help="pretraining seed (weights, sample order, masks)")
-    p.add_argument("--tasks", default=LOCAL_TASKS)
+    p.add_argument("--tasks", default="rt-sentiment,brown-pos,austen-qa",
+                   help=f"local tasks to fine-tune on (all: {LOCAL_TASKS})")
     p.add_argument("--lrs", type=_floats, default=(1e-4, 5e-4), help="reduced LR grid (the paper's top end)")
     p.add_argument("--seeds", type=_ints, default=(0, 1))
-    p.add_argument("--max-steps", type=int, default=60)
+    p.add_argument("--max-steps", type=int, default=8)
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--max-length", type=int, default=128)
-    p.add_argument("--max-train-examples", type=int, default=960)
-    p.add_argument("--max-eval-examples", type=int, default=200)
-    p.add_argument("--skip-cpt", action="store_true", help="leave out the SmolLM2 continued-pretraining model")
+    p.add_argument("--max-train-examples", type=int, default=128)
+    p.add_argument("--max-eval-examples", type=int, default=50)
+    p.add_argument("--cpt", action="store_true", help="add the SmolLM2 continued-pretraining model (slow on CPU)")
     p.add_argument("--cpt-steps", type=int, default=20, help="MLM steps of SmolLM2 continued pretraining")
     p.add_argument("--cpt-tasks", default="rt-sentiment,brown-pos", help="tasks for the 135M model (CPU-heavy)")
     p.add_argument("--cpt-lrs", type=_floats, default=(5e-5,))
@@ -71,9 +73,11 @@ def pretrain(name: str, args, log_dir: Path) -> dict:
     save = args.workdir / "pretrain" / name
     pointer = save / "latest_checkpointed_iteration.txt"
     log_path = log_dir / f"pretrain_{name}.log"
+    ran = False
     if pointer.exists() and pointer.read_text().strip() == str(args.train_iters) and log_path.exists():
         print(f"pretrain {name}: finished before", flush=True)
     else:
+        ran = True
         command = [sys.executable, str(REPO / "pretrain.py"), "--model", "tiny", *OBJECTIVES[name],
                    "--train-iters", str(args.train_iters), "--seed", str(args.seed), "--save", str(save),
                    "--device", args.device, "--log-interval", "10"]
@@ -90,7 +94,7 @@ def pretrain(name: str, args, log_dir: Path) -> dict:
         partial.replace(log_path)
     text = log_path.read_text()
     losses = [(int(s), o, float(l)) for s, o, l in re.findall(r"step (\d+)/\d+ \| objective (\w+) \| loss ([0-9.]+)", text)]
-    return {"save": str(save), "losses": losses}
+    return {"save": str(save), "losses": losses, "ran": ran}
 
 
 def continued_pretraining(args, log_dir: Path) -> Path:
@@ -108,7 +112,7 @@ def continued_pretraining(args, log_dir: Path) -> Path:
         print("continued pretraining: finished before", flush=True)
         return save
     if not next(cpt.MODEL_DIR.glob("*.gguf"), None):
-        raise SystemExit(f"no SmolLM2 GGUF in {cpt.MODEL_DIR} (see ../shared/ASSETS.md); pass --skip-cpt")
+        raise SystemExit(f"no SmolLM2 GGUF in {cpt.MODEL_DIR} (see ../shared/ASSETS.md); leave out --cpt")
     ckpt = import_hf(cpt.MODEL_DIR, work / "imported", force=True, max_seq_length=args.max_length)
     cpt.tokenize_corpus(ckpt, work / "data" / "austen_smollm2", 300)
     outcome = cpt.continued_pretraining(ckpt, work / "data" / "austen_smollm2", save, args.cpt_steps, 64)
@@ -156,13 +160,13 @@ Written by `python examples/paper_recipe/run_cpu.py {" ".join(sys.argv[1:]) if a
 
 - Pretraining: `tiny` preset (1.8M parameters without the LM head), {args.train_iters} steps each, seed {args.seed},
   bundled Austen corpus; MLM, CLM and CLM-then-MLM (switch 0.25) see the identical sample sequence.
-- Continued pretraining: {"left out (--skip-cpt)" if args.skip_cpt else f"SmolLM2-135M-Instruct + {args.cpt_steps} MLM steps (model `smollm2_cpt_mlm`)"}.
+- Continued pretraining: {"left out (no --cpt)" if not args.cpt else f"SmolLM2-135M-Instruct + {args.cpt_steps} MLM steps (model `smollm2_cpt_mlm`)"}.
 - Export: every checkpoint as a EuroBERT folder; all models are fine-tuned with bidirectional attention.
 - Fine-tuning (reduced protocol): LRs {list(args.lrs)} x seeds {list(args.seeds)}, at most {args.max_steps} steps
   of batch {args.batch_size}, linear schedule with 10% warmup, AdamW (0.9, 0.95, eps 1e-5, wd 0.1); at most
   {args.max_train_examples} train and {args.max_eval_examples} validation/test examples per task (fixed subsets);
   inputs up to {args.max_length} tokens. Best LR on validation; test mean ± 95% t-interval over seeds.
-  {"" if args.skip_cpt else f"SmolLM2 (135M parameters, CPU-heavy): tasks {args.cpt_tasks}, LRs {list(args.cpt_lrs)}, {args.cpt_max_steps} steps of batch {args.cpt_batch_size}."}
+  {"" if not args.cpt else f"SmolLM2 (135M parameters, CPU-heavy): tasks {args.cpt_tasks}, LRs {list(args.cpt_lrs)}, {args.cpt_max_steps} steps of batch {args.cpt_batch_size}."}
 
 Pretraining losses (first and last logged step per objective):
 
@@ -204,30 +208,40 @@ def main(argv=None) -> int:
     args.workdir.mkdir(parents=True, exist_ok=True)
     log_dir = args.workdir / "logs"
     log_dir.mkdir(exist_ok=True)
-    timings, started = {}, time.perf_counter()
+    # Stage times persist across launches: a stage that an earlier launch finished keeps its measured time.
+    timings_path = args.workdir / "timings.json"
+    timings = json.loads(timings_path.read_text()) if timings_path.exists() else {}
+    mark = [time.perf_counter()]
 
-    def lap(name):
-        timings[name] = time.perf_counter() - started - sum(timings.values())
+    def lap(name, did_work=True):
+        now = time.perf_counter()
+        if did_work or name not in timings:
+            timings[name] = now - mark[0]
+        mark[0] = now
+        timings_path.write_text(json.dumps(timings, indent=1))
         print(f"--- {name}: {timings[name]:.0f} s", flush=True)
 
     pretraining = {}
     for name in OBJECTIVES:
         pretraining[name] = pretrain(name, args, log_dir)
-        lap(f"pretrain {name}")
+        lap(f"pretrain {name}", pretraining[name]["ran"])
     exports = args.workdir / "hf"
+    fresh = [name for name in OBJECTIVES if not (exports / name / "config.json").is_file()]
     models = [resolve_model(name, Path(pretraining[name]["save"]), exports) for name in OBJECTIVES]
-    lap("export tiny models")
+    lap("export tiny models", bool(fresh))
     plans = [evaluation_plan(models, args.tasks, args.lrs, args.max_steps, args.batch_size, args)]
-    evaluate(plans[0])
-    lap("fine-tune tiny models")
-    if not args.skip_cpt:
+    outcome = evaluate(plans[0])
+    lap("fine-tune tiny models", bool(outcome["finished"]))
+    if args.cpt:
+        ran = not (args.workdir / "cpt_smollm2" / "cpt" / "latest_checkpointed_iteration.txt").exists()
         cpt_save = continued_pretraining(args, log_dir)
-        lap("SmolLM2 import + continued pretraining")
+        lap("SmolLM2 import + continued pretraining", ran)
         smollm = [resolve_model("smollm2_cpt_mlm", cpt_save, exports)]
         plans.append(evaluation_plan(smollm, args.cpt_tasks, args.cpt_lrs, args.cpt_max_steps, args.cpt_batch_size, args))
-        evaluate(plans[1])
-        lap("fine-tune SmolLM2")
-    timings["total"] = time.perf_counter() - started
+        outcome = evaluate(plans[1])
+        lap("fine-tune SmolLM2", bool(outcome["finished"]))
+    timings.pop("total", None)
+    timings["total"] = sum(timings.values())
     print("wrote", write_results(args, pretraining, plans, timings, argv))
     return 0
 

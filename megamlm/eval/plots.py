@@ -66,6 +66,10 @@ def plot_score_vs_lr(rows: list[LrScores], path: Path) -> Path:
                 ax.errorbar([p.lr for p in points], [p.test_mean for p in points], yerr=[p.test_ci for p in points],
                             marker="o", capsize=3, label=model)
         ax.set_xscale("log")
+        grid = sorted({r.lr for r in rows if r.task == task})
+        ax.set_xticks(grid)
+        ax.set_xticklabels([f"{lr:g}" for lr in grid], fontsize=7)
+        ax.minorticks_off()
         ax.set_title(task, fontsize=9)
         ax.set_xlabel("learning rate")
         ax.set_ylabel("test score")
