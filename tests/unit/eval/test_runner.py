@@ -150,3 +150,25 @@ def test_runs_spread_over_worker_processes(tiny_models, tmp_path, capsys):
     assert "4 runs planned, 0 already finished, 4 to run" in capsys.readouterr().out
     assert main(_args(tiny_models["eurobert"], task, out, "--num-workers", "2")) == 0
     assert "4 already finished, 0 to run" in capsys.readouterr().out
+
+
+def test_report_writes_tables_and_figures(tmp_path):
+    from megamlm.eval.aggregate import per_lr
+    from megamlm.eval.report import write_report
+
+    def result(model, task, family, lr, seed, score):
+        return {"model": model, "task": task, "family": family, "metric": "accuracy", "lr": lr, "seed": seed,
+                "validation": {"score": score}, "test": {"score": score - 1}, "diverged_at_step": None}
+
+    results = [result(m, t, f, lr, s, 50 + 10 * (m == "mlm") + s + 1e4 * lr)
+               for m in ("mlm", "clm") for t, f in (("a", "f1"), ("b", "f2")) for lr in (1e-4, 5e-4) for s in (0, 1)]
+    keys = [RunKey(r["model"], r["task"], r["lr"], r["seed"]) for r in results]
+    written = write_report(tmp_path, summarize(results, keys), per_lr(results))
+    assert [p.name for p in written] == ["results.md", "results.csv", "scores_per_lr.csv", "score_per_model.png",
+                                         "score_vs_lr.png"]
+    for png in written[3:]:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+    table = (tmp_path / "results.md").read_text()
+    # mlm at lr 5e-4: validation mean 50 + 10 + 0.5 + 5 = 65.5, test 64.5 +- t(1) * 0.7071 / 1.4142.
+    assert "| mlm | f1 | a | accuracy | 0.0005 | 65.50 | 64.50 ± 6.35 | 2 | 4/4 |" in table
+    assert len((tmp_path / "scores_per_lr.csv").read_text().splitlines()) == 1 + 8
