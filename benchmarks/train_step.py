@@ -7,7 +7,7 @@ megamlm through the trainer's own ``train_step`` (sparse LM head, fused/chunked 
 transformers through ``EuroBertForMaskedLM`` (MLM) or ``LlamaForCausalLM`` (CLM) with ``labels``.
 Steps alternate between the two after warm-up, so machine noise hits both alike; the figures are
 medians. Peak memory is ``torch.cuda.max_memory_allocated`` on GPU; on CPU it is the peak resident set
-of a child process per side (the same steps), reported above the RSS right after the model is built.
+of a child process per side (the same steps, sampled every 2 ms), above the RSS right after the build.
 On GPU the script also prints MFU (model FLOPs, attention included, over the device's bf16 peak) and,
 with ``--max-batch``, the largest micro-batch each side fits.
 """
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import statistics
 import subprocess
 import sys
@@ -193,8 +192,17 @@ def child_peak_rss(opts, side: str) -> float:
     return json.loads(out.stdout.strip().splitlines()[-1])["peak_above_build_mib"]
 
 
+def _rss_mib() -> float:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS")) / 1024
+
+
 def run_child(opts):
-    """Build one side, then run its steps; print the peak RSS growth (ru_maxrss is in KiB on Linux)."""
+    """Build one side, then run its steps while a thread samples the resident set every 2 ms; print the
+    peak above the RSS right after the build (ru_maxrss would include the build's own peak)."""
+    import gc
+    import threading
+
     device = torch.device("cpu")
     args = model_args(opts)
     batches = make_batches(args, opts, opts.warmup + opts.steps, opts.micro_batch_size)
@@ -204,18 +212,22 @@ def run_child(opts):
     else:
         model, optimizer = build_hf(args, device, opts.objective)
         step = hf_step
-    import gc
-
     gc.collect()
-    with open("/proc/self/status") as status:
-        rss_now = next(int(line.split()[1]) for line in status if line.startswith("VmRSS"))
-    # ru_maxrss cannot be reset, so the build's own peak would mask the steps': report the step-phase
-    # peak as max(ru_maxrss after steps) - RSS after build, which is exact whenever the steps' peak
-    # exceeds the build's (always, for a training step that allocates gradients and optimizer state).
+    base = _rss_mib()
+    peak, done = [base], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], _rss_mib())
+            time.sleep(0.002)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
     for batch in batches:
         step(model, optimizer, batch, device)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(json.dumps({"peak_above_build_mib": (peak - rss_now) / 1024}))
+    done.set()
+    sampler.join()
+    print(json.dumps({"peak_above_build_mib": max(peak[0], _rss_mib()) - base}))
 
 
 def max_micro_batch(build, step, args, opts, device) -> int:
