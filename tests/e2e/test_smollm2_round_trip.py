@@ -1,8 +1,8 @@
 """The continued-pretraining round trip on a real decoder: SmolLM2-135M (GGUF) -> megamlm -> 20 MLM steps
 -> EuroBERT -> fill-mask. Runs examples/cpt_smollm2.py and checks the figures it reports.
 
-Measured on the 2-core dev machine while other jobs shared it (load 8-18): 23 min wall, 10.4 min CPU
-(GGUF load 52 s, import 25 s, losses 38 s, 20 CPT steps 20 min at ~60 s each, export 19 s, fill-mask 8 s)."""
+Measured on the 2-core dev machine while other jobs shared it (load about 8): 13.9 min wall, 9.2 min CPU
+(GGUF load 52 s, import 31 s, losses 35 s, 20 CPT steps 11 min at ~35 s each, export 11 s, fill-mask 2 s)."""
 
 import json
 import math
