@@ -132,7 +132,7 @@ class CheckpointConfig:
     load: str | None = None
     """Resume from this folder's newest whole checkpoint (or an iter_NNNNNNN folder); once --save holds checkpoints, they win."""
     init_from: str | None = None
-    """Load weights only (continued pretraining): a megamlm checkpoint; fresh optimizer, schedule and data."""
+    """Load weights only (continued pretraining): a megamlm checkpoint, a Hugging Face model folder or a .gguf file; fresh optimizer, schedule and data."""
     keep_last: int | None = None
     """Keep only the N newest complete checkpoints (and the objective-switch one); default: keep all."""
     override_data: bool = False

@@ -112,7 +112,7 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler) -> RunResult:
 
     schedule, lr_schedule = plan.objective_schedule, plan.lr_schedule
     model = build_model(plan, t.seed, device)
-    log(f"model {cfg.model.model}: {count_parameters(model, include_lm_head=False) / 1e6:.1f}M parameters "
+    log(f"model: {count_parameters(model, include_lm_head=False) / 1e6:.1f}M parameters "
         f"without the LM head, {count_parameters(model) / 1e6:.1f}M in all "
         f"({plan.model_args.num_layers} layers, hidden {plan.model_args.hidden_size}, "
         f"vocab {plan.model_args.vocab_size}, seq {seq_length})")
