@@ -8,6 +8,8 @@ Every tokenizer exposes `encode(text) -> list[int]` (no special tokens added), `
 
 from __future__ import annotations
 
+import abc
+
 import base64
 import json
 import os
@@ -39,8 +41,8 @@ def llama3_special_tokens(base: int = LLAMA3_BASE_VOCAB) -> dict[str, int]:
     return {name: base + i for i, name in enumerate(names)}
 
 
-class Tokenizer:
-    """Common interface; subclasses fill the ids in their constructor."""
+class Tokenizer(abc.ABC):
+    """Common interface; subclasses (HF, tiktoken, sentencepiece) implement the three abstract methods."""
 
     kind = "base"
 
@@ -57,8 +59,9 @@ class Tokenizer:
         ids.update(i for i in (self.bos_id, self.eos_id, self.pad_id, self.mask_id) if i is not None)
         self.special_ids = sorted(ids)
 
+    @abc.abstractmethod
     def token_to_id(self, token: str) -> int | None:
-        raise NotImplementedError
+        """The id of ``token``, or None when the vocabulary has no such token."""
 
     def _pick(self, role: str, candidates, overrides) -> int | None:
         name = overrides.get(role)
@@ -73,16 +76,17 @@ class Tokenizer:
                 return token_id
         return None
 
+    @abc.abstractmethod
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         """Token ids of `text`. `add_special_tokens` applies a tokenizer.json post-processor
         (what Megatron's HuggingFaceTokenizer does); tiktoken and sentencepiece files have none."""
-        raise NotImplementedError
 
     def encode_batch(self, texts: list[str], add_special_tokens: bool = False) -> list[list[int]]:
         return [self.encode(text, add_special_tokens) for text in texts]
 
+    @abc.abstractmethod
     def decode(self, ids) -> str:
-        raise NotImplementedError
+        """Text of ``ids``."""
 
     def __repr__(self) -> str:
         return (
