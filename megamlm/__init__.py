@@ -1,3 +1,3 @@
 """megamlm: a Megatron-style trainer for text encoders."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

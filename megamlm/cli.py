@@ -8,23 +8,23 @@ from __future__ import annotations
 
 import sys
 
+from megamlm.config import parse_args
+from megamlm.errors import UserError
+from megamlm.parallel.dims import dims_from_config
+from megamlm.parallel.dry_run import dry_run_report
+from megamlm.training.guards import NonFiniteError
+from megamlm.training.trainer import pretrain
+
 
 def main(argv: list[str] | None = None) -> int:
-    from megamlm.checkpoint import CheckpointError
-    from megamlm.config import ConfigError, parse_args
-    from megamlm.data import DataError
-    from megamlm.training.guards import NonFiniteError
-    from megamlm.training.trainer import pretrain
-
     try:
         cfg = parse_args(argv)
+        dims_from_config(cfg)  # the layout against the world size, before any work
         if cfg.parallel.dry_run:  # layout check and memory estimate only: no process group, no data, no GPU
-            from megamlm.parallel.dry_run import dry_run_report
-
             print(dry_run_report(cfg))
             return 0
         pretrain(cfg)
-    except (ConfigError, DataError, CheckpointError) as err:
+    except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except NonFiniteError as err:

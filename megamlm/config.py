@@ -16,12 +16,24 @@ import json
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, get_args, get_origin, get_type_hints
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
-OBJECTIVES = ("mlm", "clm", "clm_then_mlm", "mlm_then_clm")
+from megamlm.errors import UserError
+from megamlm.model.config import PRESETS
+
+# Every choice flag's values, declared once: the parser offers them, --help lists them, validation checks them.
+Objective = Literal["mlm", "clm", "clm_then_mlm", "mlm_then_clm"]
+LRDecayStyle = Literal["wsd", "cosine", "linear", "constant"]
+Precision = Literal["auto", "bf16", "fp32"]
+Device = Literal["auto", "cpu", "cuda"]
+DataParallelImpl = Literal["fsdp", "ddp"]
+PipelineSchedule = Literal["1f1b", "interleaved_1f1b"]
+KernelBackend = Literal["auto", "triton", "chunked", "reference"]
+AttentionBackend = Literal["sdpa", "flex", "flash"]
+OptimizerImpl = Literal["torch", "apex"]
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A bad flag, flag combination or input path; the message names the fix."""
 
 
@@ -55,8 +67,8 @@ class ModelConfig:
 
 @dataclass
 class ObjectiveConfig:
-    objective: str = "mlm"
-    """Training objective: mlm, clm, clm_then_mlm or mlm_then_clm."""
+    objective: Objective = "mlm"
+    """Training objective (two-phase schedules switch at --switch)."""
     switch: float = 0.25
     """Fraction of --train-iters spent in the first objective of a two-phase schedule; switch step = round(F * iters)."""
     mask_ratio: float = 0.4
@@ -93,7 +105,7 @@ class TrainingConfig:
     """Peak learning rate."""
     min_lr: float = 0.0
     """Learning rate at the end of the decay."""
-    lr_decay_style: str = "wsd"
+    lr_decay_style: LRDecayStyle = "wsd"
     """LR schedule: wsd (warmup-stable-decay), cosine, linear or constant."""
     lr_warmup_iters: int | None = None
     """Linear warmup steps; default 5% of --train-iters (the paper: 2,000 of 42,000)."""
@@ -111,10 +123,10 @@ class TrainingConfig:
     """Gradient-norm clipping threshold (0 disables)."""
     seed: int = 1234
     """Seeds the weights, the sample order and the MLM masks."""
-    precision: str = "auto"
+    precision: Precision = "auto"
     """auto (bf16 autocast on GPU, fp32 on CPU), bf16 or fp32."""
-    device: str = "auto"
-    """auto, cpu or cuda."""
+    device: Device = "auto"
+    """Where to train (auto: CUDA/ROCm when visible, else CPU)."""
     exit_interval: int | None = None
     """Save a checkpoint and exit 0 after the first step divisible by N (Megatron's name)."""
     exit_duration_in_mins: float | None = None
@@ -137,6 +149,9 @@ class CheckpointConfig:
     """Keep only the N newest complete checkpoints (and the objective-switch one); default: keep all."""
     override_data: bool = False
     """Resume even though the checkpoint was trained on other data (its data fingerprint differs)."""
+    override_schedule: bool = False
+    """Resume with this launch's --train-iters, objective schedule, LR schedule and optimizer settings where they
+    differ from the checkpoint's (each change is logged); without it such a resume is refused."""
 
 
 @dataclass
@@ -157,9 +172,9 @@ class ParallelConfig:
     """FSDP2 hybrid sharding: number of replica groups (parameters sharded within each, replicated across)."""
     dp_shard: int = -1
     """FSDP2 sharding degree; -1: the rest of world / (TP x PP x dp-replicate)."""
-    data_parallel_impl: str = "fsdp"
+    data_parallel_impl: DataParallelImpl = "fsdp"
     """Data parallelism: fsdp (FSDP2 fully_shard per block) or ddp (full replicas, all-reduce)."""
-    pipeline_schedule: str = "1f1b"
+    pipeline_schedule: PipelineSchedule = "1f1b"
     """Pipeline schedule: 1f1b or interleaved_1f1b (needs --num-layers-per-virtual-stage)."""
     num_layers_per_virtual_stage: int | None = None
     """Interleaved 1F1B: layers in each virtual stage (each rank holds layers / (PP x this) stages)."""
@@ -173,15 +188,15 @@ class ParallelConfig:
 
 @dataclass
 class PerformanceConfig:
-    kernel_backend: str = "auto"
+    kernel_backend: KernelBackend = "auto"
     """Hot-path kernels: auto (Triton on GPU, chunked LM-head loss on CPU), triton, chunked or reference."""
-    attention_backend: str = "sdpa"
+    attention_backend: AttentionBackend = "sdpa"
     """Attention: sdpa (scaled_dot_product_attention), flex (FlexAttention, GPU) or flash (flash-attn)."""
     document_mask: bool = False
     """Attend only within each document of a packed window (causal and bidirectional alike)."""
     compile: bool = False
     """torch.compile each transformer block."""
-    optimizer_impl: str = "torch"
+    optimizer_impl: OptimizerImpl = "torch"
     """AdamW implementation: torch (fused kernel on GPU) or apex (apex.optimizers.FusedAdam)."""
 
 
@@ -225,6 +240,7 @@ SECTION_CLASSES = {
 }
 FLAG_ALIASES = {"tensor_model_parallel_size": ["--tp"], "pipeline_model_parallel_size": ["--pp"]}
 
+
 def field_docs(cls: type) -> dict[str, str]:
     """The string literal under each field of a dataclass (attribute docstrings)."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
@@ -232,17 +248,37 @@ def field_docs(cls: type) -> dict[str, str]:
     docs = {}
     for node, nxt in zip(body, body[1:]):
         if isinstance(node, ast.AnnAssign) and isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant):
-            docs[node.target.id] = str(nxt.value.value)
+            docs[node.target.id] = " ".join(str(nxt.value.value).split())
     return docs
 
 
+def choices_of(annotation) -> tuple | None:
+    """The allowed values of a Literal field (also inside ``X | None``), else None."""
+    if get_origin(annotation) is Literal:
+        return get_args(annotation)
+    for arg in get_args(annotation):
+        if get_origin(arg) is Literal:
+            return get_args(arg)
+    return None
+
+
 def _scalar_type(annotation) -> type:
+    choices = choices_of(annotation)
+    if choices is not None:
+        return type(choices[0])
     args = [a for a in get_args(annotation) if a is not type(None)]
     return args[0] if args else annotation
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are ConfigErrors: the entry point prints them as one line and exits 2."""
+
+    def error(self, message: str):
+        raise ConfigError(f"{message}; see pretrain.py --help")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="pretrain.py",
         description="Pretrain a text encoder with MLM, CLM or a CLM-then-MLM schedule.",
     )
@@ -263,8 +299,10 @@ def build_parser() -> argparse.ArgumentParser:
                 kwargs["action"] = argparse.BooleanOptionalAction
             else:
                 kwargs["type"] = _scalar_type(hint)
-            if hint is not bool:
-                kwargs["metavar"] = f.name.upper()
+                if choices_of(hint) is not None:
+                    kwargs["choices"] = choices_of(hint)
+                else:
+                    kwargs["metavar"] = f.name.upper()
             group.add_argument(*flags, **kwargs)
     return parser
 
@@ -290,13 +328,27 @@ def load_yaml(path: str) -> Config:
     return Config.from_dict(yaml.safe_load(p.read_text()) or {})
 
 
-def validate(cfg: Config) -> None:
-    """Every check a user can fail, before any work starts. Raises ConfigError naming the fix."""
-    from megamlm.model.config import PRESETS
+def _check_choices(cfg: Config) -> None:
+    """A Literal field set from YAML (flags are checked by the parser) must hold one of its values."""
+    for section, cls in SECTION_CLASSES.items():
+        hints = get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            choices = choices_of(hints[f.name])
+            value = getattr(getattr(cfg, section), f.name)
+            if choices is not None and value not in choices and value is not None:
+                raise ConfigError(f"unknown --{f.name.replace('_', '-')} {value!r}; choose one of "
+                                  f"{', '.join(map(str, choices))}")
 
+
+def validate(cfg: Config) -> None:
+    """Every check of the config on its own, before any work starts. Raises ConfigError naming the fix.
+
+    (The parallel layout is checked against the world size by ``megamlm.parallel.dims.dims_from_config``.)
+    """
     m, o, t, c = cfg.model, cfg.objective, cfg.training, cfg.checkpoint
     if m.model not in PRESETS:
         raise ConfigError(f"unknown --model {m.model!r}; choose one of {', '.join(PRESETS)}")
+    _check_choices(cfg)
     shape = resolved_shape(m)
     if shape["num_attention_heads"] % shape["num_query_groups"]:
         raise ConfigError(
@@ -312,15 +364,12 @@ def validate(cfg: Config) -> None:
         if shape[name] <= 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {shape[name]}")
 
-    if o.objective not in OBJECTIVES:
-        raise ConfigError(f"unknown --objective {o.objective!r}; choose one of {', '.join(OBJECTIVES)}")
     if not 0.0 < o.switch < 1.0:
         raise ConfigError(f"--switch must be a fraction strictly between 0 and 1, got {o.switch}")
-    if "_then_" in o.objective:
-        switch_step = round(o.switch * t.train_iters)
-        if not 0 < switch_step < t.train_iters:
-            raise ConfigError(f"--switch {o.switch} with --train-iters {t.train_iters} puts the switch at step "
-                              f"{switch_step}, leaving one phase empty; raise --train-iters or move --switch")
+    step = switch_step(o, t.train_iters)
+    if step is not None and not 0 < step < t.train_iters:
+        raise ConfigError(f"--switch {o.switch} with --train-iters {t.train_iters} puts the switch at step "
+                          f"{step}, leaving one phase empty; raise --train-iters or move --switch")
     if not 0.0 < o.mask_ratio < 1.0:
         raise ConfigError(f"--mask-ratio must be strictly between 0 and 1, got {o.mask_ratio}")
     probs = (o.mask_replace_prob, o.mask_random_prob, o.mask_keep_prob)
@@ -335,16 +384,10 @@ def validate(cfg: Config) -> None:
     if t.global_batch_size % t.micro_batch_size:
         raise ConfigError(f"--global-batch-size {t.global_batch_size} is not divisible by --micro-batch-size "
                           f"{t.micro_batch_size}; pick a global batch that is a multiple of the micro-batch")
-    if t.lr_decay_style not in ("wsd", "cosine", "linear", "constant"):
-        raise ConfigError(f"unknown --lr-decay-style {t.lr_decay_style!r}; choose wsd, cosine, linear or constant")
     warmup, decay = warmup_iters(t), wsd_decay_iters(t)
     if warmup + (decay if t.lr_decay_style == "wsd" else 0) > t.train_iters:
         raise ConfigError(f"warmup ({warmup}) plus decay ({decay}) steps exceed --train-iters {t.train_iters}; "
                           "lower --lr-warmup-iters / --lr-wsd-decay-iters")
-    if t.precision not in ("auto", "bf16", "fp32"):
-        raise ConfigError(f"unknown --precision {t.precision!r}; choose auto, bf16 or fp32")
-    if t.device not in ("auto", "cpu", "cuda"):
-        raise ConfigError(f"unknown --device {t.device!r}; choose auto, cpu or cuda")
     if cfg.logging.log_interval <= 0:
         raise ConfigError("--log-interval must be positive")
     if c.save_interval is not None and c.save_interval <= 0:
@@ -357,9 +400,10 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"--keep-last must be at least 1 (the checkpoint to resume from), got {c.keep_last}")
     if c.keep_last is not None and not c.save:
         raise ConfigError("--keep-last needs --save DIR, the folder whose checkpoints it prunes")
-    if c.override_data and not (c.load or c.save):
-        raise ConfigError("--override-data only matters when resuming: pass --load DIR, or --save DIR of the run "
-                          "to continue")
+    for flag, value in (("--override-data", c.override_data), ("--override-schedule", c.override_schedule)):
+        if value and not (c.load or c.save):
+            raise ConfigError(f"{flag} only matters when resuming: pass --load DIR, or --save DIR of the run "
+                              "to continue")
     if t.exit_interval is not None and t.exit_interval <= 0:
         raise ConfigError(f"--exit-interval must be positive, got {t.exit_interval}")
     if t.exit_duration_in_mins is not None and t.exit_duration_in_mins <= 0:
@@ -370,39 +414,24 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"--max-skipped-steps must be at least 1, got {t.max_skipped_steps}")
     if cfg.data.num_workers < 0:
         raise ConfigError("--num-workers must be >= 0")
-    validate_performance(cfg.performance)
-    parallel_dims(cfg)
-
-
-def parallel_dims(cfg: Config, world_size: int | None = None):
-    """The run's checked ParallelDims (world size: argument, --world-size, else the launcher's environment)."""
-    from megamlm.parallel.dims import LayoutError, resolve_parallel_dims
-    from megamlm.parallel.launch import world_size_from_env
-
-    p, t = cfg.parallel, cfg.training
-    shape = resolved_shape(cfg.model)
+    p = cfg.parallel
     if p.world_size is not None and p.world_size < 1:
         raise ConfigError(f"--world-size must be positive, got {p.world_size}")
     if p.world_size is not None and not p.dry_run:
         raise ConfigError("--world-size only plans a layout with --dry-run; a real run takes its world size from "
                           "the launcher (torchrun, srun or mpirun)")
-    world = world_size or p.world_size or world_size_from_env()
-    try:
-        return resolve_parallel_dims(
-            world, p.tensor_model_parallel_size, p.pipeline_model_parallel_size, p.dp_replicate, p.dp_shard,
-            p.data_parallel_impl, p.pipeline_schedule, p.num_layers_per_virtual_stage,
-            num_layers=shape["num_layers"], num_attention_heads=shape["num_attention_heads"],
-            num_query_groups=shape["num_query_groups"], ffn_hidden_size=shape["ffn_hidden_size"],
-            seq_length=shape["seq_length"], vocab_size=shape["vocab_size"], micro_batch_size=t.micro_batch_size,
-            global_batch_size=t.global_batch_size)
-    except LayoutError as err:
-        raise ConfigError(str(err)) from None
+    validate_performance(cfg.performance)
+
+
+def switch_step(o: ObjectiveConfig, train_iters: int) -> int | None:
+    """The last step of the first objective of a two-phase schedule (None for one objective): round(F * iters)."""
+    if "_then_" not in o.objective:
+        return None
+    return round(o.switch * train_iters)
 
 
 def resolved_shape(m: ModelConfig) -> dict:
     """The preset's shape with the explicit flags applied (vocab_size may stay None: tokenizer-sized)."""
-    from megamlm.model.config import PRESETS
-
     shape = dict(PRESETS[m.model])
     shape["seq_length"] = shape.pop("max_seq_length")
     for key in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
@@ -421,14 +450,7 @@ def wsd_decay_iters(t: TrainingConfig) -> int:
 
 
 def validate_performance(p: PerformanceConfig) -> None:
-    from megamlm.kernels import KERNEL_BACKENDS
-
-    if p.kernel_backend not in KERNEL_BACKENDS:
-        raise ConfigError(f"unknown --kernel-backend {p.kernel_backend!r}; choose one of {', '.join(KERNEL_BACKENDS)}")
-    if p.attention_backend not in ("sdpa", "flex", "flash"):
-        raise ConfigError(f"unknown --attention-backend {p.attention_backend!r}; choose sdpa, flex or flash")
-    if p.optimizer_impl not in ("torch", "apex"):
-        raise ConfigError(f"unknown --optimizer-impl {p.optimizer_impl!r}; choose torch or apex")
+    """Optional accelerators asked for must be installed (looked up, never imported, here)."""
     if p.attention_backend == "flash" and importlib.util.find_spec("flash_attn") is None:
         raise ConfigError("--attention-backend flash needs the flash-attn package, which is not installed; "
                           "pip install flash-attn, or use --attention-backend sdpa")

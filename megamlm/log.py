@@ -1,4 +1,4 @@
-"""The one logging helper: rank 0 prints, the others stay quiet."""
+"""The one logging helper: rank 0 prints, the others stay quiet (also before the process group exists)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,14 @@ import time
 
 import torch.distributed as dist
 
+from megamlm.parallel.launch import rank_from_env
+
 
 def rank() -> int:
-    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    """Global rank: from the process group once it exists, before that from the launcher's environment."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    return rank_from_env()
 
 
 def log(message: str) -> None:

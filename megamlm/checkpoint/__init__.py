@@ -7,10 +7,12 @@ from megamlm.checkpoint.checkpointer import (
     load_checkpoint,
     load_model_weights,
     read_checkpoint_config,
+    read_train_state,
     resolve_checkpoint,
     save_checkpoint,
     save_state_checkpoint,
 )
 
 __all__ = ["CheckpointError", "CheckpointSaveError", "save_checkpoint", "save_state_checkpoint", "load_checkpoint",
-           "load_model_weights", "resolve_checkpoint", "find_checkpoint", "read_checkpoint_config"]
+           "load_model_weights", "resolve_checkpoint", "find_checkpoint", "read_checkpoint_config",
+           "read_train_state"]

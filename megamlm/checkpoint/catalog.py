@@ -14,12 +14,22 @@ from pathlib import Path
 from megamlm.checkpoint.integrity import MARKER, read_marker, verify
 
 LATEST = "latest_checkpointed_iteration.txt"
-TRAIN_STATE = "train_state.pt"
+TRAIN_STATE = "train_state.json"
+LEGACY_TRAIN_STATE = "train_state.pt"
+"""Format 1 (megamlm 0.1): the train state as a torch pickle, rank 0's RNG only."""
 CONFIG = "config.json"
-REQUIRED = (".metadata", TRAIN_STATE, CONFIG)
+REQUIRED = (".metadata", CONFIG)
 
 _ITER = re.compile(r"^iter_(\d{7,})$")
 _TMP = re.compile(r"^iter_(\d{7,})\.tmp$")
+
+
+RNG_FILES = "rng_rank*.pt"
+
+
+def rng_file(rank: int) -> str:
+    """Each rank's RNG states (CPU and, where present, CUDA) live in their own file."""
+    return f"rng_rank{rank:05d}.pt"
 
 
 def iteration_dir(save_dir: str | Path, step: int) -> Path:

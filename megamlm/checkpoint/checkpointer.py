@@ -5,7 +5,8 @@ Layout of a save folder::
     latest_checkpointed_iteration.txt      "120"  (moved only after iter_0000120/ is whole)
     iter_0000120/
         .metadata, __*_*.distcp           model and optimizer, shard files per rank (DCP)
-        train_state.pt                    step, consumed samples, LR schedule, ObjectiveSchedule, sampler, RNG
+        train_state.json                  format, step, consumed samples, and every resumable object's state_dict
+        rng_rankNNNNN.pt                  each rank's RNG states (Python, numpy, torch CPU and CUDA)
         config.json                       the run record: resolved config, model shape, versions, data fingerprint
         COMPLETE.json                     written last: size and sha256 of every file above
 
@@ -43,12 +44,15 @@ from megamlm.checkpoint import ranks
 from megamlm.checkpoint.catalog import (
     CONFIG,
     LATEST,
+    LEGACY_TRAIN_STATE,
     REQUIRED,
+    RNG_FILES,
     TRAIN_STATE,
     iteration_dir,
     list_checkpoints,
     problem,
     retire_old_checkpoints,
+    rng_file,
     step_of,
 )
 from megamlm.checkpoint.integrity import (
@@ -58,12 +62,17 @@ from megamlm.checkpoint.integrity import (
     write_marker,
     write_rank_completion,
 )
+from megamlm.errors import UserError
 from megamlm.log import log
 
 __all__ = ["CONFIG", "LATEST", "REQUIRED", "TRAIN_STATE", "iteration_dir"]
 
+CHECKPOINT_FORMAT = 2
+"""1: megamlm 0.1 (train_state.pt, one RNG state); 2: megamlm 0.2 (train_state.json, per-rank RNG files, the
+sample stream of megamlm 0.2). Only the model weights of a format-1 checkpoint carry over (--init-from)."""
 
-class CheckpointError(ValueError):
+
+class CheckpointError(UserError, ValueError):
     """A checkpoint that is missing, incomplete or does not fit this run; the message names the fix."""
 
 
@@ -72,13 +81,18 @@ class CheckpointSaveError(CheckpointError):
 
 
 def rng_state() -> dict:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
 
 
 def set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
 
 
 def describe_failure(err: BaseException) -> str:
@@ -157,8 +171,9 @@ def save_state_checkpoint(save_dir: str | Path, step: int, state: dict, train_st
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
             metadata = dcp.save(state, checkpoint_id=str(tmp))
+        torch.save(rng_state(), tmp / rng_file(rank))
         shard_files = sorted({info.relative_path for info in metadata.storage_data.values()})
-        write_rank_completion(tmp, rank, share_of(shard_files, rank, world))
+        write_rank_completion(tmp, rank, [*share_of(shard_files, rank, world), rng_file(rank)])
     except (OSError, CheckpointException) as err:
         error = describe_failure(err)
     if error := ranks.first_error(error):
@@ -166,7 +181,8 @@ def save_state_checkpoint(save_dir: str | Path, step: int, state: dict, train_st
 
     if rank == 0:
         try:
-            torch.save({**train_state, "step": step, "rng": rng_state()}, tmp / TRAIN_STATE)
+            (tmp / TRAIN_STATE).write_text(json.dumps({**train_state, "format": CHECKPOINT_FORMAT, "step": step},
+                                                      indent=1, sort_keys=True))
             (tmp / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True))
             write_marker(tmp, step, world, [".metadata", TRAIN_STATE, CONFIG], {"pinned": pinned})
             if final.exists():  # the same step saved again: swap in the new one only now it is whole
@@ -235,22 +251,32 @@ def read_checkpoint_config(path: str | Path) -> dict:
     return json.loads((resolve_checkpoint(path) / CONFIG).read_text())
 
 
-def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                    verify: bool = True) -> dict:
-    """Load model, optimizer and RNG in place; returns the train state (step, schedules, sampler).
+def read_train_state(folder: Path) -> dict:
+    """The train state of a checkpoint folder (``format`` 1 for megamlm 0.1's pickled one)."""
+    folder = Path(folder)
+    if (folder / TRAIN_STATE).is_file():
+        return json.loads((folder / TRAIN_STATE).read_text())
+    if (folder / LEGACY_TRAIN_STATE).is_file():
+        return {**torch.load(folder / LEGACY_TRAIN_STATE, weights_only=False, map_location="cpu"), "format": 1}
+    raise CheckpointError(f"checkpoint {folder} has no {TRAIN_STATE}; it cannot be resumed (its weights may still "
+                          f"load with --init-from {folder})")
 
-    ``verify=False`` skips re-checking a folder that ``resolve_checkpoint`` has just checked.
+
+def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Load model and optimizer (resharded to this layout) and this rank's RNG states, in place.
+
+    A world of another size takes the RNG file of rank ``rank % saved ranks``.
     """
-    ckpt = resolve_checkpoint(path) if verify else Path(path)
+    ckpt = Path(path)
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state = {"model": model_sd, "optim": optim_sd}
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
         dcp.load(state, checkpoint_id=str(ckpt))
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-    train_state = torch.load(ckpt / TRAIN_STATE, weights_only=False)
-    set_rng_state(train_state["rng"])
-    return train_state
+    saved_ranks = len(list(ckpt.glob(RNG_FILES)))
+    if saved_ranks:
+        set_rng_state(torch.load(ckpt / rng_file(ranks.rank() % saved_ranks), weights_only=False))
 
 
 def load_model_weights(path: str | Path, model: torch.nn.Module) -> Path:

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from megamlm.checkpoint import load_model_weights, resolve_checkpoint
-from megamlm.checkpoint.checkpointer import CONFIG, TRAIN_STATE, save_state_checkpoint
+from megamlm.checkpoint.checkpointer import CONFIG, read_train_state, save_state_checkpoint
 from megamlm.hf.errors import ConversionError
 from megamlm.model.config import ModelArgs
 from megamlm.model.transformer import Transformer
@@ -26,7 +26,7 @@ TOKENIZER_DIR = "tokenizer"
 
 @dataclass
 class CheckpointRecord:
-    """What a checkpoint folder says about itself (config.json + train_state.pt)."""
+    """What a checkpoint folder says about itself (config.json + its train state)."""
 
     path: Path
     model_args: ModelArgs
@@ -58,7 +58,7 @@ def read_record(path: str | Path) -> CheckpointRecord:
     config = json.loads((ckpt / CONFIG).read_text())
     if "model_args" not in config:
         raise ConversionError(f"{ckpt / CONFIG} has no 'model_args'; it was not written by megamlm's trainer")
-    train_state = torch.load(ckpt / TRAIN_STATE, weights_only=False, map_location="cpu")
+    train_state = read_train_state(ckpt)
     return CheckpointRecord(ckpt, ModelArgs(**config["model_args"]), config, train_state)
 
 

@@ -16,7 +16,8 @@ def training_facts(record: CheckpointRecord) -> dict:
     run = record.config.get("config") or {}
     objective = (run.get("objective") or {}).get("objective")
     steps = int(record.train_state.get("step", 0))
-    consumed = int(record.train_state.get("consumed_samples", 0))
+    progress = (record.train_state.get("state") or {}).get("progress") or record.train_state
+    consumed = int(progress.get("consumed_samples", 0))
     seq_length = int(record.config.get("seq_length") or record.model_args.max_seq_length)
     return {
         "objective": objective,

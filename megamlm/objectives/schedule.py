@@ -1,7 +1,7 @@
 """The ObjectiveSchedule: which objective (attention mode + targets + loss) each step trains.
 
 Steps are numbered 1..train_iters. A two-phase schedule runs its first objective on steps 1..switch_step
-and its second on switch_step+1..train_iters, with switch_step = round(switch * train_iters) resolved once.
+and its second on switch_step+1..train_iters; the switch step is resolved once, by ``megamlm.config.switch_step``.
 """
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from megamlm.config import Objective
+from megamlm.errors import ResumeError
 from megamlm.objectives.masking import MaskingSpec, clm_targets, mlm_mask
 
-PHASES = {
+PHASES: dict[Objective, tuple[str, ...]] = {
     "mlm": ("mlm",),
     "clm": ("clm",),
     "clm_then_mlm": ("clm", "mlm"),
@@ -33,16 +35,14 @@ class Batch:
 
 
 class ObjectiveSchedule:
-    def __init__(self, objective: str, switch: float, train_iters: int, masking: MaskingSpec, seed: int):
-        if objective not in PHASES:
-            raise ValueError(f"unknown objective {objective!r}; choose one of {', '.join(PHASES)}")
+    def __init__(self, objective: Objective, switch_step: int | None, train_iters: int, masking: MaskingSpec,
+                 seed: int):
         self.objective = objective
-        self.switch = switch
         self.train_iters = train_iters
         self.masking = masking
         self.seed = seed
         self.phases = PHASES[objective]
-        self.switch_step = round(switch * train_iters) if len(self.phases) == 2 else None
+        self.switch_step = switch_step if len(self.phases) == 2 else None
 
     def objective_at(self, step: int) -> str:
         """The objective trained at 1-based ``step``."""
@@ -59,8 +59,7 @@ class ObjectiveSchedule:
             return f"objective {self.objective} for all {self.train_iters} steps"
         first, second = self.phases
         return (f"objective {self.objective}: {first} for steps 1-{self.switch_step}, {second} for steps "
-                f"{self.switch_step + 1}-{self.train_iters} (switch {self.switch} x {self.train_iters} iters "
-                f"-> switch step {self.switch_step})")
+                f"{self.switch_step + 1}-{self.train_iters} (switch step {self.switch_step})")
 
     def make_batch(self, step: int, tokens: np.ndarray, sample_ids: list[int],
                    document_ids: np.ndarray | None = None) -> Batch:
@@ -76,12 +75,12 @@ class ObjectiveSchedule:
         return Batch(inputs, targets, causal=(objective == "clm"), sample_ids=list(sample_ids), document_ids=docs)
 
     def state_dict(self) -> dict:
-        return {"objective": self.objective, "switch": self.switch, "train_iters": self.train_iters,
-                "switch_step": self.switch_step}
+        """The settings that decide each step's objective (it has no other state)."""
+        return {"objective": self.objective, "train_iters": self.train_iters, "switch_step": self.switch_step}
 
     def load_state_dict(self, state: dict) -> None:
-        mine = self.state_dict()
-        if state != mine:
-            raise ValueError(f"the checkpoint's objective schedule {state} differs from this run's {mine}; "
-                             "resume with the same --objective/--switch/--train-iters, or use --init-from "
-                             "to start a new schedule from its weights")
+        """Resume checks compare schedules before any work (training/resume.py); this only guards against a
+        checkpoint that slipped past them."""
+        if state != self.state_dict():
+            raise ResumeError(f"the checkpoint's objective schedule {state} differs from this run's "
+                              f"{self.state_dict()}; pass --override-schedule to continue with this run's")

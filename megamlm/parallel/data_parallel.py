@@ -6,6 +6,9 @@ import torch
 import torch.nn as nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.nn.parallel import DistributedDataParallel
+
+from megamlm.precision import uses_bf16
 
 
 def apply_recompute(model: nn.Module) -> None:
@@ -26,7 +29,7 @@ def apply_compile(model: nn.Module) -> None:
 
 def mixed_precision_policy(device: torch.device, precision: str) -> MixedPrecisionPolicy:
     """bf16 compute with fp32 gradient reduction on GPU (``auto``/``bf16``); fp32 throughout otherwise."""
-    if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
+    if uses_bf16(device, precision):
         return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     return MixedPrecisionPolicy()
 
@@ -46,6 +49,4 @@ def apply_fsdp(root: nn.Module, blocks: list[nn.Module], dp_mesh, policy: MixedP
 
 
 def apply_ddp(module: nn.Module, dp_group) -> nn.Module:
-    from torch.nn.parallel import DistributedDataParallel
-
     return DistributedDataParallel(module, process_group=dp_group)

@@ -9,14 +9,17 @@ data-parallel shard and replica dimensions, pipeline slowest.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import get_args
 
-PIPELINE_SCHEDULES = ("1f1b", "interleaved_1f1b")
-DATA_PARALLEL_IMPLS = ("fsdp", "ddp")
+from megamlm.config import Config, DataParallelImpl, PipelineSchedule, resolved_shape
+from megamlm.errors import UserError
+from megamlm.parallel.launch import world_size_from_env
+
 MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "tp")
 
 
-class LayoutError(ValueError):
-    """An impossible parallel layout; the message names the fix. (config.py re-raises it as ConfigError.)"""
+class LayoutError(UserError, ValueError):
+    """An impossible parallel layout; the message names the fix."""
 
 
 @dataclass(frozen=True)
@@ -26,8 +29,8 @@ class ParallelDims:
     pp: int = 1
     dp_replicate: int = 1
     dp_shard: int = 1
-    data_parallel_impl: str = "fsdp"
-    pipeline_schedule: str = "1f1b"
+    data_parallel_impl: DataParallelImpl = "fsdp"
+    pipeline_schedule: PipelineSchedule = "1f1b"
     stages_per_rank: int = 1
     """Virtual pipeline stages per pipeline rank (1 for 1F1B, >= 2 for interleaved 1F1B)."""
 
@@ -78,10 +81,10 @@ def resolve_parallel_dims(world_size: int, tp: int = 1, pp: int = 1, dp_replicat
             raise LayoutError(f"{flag} must be >= 1, got {value}")
     if dp_shard == 0 or dp_shard < -1:
         raise LayoutError(f"--dp-shard must be >= 1, or -1 for the rest of the world; got {dp_shard}")
-    if data_parallel_impl not in DATA_PARALLEL_IMPLS:
-        raise LayoutError(f"unknown --data-parallel-impl {data_parallel_impl!r}; choose fsdp or ddp")
-    if pipeline_schedule not in PIPELINE_SCHEDULES:
-        raise LayoutError(f"unknown --pipeline-schedule {pipeline_schedule!r}; choose 1f1b or interleaved_1f1b")
+    for flag, value, choices in (("--data-parallel-impl", data_parallel_impl, get_args(DataParallelImpl)),
+                                 ("--pipeline-schedule", pipeline_schedule, get_args(PipelineSchedule))):
+        if value not in choices:
+            raise LayoutError(f"unknown {flag} {value!r}; choose one of {', '.join(choices)}")
 
     if world_size % (tp * pp):
         raise LayoutError(f"world size {world_size} is not divisible by TP {tp} x PP {pp}; launch a multiple of "
@@ -157,3 +160,17 @@ def resolve_parallel_dims(world_size: int, tp: int = 1, pp: int = 1, dp_replicat
     return ParallelDims(world_size=world_size, tp=tp, pp=pp, dp_replicate=dp_replicate, dp_shard=dp_shard,
                         data_parallel_impl=data_parallel_impl, pipeline_schedule=pipeline_schedule,
                         stages_per_rank=stages_per_rank)
+
+
+def dims_from_config(cfg: Config, world_size: int | None = None) -> ParallelDims:
+    """The run's checked layout (world size: the argument, --world-size, else the launcher's environment)."""
+    p, t = cfg.parallel, cfg.training
+    shape = resolved_shape(cfg.model)
+    world = world_size or p.world_size or world_size_from_env()
+    return resolve_parallel_dims(
+        world, p.tensor_model_parallel_size, p.pipeline_model_parallel_size, p.dp_replicate, p.dp_shard,
+        p.data_parallel_impl, p.pipeline_schedule, p.num_layers_per_virtual_stage,
+        num_layers=shape["num_layers"], num_attention_heads=shape["num_attention_heads"],
+        num_query_groups=shape["num_query_groups"], ffn_hidden_size=shape["ffn_hidden_size"],
+        seq_length=shape["seq_length"], vocab_size=shape["vocab_size"], micro_batch_size=t.micro_batch_size,
+        global_batch_size=t.global_batch_size)

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import torch
 
-from megamlm.config import Config, parallel_dims, resolved_shape
+from megamlm.data import load_tokenizer
+from megamlm.data.embedded import TOKENIZER_FILE
+from megamlm.config import Config, resolved_shape
 from megamlm.model.config import ModelArgs, pad_vocab_size
 from megamlm.model.transformer import Transformer
-from megamlm.parallel.dims import ParallelDims
+from megamlm.parallel.dims import ParallelDims, dims_from_config
 from megamlm.parallel.pipeline import prune_to_stages, rank_stages
 
 GIB = 1024 ** 3
@@ -28,9 +30,6 @@ def dry_run_model_args(cfg: Config) -> ModelArgs:
     shape = resolved_shape(cfg.model)
     vocab = shape["vocab_size"]
     if vocab is None:  # tokenizer-sized (tiny): read just the tokenizer, not the corpus
-        from megamlm.data import load_tokenizer
-        from megamlm.data.embedded import TOKENIZER_FILE
-
         tokenizer = load_tokenizer(str(cfg.data.tokenizer_model or TOKENIZER_FILE))
         vocab = pad_vocab_size(tokenizer.vocab_size,
                                cfg.model.make_vocab_size_divisible_by * cfg.parallel.tensor_model_parallel_size)
@@ -85,7 +84,7 @@ def rank_estimates(cfg: Config, dims: ParallelDims, args: ModelArgs) -> list[dic
 
 
 def dry_run_report(cfg: Config) -> str:
-    dims = parallel_dims(cfg)
+    dims = dims_from_config(cfg)
     args = dry_run_model_args(cfg)
     with torch.device("meta"):
         total = sum(p.numel() for p in Transformer(args).parameters())

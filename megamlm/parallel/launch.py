@@ -15,6 +15,11 @@ import socket
 from datetime import timedelta
 from typing import Mapping
 
+import torch
+import torch.distributed as dist
+
+from megamlm.errors import UserError
+
 DEFAULT_MASTER_PORT = "29500"
 
 # (rank, world size, local rank) variables of each launcher, most specific first.
@@ -29,7 +34,7 @@ _LAUNCHERS = (
 )
 
 
-class LaunchError(RuntimeError):
+class LaunchError(UserError, RuntimeError):
     """The launcher's environment is incomplete; the message names the variable to set."""
 
 
@@ -48,6 +53,15 @@ def world_size_from_env(environ: Mapping[str, str] | None = None) -> int:
     if launcher is None:
         return 1
     return int(env[next(size for name, _, size, _ in _LAUNCHERS if name == launcher)])
+
+
+def rank_from_env(environ: Mapping[str, str] | None = None) -> int:
+    """This process's global rank as the launcher announced it (0 for a plain process)."""
+    env = os.environ if environ is None else environ
+    launcher = detect_launcher(env)
+    if launcher is None:
+        return 0
+    return int(env[next(rank for name, rank, _, _ in _LAUNCHERS if name == launcher)])
 
 
 def first_slurm_host(nodelist: str) -> str:
@@ -103,9 +117,6 @@ def init_distributed(device_type: str, timeout_minutes: float = 30.0) -> tuple[i
 
     A plain process (no launcher) gets (0, 1, 0) and no process group.
     """
-    import torch
-    import torch.distributed as dist
-
     env = launcher_env()
     if not env or int(env["WORLD_SIZE"]) == 1:
         return 0, 1, 0

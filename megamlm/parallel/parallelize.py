@@ -1,5 +1,8 @@
 """Apply a ParallelDims layout to a built single-device Transformer, in the fixed order:
 pipeline split -> TP -> activation checkpointing -> compile -> FSDP2/DDP.
+
+One process is the trivial layout (one part, no mesh): it goes through the same function and comes out
+as the same ``ParallelModel``, so the trainer has one code path for every layout.
 """
 
 from __future__ import annotations
@@ -8,11 +11,12 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
+from torch.distributed.device_mesh import DeviceMesh
 
 from megamlm.model.transformer import Transformer
 from megamlm.parallel.data_parallel import apply_compile, apply_ddp, apply_fsdp, apply_recompute, mixed_precision_policy
 from megamlm.parallel.dims import ParallelDims
-from megamlm.parallel.pipeline import PipelineStageModule, prune_to_stages, rank_stages
+from megamlm.parallel.pipeline import exchange_local_tensors, prune_to_stages, rank_stages, stage_copy
 from megamlm.parallel.tensor_parallel import apply_tp
 
 
@@ -21,24 +25,32 @@ class ParallelModel:
     """One rank's share of the model.
 
     ``model`` holds every module this rank owns under its original name (optimizer, clipping, checkpoints);
-    ``parts`` are what runs: the model itself (maybe FSDP/DDP-wrapped), or one module per pipeline stage.
+    ``parts`` are what runs: the model itself (maybe FSDP/DDP-wrapped), or one pruned copy per pipeline stage.
     """
 
     model: Transformer
     parts: list[nn.Module]
     dims: ParallelDims
-    mesh: object
+    mesh: DeviceMesh | None
+    """None for a single process."""
     stage_ids: list[int] = field(default_factory=list)
     pipeline: object = None
-    """The PipelineRunner, built on the first step (megamlm.parallel.step)."""
+    """The PipelineRunner, built on the first step (megamlm.parallel.forward_backward)."""
 
     @property
-    def tp_mesh(self):
+    def tp_mesh(self) -> DeviceMesh | None:
         return self.mesh["tp"] if self.dims.tp > 1 else None
 
     @property
     def dp_rank(self) -> int:
+        """This rank's position among the data-parallel ranks (the slice of each global batch it computes)."""
+        if self.mesh is None:
+            return 0
         return self.mesh["dp_replicate"].get_local_rank() * self.dims.dp_shard + self.mesh["dp_shard"].get_local_rank()
+
+    @property
+    def dp_size(self) -> int:
+        return self.dims.dp
 
     @property
     def has_last_stage(self) -> bool:
@@ -49,12 +61,15 @@ class ParallelModel:
         return self.dims.pp == 1 or 0 in self.stage_ids
 
     def head_weight(self) -> torch.Tensor:
-        head = self.model.lm_head
-        return head.weight
+        return self.model.lm_head.weight
+
+    def train(self, mode: bool = True) -> None:
+        for part in self.parts:
+            part.train(mode)
 
 
-def parallelize(model: Transformer, dims: ParallelDims, mesh, device: torch.device, precision: str = "auto",
-                recompute: bool = False, compile_blocks: bool = False) -> ParallelModel:
+def parallelize(model: Transformer, dims: ParallelDims, mesh: DeviceMesh | None, device: torch.device,
+                precision: str = "auto", recompute: bool = False, compile_blocks: bool = False) -> ParallelModel:
     """Turn the full model (same weights on every rank) into this rank's ParallelModel, in place."""
     stage_ids: list[int] = []
     if dims.pp > 1:
@@ -68,10 +83,11 @@ def parallelize(model: Transformer, dims: ParallelDims, mesh, device: torch.devi
     if compile_blocks:
         apply_compile(model)
 
+    parts: list[nn.Module] = [model]
     if dims.pp > 1:
-        parts: list[nn.Module] = [PipelineStageModule(model, s, dims.num_stages, tp_mesh) for s in stage_ids]
-    else:
-        parts = [model]
+        parts = [stage_copy(model, s, dims.num_stages) for s in stage_ids]
+        for part, s in zip(parts, stage_ids):
+            exchange_local_tensors(part, s, dims.num_stages, tp_mesh)
 
     if dims.dp > 1:
         if dims.data_parallel_impl == "fsdp":

@@ -4,13 +4,17 @@ Stage s of S owns a contiguous range of about L / S layers; stage 0 also owns th
 the final norm and the LM head (the loss runs there). With interleaved 1F1B each pipeline rank holds
 several stages, assigned round-robin (rank r: stages r, r + PP, r + 2 PP, ...), as torch's schedules
 expect. A rank keeps one pruned Transformer with every module it owns under its original name (for
-the optimizer and checkpoints) and one small stage module per stage that runs its slice.
+the optimizer and checkpoints), and each of its stages runs a pruned copy of that model: the same class,
+sharing the modules, with only the stage's layers.
 """
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import torch.nn as nn
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleInterleaved1F1B
 from torch.distributed.tensor import DTensor, Shard
 
 from megamlm.model.transformer import Transformer
@@ -42,44 +46,39 @@ def prune_to_stages(model: Transformer, stages: list[int], num_stages: int) -> T
     return model
 
 
-class PipelineStageModule(nn.Module):
-    """Runs one stage's slice of a (pruned) Transformer.
+def stage_copy(model: Transformer, stage: int, num_stages: int) -> Transformer:
+    """A Transformer that shares ``model``'s modules but keeps only those of ``stage``.
 
-    Activations travel between ranks as plain tensors; under tensor parallelism they are the local
-    sequence shards of the residual stream and are re-wrapped as DTensors on arrival.
+    The shell is built on the meta device (no memory) with one layer, then given the real modules.
     """
+    with torch.device("meta"):
+        part = Transformer(dataclasses.replace(model.args, num_layers=1))
+    part.args = model.args
+    part.layers = nn.ModuleDict({n: model.layers[n] for n in stage_layers(model.args.num_layers, num_stages, stage)})
+    part.embed_tokens = model.embed_tokens if stage == 0 else None
+    part.norm = model.norm if stage == num_stages - 1 else None
+    part.lm_head = model.lm_head if stage == num_stages - 1 else None
+    part.register_buffer("rope_cos", model.rope_cos, persistent=False)
+    part.register_buffer("rope_sin", model.rope_sin, persistent=False)
+    return part
 
-    def __init__(self, model: Transformer, stage: int, num_stages: int, tp_mesh=None):
-        super().__init__()
-        self.is_first = stage == 0
-        self.is_last = stage == num_stages - 1
-        self.tp_mesh = tp_mesh
-        self.embed_tokens = model.embed_tokens if self.is_first else None
-        self.layers = nn.ModuleDict({n: model.layers[n] for n in stage_layers(model.args.num_layers, num_stages,
-                                                                              stage)})
-        self.norm = model.norm if self.is_last else None
-        self.lm_head = model.lm_head if self.is_last else None
-        self._args = model.args
-        self.register_buffer("rope_cos", model.rope_cos, persistent=False)
-        self.register_buffer("rope_sin", model.rope_sin, persistent=False)
 
-    def forward(self, x: torch.Tensor, causal: bool, document_ids: torch.Tensor | None = None) -> torch.Tensor:
-        if not self.is_first and self.tp_mesh is not None:
-            x = DTensor.from_local(x, self.tp_mesh, [Shard(1)], run_check=False)
-        # The slice runs through Transformer.forward itself, so stages compute exactly what the full model does.
-        h = Transformer.forward(self, x, causal=causal, document_ids=document_ids)
-        return h.to_local() if isinstance(h, DTensor) else h
+def exchange_local_tensors(part: Transformer, stage: int, num_stages: int, tp_mesh) -> None:
+    """Under TP, the pipeline moves stage outputs (to the next stage, or to the loss) as local sequence shards:
+    re-wrap them as DTensors on arrival and unwrap them on the way out."""
+    if tp_mesh is None:
+        return
+    if stage > 0:
+        def wrap(module, args, kwargs):
+            return (DTensor.from_local(args[0], tp_mesh, [Shard(1)], run_check=False), *args[1:]), kwargs
 
-    @property
-    def args(self):
-        return self._args
+        part.register_forward_pre_hook(wrap, with_kwargs=True)
+    part.register_forward_hook(lambda module, args, out: out.to_local() if isinstance(out, DTensor) else out)
 
 
 def build_schedule(stage_modules: list[nn.Module], stage_ids: list[int], num_stages: int, schedule_name: str,
                    n_microbatches: int, loss_fn, pp_group, device: torch.device):
     """torch.distributed.pipelining stages + the 1F1B / interleaved 1F1B schedule of this rank."""
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleInterleaved1F1B
-
     stages = [PipelineStage(module, stage_index=s, num_stages=num_stages, device=device, group=pp_group)
               for module, s in zip(stage_modules, stage_ids)]
     # scale_grads=False: the loss is already normalised by the global batch's token count.

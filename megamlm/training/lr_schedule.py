@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import math
 
+from megamlm.config import LRDecayStyle
+from megamlm.errors import ResumeError
+
 
 class LRSchedule:
     """The learning rate of each 1-based step; stateless except for its settings, which a resume checks."""
 
-    def __init__(self, peak_lr: float, min_lr: float, style: str, warmup_iters: int, decay_iters: int,
+    def __init__(self, peak_lr: float, min_lr: float, style: LRDecayStyle, warmup_iters: int, decay_iters: int,
                  train_iters: int):
         self.peak_lr, self.min_lr, self.style = peak_lr, min_lr, style
         self.warmup_iters, self.decay_iters, self.train_iters = warmup_iters, decay_iters, train_iters
@@ -37,6 +40,8 @@ class LRSchedule:
                     decay_iters=self.decay_iters, train_iters=self.train_iters)
 
     def load_state_dict(self, state: dict) -> None:
+        """Resume checks compare schedules before any work (training/resume.py); this only guards against a
+        checkpoint that slipped past them."""
         if state != self.state_dict():
-            raise ValueError(f"the checkpoint's LR schedule {state} differs from this run's {self.state_dict()}; "
-                             "resume with the same LR flags, or use --init-from for a fresh schedule")
+            raise ResumeError(f"the checkpoint's LR schedule {state} differs from this run's {self.state_dict()}; "
+                              "pass --override-schedule to continue with this run's")

@@ -19,3 +19,12 @@ def build_optimizer(model: torch.nn.Module, lr: float, weight_decay: float, beta
         return FusedAdam(groups, lr=lr, betas=betas, eps=eps, adam_w_mode=True)
     fused = all(p.is_cuda for p in decay + no_decay) and len(decay + no_decay) > 0
     return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=eps, fused=fused or None)
+
+
+def set_hyperparameters(optimizer: torch.optim.Optimizer, weight_decay: float, betas: tuple[float, float],
+                        eps: float) -> None:
+    """Make the optimizer's settings this launch's (a checkpoint's optimizer state carries its own)."""
+    for group in optimizer.param_groups:
+        is_matrix_group = any(p.ndim >= 2 for p in group["params"])
+        group["weight_decay"] = weight_decay if is_matrix_group else 0.0
+        group["betas"], group["eps"] = betas, eps

@@ -1,8 +1,7 @@
-"""Run records: what a run was (resolved config, model shape, software, git commit, data fingerprint).
+"""Run records: what a run was (resolved config, model shape, schedules, software, git commit, data fingerprint).
 
 The record goes into every checkpoint's ``config.json`` and, per launch, into ``run_record.json`` beside the
-checkpoints. Resuming compares the checkpoint's record with this run's and refuses a different model shape
-or different data unless the user says so (``--override-data``; ``--init-from`` takes weights only).
+checkpoints. Resuming compares the checkpoint's record with this launch's (``training/resume.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +18,11 @@ from pathlib import Path
 
 import torch
 
-from megamlm.checkpoint import CheckpointError
+import megamlm
+from megamlm.checkpoint import CheckpointSaveError
+from megamlm.checkpoint.checkpointer import CHECKPOINT_FORMAT, describe_failure
+from megamlm.data.blending import parse_data_path
+from megamlm.data.indexed import IndexedDataset, bin_path, idx_path
 
 RUN_RECORD = "run_record.json"
 OPTIONAL_PACKAGES = ("numpy", "tokenizers", "safetensors", "triton", "flash-attn", "transformer-engine", "apex",
@@ -77,9 +80,6 @@ def data_fingerprint(data_path: list[str]) -> str:
 
     It does not depend on where the files live, so a run moved to another cluster resumes.
     """
-    from megamlm.data.blending import parse_data_path
-    from megamlm.data.indexed import IndexedDataset, bin_path, idx_path
-
     weights, prefixes = parse_data_path(data_path)
     digest = hashlib.sha256(json.dumps(weights).encode())
     for prefix in prefixes:
@@ -93,8 +93,11 @@ def build_run_record(cfg, plan, world_size: int) -> dict:
     """The record of this launch (``cfg``: Config, ``plan``: RunPlan)."""
     tok = plan.tokenizer
     return {
+        "megamlm_version": megamlm.__version__, "checkpoint_format": CHECKPOINT_FORMAT,
         "config": cfg.to_dict(), "model_args": plan.model_args.to_dict(),
         "switch_step": plan.objective_schedule.switch_step, "data_path": plan.data_path,
+        "schedule": {"objective_schedule": plan.objective_schedule.state_dict(),
+                     "lr_schedule": plan.lr_schedule.state_dict()},
         "seq_length": plan.model_args.max_seq_length,
         "tokenizer": {"path": str(plan.tokenizer_path), "vocab_size": tok.vocab_size, "bos_id": tok.bos_id,
                       "eos_id": tok.eos_id, "pad_id": tok.pad_id, "mask_id": tok.mask_id},
@@ -106,9 +109,6 @@ def build_run_record(cfg, plan, world_size: int) -> dict:
 
 def write_run_record(save_dir: str | Path, record: dict) -> Path:
     """``run_record.json`` beside the checkpoints (rank 0; written to a temporary name, then renamed)."""
-    from megamlm.checkpoint import CheckpointSaveError
-    from megamlm.checkpoint.checkpointer import describe_failure
-
     save_dir = Path(save_dir)
     path = save_dir / RUN_RECORD
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
@@ -120,26 +120,3 @@ def write_run_record(save_dir: str | Path, record: dict) -> Path:
         raise CheckpointSaveError(f"cannot write into --save {save_dir}: {describe_failure(err)}; fix the folder's "
                                   "permissions or free disk space, or pass another --save") from None
     return path
-
-
-def check_resume(checkpoint: Path, saved: dict, current: dict, override_data: bool) -> str | None:
-    """Raise CheckpointError when ``checkpoint`` (its record ``saved``) does not fit this run.
-
-    Returns a warning to log when the data differ but ``override_data`` allows it.
-    """
-    saved_shape, shape = saved.get("model_args"), current["model_args"]
-    if saved_shape is not None and saved_shape != shape:
-        diff = {k: (saved_shape.get(k), v) for k, v in shape.items() if saved_shape.get(k) != v}
-        raise CheckpointError(f"checkpoint {checkpoint} has a different model shape (checkpoint, this run): {diff}; "
-                              "resume with the same model flags, or pass --init-from to start a new run from "
-                              "weights of the same shape")
-    saved_data = saved.get("data_fingerprint")
-    if saved_data is None or saved_data == current["data_fingerprint"]:
-        return None
-    what = (f"checkpoint {checkpoint} was trained on other data (fingerprint {saved_data}, data {saved.get('data_path')}) "
-            f"than this run (fingerprint {current['data_fingerprint']}, data {current['data_path']})")
-    if not override_data:
-        raise CheckpointError(f"{what}; resuming would continue its sample order on different data. Pass the same "
-                              "--data-path, or --override-data to continue on the new data deliberately, or "
-                              f"--init-from {checkpoint} to start a fresh run from its weights")
-    return f"{what}; continuing on the new data because of --override-data"

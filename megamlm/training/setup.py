@@ -1,4 +1,4 @@
-"""Everything a run resolves before its first step: data, tokenizer, model shape, objective schedule.
+"""Everything a run resolves before its first step: data, tokenizer, model shape, schedules, layout, device.
 
 All of it happens (and every user error is raised) before a model is built or a file is written.
 """
@@ -7,9 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from megamlm.config import Config, ConfigError, resolved_shape, warmup_iters, wsd_decay_iters
+import torch
+
+from megamlm.config import Config, ConfigError, resolved_shape, switch_step, warmup_iters, wsd_decay_iters
+from megamlm.data import load_tokenizer, prepare_embedded_corpus
 from megamlm.model.config import ModelArgs, pad_vocab_size
 from megamlm.objectives import MaskingSpec, ObjectiveSchedule
+from megamlm.parallel.dims import ParallelDims, dims_from_config
 from megamlm.training.lr_schedule import LRSchedule
 
 
@@ -21,7 +25,16 @@ class RunPlan:
     tokenizer: object
     objective_schedule: ObjectiveSchedule
     lr_schedule: LRSchedule
-    num_samples: int
+    dims: ParallelDims
+    device: torch.device
+
+
+def resolve_device(choice: str) -> torch.device:
+    if choice == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda was asked for but no CUDA/ROCm device is visible; use --device cpu")
+    return torch.device(choice)
 
 
 def resolve_data_sources(cfg: Config) -> tuple[list[str], str]:
@@ -30,8 +43,6 @@ def resolve_data_sources(cfg: Config) -> tuple[list[str], str]:
         if cfg.data.tokenizer_model:
             raise ConfigError("--tokenizer-model was given without --data-path; the bundled corpus has its own "
                               "tokenizer: pass --data-path too, or drop --tokenizer-model")
-        from megamlm.data import prepare_embedded_corpus
-
         prefix, tokenizer_path = prepare_embedded_corpus(cfg.data.data_cache_path)
         return [prefix], tokenizer_path
     if not cfg.data.tokenizer_model:
@@ -68,16 +79,15 @@ def masking_spec_for(cfg: Config, tokenizer) -> MaskingSpec:
 
 
 def plan_run(cfg: Config) -> RunPlan:
-    """Resolve and check everything a run needs; raises ConfigError / DataError naming the fix."""
-    from megamlm.data import load_tokenizer
-
+    """Resolve and check everything a run needs; raises ConfigError / DataError / LayoutError naming the fix."""
+    dims = dims_from_config(cfg)
+    device = resolve_device(cfg.training.device)
     data_path, tokenizer_path = resolve_data_sources(cfg)
     tokenizer = load_tokenizer(tokenizer_path)
     args = model_args_for(cfg, tokenizer.vocab_size)
     t = cfg.training
-    schedule = ObjectiveSchedule(cfg.objective.objective, cfg.objective.switch, t.train_iters,
+    schedule = ObjectiveSchedule(cfg.objective.objective, switch_step(cfg.objective, t.train_iters), t.train_iters,
                                  masking_spec_for(cfg, tokenizer), t.seed)
     lr_schedule = LRSchedule(t.lr, t.min_lr, t.lr_decay_style, warmup_iters(t), wsd_decay_iters(t), t.train_iters)
     return RunPlan(model_args=args, data_path=data_path, tokenizer_path=tokenizer_path, tokenizer=tokenizer,
-                   objective_schedule=schedule, lr_schedule=lr_schedule,
-                   num_samples=t.train_iters * t.global_batch_size)
+                   objective_schedule=schedule, lr_schedule=lr_schedule, dims=dims, device=device)

@@ -1,29 +1,38 @@
-"""The training loop: plan -> build -> (resume) -> steps -> checkpoints.
+"""The training loop: plan -> (resume check) -> build -> (restore) -> steps -> checkpoints.
 
-Read top to bottom: ``pretrain`` resolves the run (all user errors surface here, before any work),
-builds the model and optimizer, restores a checkpoint when asked, then runs one optimizer step per
-global batch, switching objective where the ObjectiveSchedule says so.
+Read top to bottom: ``_pretrain`` resolves the run and checks any checkpoint it continues (all user errors
+surface here, before any work), builds this rank's share of the model in the run's layout (one process is
+the trivial layout), restores the checkpoint's state, then ``_train`` runs one optimizer step per global
+batch, switching objective where the ObjectiveSchedule says so. The loop keeps no per-step history: tests
+and tools observe steps through the ``on_step`` callback.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
+import torch.distributed as dist
 
-from megamlm.checkpoint import load_checkpoint, load_model_weights, save_checkpoint
-from megamlm.checkpoint.ranks import rank, world_size
+from megamlm.checkpoint import load_model_weights, resolve_checkpoint
+from megamlm.checkpoint.manager import CheckpointManager
 from megamlm.config import Config
-from megamlm.log import log
+from megamlm.data import GlobalBatchSampler, MicroBatchLoader, build_train_dataset
+from megamlm.hf.init_from import adopt_hf_init_from
+from megamlm.log import log, rank
+from megamlm.model.attention_backends import detect_optional_extras
 from megamlm.model.transformer import Transformer, count_parameters
-from megamlm.parallel.data_parallel import apply_compile, apply_recompute
+from megamlm.objectives import ObjectiveSchedule
+from megamlm.parallel.parallelize import ParallelModel, parallelize
 from megamlm.parallel.runtime import start_parallel
+from megamlm.training.guards import NonFiniteGuard
 from megamlm.training.metrics import IntervalMeter, TensorBoardWriter, format_duration
-from megamlm.training.guards import NonFiniteGuard, SkipNonFiniteUpdates
-from megamlm.training.optimizer import build_optimizer
-from megamlm.training.resume import checkpoint_to_resume
+from megamlm.training.optimizer import build_optimizer, set_hyperparameters
+from megamlm.training.progress import TrainProgress
+from megamlm.training.resume import plan_resume
 from megamlm.training.run_record import build_run_record, write_run_record
 from megamlm.training.setup import RunPlan, plan_run
 from megamlm.training.signals import ExitSignalHandler
@@ -32,199 +41,169 @@ from megamlm.training.stopping import StopPolicy
 
 
 @dataclass
-class RunResult:
-    """What a run did, per step (tests and tools read this)."""
+class StepReport:
+    """One finished step, as the ``on_step`` callback sees it."""
 
-    losses: dict[int, float] = field(default_factory=dict)
-    objectives: dict[int, str] = field(default_factory=dict)
-    sample_ids: dict[int, list[int]] = field(default_factory=dict)
-    switch_step: int | None = None
-    checkpoints: list[Path] = field(default_factory=list)
-    start_step: int = 0
+    step: int
+    objective: str
+    loss: float
+    grad_norm: float
+    lr: float
+    applied: bool
+    sample_ids: list[int]
+    """The global sample ids this rank trained on."""
+
+
+@dataclass
+class RunResult:
+    """What a launch did, in summary."""
+
+    start_step: int
+    last_step: int
+    switch_step: int | None
     resumed_from: Path | None = None
-    skipped_steps: list[int] = field(default_factory=list)
     stop_reason: str | None = None
     """Why the run stopped before --train-iters (signal, --exit-interval, --exit-duration-in-mins)."""
+    last_checkpoint: Path | None = None
+    total_skipped: int = 0
 
 
-def resolve_device(choice: str) -> torch.device:
-    if choice == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if choice == "cuda" and not torch.cuda.is_available():
-        from megamlm.config import ConfigError
-
-        raise ConfigError("--device cuda was asked for but no CUDA/ROCm device is visible; use --device cpu")
-    return torch.device(choice)
-
-
-def build_model(plan: RunPlan, seed: int, device: torch.device) -> Transformer:
-    torch.manual_seed(seed)
-    model = Transformer(plan.model_args)
-    return model.to(device)
-
-
-def select_backends(perf) -> None:
-    """Kernel and attention backends for this process, and a report of the optional accelerators."""
-    from megamlm import kernels
-    from megamlm.model.attention import set_attention_backend
-    from megamlm.model.attention_backends import detect_optional_extras
-
-    kernels.set_kernel_backend(perf.kernel_backend)
-    set_attention_backend(perf.attention_backend)
-    extras = ", ".join(f"{name} {version or 'absent'}" for name, version in detect_optional_extras().items())
-    log(f"kernels {perf.kernel_backend} | attention {perf.attention_backend}"
-        f"{' with document masks' if perf.document_mask else ''}{' | torch.compile per block' if perf.compile else ''}"
-        f" | optional extras: {extras}")
-
-
-def pretrain(cfg: Config) -> RunResult:
+def pretrain(cfg: Config, on_step: Callable[[StepReport], None] | None = None) -> RunResult:
     """Train; SIGTERM/SIGUSR1 during the run save a checkpoint and return early (see training/signals.py)."""
     with ExitSignalHandler() as signals:
-        return _pretrain(cfg, signals)
+        return _pretrain(cfg, signals, on_step)
 
 
-def _pretrain(cfg: Config, signals: ExitSignalHandler) -> RunResult:
-    t, ckpt_cfg = cfg.training, cfg.checkpoint
-    if ckpt_cfg.init_from:  # a Hugging Face model is imported once and lends the run its shape and tokenizer
-        from megamlm.hf.init_from import adopt_hf_init_from
-
+def _pretrain(cfg: Config, signals: ExitSignalHandler, on_step) -> RunResult:
+    t, c = cfg.training, cfg.checkpoint
+    if c.init_from:  # a Hugging Face model is imported once and lends the run its shape and tokenizer
         adopt_hf_init_from(cfg)
     plan = plan_run(cfg)
-    device = resolve_device(t.device)
-    select_backends(cfg.performance)
-    parallel = start_parallel(cfg, device)  # None for one process; else joins the launcher's process group
-    if parallel is not None:
-        device = parallel.device
-    config_record = build_run_record(cfg, plan, world_size())
-    resume_from = checkpoint_to_resume(ckpt_cfg, config_record)  # auto-resume from --save, else --load
-    if ckpt_cfg.init_from and resume_from is None:
-        from megamlm.checkpoint import resolve_checkpoint
+    mesh, device = start_parallel(plan.dims, plan.device)
+    record = build_run_record(cfg, plan, plan.dims.world_size)
+    resume = plan_resume(cfg, record)  # every difference from the checkpoint is honoured or refused here
+    if c.init_from and resume is None:
+        resolve_checkpoint(c.init_from)  # fail on a bad path before any work
+    for note in resume.notes if resume else []:
+        log(note)
 
-        resolve_checkpoint(ckpt_cfg.init_from)  # fail on a bad path before any work
-
-    from megamlm.data import GlobalBatchSampler, MicroBatchLoader, build_train_dataset
-
-    seq_length = plan.model_args.max_seq_length
-    dataset = build_train_dataset(plan.data_path, seq_length=seq_length, num_samples=plan.num_samples,
+    progress = TrainProgress()
+    if resume is not None:
+        progress.load_state_dict(resume.train_state["state"]["progress"])
+    # The run's samples end here; the sample stream itself does not depend on it.
+    end_sample = progress.consumed_samples + max(t.train_iters - progress.step, 0) * t.global_batch_size
+    dataset = build_train_dataset(plan.data_path, seq_length=plan.model_args.max_seq_length, num_samples=end_sample,
                                   seed=t.seed, cache_dir=cfg.data.data_cache_path,
                                   vocab_size=plan.model_args.vocab_size,
-                                  group=parallel.group if parallel is not None else None)
-
-    schedule, lr_schedule = plan.objective_schedule, plan.lr_schedule
-    model = build_model(plan, t.seed, device)
-    log(f"model: {count_parameters(model, include_lm_head=False) / 1e6:.1f}M parameters "
-        f"without the LM head, {count_parameters(model) / 1e6:.1f}M in all "
-        f"({plan.model_args.num_layers} layers, hidden {plan.model_args.hidden_size}, "
-        f"vocab {plan.model_args.vocab_size}, seq {seq_length})")
-    log(schedule.describe())
-    log(f"data: {', '.join(plan.data_path)} | {len(dataset)} samples of {seq_length} tokens | "
-        f"tokenizer {plan.tokenizer_path} | device {device}")
-    step_fn, dp_rank, dp_size = train_step, 0, 1
-    if parallel is not None:  # TP -> recompute -> FSDP/DDP; `model` becomes this rank's share
-        model = parallel.parallelize(model, t.precision, cfg.parallel.recompute, cfg.performance.compile)
-        step_fn, dp_rank, dp_size = parallel.train_step, parallel.dp_rank, parallel.dp_size
-    else:
-        if cfg.parallel.recompute:
-            apply_recompute(model)
-        if cfg.performance.compile:
-            apply_compile(model)
-
-    optimizer = build_optimizer(model, t.lr, t.weight_decay, (t.adam_beta1, t.adam_beta2), t.adam_eps,
+                                  group=dist.group.WORLD if plan.dims.is_parallel else None)
+    pm = build_parallel_model(cfg, plan, mesh, device)
+    optimizer = build_optimizer(pm.model, t.lr, t.weight_decay, (t.adam_beta1, t.adam_beta2), t.adam_eps,
                                 impl=cfg.performance.optimizer_impl)
-    result = RunResult(switch_step=schedule.switch_step)
-    step, consumed = 0, 0
-    if resume_from is not None:
-        state = load_checkpoint(resume_from, model, optimizer, verify=False)
-        schedule.load_state_dict(state["objective_schedule"])
-        lr_schedule.load_state_dict(state["lr_schedule"])
-        step, consumed = state["step"], state["consumed_samples"]
-        result.resumed_from = resume_from
-        log(f"resumed from {resume_from} at step {step} ({consumed} samples consumed)")
-    elif ckpt_cfg.init_from:
-        path = load_model_weights(ckpt_cfg.init_from, model)
-        log(f"initialised weights from {path} (fresh optimizer, schedule and data position)")
-    result.start_step = step
-
-    sampler = GlobalBatchSampler(total_samples=plan.num_samples, global_batch_size=t.global_batch_size,
-                                 micro_batch_size=t.micro_batch_size, dp_rank=dp_rank, dp_size=dp_size,
-                                 consumed_samples=consumed)
-    if ckpt_cfg.save and rank() == 0:
-        write_run_record(ckpt_cfg.save, config_record)
-
-    def checkpoint(at_step: int, consumed_samples: int) -> Path:
-        path = save_checkpoint(ckpt_cfg.save, at_step, model, optimizer, {
-            "consumed_samples": consumed_samples, "objective_schedule": schedule.state_dict(),
-            "lr_schedule": lr_schedule.state_dict(), "sampler": {"consumed_samples": consumed_samples},
-        }, config_record, keep_last=ckpt_cfg.keep_last,
-            pinned="objective switch" if schedule.is_switch_step(at_step) else None)
-        result.checkpoints.append(path)
-        log(f"saved checkpoint {path}")
-        return path
-
-    guarded_optimizer = SkipNonFiniteUpdates(optimizer)  # applies no update when any rank's gradients are not finite
+    sampler = GlobalBatchSampler(total_samples=end_sample, global_batch_size=t.global_batch_size,
+                                 micro_batch_size=t.micro_batch_size, dp_rank=pm.dp_rank, dp_size=pm.dp_size,
+                                 consumed_samples=progress.consumed_samples)
     guard = NonFiniteGuard(t.max_skipped_steps)
-    stop = StopPolicy(signals, t.exit_interval, t.exit_duration_in_mins)
+    schedule, lr_schedule = plan.objective_schedule, plan.lr_schedule
+    pinned = {schedule.switch_step: "objective switch"} if schedule.switch_step else {}
+    manager = CheckpointManager(c.save, pm.model, optimizer,
+                                {"progress": progress, "sampler": sampler, "guard": guard,
+                                 "objective_schedule": schedule, "lr_schedule": lr_schedule}, record,
+                                last_step=t.train_iters, interval=c.save_interval, keep_last=c.keep_last,
+                                pinned=pinned)
+    if resume is not None:
+        manager.restore(resume.path, resume.train_state,
+                        skip=("objective_schedule", "lr_schedule") if resume.override_schedule else ())
+        set_hyperparameters(optimizer, t.weight_decay, (t.adam_beta1, t.adam_beta2), t.adam_eps)
+        log(f"resumed from {resume.path} at step {progress.step} ({progress.consumed_samples} samples consumed)")
+    elif c.init_from:
+        log(f"initialised weights from {load_model_weights(c.init_from, pm.model)} (fresh optimizer, schedule "
+            "and data position)")
+    if c.save and rank() == 0:
+        write_run_record(c.save, record)
 
+    log(f"model: {count_parameters(pm.model, include_lm_head=False) / 1e6:.1f}M parameters on this rank "
+        f"without the LM head ({plan.model_args.num_layers} layers, hidden {plan.model_args.hidden_size}, "
+        f"vocab {plan.model_args.vocab_size}, seq {plan.model_args.max_seq_length})")
+    log(schedule.describe())
+    log(f"data: {', '.join(plan.data_path)} | samples {progress.consumed_samples}-{end_sample - 1} of the stream "
+        f"| tokenizer {plan.tokenizer_path} | device {device}")
+    log(describe_performance(cfg))
+    result = RunResult(start_step=progress.step, last_step=progress.step, switch_step=schedule.switch_step,
+                       resumed_from=resume.path if resume else None)
+    loader = MicroBatchLoader(dataset, sampler, num_workers=cfg.data.num_workers, pin_memory=device.type == "cuda")
+    _train(cfg, pm, optimizer, loader, progress, schedule, lr_schedule, guard, manager,
+           StopPolicy(signals, t.exit_interval, t.exit_duration_in_mins), on_step, device, result)
+    return result
+
+
+def build_parallel_model(cfg: Config, plan: RunPlan, mesh, device: torch.device) -> ParallelModel:
+    """The full model from the run's seed (the same weights on every rank), then this rank's share of it."""
+    torch.manual_seed(cfg.training.seed)
+    model = Transformer(plan.model_args).to(device)
+    return parallelize(model, plan.dims, mesh, device, cfg.training.precision, cfg.parallel.recompute,
+                       cfg.performance.compile)
+
+
+def describe_performance(cfg: Config) -> str:
+    perf = cfg.performance
+    extras = ", ".join(f"{name} {version or 'absent'}" for name, version in detect_optional_extras().items())
+    return (f"kernels {perf.kernel_backend} | attention {perf.attention_backend}"
+            f"{' with document masks' if perf.document_mask else ''}"
+            f"{' | torch.compile per block' if perf.compile else ''} | optional extras: {extras}")
+
+
+def _train(cfg: Config, pm: ParallelModel, optimizer, loader: MicroBatchLoader, progress: TrainProgress,
+           schedule: ObjectiveSchedule, lr_schedule, guard: NonFiniteGuard, manager: CheckpointManager,
+           stop: StopPolicy, on_step, device: torch.device, result: RunResult) -> None:
+    t = cfg.training
     meter = IntervalMeter()
     tensorboard = TensorBoardWriter(cfg.logging.tensorboard_dir)
-    tokens_per_step = t.global_batch_size * seq_length
     run_start = time.perf_counter()
-    batches = iter(MicroBatchLoader(dataset, sampler, num_workers=cfg.data.num_workers,
-                                    pin_memory=device.type == "cuda"))
-    model.train()
-    if parallel is not None:
-        parallel.train()
-    while step < t.train_iters:
-        step += 1
+    batches = iter(loader)
+    pm.train()
+    while progress.step < t.train_iters:
+        step = progress.step + 1
         objective = schedule.objective_at(step)
-        loaded = next(batches)
         micro_batches = [schedule.make_batch(step, mb["tokens"].numpy(), mb["sample_ids"].tolist(),
                                              mb["document_ids"].numpy() if cfg.performance.document_mask else None)
-                         for mb in loaded]
+                         for mb in next(batches)]
         lr = lr_schedule.lr_at(step)
-        stats = step_fn(model, guarded_optimizer, micro_batches, lr, t.clip_grad, device, t.precision)
-        consumed += t.global_batch_size
-        result.losses[step] = stats.loss
-        result.objectives[step] = objective
-        result.sample_ids[step] = [k for b in micro_batches for k in b.sample_ids]
-        if guarded_optimizer.skipped:
-            result.skipped_steps.append(step)
-            log(f"warning: step {step} skipped (update not applied): loss {stats.loss}, grad-norm {stats.grad_norm}; "
+        out = train_step(pm, optimizer, micro_batches, lr, t.clip_grad, device, t.precision)
+        progress.advance(t.global_batch_size)
+        result.last_step = step
+        sample_ids = [k for b in micro_batches for k in b.sample_ids]
+        if on_step is not None:
+            on_step(StepReport(step, objective, out.loss, out.grad_norm, lr, out.applied, sample_ids))
+        if not out.applied:
+            log(f"warning: step {step} skipped (update not applied): loss {out.loss}, grad-norm {out.grad_norm}; "
                 f"{len(guard.in_a_row) + 1} in a row, the run stops at {t.max_skipped_steps}")
-        if guard.record(step, guarded_optimizer.skipped, stats.loss, stats.grad_norm, result.sample_ids[step]):
+        must_stop = guard.record(step, out.applied, out.loss, out.grad_norm, sample_ids)
+        result.total_skipped = guard.total_skipped
+        if must_stop:
             saved = "No checkpoint was written (no --save)."
-            if ckpt_cfg.save:
-                last_good = guard.in_a_row[0].step - 1
-                saved = (f"Checkpoint {checkpoint(step, consumed)} holds the weights and optimizer state of step "
-                         f"{last_good} (the last good state) with the data position after step {step}.")
+            if manager.save_dir is not None:
+                saved = (f"Checkpoint {manager.save(step)} holds the weights and optimizer state of step "
+                         f"{guard.last_good_step} (the last good state) with the data position after step {step}.")
             raise guard.error(saved)
-        meter.add(stats.loss, stats.grad_norm, tokens_per_step)
-        tensorboard.scalars(step, {"loss": stats.loss, f"loss/{objective}": stats.loss, "lr": lr,
-                                   "grad_norm": stats.grad_norm})
-
+        meter.add(out.loss, out.grad_norm, t.global_batch_size * loader.dataset.seq_length)
+        tensorboard.scalars(step, {"loss": out.loss, f"loss/{objective}": out.loss, "lr": lr,
+                                   "grad_norm": out.grad_norm})
         if step % cfg.logging.log_interval == 0 or step == t.train_iters or schedule.is_switch_step(step):
             summary = meter.flush()
-            elapsed = time.perf_counter() - run_start
-            eta = elapsed / (step - result.start_step) * (t.train_iters - step)
+            eta = (time.perf_counter() - run_start) / (step - result.start_step) * (t.train_iters - step)
             log(f"step {step}/{t.train_iters} | objective {objective} | loss {summary.loss:.4f} | lr {lr:.1e} | "
                 f"grad-norm {summary.grad_norm:.2f} | {summary.tokens_per_second:.0f} tok/s | "
                 f"eta {format_duration(eta)}")
             tensorboard.scalars(step, {"tokens_per_second": summary.tokens_per_second})
         if schedule.is_switch_step(step):
             log(f"objective switch after step {step}: {objective} -> {schedule.objective_at(step + 1)}")
-        if ckpt_cfg.save and (
-            schedule.is_switch_step(step)
-            or step == t.train_iters
-            or (ckpt_cfg.save_interval and step % ckpt_cfg.save_interval == 0)
-        ):
-            checkpoint(step, consumed)
+        if manager.due(step):
+            result.last_checkpoint = manager.save(step)
         if step < t.train_iters and (reason := stop.reason_to_stop(step)):
-            if ckpt_cfg.save and not (result.checkpoints and result.checkpoints[-1].name == f"iter_{step:07d}"):
-                checkpoint(step, consumed)
+            result.last_checkpoint = manager.save(step) or result.last_checkpoint
             result.stop_reason = reason
             log(f"stopping after step {step} ({reason}); " + ("relaunch the same command to continue from here"
-                                                           if ckpt_cfg.save else "nothing saved (no --save)"))
+                                                           if manager.save_dir else "nothing saved (no --save)"))
             break
     tensorboard.close()
-    log(f"done: {step - result.start_step} steps in {format_duration(time.perf_counter() - run_start)}")
-    return result
+    log(f"done: {progress.step - result.start_step} steps in {format_duration(time.perf_counter() - run_start)}")

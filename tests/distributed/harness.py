@@ -56,7 +56,7 @@ def spawn(fn, world_size: int, *args) -> None:
 def schedule(objective: str, train_iters: int = 4, switch: float = 0.5) -> ObjectiveSchedule:
     masking = MaskingSpec(mask_ratio=0.4, replace_prob=1.0, random_prob=0.0, keep_prob=0.0, mask_id=3,
                           special_ids=(0, 1, 2, 3), random_vocab_size=TINY.vocab_size)
-    return ObjectiveSchedule(objective, switch, train_iters, masking, SEED)
+    return ObjectiveSchedule(objective, round(switch * train_iters), train_iters, masking, SEED)
 
 
 def tokens_of(sample_ids) -> np.ndarray:

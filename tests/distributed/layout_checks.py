@@ -18,9 +18,12 @@ LR, CLIP = 1e-3, 1.0
 
 @functools.lru_cache(maxsize=None)
 def reference(objective: str):
-    """Single process: step-1 loss and gradients, then the step-2 loss after one update (megamlm's own step)."""
+    """Plain PyTorch on one model: step-1 loss and gradients; then megamlm's one train_step on the trivial
+    single-process layout: the pre-clip norm and the step-2 loss after one update."""
     from megamlm.model.transformer import Transformer
     from megamlm.objectives import IGNORE_INDEX, sparse_lm_loss
+    from megamlm.parallel.dims import ParallelDims
+    from megamlm.parallel.parallelize import parallelize
     from megamlm.training.optimizer import build_optimizer
     from megamlm.training.step import train_step
 
@@ -34,9 +37,11 @@ def reference(objective: str):
         (loss / total).backward()
     grads = full_grads(model.named_parameters())
     model.zero_grad(set_to_none=True)
+    single = parallelize(model, ParallelDims(world_size=1), None, torch.device("cpu"))
+    assert single.parts == [model] and single.mesh is None
     optimizer = build_optimizer(model, LR, 0.1, (0.9, 0.95), 1e-8)
-    first = train_step(model, optimizer, batches, LR, CLIP, torch.device("cpu"))
-    second = train_step(model, optimizer, micro_batches(sched, 2, [[k + 8 for k in ids] for ids in GLOBAL_IDS]),
+    first = train_step(single, optimizer, batches, LR, CLIP, torch.device("cpu"))
+    second = train_step(single, optimizer, micro_batches(sched, 2, [[k + 8 for k in ids] for ids in GLOBAL_IDS]),
                         LR, CLIP, torch.device("cpu"))
     return first.loss, grads, second.loss, first.grad_norm
 
@@ -44,9 +49,10 @@ def reference(objective: str):
 def check_layout(rank: int, world: int, layout: dict, recompute: bool = False) -> None:
     from megamlm.model.transformer import Transformer
     from megamlm.parallel.dims import resolve_parallel_dims
+    from megamlm.parallel.forward_backward import forward_backward
     from megamlm.parallel.parallelize import parallelize
-    from megamlm.parallel.step import clip_grad_norm_, forward_backward
     from megamlm.training.optimizer import build_optimizer
+    from megamlm.training.step import train_step
 
     dims = resolve_parallel_dims(
         world, **layout, num_layers=TINY.num_layers, num_attention_heads=TINY.num_attention_heads,
@@ -74,16 +80,15 @@ def check_layout(rank: int, world: int, layout: dict, recompute: bool = False) -
             torch.distributed.all_gather_object(owned, sorted(grads), group=mesh["pp"].get_group())
             assert sorted(n for names in owned for n in names) == sorted(ref_grads)
 
+        # The same first step again, now through the one train_step of every layout.
         optimizer = build_optimizer(pm.model, LR, 0.1, (0.9, 0.95), 1e-8)
-        for group in optimizer.param_groups:
-            group["lr"] = LR
-        norm = clip_grad_norm_(pm, CLIP)
-        assert float(norm) == pytest.approx(ref_norm, rel=1e-4)
-        optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        first = train_step(pm, optimizer, micro_batches(sched, 1, mine), LR, CLIP, cpu)
+        assert first.applied and first.loss == pytest.approx(ref_loss, rel=1e-5), (objective, layout)
+        assert first.grad_norm == pytest.approx(ref_norm, rel=1e-4), (first.grad_norm, ref_norm)
         second_ids = [[k + 8 for k in ids] for ids in mine]
-        second, _ = forward_backward(pm, micro_batches(sched, 2, second_ids), cpu)
-        assert second == pytest.approx(ref_second, rel=1e-4), (objective, layout)
+        second = train_step(pm, optimizer, micro_batches(sched, 2, second_ids), LR, CLIP, cpu)
+        assert second.loss == pytest.approx(ref_second, rel=1e-4), (objective, layout)
 
 
 def check_layouts(rank: int, world: int, layouts: list[tuple[str, dict, bool]]) -> None:

@@ -20,8 +20,8 @@ LAYOUTS = {
     "ddp_dp2": (2, dict(data_parallel_impl="ddp")),
 }
 RECOMPUTE = {"fsdp_dp2"}  # activation checkpointing must not change a single number: checked on one layout
+FOUR_RANK_LAYOUTS = {"tp2_x_fsdp2": (4, dict(tp=2))}
 SLOW_LAYOUTS = {
-    "tp2_x_fsdp2": (4, dict(tp=2)),
     "hsdp_2x2": (4, dict(dp_replicate=2)),
     "tp2_pp2": (4, dict(tp=2, pp=2)),
     "pp2_x_fsdp2": (4, dict(pp=2)),
@@ -33,7 +33,12 @@ def test_two_rank_layouts_match_single_process():
     spawn(check_layouts, 2, [(name, layout, name in RECOMPUTE) for name, (_, layout) in LAYOUTS.items()])
 
 
+def test_tensor_parallel_times_fsdp_on_four_ranks_matches_single_process():
+    """TP=2 x FSDP2 DP=2 in the default suite: the 4-rank layout that composes DTensor TP with FSDP2."""
+    spawn(check_layouts, 4, [(name, layout, False) for name, (_, layout) in FOUR_RANK_LAYOUTS.items()])
+
+
 @pytest.mark.slow
 def test_four_rank_layouts_match_single_process():
-    """TP=2 x FSDP2 DP=2, hybrid sharding 2x2, TP=2 x PP=2 and PP=2 x FSDP2 DP=2, in one 4-rank world."""
+    """Hybrid sharding 2x2, TP=2 x PP=2 and PP=2 x FSDP2 DP=2, in one 4-rank world."""
     spawn(check_layouts, 4, [(name, layout, False) for name, (_, layout) in SLOW_LAYOUTS.items()])

@@ -13,10 +13,12 @@ FLAGS = ["--model", "tiny", "--hidden-size", "64", "--ffn-hidden-size", "128", "
 
 def run_pretrain(argv: list[str]) -> dict:
     from megamlm.config import parse_args
+    from megamlm.training.recorder import StepRecorder
     from megamlm.training.trainer import pretrain
 
-    result = pretrain(parse_args([str(a) for a in argv]))
-    return {"losses": result.losses, "objectives": result.objectives, "sample_ids": result.sample_ids,
+    recorder = StepRecorder()
+    result = pretrain(parse_args([str(a) for a in argv]), on_step=recorder)
+    return {"losses": recorder.losses, "objectives": recorder.objectives, "sample_ids": recorder.sample_ids,
             "switch_step": result.switch_step, "start_step": result.start_step}
 
 

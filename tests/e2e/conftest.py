@@ -2,7 +2,10 @@ import os
 
 import pytest
 
+from types import SimpleNamespace
+
 from megamlm.config import parse_args
+from megamlm.training.recorder import StepRecorder
 from megamlm.training.trainer import pretrain
 
 # Small enough for seconds per run on 2 cores, large enough for the loss to move.
@@ -24,9 +27,18 @@ def cache_dir(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def run(cache_dir):
-    """Train in-process on the bundled corpus with the FAST settings plus ``argv``; returns the RunResult."""
+    """Train in-process on the bundled corpus with the FAST settings plus ``argv``; returns the RunResult's fields
+    and the StepRecorder's (losses, objectives, sample_ids, ... per step)."""
+    return run_recorded
 
-    def _run(*argv):
-        return pretrain(parse_args(FAST + [str(a) for a in argv]))
 
-    return _run
+def run_recorded(*argv, on_step=None):
+    recorder = StepRecorder()
+
+    def observe(report):
+        recorder(report)
+        if on_step is not None:
+            on_step(report)
+
+    result = pretrain(parse_args(FAST + [str(a) for a in argv]), on_step=observe)
+    return SimpleNamespace(**vars(result), **vars(recorder))

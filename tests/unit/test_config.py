@@ -4,7 +4,8 @@ from megamlm.config import ConfigError, parse_args
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--objective", "bert"], "unknown --objective 'bert'"),
+    (["--objective", "bert"], "argument --objective: invalid choice: 'bert'"),
+    (["--lr-decay-style", "step"], "argument --lr-decay-style: invalid choice: 'step'"),
     (["--switch", "0"], "--switch must be a fraction strictly between 0 and 1"),
     (["--switch", "1.0"], "--switch must be a fraction strictly between 0 and 1"),
     (["--mask-ratio", "1.2"], "--mask-ratio must be strictly between 0 and 1"),
@@ -52,3 +53,33 @@ def test_help_lists_every_flag_with_its_doc(capsys):
     for flag in ("--objective", "--switch", "--mask-ratio", "--global-batch-size", "--save-interval", "--init-from"):
         assert flag in out
     assert "5% of --train-iters" in out
+
+
+def test_help_lists_the_choices_of_every_choice_flag(capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for choices in ("{mlm,clm,clm_then_mlm,mlm_then_clm}", "{wsd,cosine,linear,constant}", "{fsdp,ddp}",
+                    "{1f1b,interleaved_1f1b}", "{auto,triton,chunked,reference}", "{sdpa,flex,flash}"):
+        assert choices in out
+
+
+def test_a_choice_set_from_yaml_is_checked_against_the_same_literal(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("objective:\n  objective: bert\n")
+    with pytest.raises(ConfigError, match="unknown --objective 'bert'; choose one of mlm, clm, clm_then_mlm"):
+        parse_args(["--config", str(path)])
+
+
+def test_layering_config_imports_no_parallel_and_parallel_no_training():
+    import subprocess
+    import sys
+
+    code = ("import sys, importlib; importlib.import_module(sys.argv[1]); "
+            "print(' '.join(m for m in sys.modules if m.startswith(sys.argv[2])))")
+    for module, forbidden in (("megamlm.config", "megamlm.parallel"), ("megamlm.parallel.forward_backward",
+                                                                       "megamlm.training"),
+                              ("megamlm.parallel.parallelize", "megamlm.training")):
+        out = subprocess.run([sys.executable, "-c", code, module, forbidden], capture_output=True, text=True,
+                             check=True).stdout.split()
+        assert out == [], f"{module} imports {out}"

@@ -1,15 +1,16 @@
-"""Every invalid layout fails in config validation, before any process group exists, with its own message."""
+"""Every invalid layout fails in its own one-line error before any process group exists."""
 
 import pytest
 import torch.distributed as dist
 
-from megamlm.config import ConfigError, parallel_dims, parse_args
+from megamlm.config import ConfigError, parse_args
+from megamlm.parallel.dims import LayoutError, dims_from_config
 
 BASE = ["--model", "tiny", "--micro-batch-size", "2", "--global-batch-size", "16", "--dry-run"]
 
 
 def dims_for(*flags, world=8):
-    return parallel_dims(parse_args(BASE + ["--world-size", str(world), *flags]))
+    return dims_from_config(parse_args(BASE + ["--world-size", str(world), *flags]))
 
 
 def test_data_parallel_takes_the_rest_of_the_world():
@@ -49,8 +50,8 @@ def test_long_flag_names_match_megatron():
      "at least 2 stages per rank"),
     (["--pp", "2", "--num-layers-per-virtual-stage", "1"], 8, "is for --pipeline-schedule interleaved_1f1b"),
     (["--num-layers-per-virtual-stage", "1"], 8, "need --pipeline-model-parallel-size > 1"),
-    (["--pipeline-schedule", "zero_bubble", "--pp", "2"], 8, "unknown --pipeline-schedule"),
-    (["--data-parallel-impl", "zero3"], 8, "unknown --data-parallel-impl"),
+    (["--pipeline-schedule", "zero_bubble", "--pp", "2"], 8, "argument --pipeline-schedule: invalid choice"),
+    (["--data-parallel-impl", "zero3"], 8, "argument --data-parallel-impl: invalid choice"),
     (["--data-parallel-impl", "ddp", "--tp", "2"], 8, "DDP does not compose with tensor parallelism"),
     (["--data-parallel-impl", "ddp", "--dp-shard", "2"], 8, "--dp-shard sets FSDP's sharding degree"),
     (["--dp-replicate", "3"], 8, "--dp-replicate 3 does not divide the data-parallel size 8"),
@@ -63,7 +64,8 @@ def test_long_flag_names_match_megatron():
       "--global-batch-size", "6"], 2, "rounds of PP=2"),
 ])
 def test_invalid_layouts_fail_in_validation(flags, world, message):
-    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)").replace("+", r"\+")):
+    with pytest.raises((ConfigError, LayoutError),
+                       match=message.replace("(", r"\(").replace(")", r"\)").replace("+", r"\+")):
         dims_for(*flags, world=world)
     assert not (dist.is_available() and dist.is_initialized())
 
@@ -77,7 +79,7 @@ def test_world_size_comes_from_the_launcher(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "4")
     monkeypatch.setenv("RANK", "0")
     cfg = parse_args(["--model", "tiny", "--micro-batch-size", "2", "--global-batch-size", "8", "--tp", "2"])
-    assert parallel_dims(cfg).dp == 2
+    assert dims_from_config(cfg).dp == 2
     monkeypatch.setenv("WORLD_SIZE", "3")
-    with pytest.raises(ConfigError, match="world size 3 is not divisible by TP 2"):
-        parse_args(["--model", "tiny", "--tp", "2"])
+    with pytest.raises(LayoutError, match="world size 3 is not divisible by TP 2"):
+        dims_from_config(parse_args(["--model", "tiny", "--tp", "2"]))

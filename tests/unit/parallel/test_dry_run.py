@@ -10,7 +10,7 @@ import torch.distributed as dist
 from megamlm.cli import main
 from megamlm.config import parse_args
 from megamlm.parallel.dry_run import dry_run_model_args, rank_estimates
-from megamlm.config import parallel_dims
+from megamlm.parallel.dims import dims_from_config
 from megamlm.model.transformer import Transformer
 
 REPO = Path(__file__).resolve().parents[3]
@@ -28,7 +28,7 @@ def test_610m_on_64_gpus_prints_every_pipeline_rank(capsys):
 
 def test_per_rank_parameters_add_up_to_the_model():
     cfg = parse_args(LAYOUT)
-    dims, args = parallel_dims(cfg), dry_run_model_args(cfg)
+    dims, args = dims_from_config(cfg), dry_run_model_args(cfg)
     rows = rank_estimates(cfg, dims, args)
     assert [r["layers"][0] for r in rows] == ["0", "7", "14", "20"]
     # Each pipeline rank holds 1/TP of its matrices and whole norms: adding the TP shares back gives the model.

@@ -1,54 +1,63 @@
-"""One optimizer step of a parallel layout (the single-process step is megamlm.training.step.train_step).
+"""Forward and backward of one global batch in any layout, and the global gradient norm.
 
-The loss is the same as the single-process one: the sum of token losses over the *global* batch divided
-by the global batch's predicted-token count. Each data-parallel rank scales its share by DP because
-FSDP/DDP average gradients over DP ranks; the pipeline schedule is told not to rescale.
+The loss is the sum of token losses over the *global* batch divided by the global batch's predicted-token
+count, so the gradient does not depend on how the batch is split into micro-batches or ranks. Each
+data-parallel rank scales its share by DP because FSDP/DDP average gradients over DP ranks; the pipeline
+schedule is told not to rescale. With one process every reduction is the identity.
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
 
 import torch
 import torch.distributed as dist
+from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor, Shard
+from torch.nn.parallel import DistributedDataParallel
 
 from megamlm.objectives import IGNORE_INDEX, Batch
 from megamlm.parallel.parallelize import ParallelModel
 from megamlm.parallel.pipeline import build_schedule
 from megamlm.parallel.vocab_parallel_loss import parallel_sparse_lm_loss
-from megamlm.training.step import StepStats, autocast_context
+from megamlm.precision import autocast_context
 
 
-def _global_sum(value: float, replicas: int, device: torch.device) -> float:
-    """Sum over all ranks of a per-rank number held identically by ``replicas`` ranks each."""
+def _global_sum(pm: ParallelModel, value: float, replicas: int, device: torch.device) -> float:
+    """Sum over the layout's ranks of a per-rank number held identically by ``replicas`` ranks each."""
+    if pm.mesh is None:
+        return value
     t = torch.tensor([value], dtype=torch.float64, device=device)
     dist.all_reduce(t)
     return float(t) / replicas
 
 
-def clip_grad_norm_(pm: ParallelModel, max_norm: float) -> torch.Tensor:
-    """Global gradient norm over every rank's parameters (DTensor shards and pipeline stages), then clip."""
-    params = [p for p in pm.model.parameters() if p.grad is not None]
-    grads = [p.grad for p in params]
+def global_grad_norm(pm: ParallelModel) -> torch.Tensor:
+    """The L2 norm of every rank's gradients together (DTensor shards and pipeline stages), in fp32.
+
+    Not finite when any gradient anywhere is not finite, or when the finite gradients' norm overflows.
+    """
+    grads = [p.grad for p in pm.model.parameters() if p.grad is not None]
     total = torch.nn.utils.get_total_norm(grads, 2.0) if grads else torch.zeros(())
     if isinstance(total, DTensor):
         total = total.full_tensor()
+    total = total.float()
     if pm.dims.pp > 1:
         # Stages hold disjoint parameters: add the squares over the pipeline group.
-        squared = total.float().pow(2)
+        squared = total.pow(2)
         dist.all_reduce(squared, group=pm.mesh["pp"].get_group())
         total = squared.sqrt()
-    torch.nn.utils.clip_grads_with_norm_(params, max_norm, total)
     return total
+
+
+def clip_gradients_(pm: ParallelModel, max_norm: float, total_norm: torch.Tensor) -> None:
+    """Scale every gradient by min(1, max_norm / total_norm) (foreach kernels)."""
+    params = [p for p in pm.model.parameters() if p.grad is not None]
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm, total_norm)
 
 
 def _gradient_sync(part: torch.nn.Module, sync: bool):
     """FSDP2: skip the reduce-scatter on non-final micro-batches; DDP: no_sync."""
-    from torch.distributed.fsdp import FSDPModule
-    from torch.nn.parallel import DistributedDataParallel
-
     if isinstance(part, FSDPModule):
         part.set_requires_gradient_sync(sync)
         return contextlib.nullcontext()
@@ -120,7 +129,7 @@ def forward_backward(pm: ParallelModel, micro_batches: list[Batch], device: torc
     dims = pm.dims
     local_tokens = sum(int((b.targets != IGNORE_INDEX).sum()) for b in micro_batches)
     # Every TP and PP rank of a data-parallel replica computes the same count.
-    total_tokens = round(_global_sum(local_tokens, dims.tp * dims.pp, device))
+    total_tokens = round(_global_sum(pm, local_tokens, dims.tp * dims.pp, device))
     scale = dims.dp / max(total_tokens, 1)
     if dims.pp > 1:
         if pm.pipeline is None:
@@ -129,16 +138,4 @@ def forward_backward(pm: ParallelModel, micro_batches: list[Batch], device: torc
     else:
         local_loss = _forward_backward_plain(pm, micro_batches, scale, device, precision)
     # Losses live on the last pipeline stage, repeated on each of its TP ranks.
-    return _global_sum(local_loss, dims.tp, device) / max(total_tokens, 1), total_tokens
-
-
-def parallel_train_step(pm: ParallelModel, optimizer: torch.optim.Optimizer, micro_batches: list[Batch], lr: float,
-                        clip_grad: float, device: torch.device, precision: str = "auto") -> StepStats:
-    """Forward/backward this rank's micro-batches in the layout of ``pm``, clip globally, one AdamW update."""
-    loss, total_tokens = forward_backward(pm, micro_batches, device, precision)
-    grad_norm = clip_grad_norm_(pm, clip_grad if clip_grad > 0 else math.inf)
-    for group in optimizer.param_groups:
-        group["lr"] = lr
-    optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
-    return StepStats(loss=loss, grad_norm=float(grad_norm), predicted_tokens=total_tokens)
+    return _global_sum(pm, local_loss, dims.tp, device) / max(total_tokens, 1), total_tokens

@@ -1,0 +1,13 @@
+"""The one base class of errors a user can cause and fix.
+
+Entry points (``pretrain.py``, ``tools/*.py``) print a ``UserError`` as one line and exit with code 2,
+before any work starts and without touching anything on disk; every other exception is a bug.
+"""
+
+
+class UserError(Exception):
+    """A bad flag, file, layout or checkpoint; the message names the problem and the fix."""
+
+
+class ResumeError(UserError, ValueError):
+    """A checkpoint whose history does not fit this launch; the message names both values and the flag to pass."""
