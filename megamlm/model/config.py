@@ -1,4 +1,4 @@
-"""Model shapes and the named presets."""
+"""Model shapes, the backends a model computes with, and the named presets."""
 
 from __future__ import annotations
 
@@ -26,6 +26,28 @@ class ModelArgs:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Backends:
+    """How a model computes, not what it is: kept out of ``ModelArgs`` (the shape, compared on resume).
+
+    A model is built with its backends (``Transformer(args, backends=Backends(...))``) and hands them to
+    every block, norm, attention and MLP call, so models with different backends can share a process.
+    Building a ``Backends`` checks both names, and that the packages they need import, before any work.
+    """
+
+    attention: str = "sdpa"
+    """sdpa, flex or flash: see ``megamlm.model.attention_backends``."""
+    kernels: str = "auto"
+    """auto, triton, reference or chunked: see ``megamlm.kernels``."""
+
+    def __post_init__(self) -> None:
+        from megamlm.kernels import check_kernel_backend
+        from megamlm.model.attention_backends import check_attention_backend
+
+        check_attention_backend(self.attention)
+        check_kernel_backend(self.kernels)
 
 
 # The paper's sizes (arXiv 2507.00994, Table 5) with the Llama 3 vocabulary, and a CPU-sized `tiny`

@@ -60,6 +60,7 @@ class PipelineStageModule(nn.Module):
         self.norm = model.norm if self.is_last else None
         self.lm_head = model.lm_head if self.is_last else None
         self._args = model.args
+        self.backends = model.backends  # the blocks carry them too; kept so the stage reads like the model
         self.register_buffer("rope_cos", model.rope_cos, persistent=False)
         self.register_buffer("rope_sin", model.rope_sin, persistent=False)
 

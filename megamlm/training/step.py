@@ -42,7 +42,7 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, micro_b
         document_ids = batch.document_ids.to(device) if batch.document_ids is not None else None
         with autocast_context(device, precision):
             hidden = model(input_ids, causal=batch.causal, document_ids=document_ids)
-            micro_loss, _ = sparse_lm_loss(hidden, model.lm_head.weight, targets)
+            micro_loss, _ = sparse_lm_loss(hidden, model.lm_head.weight, targets, model.backends.kernels)
         (micro_loss / max(total_tokens, 1)).backward()
         loss_sum += micro_loss.detach()
     max_norm = clip_grad if clip_grad > 0 else math.inf

@@ -17,6 +17,7 @@ from megamlm.checkpoint import load_checkpoint, load_model_weights, save_checkpo
 from megamlm.checkpoint.ranks import rank, world_size
 from megamlm.config import Config
 from megamlm.log import log
+from megamlm.model.config import Backends
 from megamlm.model.transformer import Transformer, count_parameters
 from megamlm.parallel.data_parallel import apply_compile, apply_recompute
 from megamlm.parallel.runtime import start_parallel
@@ -57,24 +58,23 @@ def resolve_device(choice: str) -> torch.device:
     return torch.device(choice)
 
 
-def build_model(plan: RunPlan, seed: int, device: torch.device) -> Transformer:
+def build_model(plan: RunPlan, seed: int, device: torch.device, backends: Backends = Backends()) -> Transformer:
     torch.manual_seed(seed)
-    model = Transformer(plan.model_args)
+    model = Transformer(plan.model_args, backends=backends)
     return model.to(device)
 
 
-def select_backends(perf) -> None:
-    """Kernel and attention backends for this process, and a report of the optional accelerators."""
-    from megamlm import kernels
-    from megamlm.model.attention import set_attention_backend
+def select_backends(perf) -> Backends:
+    """The model's kernel and attention backends (checked here, before any work), and a report of the
+    optional accelerators. Nothing process-wide is set: the model is built with what this returns."""
     from megamlm.model.attention_backends import detect_optional_extras
 
-    kernels.set_kernel_backend(perf.kernel_backend)
-    set_attention_backend(perf.attention_backend)
+    backends = Backends(attention=perf.attention_backend, kernels=perf.kernel_backend)
     extras = ", ".join(f"{name} {version or 'absent'}" for name, version in detect_optional_extras().items())
     log(f"kernels {perf.kernel_backend} | attention {perf.attention_backend}"
         f"{' with document masks' if perf.document_mask else ''}{' | torch.compile per block' if perf.compile else ''}"
         f" | optional extras: {extras}")
+    return backends
 
 
 def pretrain(cfg: Config) -> RunResult:
@@ -91,7 +91,7 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler) -> RunResult:
         adopt_hf_init_from(cfg)
     plan = plan_run(cfg)
     device = resolve_device(t.device)
-    select_backends(cfg.performance)
+    backends = select_backends(cfg.performance)
     parallel = start_parallel(cfg, device)  # None for one process; else joins the launcher's process group
     if parallel is not None:
         device = parallel.device
@@ -111,7 +111,7 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler) -> RunResult:
                                   group=parallel.group if parallel is not None else None)
 
     schedule, lr_schedule = plan.objective_schedule, plan.lr_schedule
-    model = build_model(plan, t.seed, device)
+    model = build_model(plan, t.seed, device, backends)
     log(f"model: {count_parameters(model, include_lm_head=False) / 1e6:.1f}M parameters "
         f"without the LM head, {count_parameters(model) / 1e6:.1f}M in all "
         f"({plan.model_args.num_layers} layers, hidden {plan.model_args.hidden_size}, "
