@@ -116,21 +116,15 @@ class Bench:
     variants: list[tuple[str, Callable[..., torch.Tensor]]]  # (name, call); the first is the reference
 
 
-def _with_backend(backend: str, call: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
-    def run_with(*inputs):
-        with kernels.kernel_backend(backend):
-            return call(*inputs)
-
-    return run_with
-
-
-def _kernel_variants(op: str, device: torch.device, call) -> list[tuple[str, Callable]]:
+def _kernel_variants(op: str, device: torch.device,
+                     call: Callable[[str], Callable[..., torch.Tensor]]) -> list[tuple[str, Callable]]:
+    """(backend name, ``call(backend)``) for each kernel backend that runs ``op`` here, the reference first."""
     names = ["reference"]
     if device.type == "cuda" and kernels.triton_available():
         names.append("triton")
     if op == "linear_cross_entropy":
         names.append("chunked")
-    return [(name, _with_backend(name, call)) for name in names]
+    return [(name, call(name)) for name in names]
 
 
 def benches_for(device: torch.device, quick: bool, ce_chunks: list[int]) -> list[Bench]:
@@ -145,13 +139,16 @@ def benches_for(device: torch.device, quick: bool, ce_chunks: list[int]) -> list
         rows, hidden, inter = (4096, 1024, 2816) if quick else (16384, 2048, 5632)
         batch, seq, heads, head_dim = (2, 2048, 16, 64) if quick else (8, 2048, 16, 128)
         out.append(Bench("rms_norm", f"x ({rows}, {hidden}) {dt}", lambda: [leaf(rows, hidden), leaf(hidden)],
-                         _kernel_variants("rms_norm", device, lambda x, w: kernels.rms_norm(x, w, 1e-5))))
+                         _kernel_variants("rms_norm", device,
+                                          lambda b: lambda x, w: kernels.rms_norm(x, w, 1e-5, backend=b))))
         cos, sin = torch.randn(seq, head_dim, device=device), torch.randn(seq, head_dim, device=device)
         out.append(Bench("apply_rotary", f"x ({batch}, {seq}, {heads}, {head_dim}) {dt}",
                          lambda: [leaf(batch, seq, heads, head_dim)],
-                         _kernel_variants("apply_rotary", device, lambda x: kernels.apply_rotary(x, cos, sin))))
+                         _kernel_variants("apply_rotary", device,
+                                          lambda b: lambda x: kernels.apply_rotary(x, cos, sin, backend=b))))
         out.append(Bench("swiglu", f"gate/up halves of ({rows}, {2 * inter}) {dt}", lambda: [leaf(rows, 2 * inter)],
-                         _kernel_variants("swiglu", device, lambda fused: kernels.swiglu(*fused.chunk(2, dim=-1)))))
+                         _kernel_variants("swiglu", device,
+                                          lambda b: lambda fused: kernels.swiglu(*fused.chunk(2, dim=-1), backend=b))))
         out.append(_document_attention_bench(device, leaf, batch, seq, heads, head_dim, quick))
 
     n_rows, hidden = ((2048, 512) if quick else (16384, 1152)) if gpu else ((512, 256) if quick else (2048, 384))
@@ -159,11 +156,12 @@ def benches_for(device: torch.device, quick: bool, ce_chunks: list[int]) -> list
     targets[::7] = -100
 
     def ce(chunk):
-        return lambda h, w: kernels.linear_cross_entropy(h, w, targets, chunk_size=chunk)
+        return lambda backend: lambda h, w: kernels.linear_cross_entropy(h, w, targets, chunk_size=chunk,
+                                                                         backend=backend)
 
     variants = _kernel_variants("linear_cross_entropy", device, ce(0))
     fused = "triton" if any(name == "triton" for name, _ in variants) else "chunked"
-    variants += [(f"{fused}@{chunk}", _with_backend(fused, ce(chunk))) for chunk in ce_chunks]
+    variants += [(f"{fused}@{chunk}", ce(chunk)(fused)) for chunk in ce_chunks]
     out.append(Bench("linear_cross_entropy", f"hidden ({n_rows}, {hidden}) x vocab {VOCAB} {dt}",
                      lambda: [leaf(n_rows, hidden), leaf(VOCAB, hidden, scale=0.02)], variants))
     return out

@@ -55,6 +55,7 @@ def parse_args(argv=None):
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--compile", action="store_true", help="torch.compile each megamlm block (GPU)")
     p.add_argument("--kernels", default="auto", help="megamlm kernel backend (see megamlm.kernels)")
+    p.add_argument("--attention", default="sdpa", help="megamlm attention backend: sdpa, flex or flash")
     p.add_argument("--max-batch", action="store_true", help="GPU: search the largest micro-batch per side")
     p.add_argument("--peak-tflops", type=float, default=None, help="override the device's bf16 peak for MFU")
     p.add_argument("--json", default=None, help="also write the figures to this file")
@@ -95,12 +96,13 @@ def make_batches(args: ModelArgs, opts, count: int, micro_batch: int):
 
 
 def build_megamlm(args: ModelArgs, device, opts):
+    from megamlm.model.config import Backends
     from megamlm.model.transformer import Transformer
     from megamlm.training.optimizer import build_optimizer
 
     torch.manual_seed(0)
     with torch.device(device):  # initialise on the device: seconds saved per build at 610m
-        model = Transformer(args)
+        model = Transformer(args, backends=Backends(attention=opts.attention, kernels=opts.kernels))
     if opts.compile:
         for name, block in model.layers.items():
             model.layers[name] = torch.compile(block)
@@ -185,7 +187,7 @@ def child_peak_rss(opts, side: str) -> float:
     cmd = [sys.executable, __file__, "--_child", side, "--preset", opts.preset, "--objective", opts.objective,
            "--steps", str(opts.steps), "--warmup", str(opts.warmup), "--device", "cpu",
            "--micro-batch-size", str(opts.micro_batch_size), "--mask-ratio", str(opts.mask_ratio),
-           "--kernels", opts.kernels]
+           "--kernels", opts.kernels, "--attention", opts.attention]
     if opts.seq_length:
         cmd += ["--seq-length", str(opts.seq_length)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
@@ -262,10 +264,6 @@ def main(argv=None):
     device = resolve_device(opts.device)
     if opts.micro_batch_size is None:
         opts.micro_batch_size = 8 if device.type == "cuda" else 4
-    from megamlm import kernels
-
-    if hasattr(kernels, "set_kernel_backend"):
-        kernels.set_kernel_backend(opts.kernels)
     if opts._child:
         return run_child(opts)
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 from megamlm.errors import UserError
-from megamlm.model.config import PRESETS
+from megamlm.model.config import PRESETS, AttentionBackend, KernelBackend
 
 # Every choice flag's values, declared once: the parser offers them, --help lists them, validation checks them.
 Objective = Literal["mlm", "clm", "clm_then_mlm", "mlm_then_clm"]
@@ -28,8 +28,6 @@ Precision = Literal["auto", "bf16", "fp32"]
 Device = Literal["auto", "cpu", "cuda"]
 DataParallelImpl = Literal["fsdp", "ddp"]
 PipelineSchedule = Literal["1f1b", "interleaved_1f1b"]
-KernelBackend = Literal["auto", "triton", "chunked", "reference"]
-AttentionBackend = Literal["sdpa", "flex", "flash"]
 OptimizerImpl = Literal["torch", "apex"]
 
 

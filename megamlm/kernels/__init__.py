@@ -1,7 +1,9 @@
-"""Hot-path ops behind one dispatch point.
+"""Hot-path ops, each with a ``backend`` argument that picks its implementation.
 
-The model calls ``rms_norm``, ``apply_rotary``, ``swiglu`` and ``linear_cross_entropy`` from here;
-each call picks an implementation from the process-wide backend (``set_kernel_backend``):
+The model calls ``rms_norm``, ``apply_rotary``, ``swiglu`` and ``linear_cross_entropy`` from here,
+passing the kernel backend it was built with (``megamlm.model.config.Backends.kernels``); the loss
+outside the model passes the model's backend too. There is no process-wide setting: two models built
+with different backends run side by side in one process. The backend is one of ``KERNEL_BACKENDS``:
 
 - ``"auto"`` (default): Triton kernels for tensors on a CUDA/ROCm device when triton imports;
   elsewhere the references, except ``linear_cross_entropy`` which uses the pure-PyTorch chunked
@@ -15,19 +17,23 @@ each call picks an implementation from the process-wide backend (``set_kernel_ba
 Tensor subclasses (DTensor under tensor/sequence parallelism, fake tensors while tracing) always
 take the references, which their own dispatch knows how to shard; the fused kernels need plain tensors.
 
+``check_kernel_backend`` validates a name (unknown names, and ``"triton"`` where triton does not
+import, raise a message naming the fix); the trainer calls it while planning a run, so a bad choice
+fails before any work. Every op checks its ``backend`` again on each call.
+
 Importing this package never imports triton; the Triton modules load on first use.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import os
-from typing import Iterator
+from typing import get_args
 
 import torch
 
 from megamlm.kernels import reference
+from megamlm.model.config import KernelBackend
 from megamlm.kernels.chunked_linear_cross_entropy import chunked_linear_cross_entropy
 
 __all__ = [
@@ -35,17 +41,14 @@ __all__ = [
     "apply_rotary",
     "swiglu",
     "linear_cross_entropy",
-    "set_kernel_backend",
-    "get_kernel_backend",
-    "kernel_backend",
+    "check_kernel_backend",
     "triton_available",
     "resolve_backend",
     "KERNEL_BACKENDS",
 ]
 
-KERNEL_BACKENDS = ("auto", "triton", "reference", "chunked")
+KERNEL_BACKENDS = get_args(KernelBackend)
 
-_backend = "auto"
 _triton_ok: bool | None = None
 _OP_MODULES = {
     "rms_norm": "megamlm.kernels.triton_rms_norm",
@@ -68,9 +71,8 @@ def triton_available() -> bool:
     return _triton_ok
 
 
-def set_kernel_backend(name: str) -> None:
-    """Select the kernel backend for the whole process: one of ``KERNEL_BACKENDS``."""
-    global _backend
+def check_kernel_backend(name: str) -> str:
+    """``name`` if it is one of ``KERNEL_BACKENDS`` that can run here; else a clear error naming the fix."""
     if name not in KERNEL_BACKENDS:
         raise ValueError(f"unknown kernel backend {name!r}; choose one of {', '.join(KERNEL_BACKENDS)}")
     if name == "triton" and not triton_available():
@@ -78,22 +80,7 @@ def set_kernel_backend(name: str) -> None:
             "kernel backend 'triton' needs the triton package, which does not import here; "
             "install it (pip install 'megamlm[kernels]') or use --kernel-backend auto"
         )
-    _backend = name
-
-
-def get_kernel_backend() -> str:
-    return _backend
-
-
-@contextlib.contextmanager
-def kernel_backend(name: str) -> Iterator[None]:
-    """Temporarily select a backend (tests, benchmarks)."""
-    previous = _backend
-    set_kernel_backend(name)
-    try:
-        yield
-    finally:
-        set_kernel_backend(previous)
+    return name
 
 
 def _on_accelerator(t: torch.Tensor) -> bool:
@@ -104,20 +91,21 @@ def _plain(t: torch.Tensor) -> bool:
     return type(t) in (torch.Tensor, torch.nn.Parameter)
 
 
-def resolve_backend(op: str, tensor: torch.Tensor, *others: torch.Tensor) -> str:
-    """Which implementation ``op`` uses for these inputs under the current backend: triton/chunked/reference."""
+def resolve_backend(op: str, tensor: torch.Tensor, *others: torch.Tensor, backend: str = "auto") -> str:
+    """Which implementation ``op`` uses for these inputs under ``backend``: triton/chunked/reference."""
+    check_kernel_backend(backend)
     if not all(_plain(t) for t in (tensor, *others)):
         return "reference"
-    if _backend == "triton":
+    if backend == "triton":
         if not _on_accelerator(tensor) and os.environ.get("TRITON_INTERPRET") != "1":
             raise RuntimeError(
                 f"kernel backend 'triton' got a {tensor.device.type} tensor in {op}; Triton runs on CUDA/ROCm "
                 "devices (or on CPU with TRITON_INTERPRET=1); use --kernel-backend auto"
             )
         return "triton"
-    if _backend == "reference":
+    if backend == "reference":
         return "reference"
-    if _backend == "chunked":
+    if backend == "chunked":
         return "chunked" if op == "linear_cross_entropy" else "reference"
     # auto
     if _on_accelerator(tensor) and triton_available():
@@ -131,21 +119,22 @@ def _triton_op(op: str):
     return getattr(importlib.import_module(_OP_MODULES[op]), op)
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
-    if resolve_backend("rms_norm", x, weight) == "triton":
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-5, backend: str = "auto") -> torch.Tensor:
+    if resolve_backend("rms_norm", x, weight, backend=backend) == "triton":
         return _triton_op("rms_norm")(x, weight, eps)
     return reference.rms_norm(x, weight, eps)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, backend: str = "auto") -> torch.Tensor:
     # The Triton kernel treats the tables as constants; differentiable tables take the reference.
-    if resolve_backend("apply_rotary", x, cos, sin) == "triton" and not (cos.requires_grad or sin.requires_grad):
+    if (resolve_backend("apply_rotary", x, cos, sin, backend=backend) == "triton"
+            and not (cos.requires_grad or sin.requires_grad)):
         return _triton_op("apply_rotary")(x, cos, sin)
     return reference.apply_rotary(x, cos, sin)
 
 
-def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-    if resolve_backend("swiglu", gate, up) == "triton":
+def swiglu(gate: torch.Tensor, up: torch.Tensor, backend: str = "auto") -> torch.Tensor:
+    if resolve_backend("swiglu", gate, up, backend=backend) == "triton":
         return _triton_op("swiglu")(gate, up)
     return reference.swiglu(gate, up)
 
@@ -156,9 +145,10 @@ def linear_cross_entropy(
     targets: torch.Tensor,
     ignore_index: int = -100,
     chunk_size: int = 0,
+    backend: str = "auto",
 ) -> torch.Tensor:
     """Sum (fp32) of token cross-entropies of ``hidden @ weight.T``; see ``reference.linear_cross_entropy``."""
-    choice = resolve_backend("linear_cross_entropy", hidden, weight, targets)
+    choice = resolve_backend("linear_cross_entropy", hidden, weight, targets, backend=backend)
     if choice == "triton":
         return _triton_op("linear_cross_entropy")(hidden, weight, targets, ignore_index, chunk_size)
     if choice == "chunked":

@@ -11,6 +11,9 @@ backend:
   out the fused flash kernel and the block mask skips the blocks between documents.
 - ``"flex"``: FlexAttention (GPU), with or without documents.
 - ``"flash"``: flash-attn (``flash_attn_func``; ``flash_attn_varlen_func`` with documents).
+
+The caller passes the backend on every call (the model passes the one it was built with, see
+``megamlm.model.config.Backends``); ``check_attention_backend`` validates a name up front.
 """
 
 from __future__ import annotations
@@ -19,15 +22,30 @@ import importlib
 import importlib.metadata
 import importlib.util
 from functools import lru_cache
+from typing import get_args
 
 import torch
 import torch.nn.functional as F
 
-ATTENTION_BACKENDS = ("sdpa", "flex", "flash")
+from megamlm.model.config import AttentionBackend
+
+ATTENTION_BACKENDS = get_args(AttentionBackend)
 _FLEX_MIN_HEAD_DIM = 16  # FlexAttention's compiled kernels refuse smaller head dims
 
 # The last mask built, reused while the same document_ids tensor comes back (every layer of a step).
 _mask_cache: dict[str, tuple] = {}
+
+
+def check_attention_backend(name: str) -> str:
+    """``name`` if it is one of ``ATTENTION_BACKENDS`` whose package is installed; else a clear error."""
+    if name not in ATTENTION_BACKENDS:
+        raise ValueError(f"unknown attention backend {name!r}; choose one of {', '.join(ATTENTION_BACKENDS)}")
+    if name == "flash" and importlib.util.find_spec("flash_attn") is None:
+        raise ImportError(
+            "attention backend 'flash' needs the flash-attn package, which is not installed "
+            "(pip install flash-attn --no-build-isolation), or use --attention-backend sdpa"
+        )
+    return name
 
 
 def attention(

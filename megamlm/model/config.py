@@ -1,8 +1,14 @@
-"""Model shapes and the named presets."""
+"""Model shapes, the backends a model computes with, and the named presets."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Literal, get_args
+
+KernelBackend = Literal["auto", "triton", "chunked", "reference"]
+"""auto: Triton on GPU tensors, the chunked LM-head loss on CPU; see ``megamlm.kernels``."""
+AttentionBackend = Literal["sdpa", "flex", "flash"]
+"""See ``megamlm.model.attention_backends``."""
 
 
 @dataclass(frozen=True)
@@ -26,6 +32,25 @@ class ModelArgs:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Backends:
+    """How a model computes, not what it is: kept out of ``ModelArgs`` (the shape, compared on resume).
+
+    A model is built with its backends (``Transformer(args, backends=Backends(...))``) and hands them to
+    every block, norm, attention and MLP call, so models with different backends can share a process.
+    Building a ``Backends`` checks both names, and that the packages they need import, before any work.
+    """
+
+    attention: AttentionBackend = "sdpa"
+    kernels: KernelBackend = "auto"
+
+    def __post_init__(self) -> None:
+        for kind, value, literal in (("attention", self.attention, AttentionBackend),
+                                     ("kernel", self.kernels, KernelBackend)):
+            if value not in get_args(literal):
+                raise ValueError(f"unknown {kind} backend {value!r}; choose one of {', '.join(get_args(literal))}")
 
 
 # The paper's sizes (arXiv 2507.00994, Table 5) with the Llama 3 vocabulary, and a CPU-sized `tiny`

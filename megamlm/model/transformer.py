@@ -5,6 +5,9 @@ Module names follow Hugging Face's Llama/EuroBERT (``embed_tokens``, ``layers.N.
 Parallelism is applied to a built model from outside (``megamlm.parallel``); ``layers`` is a
 ModuleDict so that a pipeline stage can drop the layers it does not own and keep stable names,
 and ``embed_tokens``/``norm``/``lm_head`` may be set to None on stages that do not own them.
+
+The model is built with its ``Backends`` (attention and kernel implementations); each block, norm,
+attention and MLP keeps them and passes them on every call, so nothing is read from process state.
 """
 
 from __future__ import annotations
@@ -15,18 +18,19 @@ import torch
 import torch.nn as nn
 
 from megamlm import kernels
-from megamlm.model.attention import attention
-from megamlm.model.config import ModelArgs
+from megamlm.model.attention_backends import attention
+from megamlm.model.config import Backends, ModelArgs
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float):
+    def __init__(self, dim: int, eps: float, backends: Backends = Backends()):
         super().__init__()
         self.eps = eps
+        self.backends = backends
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return kernels.rms_norm(x, self.weight, self.eps)
+        return kernels.rms_norm(x, self.weight, self.eps, backend=self.backends.kernels)
 
 
 def rotary_tables(head_dim: int, max_seq_length: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -38,8 +42,9 @@ def rotary_tables(head_dim: int, max_seq_length: int, theta: float) -> tuple[tor
 
 
 class Attention(nn.Module):
-    def __init__(self, args: ModelArgs):
+    def __init__(self, args: ModelArgs, backends: Backends = Backends()):
         super().__init__()
+        self.backends = backends
         self.n_heads = args.num_attention_heads
         self.n_kv_heads = args.num_query_groups
         self.head_dim = args.head_dim
@@ -54,30 +59,32 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(batch, seq, -1, self.head_dim)
         k = self.k_proj(x).view(batch, seq, -1, self.head_dim)
         v = self.v_proj(x).view(batch, seq, -1, self.head_dim)
-        q = kernels.apply_rotary(q, cos, sin)
-        k = kernels.apply_rotary(k, cos, sin)
-        out = attention(q, k, v, causal=causal, document_ids=document_ids)
+        q = kernels.apply_rotary(q, cos, sin, backend=self.backends.kernels)
+        k = kernels.apply_rotary(k, cos, sin, backend=self.backends.kernels)
+        out = attention(q, k, v, causal=causal, document_ids=document_ids, backend=self.backends.attention)
         return self.o_proj(out.reshape(batch, seq, -1))
 
 
 class MLP(nn.Module):
-    def __init__(self, args: ModelArgs):
+    def __init__(self, args: ModelArgs, backends: Backends = Backends()):
         super().__init__()
+        self.backends = backends
         self.gate_proj = nn.Linear(args.hidden_size, args.ffn_hidden_size, bias=False)
         self.up_proj = nn.Linear(args.hidden_size, args.ffn_hidden_size, bias=False)
         self.down_proj = nn.Linear(args.ffn_hidden_size, args.hidden_size, bias=False)
 
     def forward(self, x):
-        return self.down_proj(kernels.swiglu(self.gate_proj(x), self.up_proj(x)))
+        return self.down_proj(kernels.swiglu(self.gate_proj(x), self.up_proj(x), backend=self.backends.kernels))
 
 
 class TransformerBlock(nn.Module):
-    def __init__(self, args: ModelArgs):
+    def __init__(self, args: ModelArgs, backends: Backends = Backends()):
         super().__init__()
-        self.input_layernorm = RMSNorm(args.hidden_size, args.norm_epsilon)
-        self.self_attn = Attention(args)
-        self.post_attention_layernorm = RMSNorm(args.hidden_size, args.norm_epsilon)
-        self.mlp = MLP(args)
+        self.backends = backends
+        self.input_layernorm = RMSNorm(args.hidden_size, args.norm_epsilon, backends)
+        self.self_attn = Attention(args, backends)
+        self.post_attention_layernorm = RMSNorm(args.hidden_size, args.norm_epsilon, backends)
+        self.mlp = MLP(args, backends)
 
     def forward(self, x, cos, sin, causal: bool, document_ids=None):
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, causal, document_ids)
@@ -85,14 +92,21 @@ class TransformerBlock(nn.Module):
 
 
 class Transformer(nn.Module):
-    """Embedding -> blocks -> final norm; ``lm_head`` is applied by the loss (sparse prediction)."""
+    """Embedding -> blocks -> final norm; ``lm_head`` is applied by the loss (sparse prediction).
 
-    def __init__(self, args: ModelArgs):
+    ``backends`` (default ``Backends()``: sdpa attention, auto kernels) is kept as ``model.backends``;
+    the loss outside the model takes ``model.backends.kernels``.
+    """
+
+    def __init__(self, args: ModelArgs, backends: Backends = Backends()):
         super().__init__()
+        if not isinstance(backends, Backends):
+            raise TypeError(f"backends must be a megamlm.model.config.Backends, got {type(backends).__name__}")
         self.args = args
+        self.backends = backends
         self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
-        self.layers = nn.ModuleDict({str(i): TransformerBlock(args) for i in range(args.num_layers)})
-        self.norm = RMSNorm(args.hidden_size, args.norm_epsilon)
+        self.layers = nn.ModuleDict({str(i): TransformerBlock(args, backends) for i in range(args.num_layers)})
+        self.norm = RMSNorm(args.hidden_size, args.norm_epsilon, backends)
         self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
         cos, sin = rotary_tables(args.head_dim, args.max_seq_length, args.rope_theta)
         self.register_buffer("rope_cos", cos, persistent=False)

@@ -76,7 +76,7 @@ def _forward_backward_plain(pm: ParallelModel, micro_batches: list[Batch], scale
         with _gradient_sync(part, i == len(micro_batches) - 1):
             with autocast_context(device, precision):
                 hidden = part(input_ids, causal=batch.causal, document_ids=document_ids)
-                loss, _ = parallel_sparse_lm_loss(hidden, pm.head_weight(), targets)
+                loss, _ = parallel_sparse_lm_loss(hidden, pm.head_weight(), targets, pm.model.backends.kernels)
             (loss * scale).backward()
         loss_sum += loss.detach()
     return float(loss_sum)
@@ -98,7 +98,7 @@ class PipelineRunner:
         tp_mesh = self.pm.tp_mesh
         if tp_mesh is not None:
             output = DTensor.from_local(output, tp_mesh, [Shard(1)], run_check=False)
-        loss, _ = parallel_sparse_lm_loss(output, self.pm.head_weight(), targets)
+        loss, _ = parallel_sparse_lm_loss(output, self.pm.head_weight(), targets, self.pm.model.backends.kernels)
         self.sums.append(loss.detach())
         return loss * self.scale
 

@@ -52,7 +52,7 @@ def stage_copy(model: Transformer, stage: int, num_stages: int) -> Transformer:
     The shell is built on the meta device (no memory) with one layer, then given the real modules.
     """
     with torch.device("meta"):
-        part = Transformer(dataclasses.replace(model.args, num_layers=1))
+        part = Transformer(dataclasses.replace(model.args, num_layers=1), model.backends)
     part.args = model.args
     part.layers = nn.ModuleDict({n: model.layers[n] for n in stage_layers(model.args.num_layers, num_stages, stage)})
     part.embed_tokens = model.embed_tokens if stage == 0 else None

@@ -56,17 +56,18 @@ def replicate_hidden(hidden: torch.Tensor) -> torch.Tensor:
     return hidden.redistribute(placements=[Replicate()]).to_local(grad_placements=[Partial()])
 
 
-def parallel_sparse_lm_loss(hidden: torch.Tensor, head_weight: torch.Tensor,
-                            targets: torch.Tensor) -> tuple[torch.Tensor, int]:
+def parallel_sparse_lm_loss(hidden: torch.Tensor, head_weight: torch.Tensor, targets: torch.Tensor,
+                            kernel_backend: str = "auto") -> tuple[torch.Tensor, int]:
     """``sparse_lm_loss`` for any layout: (fp32 sum of token losses, predicted tokens).
 
-    Without tensor parallelism this is ``sparse_lm_loss`` itself. With a vocabulary-sharded head (a DTensor
-    on the TP mesh) only the selected rows are multiplied by this rank's slice of the head.
+    Without tensor parallelism this is ``sparse_lm_loss`` itself, with ``kernel_backend`` (pass the model's
+    ``backends.kernels``). With a vocabulary-sharded head (a DTensor on the TP mesh) only the selected rows
+    are multiplied by this rank's slice of the head, and the cross-entropy is the vocabulary-parallel one.
     """
     if not isinstance(head_weight, DTensor):
         if isinstance(hidden, DTensor):
             hidden = replicate_hidden(hidden)
-        return sparse_lm_loss(hidden, head_weight, targets)
+        return sparse_lm_loss(hidden, head_weight, targets, kernel_backend=kernel_backend)
     if isinstance(hidden, DTensor):
         hidden = replicate_hidden(hidden)
     mesh = head_weight.device_mesh

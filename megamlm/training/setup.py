@@ -11,7 +11,9 @@ import torch
 
 from megamlm.config import Config, ConfigError, resolved_shape, switch_step, warmup_iters, wsd_decay_iters
 from megamlm.data import load_tokenizer, prepare_embedded_corpus
-from megamlm.model.config import ModelArgs, pad_vocab_size
+from megamlm.kernels import check_kernel_backend
+from megamlm.model.attention_backends import check_attention_backend
+from megamlm.model.config import Backends, ModelArgs, pad_vocab_size
 from megamlm.objectives import MaskingSpec, ObjectiveSchedule
 from megamlm.parallel.dims import ParallelDims, dims_from_config
 from megamlm.training.lr_schedule import LRSchedule
@@ -27,6 +29,7 @@ class RunPlan:
     lr_schedule: LRSchedule
     dims: ParallelDims
     device: torch.device
+    backends: Backends
 
 
 def resolve_device(choice: str) -> torch.device:
@@ -78,6 +81,16 @@ def masking_spec_for(cfg: Config, tokenizer) -> MaskingSpec:
                        special_ids=tuple(tokenizer.special_ids), random_vocab_size=tokenizer.vocab_size)
 
 
+def backends_for(cfg: Config) -> Backends:
+    """The model's kernel and attention backends, checked to run here."""
+    perf = cfg.performance
+    try:
+        return Backends(attention=check_attention_backend(perf.attention_backend),
+                        kernels=check_kernel_backend(perf.kernel_backend))
+    except (ValueError, RuntimeError, ImportError) as err:
+        raise ConfigError(str(err)) from None
+
+
 def plan_run(cfg: Config) -> RunPlan:
     """Resolve and check everything a run needs; raises ConfigError / DataError / LayoutError naming the fix."""
     dims = dims_from_config(cfg)
@@ -90,4 +103,5 @@ def plan_run(cfg: Config) -> RunPlan:
                                  masking_spec_for(cfg, tokenizer), t.seed)
     lr_schedule = LRSchedule(t.lr, t.min_lr, t.lr_decay_style, warmup_iters(t), wsd_decay_iters(t), t.train_iters)
     return RunPlan(model_args=args, data_path=data_path, tokenizer_path=tokenizer_path, tokenizer=tokenizer,
-                   objective_schedule=schedule, lr_schedule=lr_schedule, dims=dims, device=device)
+                   objective_schedule=schedule, lr_schedule=lr_schedule, dims=dims, device=device,
+                   backends=backends_for(cfg))

@@ -139,7 +139,7 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler, on_step) -> RunResult:
 def build_parallel_model(cfg: Config, plan: RunPlan, mesh, device: torch.device) -> ParallelModel:
     """The full model from the run's seed (the same weights on every rank), then this rank's share of it."""
     torch.manual_seed(cfg.training.seed)
-    model = Transformer(plan.model_args).to(device)
+    model = Transformer(plan.model_args, plan.backends).to(device)
     return parallelize(model, plan.dims, mesh, device, cfg.training.precision, cfg.parallel.recompute,
                        cfg.performance.compile)
 

@@ -33,7 +33,8 @@ def reference(objective: str):
     batches = micro_batches(sched, 1, GLOBAL_IDS)
     total = sum(int((b.targets != IGNORE_INDEX).sum()) for b in batches)
     for b in batches:
-        loss, _ = sparse_lm_loss(model(b.input_ids, causal=b.causal), model.lm_head.weight, b.targets)
+        loss, _ = sparse_lm_loss(model(b.input_ids, causal=b.causal), model.lm_head.weight, b.targets,
+                                 model.backends.kernels)
         (loss / total).backward()
     grads = full_grads(model.named_parameters())
     model.zero_grad(set_to_none=True)

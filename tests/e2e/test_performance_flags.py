@@ -16,9 +16,22 @@ def test_document_mask_changes_what_tokens_see(run):
         assert masked.losses[step] != plain.losses[step]
 
 
-def test_kernel_backends_agree(run):
+def test_kernel_backends_agree(run, monkeypatch):
+    import megamlm.kernels as K
+
+    seen: list[str] = []
+    real = K.resolve_backend
+
+    def spy(op, *tensors, backend="auto"):
+        seen.append(backend)
+        return real(op, *tensors, backend=backend)
+
+    monkeypatch.setattr(K, "resolve_backend", spy)
     reference = run(*SHORT, "--kernel-backend", "reference")
+    assert set(seen) == {"reference"}  # the flag reached every kernel call: the model's and the loss's
+    seen.clear()
     chunked = run(*SHORT, "--kernel-backend", "chunked")
+    assert set(seen) == {"chunked"}
     for step in reference.losses:
         assert chunked.losses[step] == pytest.approx(reference.losses[step], rel=1e-4)
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import megamlm.kernels as K
-from megamlm.model.config import ModelArgs
+from megamlm.model.config import Backends, ModelArgs
 from megamlm.model.transformer import Transformer
 from megamlm.objectives.loss import sparse_lm_loss
 
@@ -38,19 +37,18 @@ def _train(backend: str, device) -> list[float]:
     args = ModelArgs(vocab_size=VOCAB, num_layers=2, hidden_size=24, ffn_hidden_size=40,
                      num_attention_heads=4, num_query_groups=2, max_seq_length=SEQ)
     torch.manual_seed(0)
-    model = Transformer(args).to(device)
+    model = Transformer(args, backends=Backends(kernels=backend)).to(device)
     model.reset_parameters(torch.Generator(device=device).manual_seed(0))
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
     losses = []
-    with K.kernel_backend(backend):
-        for inputs, targets, causal in _batches(device):
-            hidden = model(inputs, causal=causal)
-            loss_sum, n_tokens = sparse_lm_loss(hidden, model.lm_head.weight, targets)
-            loss = loss_sum / n_tokens
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            losses.append(loss.item())
+    for inputs, targets, causal in _batches(device):
+        hidden = model(inputs, causal=causal)
+        loss_sum, n_tokens = sparse_lm_loss(hidden, model.lm_head.weight, targets, model.backends.kernels)
+        loss = loss_sum / n_tokens
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
     return losses
 
 

@@ -1,0 +1,72 @@
+"""A model built with Triton kernels and one built with the references run side by side in one process.
+
+On CPU the Triton kernels run in the interpreter (``triton_ops`` sets ``TRITON_INTERPRET=1``); on a
+GPU they run compiled. Spies on the Triton entry points count which model reached them.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import megamlm.kernels as K
+from megamlm.model.config import Backends, ModelArgs
+from megamlm.model.transformer import Transformer
+from megamlm.objectives.loss import sparse_lm_loss
+
+ARGS = ModelArgs(vocab_size=61, num_layers=1, hidden_size=24, ffn_hidden_size=40,
+                 num_attention_heads=4, num_query_groups=2, max_seq_length=8)
+OPS = ("rms_norm", "apply_rotary", "swiglu", "linear_cross_entropy")
+
+
+@pytest.fixture
+def triton_calls(triton_ops, monkeypatch):
+    """Counts calls per op that reach the Triton implementations (through K._triton_op)."""
+    calls: list[str] = []
+    real = K._triton_op
+
+    def counted(op):
+        fn = real(op)
+        return lambda *args: calls.append(op) or fn(*args)
+
+    monkeypatch.setattr(K, "_triton_op", counted)
+    return calls
+
+
+def _step(model: Transformer, device):
+    g = torch.Generator().manual_seed(3)
+    tokens = torch.randint(0, ARGS.vocab_size, (2, ARGS.max_seq_length), generator=g).to(device)
+    targets = torch.where(torch.rand(tokens.shape, generator=g) < 0.5, tokens.cpu(), -100).to(device)
+    model.zero_grad(set_to_none=True)
+    hidden = model(tokens, causal=False)
+    loss_sum, n = sparse_lm_loss(hidden, model.lm_head.weight, targets, kernel_backend=model.backends.kernels)
+    (loss_sum / n).backward()
+    return hidden.detach(), loss_sum.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}
+
+
+def test_triton_and_reference_models_share_a_process(triton_calls, device):
+    torch.manual_seed(0)
+    triton_model = Transformer(ARGS, backends=Backends(kernels="triton")).to(device)
+    ref_model = Transformer(ARGS, backends=Backends(kernels="reference")).to(device)
+    ref_model.load_state_dict(triton_model.state_dict())
+
+    want = _step(ref_model, device)
+    assert triton_calls == []
+    got = _step(triton_model, device)
+    assert set(triton_calls) == set(OPS)  # every op of the Triton model took its kernel, the loss included
+    triton_calls.clear()
+    again = _step(ref_model, device)  # the reference model still takes the references after it
+    assert triton_calls == []
+
+    torch.testing.assert_close(got[0], want[0], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(got[1], want[1], rtol=1e-4, atol=1e-4)
+    for name, grad in want[2].items():
+        torch.testing.assert_close(got[2][name], grad, rtol=1e-3, atol=1e-5, msg=name)
+        torch.testing.assert_close(again[2][name], grad, msg=name)
+
+
+def test_a_triton_model_is_refused_at_build_when_triton_does_not_import(monkeypatch):
+    monkeypatch.setattr(K, "triton_available", lambda: False)
+    with pytest.raises(RuntimeError, match="kernel backend 'triton' needs the triton package"):
+        Transformer(ARGS, backends=Backends(kernels="triton"))
+    assert Transformer(ARGS, backends=Backends(kernels="auto")).backends.kernels == "auto"
