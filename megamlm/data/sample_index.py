@@ -88,12 +88,11 @@ def seeded_permutation(
 
 def group_by_bucket(bucket_of: np.ndarray, dtype, use_cpp: bool | None = None) -> np.ndarray:
     """np.argsort(bucket_of, kind="stable") as `dtype`; a C++ counting sort when the helper is built."""
-    if use_cpp is not False:
-        helpers = _helpers(use_cpp)
-        if helpers is not None:
-            out = np.empty(len(bucket_of), dtype=dtype)
-            helpers.group_by_bucket(np.ascontiguousarray(bucket_of, dtype=np.uint16), out)
-            return out
+    helpers = _helpers(use_cpp)
+    if helpers is not None:
+        out = np.empty(len(bucket_of), dtype=dtype)
+        helpers.group_by_bucket(np.ascontiguousarray(bucket_of, dtype=np.uint16), out)
+        return out
     return np.argsort(bucket_of, kind="stable").astype(dtype, copy=False)
 
 
