@@ -4,6 +4,9 @@
 // place; shapes and dtypes are checked here, so a wrong call raises ValueError instead of
 // writing out of bounds. Each function has a numpy twin in megamlm/data that produces the
 // same arrays; tests compare them.
+//
+// The sample index is built per epoch: `document_order` is that epoch's permutation of the
+// document ids and `out` gets one row per window of the epoch's packed stream.
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -83,8 +86,8 @@ PyObject* build_sample_index(PyObject*, PyObject* args) {
   if (!PyArg_ParseTuple(args, "OOLO", &sizes_obj, &document_index_obj, &seq_length, &out_obj)) return nullptr;
   View sizes, document_index, out;
   if (!sizes.acquire(sizes_obj, false, "sizes") || !sizes.expect('i', 4, "sizes")) return nullptr;
-  if (!document_index.acquire(document_index_obj, false, "document_index") ||
-      !document_index.expect('i', 4, "document_index"))
+  if (!document_index.acquire(document_index_obj, false, "document_order") ||
+      !document_index.expect('i', 4, "document_order"))
     return nullptr;
   if (!out.acquire(out_obj, true, "out")) return nullptr;
   if (out.kind() != 'i' || (out.buffer.itemsize != 4 && out.buffer.itemsize != 8)) {
@@ -211,7 +214,8 @@ PyMethodDef methods[] = {
     {"group_by_bucket", group_by_bucket, METH_VARARGS,
      "group_by_bucket(bucket_of uint16[N], out int32|uint32|int64[N]): numpy.argsort(bucket_of, kind='stable')"},
     {"build_sample_index", build_sample_index, METH_VARARGS,
-     "build_sample_index(sizes int32[D], document_index int32[M], seq_length, out int32|int64[W, 2])"},
+     "build_sample_index(sizes int32[D], document_order int32[M], seq_length, out int32|int64[W, 2]): row i = "
+     "(position in document_order, offset) where window i of the packed stream starts"},
     {"build_blend_index", build_blend_index, METH_VARARGS,
      "build_blend_index(weights float64[K] (normalized), owner int16[N], number int64[N])"},
     {nullptr, nullptr, 0, nullptr},

@@ -2,14 +2,15 @@
 
     python tools/inspect_data.py stats out/corpus_text_document
     python tools/inspect_data.py sample --data-path out/corpus_text_document --seq-length 2048 \\
-        --num-samples 1000000 --seed 1234 --index 0 1 2 --tokenizer path/to/tokenizer.json
+        --seed 1234 --index 0 1 2 --tokenizer path/to/tokenizer.json
     python tools/inspect_data.py digest --data-path 0.7 a 0.3 b --seq-length 2048 \\
-        --num-samples 1000000 --seed 1234 --first 0 --count 1024
+        --seed 1234 --first 0 --count 1024
 
 `sample` prints global sample k of the run's order (ids, the documents it was cut from, and the
 text when --tokenizer is given); `digest` prints one sha256 over a range of samples, so two runs
-(or machines) can confirm they saw the same data. --data-path, --seq-length, --num-samples
-(train iterations x global batch size) and --seed must be the run's.
+(or machines) can confirm they saw the same data. --data-path, --seq-length and --seed must be
+the run's; sample k does not depend on the run's length. --num-samples (the samples a run
+consumes: train iterations x global batch size) is optional and only bounds the indexes asked for.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ from megamlm.data.inspection import dataset_statistics, sample_digest  # noqa: E
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-path", nargs="+", required=True, help="as given to the run (Megatron syntax)")
     parser.add_argument("--seq-length", type=int, required=True)
-    parser.add_argument("--num-samples", type=int, required=True, help="train iterations x global batch size")
+    parser.add_argument("--num-samples", type=int, default=None,
+                        help="the run's length (train iterations x global batch size): refuse indexes beyond it")
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--cache-dir", default=None, help="the run's index cache folder (built there if absent)")
 
@@ -70,16 +72,25 @@ def print_stats(args) -> None:
             print(f"  max token id: {stats['max_token_id']:,} (the model vocabulary must be larger)")
 
 
-def run_dataset(args):
-    return build_train_dataset(args.data_path, args.seq_length, args.num_samples, args.seed, cache_dir=args.cache_dir)
+def check_range(args, first: int, end: int, what: str) -> None:
+    """Samples [first, end) must exist: non-negative, and inside the run when --num-samples is given."""
+    if first < 0 or end <= first:
+        raise DataError(f"{what} must select samples at or after 0")
+    if args.num_samples is not None and end > args.num_samples:
+        raise DataError(f"{what} is outside the run's {args.num_samples} samples")
+
+
+def run_dataset(args, end: int):
+    """The run's stream with (at least) samples [0, end) available; sample k does not depend on `end`."""
+    return build_train_dataset(args.data_path, args.seq_length, end, args.seed, cache_dir=args.cache_dir)
 
 
 def print_samples(args) -> None:
-    tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else None
-    dataset = run_dataset(args)
     for k in args.index:
-        if not 0 <= k < len(dataset):
-            raise DataError(f"--index {k} is outside the run's {len(dataset)} samples")
+        check_range(args, k, k + 1, f"--index {k}")
+    tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else None
+    dataset = run_dataset(args, max(args.index) + 1)
+    for k in args.index:
         tokens = dataset[k]
         fingerprint = hashlib.sha256(np.ascontiguousarray(tokens, dtype=np.int64).tobytes()).hexdigest()[:16]
         print(f"sample {k}: {len(tokens)} tokens, sha256 {fingerprint}")
@@ -98,9 +109,8 @@ def main(argv=None) -> int:
         elif args.command == "sample":
             print_samples(args)
         else:
-            dataset = run_dataset(args)
-            if args.first < 0 or args.count < 1 or args.first + args.count > len(dataset):
-                raise DataError(f"--first/--count must select samples inside [0, {len(dataset)})")
+            check_range(args, args.first, args.first + args.count, "--first/--count")
+            dataset = run_dataset(args, args.first + args.count)
             print(f"samples [{args.first}, {args.first + args.count}): sha256 {sample_digest(dataset, args.first, args.count)}")
     except DataError as error:
         print(f"error: {error}", file=sys.stderr)

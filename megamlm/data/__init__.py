@@ -70,11 +70,13 @@ def build_train_dataset(
     barrier: Callable[[], None] | None = None,
     group=None,
 ):
-    """The training samples for Megatron's --data-path list.
+    """The training samples for Megatron's --data-path list: `num_samples` (at least) of one stream.
 
     `["prefix"]` or `["shard0", "shard1"]`: one corpus (a PackedSampleDataset);
     `["0.7", "a", "0.3", "b"]`: a BlendedDataset whose sample k comes from corpus a or b in a
-    fixed interleave of the weights. Every file is opened and checked (and, with
+    fixed interleave of the weights. Sample k is a pure function of (files, blend weights, seed,
+    seq_length): `num_samples` only sets how many samples are made available, so a shorter
+    run's samples are the first samples of a longer run's. Every file is opened and checked (and, with
     `vocab_size`, its token ids) before any index is built. `rank`/`barrier` callables, or a
     torch.distributed process `group`, make only its rank 0 build the cached index while the
     other ranks wait, then memory-map it (see PackedSampleDataset).

@@ -50,7 +50,8 @@ def build_blend_index_numpy(weights: Sequence[float], num_samples: int) -> tuple
 
     Dataset d's n-th sample is due at time (n + 0.5) / w_d; blended samples follow due times,
     ties going to the lower dataset number. After i samples every dataset has had
-    round(w_d * i) of them, give or take one.
+    round(w_d * i) of them, give or take one. The order is prefix-stable: the first m entries
+    built for any num_samples >= m are the same.
     """
     w = normalize_weights(weights)
     times, owners, numbers = [], [], []
@@ -83,28 +84,40 @@ def build_blend_index(weights: Sequence[float], num_samples: int, use_cpp: bool 
     return build_blend_index_numpy(weights, num_samples)
 
 
-def load_or_build_blend_index(weights, num_samples, cache_dir=None, rank=None, barrier=None):
-    """The blend index (a function of the weights and num_samples only), cached like the sample index."""
+def load_or_build_blend_index(weights, num_samples, cache_dir=None, rank=None, barrier=None, use_cpp=None):
+    """The first `num_samples` entries of the blend interleave, cached like the sample index.
+
+    The interleave is a function of the normalized weights alone and prefix-stable (entry i does
+    not depend on how many entries are built), so the cache entry is named by the weights only:
+    an entry at least `num_samples` long is reused (its first `num_samples` entries), a shorter
+    one is rebuilt to `num_samples`.
+    """
     from megamlm.data.index_cache import INDEX_FORMAT_VERSION, cached_arrays
 
+    num_samples = int(num_samples)
     description = {
         "format_version": INDEX_FORMAT_VERSION,
         "weights": [float(w) for w in normalize_weights(weights)],
-        "num_samples": int(num_samples),
     }
 
     def valid(arrays) -> bool:
         owner, number = arrays
-        return owner.shape == (num_samples,) and number.shape == (num_samples,)
+        return owner.ndim == 1 and owner.shape == number.shape and len(owner) >= num_samples
 
-    return cached_arrays(
+    owner, number = cached_arrays(
         cache_dir, "blend", ("owner", "number"), description,
-        lambda: build_blend_index(weights, num_samples), valid, rank, barrier,
+        lambda: build_blend_index(weights, num_samples, use_cpp=use_cpp), valid, rank, barrier,
     )
+    return owner[:num_samples], number[:num_samples]
 
 
 class BlendedDataset:
-    """Sample k of the blend is sample `sample_in_dataset[k]` of `datasets[dataset_of[k]]`."""
+    """Sample k of the blend is sample `sample_in_dataset[k]` of `datasets[dataset_of[k]]`.
+
+    Each component is a PackedSampleDataset, whose sample j depends only on its files, the seed
+    and seq_length; with the prefix-stable interleave, blended sample k is the same whatever the
+    number of samples a run asks for.
+    """
 
     def __init__(self, datasets: Sequence, dataset_of: np.ndarray, sample_in_dataset: np.ndarray, seq_length: int):
         self.datasets = list(datasets)

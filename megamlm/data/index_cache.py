@@ -1,7 +1,13 @@
-"""Cache of the sample index arrays as .npy files named by a hash of everything that determines them.
+"""Cache of index arrays as .npy files named by a hash of everything that determines them.
 
-The process whose `rank()` is 0 builds (or validates) the cache; every process then waits at
-`barrier()` and memory-maps the files. A cache entry whose description disagrees with the
+The sample index of a corpus is cached one epoch per entry (`index-<key>-*.npy`), the key hashed
+from (document sizes, seq_length, seed, epoch, INDEX_FORMAT_VERSION): a run builds only the
+epochs it needs, and a longer run reuses a shorter run's epochs. The blend interleave is cached
+per set of weights (`blend-<key>-*.npy`) and grown when a run needs more of it; it is
+prefix-stable, so its length never changes its first samples.
+
+The process whose `rank()` is 0 builds (or validates) the entries; every process then waits at
+`barrier()` (once) and memory-maps the files. An entry whose description disagrees with the
 requested settings, or whose arrays are malformed, is rebuilt, never reused.
 """
 
@@ -11,29 +17,34 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
 from megamlm.data.indexed import DataError
-from megamlm.data.sample_index import build_indices
+from megamlm.data.sample_index import EpochIndex, build_epoch, windows_per_epoch
 
-# Bump when the way the arrays are built changes: old cache entries then get new names.
-INDEX_FORMAT_VERSION = 2
-ARRAY_NAMES = ("document_index", "sample_index", "shuffle_index")
+# Bump when the way the arrays are built changes: old cache entries then get new names (and an
+# entry whose description names another version is rebuilt).
+# 3: one entry per epoch, each epoch its own seeded permutation (2: all epochs shuffled together).
+INDEX_FORMAT_VERSION = 3
+ARRAY_NAMES = EpochIndex._fields  # ("document_order", "sample_index", "shuffle_index")
 
 
-def describe(sizes: np.ndarray, prefixes: Sequence[str], seq_length: int, num_samples: int, seed: int) -> dict:
-    digest = hashlib.blake2b(np.ascontiguousarray(sizes, dtype=np.int32).tobytes(), digest_size=16).hexdigest()
+def document_sizes_digest(sizes: np.ndarray) -> str:
+    return hashlib.blake2b(np.ascontiguousarray(sizes, dtype=np.int32).tobytes(), digest_size=16).hexdigest()
+
+
+def describe_epoch(sizes_digest: str, num_documents: int, num_tokens: int, seq_length: int, seed: int, epoch: int) -> dict:
+    """Everything that determines one epoch's arrays (hashed into the cache entry's name)."""
     return {
         "format_version": INDEX_FORMAT_VERSION,
-        "document_sizes_blake2b": digest,
-        "num_documents": int(len(sizes)),
-        "num_tokens": int(np.asarray(sizes).sum(dtype=np.int64)),
+        "document_sizes_blake2b": sizes_digest,
+        "num_documents": int(num_documents),
+        "num_tokens": int(num_tokens),
         "seq_length": int(seq_length),
-        "num_samples": int(num_samples),
         "seed": int(seed),
-        "datasets": [os.path.basename(p) for p in prefixes],
+        "epoch": int(epoch),
     }
 
 
@@ -77,6 +88,58 @@ def _save(paths: dict[str, Path], names: Sequence[str], description: dict, array
     os.replace(tmp, paths["description"])
 
 
+class CacheEntry(NamedTuple):
+    """One cached set of arrays: what determines them, how to build them, how to check them."""
+
+    description: dict
+    build: Callable[[], tuple]
+    valid: Callable[[tuple], bool]
+
+
+def cached_entries(
+    cache_dir: str | None,
+    kind: str,
+    names: Sequence[str],
+    entries: Sequence[CacheEntry],
+    rank: Callable[[], int] | None = None,
+    barrier: Callable[[], None] | None = None,
+) -> list[tuple]:
+    """The arrays of every entry, each cached under a name hashed from its description when `cache_dir` is set.
+
+    Rank 0 (or the only process, when `rank` is None) validates each entry and rebuilds it if it
+    is missing, stale or malformed, one at a time (only one entry's arrays are in its memory at
+    once); all ranks then pass `barrier()` once and memory-map them.
+    """
+    if cache_dir is None:
+        return [tuple(entry.build()) for entry in entries]
+    all_paths = [_paths(cache_dir, kind, cache_key(entry.description), names) for entry in entries]
+    if rank is None or rank() == 0:
+        for entry, paths in zip(entries, all_paths):
+            if _load(paths, names, entry.description, entry.valid) is not None:
+                continue
+            arrays = entry.build()
+            try:
+                _save(paths, names, entry.description, arrays)
+            except OSError as error:
+                raise DataError(
+                    f"cannot write the index cache in {cache_dir} ({error.strerror or error}); "
+                    f"pass a writable folder as the data cache path"
+                ) from error
+            del arrays
+    if barrier is not None:
+        barrier()
+    loaded = []
+    for entry, paths in zip(entries, all_paths):
+        arrays = _load(paths, names, entry.description, entry.valid)
+        if arrays is None:
+            raise DataError(
+                f"index cache {paths['description']} is missing or malformed after rank 0 built it; "
+                f"the cache folder must be one every rank can read (a shared file system)"
+            )
+        loaded.append(arrays)
+    return loaded
+
+
 def cached_arrays(
     cache_dir: str | None,
     kind: str,
@@ -87,66 +150,37 @@ def cached_arrays(
     rank: Callable[[], int] | None = None,
     barrier: Callable[[], None] | None = None,
 ):
-    """Arrays from `build()`, cached under a name hashed from `description` when `cache_dir` is set.
-
-    Rank 0 (or the only process, when `rank` is None) validates the entry and rebuilds it if
-    it is missing, stale or malformed; all ranks then pass `barrier()` and memory-map it.
-    """
-    if cache_dir is None:
-        return build()
-    paths = _paths(cache_dir, kind, cache_key(description), names)
-    if rank is None or rank() == 0:
-        if _load(paths, names, description, valid) is None:
-            arrays = build()
-            try:
-                _save(paths, names, description, arrays)
-            except OSError as error:
-                raise DataError(
-                    f"cannot write the index cache in {cache_dir} ({error.strerror or error}); "
-                    f"pass a writable folder as the data cache path"
-                ) from error
-    if barrier is not None:
-        barrier()
-    arrays = _load(paths, names, description, valid)
-    if arrays is None:
-        raise DataError(
-            f"index cache {paths['description']} is missing or malformed after rank 0 built it; "
-            f"the cache folder must be one every rank can read (a shared file system)"
-        )
-    return arrays
+    """The arrays of one entry (see `cached_entries`)."""
+    return cached_entries(cache_dir, kind, names, [CacheEntry(description, build, valid)], rank, barrier)[0]
 
 
-def load_or_build_indices(
+def load_or_build_epochs(
     sizes: np.ndarray,
-    prefixes: Sequence[str],
     seq_length: int,
-    num_samples: int,
     seed: int,
+    num_epochs: int,
     cache_dir: str | None = None,
     rank: Callable[[], int] | None = None,
     barrier: Callable[[], None] | None = None,
     use_cpp: bool | None = None,
-):
-    """(document_index, sample_index, shuffle_index), from the cache when a valid entry exists."""
+) -> list[EpochIndex]:
+    """The EpochIndex of epochs 0 .. num_epochs - 1, each from the cache when a valid entry exists."""
+    sizes = np.ascontiguousarray(sizes, dtype=np.int32)
+    num_tokens = int(sizes.sum(dtype=np.int64))
+    windows = windows_per_epoch(num_tokens, seq_length)
+    digest = document_sizes_digest(sizes) if cache_dir is not None else ""
 
     def valid(arrays) -> bool:
-        document_index, sample_index, shuffle_index = arrays
+        document_order, sample_index, shuffle_index = arrays
         return (
-            document_index.ndim == 1
-            and sample_index.ndim == 2
-            and sample_index.shape[1] == 2
-            and shuffle_index.shape == (len(sample_index),)
-            and len(sample_index) >= num_samples
+            document_order.shape == (len(sizes),)
+            and sample_index.shape == (windows, 2)
+            and shuffle_index.shape == (windows,)
         )
 
-    description = {} if cache_dir is None else describe(sizes, prefixes, seq_length, num_samples, seed)
-    return cached_arrays(
-        cache_dir,
-        "index",
-        ARRAY_NAMES,
-        description,
-        lambda: build_indices(sizes, seq_length, num_samples, seed, use_cpp=use_cpp),
-        valid,
-        rank,
-        barrier,
-    )
+    def entry(epoch: int) -> CacheEntry:
+        description = describe_epoch(digest, len(sizes), num_tokens, seq_length, seed, epoch)
+        return CacheEntry(description, lambda: build_epoch(sizes, seq_length, seed, epoch, use_cpp=use_cpp), valid)
+
+    arrays = cached_entries(cache_dir, "index", ARRAY_NAMES, [entry(e) for e in range(num_epochs)], rank, barrier)
+    return [EpochIndex(*a) for a in arrays]

@@ -1,9 +1,12 @@
 """Which global sample ids each data-parallel rank computes, and a loader that fetches them in order.
 
-Global batch b holds samples [b * GBS, (b + 1) * GBS). Data-parallel rank r takes the
-contiguous slice [r * GBS / dp, (r + 1) * GBS / dp) of it, split into micro-batches. The
-ids depend only on (GBS, micro-batch size, dp rank, dp size, consumed samples), so the
-objective, loader workers and prefetching cannot change the order.
+A run consumes one stream of samples 0, 1, 2, ... in order. The global batch that starts at
+sample s holds samples [s, s + GBS); data-parallel rank r takes the contiguous slice
+[s + r * GBS / dp, s + (r + 1) * GBS / dp) of it, split into micro-batches. The first global
+batch starts at `consumed_samples` (0, or where a checkpoint left off), each next one GBS
+later. The ids depend only on (consumed samples, GBS, micro-batch size, dp rank, dp size), so
+the objective, loader workers and prefetching cannot change the order, and a run resumed with
+another global batch size continues the same stream with no repeat and no gap.
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ from megamlm.data.indexed import DataError
 class GlobalBatchSampler:
     """Iterates over global batches; each item is this rank's micro-batches (lists of sample ids).
 
-    `consumed_samples` counts samples of global batches already handed out: iterating sets it
-    to (b + 1) * GBS as global batch b is delivered, so a checkpoint taken after training batch
-    b resumes at batch b + 1.
+    Global batches start at `consumed_samples` and follow each other until the next one would
+    end after `total_samples` (the end of the stream the run consumes: consumed samples + the
+    remaining steps x GBS). `consumed_samples` need not be a multiple of the global batch size.
+    Iterating advances it by GBS as each global batch is delivered, so a checkpoint taken after
+    a training step resumes at the next sample.
     """
 
     def __init__(
@@ -51,42 +56,41 @@ class GlobalBatchSampler:
         self.consumed_samples = 0
         self.load_state_dict({"consumed_samples": consumed_samples})
 
-    @property
-    def num_global_batches(self) -> int:
-        return self.total_samples // self.global_batch_size
-
-    def global_batch(self, b: int) -> list[list[int]]:
-        """This rank's micro-batches of global batch b."""
-        start = b * self.global_batch_size + self.dp_rank * self.local_batch_size
+    def global_batch_at(self, start: int) -> list[list[int]]:
+        """This rank's micro-batches of the global batch holding samples [start, start + GBS)."""
+        first = int(start) + self.dp_rank * self.local_batch_size
         mbs = self.micro_batch_size
-        return [list(range(start + i * mbs, start + (i + 1) * mbs)) for i in range(self.num_micro_batches)]
+        return [list(range(first + i * mbs, first + (i + 1) * mbs)) for i in range(self.num_micro_batches)]
 
-    def global_batches(self, first_batch: int | None = None) -> Iterator[list[list[int]]]:
-        """Global batches from `first_batch` (default: the next unconsumed one); changes no state."""
-        if first_batch is None:
-            first_batch = self.consumed_samples // self.global_batch_size
-        for b in range(first_batch, self.num_global_batches):
-            yield self.global_batch(b)
+    def batch_starts(self, start: int | None = None) -> range:
+        """First sample of each global batch from `start` (default: the consumed count) to the end of the run."""
+        if start is None:
+            start = self.consumed_samples
+        count = max(0, (self.total_samples - int(start)) // self.global_batch_size)
+        return range(int(start), int(start) + count * self.global_batch_size, self.global_batch_size)
+
+    def global_batches(self, start: int | None = None) -> Iterator[list[list[int]]]:
+        """Global batches from sample `start` (default: the consumed count) on; changes no state."""
+        for s in self.batch_starts(start):
+            yield self.global_batch_at(s)
 
     def __iter__(self) -> Iterator[list[list[int]]]:
-        for b in range(self.consumed_samples // self.global_batch_size, self.num_global_batches):
-            batch = self.global_batch(b)
-            self.consumed_samples = (b + 1) * self.global_batch_size
+        for s in self.batch_starts():
+            batch = self.global_batch_at(s)
+            self.consumed_samples = s + self.global_batch_size
             yield batch
 
     def __len__(self) -> int:
-        return self.num_global_batches - self.consumed_samples // self.global_batch_size
+        """Global batches left from the consumed count."""
+        return len(self.batch_starts())
 
     def state_dict(self) -> dict:
         return {"consumed_samples": self.consumed_samples}
 
     def load_state_dict(self, state: dict) -> None:
         consumed = int(state["consumed_samples"])
-        if consumed < 0 or consumed % self.global_batch_size:
-            raise DataError(
-                f"consumed samples {consumed} is not a whole number of global batches of {self.global_batch_size}; "
-                f"resume with the global batch size the checkpoint was trained with"
-            )
+        if consumed < 0:
+            raise DataError(f"consumed samples {consumed} is negative")
         if consumed > self.total_samples:
             raise DataError(f"consumed samples {consumed} exceeds the {self.total_samples} samples of this run")
         self.consumed_samples = consumed
@@ -117,18 +121,18 @@ def _collate(items):
 
 
 class _MicroBatchIds:
-    """The flat list of micro-batches from the sampler's next global batch on, for DataLoader."""
+    """The flat list of micro-batches of the global batches from sample `start` on, for DataLoader."""
 
-    def __init__(self, sampler: GlobalBatchSampler, first_batch: int):
+    def __init__(self, sampler: GlobalBatchSampler, start: int):
         self.sampler = sampler
-        self.first_batch = first_batch
+        self.start = start
 
     def __iter__(self):
-        for batch in self.sampler.global_batches(self.first_batch):
+        for batch in self.sampler.global_batches(self.start):
             yield from batch
 
     def __len__(self) -> int:
-        return (self.sampler.num_global_batches - self.first_batch) * self.sampler.num_micro_batches
+        return len(self.sampler.batch_starts(self.start)) * self.sampler.num_micro_batches
 
 
 class MicroBatchLoader:
@@ -136,15 +140,15 @@ class MicroBatchLoader:
     `tokens` int64 (mbs, seq_length), `document_ids` int32 (mbs, seq_length), `sample_ids` int64 (mbs,).
 
     Samples are read by a torch DataLoader with `num_workers` processes; its results come back
-    in order, so workers and prefetching never change which sample lands where. The sampler's
-    consumed count advances when a whole global batch is delivered.
+    in order, so workers and prefetching never change which sample lands where. Iteration starts
+    at the sampler's consumed count, and the count advances when a whole global batch is delivered.
     """
 
     def __init__(self, dataset, sampler: GlobalBatchSampler, num_workers: int = 0, pin_memory: bool = False):
         if sampler.total_samples > len(dataset):
             raise DataError(
-                f"the sampler runs over {sampler.total_samples} samples but the dataset has {len(dataset)}; "
-                f"build the dataset with num_samples = train iterations x global batch size"
+                f"the sampler runs up to sample {sampler.total_samples} but the dataset has {len(dataset)}; "
+                f"build the dataset with num_samples >= consumed samples + remaining steps x global batch size"
             )
         self.dataset = dataset
         self.sampler = sampler
@@ -158,21 +162,21 @@ class MicroBatchLoader:
         from torch.utils.data import DataLoader
 
         sampler = self.sampler
-        first = sampler.consumed_samples // sampler.global_batch_size
+        starts = sampler.batch_starts()
         loader = DataLoader(
             _SampleFetcher(self.dataset),
-            batch_sampler=_MicroBatchIds(sampler, first),
+            batch_sampler=_MicroBatchIds(sampler, starts.start),
             num_workers=self.num_workers,
             collate_fn=_collate,
             pin_memory=self.pin_memory,
             persistent_workers=False,
         )
         pending = []
-        b = first
+        delivered = 0
         for micro_batch in loader:
             pending.append(micro_batch)
             if len(pending) == sampler.num_micro_batches:
-                sampler.consumed_samples = (b + 1) * sampler.global_batch_size
+                sampler.consumed_samples = starts[delivered] + sampler.global_batch_size
                 yield pending
                 pending = []
-                b += 1
+                delivered += 1

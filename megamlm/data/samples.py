@@ -1,4 +1,4 @@
-"""Fixed-length training samples cut from the packed token stream of one corpus."""
+"""Fixed-length training samples cut from the packed token stream of one corpus, epoch after epoch."""
 
 from __future__ import annotations
 
@@ -7,18 +7,22 @@ from typing import Callable, Sequence
 import numpy as np
 
 from megamlm.data.indexed import DataError, IndexedDataset
-from megamlm.data.index_cache import load_or_build_indices
+from megamlm.data.index_cache import load_or_build_epochs
+from megamlm.data.sample_index import num_epochs_needed, windows_per_epoch
 
 
 class PackedSampleDataset:
     """Sample k: `seq_length` tokens from the packed, seeded-shuffled stream of documents.
 
     `datasets` is one IndexedDataset or several (shards of one corpus, concatenated). Every
-    sequence of the files is a document. Sample k is a pure function of (files, seed,
-    seq_length, num_samples): the index arrays come from `sample_index.build_indices`.
+    sequence of the files is a document. Each epoch packs the documents in its own seeded order,
+    cuts W = floor(tokens / seq_length) windows and visits them in its own seeded order (see
+    `sample_index`); epochs follow each other. Sample k is window k % W of epoch k // W: a pure
+    function of (files, seed, seq_length). `num_samples` only says how many samples to make
+    available (the epochs holding them are built); it never changes which sample k is.
 
-    With `cache_dir`, the arrays are cached as .npy files named by a hash of what determines
-    them, built by the process where `rank()` is 0 while the others wait at `barrier()`.
+    With `cache_dir`, each epoch's arrays are cached as .npy files named by a hash of what
+    determines them, built by the process where `rank()` is 0 while the others wait at `barrier()`.
     """
 
     def __init__(
@@ -45,15 +49,16 @@ class PackedSampleDataset:
         counts = [len(d) for d in self.datasets]
         self._first_document = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
         self.sizes = np.concatenate([d.sequence_lengths for d in self.datasets]).astype(np.int32, copy=False)
-        if int(self.sizes.sum(dtype=np.int64)) == 0:
+        self.tokens_per_epoch = int(self.sizes.sum(dtype=np.int64))
+        if self.tokens_per_epoch == 0:
             names = ", ".join(d.prefix for d in self.datasets)
             raise DataError(f"dataset {names} holds no tokens; preprocess a non-empty corpus into it")
-        self.document_index, self.sample_index, self.shuffle_index = load_or_build_indices(
+        self.windows_per_epoch = windows_per_epoch(self.tokens_per_epoch, self.seq_length)
+        self.epochs = load_or_build_epochs(
             self.sizes,
-            [d.prefix for d in self.datasets],
             self.seq_length,
-            self.num_samples,
             self.seed,
+            num_epochs_needed(self.windows_per_epoch, self.num_samples),
             cache_dir=cache_dir,
             rank=rank,
             barrier=barrier,
@@ -63,15 +68,26 @@ class PackedSampleDataset:
     def __len__(self) -> int:
         return self.num_samples
 
-    def _pieces(self, k: int):
-        """(global document id, offset, length) of each document piece of sample k, in order."""
+    @property
+    def num_epochs(self) -> int:
+        """Epochs built: enough for `num_samples` samples."""
+        return len(self.epochs)
+
+    def locate(self, k: int) -> tuple[int, int]:
+        """(epoch, window of that epoch) of global sample k."""
         if not 0 <= k < self.num_samples:
             raise IndexError(f"sample {k} out of range for {self.num_samples} samples")
-        window = int(self.shuffle_index[k])
-        position, offset = (int(v) for v in self.sample_index[window])
+        epoch, position = divmod(int(k), self.windows_per_epoch)
+        return epoch, int(self.epochs[epoch].shuffle_index[position])
+
+    def _pieces(self, k: int):
+        """(global document id, offset, length) of each document piece of sample k, in order."""
+        epoch, window = self.locate(k)
+        document_order, sample_index, _ = self.epochs[epoch]
+        position, offset = (int(v) for v in sample_index[window])
         remaining = self.seq_length
         while remaining:
-            document = int(self.document_index[position])
+            document = int(document_order[position])
             take = min(int(self.sizes[document]) - offset, remaining)
             if take > 0:
                 yield document, offset, take

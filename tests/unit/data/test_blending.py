@@ -61,3 +61,28 @@ def test_blended_dataset(tmp_path, make_documents):
     assert ds.document_ids(from_b[0]).tolist() == [0] * 8
     with pytest.raises(DataError, match="holds no tokens"):
         build_train_dataset(["0.5", a, "0.5", write(tmp_path / "e", [[]])], 8, 10, seed=0)
+
+
+def test_a_shorter_blended_run_is_a_prefix_of_a_longer_run(tmp_path, make_documents):
+    a = write(tmp_path / "a", make_documents(seed=1))
+    b = write(tmp_path / "b", make_documents(seed=2, count=10))  # small: many epochs in the long run
+    path = ["0.6", a, "0.4", b]
+    cache = tmp_path / "cache"
+    long = build_train_dataset(path, 16, 600, seed=3)
+    assert long.datasets[1].num_epochs > 2
+    for n, cache_dir in [(1, None), (37, cache), (300, cache), (599, None), (40, cache)]:
+        short = build_train_dataset(path, 16, n, seed=3, cache_dir=cache_dir)
+        assert len(short) == n
+        np.testing.assert_array_equal(short.dataset_of, long.dataset_of[:n])
+        np.testing.assert_array_equal(short.sample_in_dataset, long.sample_in_dataset[:n])
+        for k in range(n):
+            np.testing.assert_array_equal(short[k], long[k])
+            np.testing.assert_array_equal(short.document_ids(k), long.document_ids(k))
+    # component d's j-th sample is sample j of d's own stream, whatever the blend's length
+    alone = build_train_dataset([b], 16, 300, seed=3)
+    for k in range(600):
+        if long.dataset_of[k] == 1:
+            np.testing.assert_array_equal(long[k], alone[int(long.sample_in_dataset[k])])
+    # one blend cache entry for these weights, grown when a longer run needed more of it
+    assert len(list(cache.glob("blend-*-description.json"))) == 1
+    assert len(np.load(next(cache.glob("blend-*-owner.npy")))) == 300

@@ -9,8 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from megamlm.data.blending import build_blend_index_numpy, normalize_weights
-from megamlm.data.sample_index import build_document_index, build_sample_index_numpy, sample_index_dtype
+from megamlm.data import _helpers_loader
+from megamlm.data.blending import build_blend_index, build_blend_index_numpy, normalize_weights
+from megamlm.data.sample_index import (
+    EpochIndex,
+    build_document_order,
+    build_epoch,
+    build_sample_index_numpy,
+    sample_index_dtype,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -33,28 +40,65 @@ def helpers(tmp_path_factory):
     return module
 
 
-def cpp_sample_index(helpers, sizes, document_index, seq_length, windows):
-    out = np.empty((windows, 2), dtype=sample_index_dtype(len(document_index)))
-    helpers.build_sample_index(sizes, document_index, seq_length, out)
+def cpp_sample_index(helpers, sizes, document_order, seq_length, windows):
+    out = np.empty((windows, 2), dtype=sample_index_dtype(len(document_order)))
+    helpers.build_sample_index(sizes, document_order, seq_length, out)
     return out
 
 
-@pytest.mark.parametrize("seq_length", [3, 128, 4096])
-def test_sample_index_identical(helpers, seq_length):
-    rng = np.random.RandomState(seq_length)
-    sizes = rng.randint(0, 500, size=20000).astype(np.int32)
-    sizes[::11] = 0  # empty documents
-    sizes[5] = 100000  # a very long one
-    epochs = 2
-    document_index = build_document_index(len(sizes), epochs, seed=1)
-    windows = int(sizes.sum()) * epochs // seq_length
-    expected = build_sample_index_numpy(sizes, document_index, seq_length, windows)
-    got = cpp_sample_index(helpers, sizes, document_index, seq_length, windows)
+@pytest.fixture
+def with_helpers(helpers, monkeypatch):
+    """megamlm's builders with use_cpp=True call the freshly compiled helper."""
+    monkeypatch.setattr(_helpers_loader, "_cached", [helpers])
+    return helpers
+
+
+def corpus_sizes(case):
+    rng = np.random.RandomState(len(case))
+    if case == "mixed":  # empty documents and documents far longer than any window
+        sizes = rng.randint(0, 500, size=20000).astype(np.int32)
+        sizes[::11] = 0
+        sizes[5] = 100000
+    elif case == "many":  # over 65536 documents: the bucketed permutation, grouped by C++ or argsort
+        sizes = rng.randint(1, 40, size=200_000).astype(np.int32)
+    elif case == "empty_edges":  # empty documents everywhere, the first and last included
+        sizes = rng.randint(0, 3, size=5000).astype(np.int32)
+        sizes[0] = sizes[-1] = 0
+    elif case == "one_document":
+        sizes = np.array([12345], dtype=np.int32)
+    elif case == "exact_multiple":  # tokens_per_epoch (12288) a multiple of every seq_length tested
+        sizes = np.full(193, 64, dtype=np.int32)
+        sizes[1] = 0
+    return sizes
+
+
+@pytest.mark.parametrize("case", ["mixed", "many", "empty_edges", "one_document", "exact_multiple"])
+@pytest.mark.parametrize("seq_length", [1, 3, 128, 4096])
+def test_epoch_arrays_identical(with_helpers, case, seq_length):
+    sizes = corpus_sizes(case)
+    tokens = int(sizes.sum())
+    if case == "exact_multiple":
+        assert tokens % seq_length == 0
+    for epoch in (0, 3):
+        expected = build_epoch(sizes, seq_length, seed=1, epoch=epoch, use_cpp=False)
+        got = build_epoch(sizes, seq_length, seed=1, epoch=epoch, use_cpp=True)
+        for name, a, b in zip(EpochIndex._fields, got, expected):
+            assert a.dtype == b.dtype, name
+            np.testing.assert_array_equal(a, b, err_msg=name)
+        assert len(got.sample_index) == tokens // seq_length  # a partial last window is dropped
+        # the last window ends inside the epoch: nothing reads past its last document
+        position, offset = got.sample_index[-1]
+        remaining = sizes[got.document_order[position:]].sum() - offset
+        assert remaining >= seq_length and (tokens % seq_length) == remaining - seq_length
+    # the sample index alone, as the helper is called, in both output widths
+    document_order = build_document_order(len(sizes), seed=2, epoch=0)
+    windows = tokens // seq_length
+    expected = build_sample_index_numpy(sizes, document_order, seq_length, windows)
+    got = cpp_sample_index(with_helpers, sizes, document_order, seq_length, windows)
     assert got.dtype == expected.dtype
     np.testing.assert_array_equal(got, expected)
-    # int64 output, as used beyond 2**31 document-index entries
-    wide = np.empty((windows, 2), dtype=np.int64)
-    helpers.build_sample_index(sizes, document_index, seq_length, wide)
+    wide = np.empty((windows, 2), dtype=np.int64)  # as used beyond 2**31 documents
+    with_helpers.build_sample_index(sizes, document_order, seq_length, wide)
     np.testing.assert_array_equal(wide, expected)
 
 
@@ -66,6 +110,16 @@ def test_blend_index_identical(helpers, weights):
     helpers.build_blend_index(normalize_weights(weights), got_owner, got_number)
     np.testing.assert_array_equal(got_owner, owner)
     np.testing.assert_array_equal(got_number, number)
+
+
+@pytest.mark.parametrize("weights", [[0.7, 0.3], [1, 1, 2], [0.5, 0.0, 0.5], [0.001, 0.999]])
+def test_blend_index_is_prefix_stable_in_both_builders(with_helpers, weights):
+    long_owner, long_number = build_blend_index_numpy(weights, 50000)
+    for n in (1, 2, 3, 999, 12345):
+        for use_cpp in (False, True):
+            owner, number = build_blend_index(weights, n, use_cpp=use_cpp)
+            np.testing.assert_array_equal(owner, long_owner[:n])
+            np.testing.assert_array_equal(number, long_number[:n])
 
 
 def test_bad_calls_raise_instead_of_writing_out_of_bounds(helpers):

@@ -36,6 +36,43 @@ def test_resume_continues_the_same_sequence():
     assert [flatten(b) for b in GlobalBatchSampler(64, 8, 2, consumed_samples=24)] == full[3:]
 
 
+@pytest.mark.parametrize("new_gbs", [2, 4, 8])
+@pytest.mark.parametrize("dp", [1, 2])
+def test_resume_with_another_global_batch_size_continues_the_stream(new_gbs, dp):
+    """GBS 4 for 3 steps, then resume with GBS 2, 4 or 8: no sample repeated, none skipped."""
+    first = GlobalBatchSampler(3 * 4, 4, 2 // dp, dp_rank=0, dp_size=dp)
+    consumed_before = [k for batch in first for k in flatten(batch)]
+    state = first.state_dict()
+    assert state == {"consumed_samples": 12}
+    remaining_steps = 5
+    total = state["consumed_samples"] + remaining_steps * new_gbs  # what the trainer passes
+    ranks = [GlobalBatchSampler(total, new_gbs, 1, dp_rank=r, dp_size=dp, consumed_samples=12) for r in range(dp)]
+    per_rank = [[flatten(b) for b in sampler] for sampler in ranks]
+    assert all(len(batches) == remaining_steps for batches in per_rank)
+    for step in range(remaining_steps):
+        union = [k for r in range(dp) for k in per_rank[r][step]]
+        assert union == list(range(12 + step * new_gbs, 12 + (step + 1) * new_gbs))  # rank r: r-th contiguous slice
+    if dp == 1:
+        assert consumed_before == list(range(12))
+    after = [k for step in range(remaining_steps) for r in range(dp) for k in per_rank[r][step]]
+    assert after == list(range(12, total))  # continues at 12: no repeat, no gap
+    assert [s.state_dict() for s in ranks] == [{"consumed_samples": total}] * dp
+
+
+def test_consumed_samples_need_not_be_a_multiple_of_the_global_batch_size():
+    sampler = GlobalBatchSampler(6 + 3 * 8, 8, 2, consumed_samples=6)  # e.g. 3 steps of GBS 2 before
+    assert len(sampler) == 3
+    batches = [flatten(b) for b in sampler]
+    assert batches == [list(range(6, 14)), list(range(14, 22)), list(range(22, 30))]
+    assert sampler.state_dict() == {"consumed_samples": 30} and len(sampler) == 0
+    # a stream end that leaves a partial global batch stops before it
+    assert [flatten(b) for b in GlobalBatchSampler(29, 8, 2, consumed_samples=6)] == batches[:2]
+    # state round trip at an odd position
+    resumed = GlobalBatchSampler(30, 8, 2)
+    resumed.load_state_dict({"consumed_samples": 14})
+    assert [flatten(b) for b in resumed] == batches[1:]
+
+
 def test_micro_batch_size_does_not_change_the_global_batches():
     for mbs in (1, 2, 4):
         assert [flatten(b) for b in GlobalBatchSampler(32, 8, mbs, dp_rank=1, dp_size=2)] == [
@@ -50,8 +87,10 @@ def test_bad_settings():
         GlobalBatchSampler(100, 12, 4, dp_size=2)
     with pytest.raises(DataError, match="outside"):
         GlobalBatchSampler(100, 8, 4, dp_rank=2, dp_size=2)
-    with pytest.raises(DataError, match="whole number of global batches"):
-        GlobalBatchSampler(100, 8, 4, consumed_samples=12)
+    with pytest.raises(DataError, match="exceeds the 100 samples"):
+        GlobalBatchSampler(100, 8, 4, consumed_samples=101)
+    with pytest.raises(DataError, match="negative"):
+        GlobalBatchSampler(100, 8, 4, consumed_samples=-1)
 
 
 @pytest.fixture
@@ -91,6 +130,26 @@ def test_loader_advances_consumed_samples_per_delivered_batch(dataset):
     assert seen == [8, 16]
     rest = collect(MicroBatchLoader(dataset, GlobalBatchSampler(48, 8, 2, consumed_samples=16)))
     assert rest[0][0]["sample_ids"].tolist() == [16, 17]
+
+
+@pytest.mark.parametrize("new_gbs", [2, 8])
+def test_loader_resumed_with_another_global_batch_size(dataset, new_gbs):
+    """A checkpoint after 3 steps of GBS 4 (consumed 12), resumed with GBS 2 or 8 on two DP ranks."""
+    before = GlobalBatchSampler(12, 4, 2)
+    ids_before = [k for batch in MicroBatchLoader(dataset, before) for mb in batch for k in mb["sample_ids"].tolist()]
+    assert ids_before == list(range(12)) and before.consumed_samples == 12
+    total = 12 + 4 * new_gbs
+    samplers = [GlobalBatchSampler(total, new_gbs, 1, dp_rank=r, dp_size=2, consumed_samples=12) for r in range(2)]
+    loaded = [collect(MicroBatchLoader(dataset, s, num_workers=r)) for r, s in enumerate(samplers)]
+    assert [len(batches) for batches in loaded] == [4, 4]
+    for step in range(4):
+        ids = [k for r in range(2) for mb in loaded[r][step] for k in mb["sample_ids"].tolist()]
+        assert ids == list(range(12 + step * new_gbs, 12 + (step + 1) * new_gbs))
+        for r in range(2):
+            for mb in loaded[r][step]:
+                for k, tokens in zip(mb["sample_ids"].tolist(), mb["tokens"]):
+                    assert (tokens.numpy() == dataset[k]).all()
+    assert [s.consumed_samples for s in samplers] == [total, total]
 
 
 def test_loader_needs_enough_samples(dataset):

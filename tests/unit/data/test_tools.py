@@ -116,6 +116,14 @@ def test_inspect(corpus, tmp_path, capsys):
     assert capsys.readouterr().out != digest_a  # another seed, another order
     assert inspect.main(["sample", *run, "--index", "50"]) == 2
     assert "outside the run's 50 samples" in capsys.readouterr().err
+    # the run's length does not change its samples: without --num-samples, or a longer run's
+    no_length = ["--data-path", prefix, "--seq-length", "32", "--seed", "9"]
+    for args in (no_length, [*no_length, "--num-samples", "100000"]):
+        assert inspect.main(["digest", *args, "--count", "50"]) == 0
+        assert capsys.readouterr().out == digest_a
+    assert inspect.main(["sample", *no_length, "--index", "7", "5000"]) == 0
+    out = capsys.readouterr().out
+    assert str(first[7][:16].tolist()) in out and "sample 5000: 32 tokens" in out
 
 
 def test_train_tokenizer(corpus, tmp_path):
@@ -132,3 +140,17 @@ def test_train_tokenizer(corpus, tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["tok.json"]  # written under a temporary name, then renamed
     with pytest.raises(SystemExit):
         train.main(["--input", str(tmp_path / "missing.jsonl"), "--output", str(tmp_path / "x.json")])
+
+
+def test_index_build_benchmark_runs_at_ci_size(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("index_build", TOOLS.parent / "benchmarks" / "index_build.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "figures.json"
+    assert bench.main(["--tokens", "2e6", "--seq-length", "512", "--epochs", "2", "--json", "--output", str(out)]) == 0
+    figures = json.loads(capsys.readouterr().out)
+    assert figures == json.loads(out.read_text())
+    assert figures["epochs"] == 2 and figures["samples_per_epoch"] == figures["tokens"] // 512
+    assert figures["blend_samples"] == 2 * figures["samples_per_epoch"]
+    for builder in figures["builders"].values():
+        assert builder["epoch_index_s"] >= 0 and builder["epoch_index_peak_bytes"] > 0
