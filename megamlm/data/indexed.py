@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from megamlm.errors import UserError
+
 MAGIC = b"MMIDIDX\x00\x00"
 VERSION = 1
 HEADER_BYTES = len(MAGIC) + 8 + 1 + 8 + 8
@@ -42,7 +44,7 @@ _CODE_OF_DTYPE = {np.dtype(t): c for c, t in DTYPE_CODES.items()}
 _REBUILD_HINT = "rebuild it with tools/preprocess_data.py"
 
 
-class DataError(ValueError):
+class DataError(UserError, ValueError):
     """A problem with a dataset file or data setting the user can fix; the message says how."""
 
 

@@ -53,7 +53,7 @@ def test_tokenizer_larger_than_the_model_vocabulary(capsys, cache_dir, monkeypat
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["--objective", "unknown"], "unknown --objective"),
+    (["--objective", "unknown"], "argument --objective: invalid choice: 'unknown'"),
     (["--switch", "1.5"], "--switch must be a fraction"),
     (["--mask-ratio", "0"], "--mask-ratio"),
     (["--num-query-groups", "3"], "not divisible by --num-query-groups"),
@@ -63,6 +63,11 @@ def test_flag_errors_through_the_command_line(capsys, argv, message):
     expect_cli_error(capsys, argv, message)
 
 
-def test_error_classes_are_value_errors():
-    for cls in (ConfigError, DataError, CheckpointError):
-        assert issubclass(cls, ValueError)
+def test_error_classes_are_user_errors_and_value_errors():
+    from megamlm.errors import ResumeError, UserError
+    from megamlm.parallel.dims import LayoutError
+    from megamlm.parallel.launch import LaunchError
+
+    for cls in (ConfigError, DataError, CheckpointError, ResumeError, LayoutError):
+        assert issubclass(cls, ValueError) and issubclass(cls, UserError)
+    assert issubclass(LaunchError, UserError)

@@ -27,7 +27,6 @@ dist.init_process_group("gloo")
 rank = dist.get_rank()
 from megamlm.checkpoint import CheckpointSaveError, resolve_checkpoint, save_state_checkpoint
 from megamlm.checkpoint.integrity import read_marker
-from megamlm.training.guards import SkipNonFiniteUpdates
 from megamlm.training.signals import ExitSignalHandler
 from megamlm.training.stopping import StopPolicy
 
@@ -69,19 +68,36 @@ except CheckpointSaveError as err:
 fs.FileSystem.create_stream = original
 out["after_failed_save"] = sorted(p.name for p in save.iterdir())
 
-model = torch.nn.Linear(4, 1)
-torch.nn.init.constant_(model.weight, 1.0)
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-guarded = SkipNonFiniteUpdates(optimizer)
-for bad in (True, False):
-    model(torch.ones(2, 4)).sum().backward()
+# A non-finite forward on rank 1 only: under FSDP2 both ranks skip the whole update, through the one train_step.
+from megamlm.model.config import ModelArgs
+from megamlm.model.transformer import Transformer
+from megamlm.objectives import MaskingSpec, ObjectiveSchedule
+from megamlm.parallel.dims import resolve_parallel_dims
+from megamlm.parallel.parallelize import parallelize
+from megamlm.training.optimizer import build_optimizer
+from megamlm.training.step import train_step
+
+cpu = torch.device("cpu")
+args = ModelArgs(vocab_size=64, num_layers=1, hidden_size=16, ffn_hidden_size=32, num_attention_heads=2,
+                 num_query_groups=2, max_seq_length=8)
+dims = resolve_parallel_dims(2, num_layers=1, num_attention_heads=2, num_query_groups=2, ffn_hidden_size=32,
+                             seq_length=8, vocab_size=64, micro_batch_size=1, global_batch_size=2)
+torch.manual_seed(0)
+pm = parallelize(Transformer(args), dims, dims.build_mesh("cpu"), cpu)
+optimizer = build_optimizer(pm.model, 0.1, 0.1, (0.9, 0.95), 1e-8)
+schedule = ObjectiveSchedule("mlm", None, 10, MaskingSpec(0.5, 1.0, 0.0, 0.0, mask_id=1, special_ids=(0, 1),
+                                                          random_vocab_size=64), seed=0)
+for step, bad in ((1, True), (2, False)):
+    tokens = torch.randint(2, 64, (1, 8), generator=torch.Generator().manual_seed(10 * step + rank)).numpy()
+    handle = None
     if bad and rank == 1:
-        model.weight.grad[0, 0] = float("nan")
-    before = model.weight.detach().clone()
-    guarded.step()
-    guarded.zero_grad()
-    out[f"skipped_bad_{bad}"] = guarded.skipped
-    out[f"changed_bad_{bad}"] = not torch.equal(before, model.weight)
+        handle = pm.parts[0].register_forward_hook(lambda module, inputs, output: output * float("nan"))
+    before = [p.to_local().detach().clone() for p in pm.model.parameters()]
+    result = train_step(pm, optimizer, [schedule.make_batch(step, tokens, [2 * step + rank])], 0.1, 1.0, cpu)
+    if handle is not None:
+        handle.remove()
+    out[f"skipped_bad_{bad}"] = not result.applied
+    out[f"changed_bad_{bad}"] = any(not torch.equal(a, p.to_local()) for a, p in zip(before, pm.model.parameters()))
 
 signals = ExitSignalHandler()
 policy = StopPolicy(signals)
@@ -106,7 +122,8 @@ def test_two_ranks_agree_on_damaged_checkpoints_failed_saves_nan_skips_and_signa
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = [json.loads((tmp_path / f"out.{rank}.json").read_text()) for rank in (0, 1)]
     for rank, out in enumerate(results):
-        assert {"__0_0.distcp", "__1_0.distcp", ".metadata", "train_state.pt", "config.json"} <= set(
+        assert {"__0_0.distcp", "__1_0.distcp", ".metadata", "train_state.json", "config.json",
+                "rng_rank00000.pt", "rng_rank00001.pt"} <= set(
             out["marker_files"]), rank
         assert out["marker_world_size"] == 2
         assert out["resolved"] == "iter_0000001", rank  # rank 0's shard was fine: it still agreed to skip

@@ -18,6 +18,7 @@ import torch
 
 from megamlm.checkpoint import resolve_checkpoint
 from megamlm.config import parse_args
+from megamlm.training.recorder import StepRecorder
 from megamlm.training.trainer import pretrain
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,12 +46,15 @@ if pause_in:
 
     checkpointer.write_rank_completion = pausing
 
+from megamlm.training.recorder import StepRecorder
+
 pretrain = trainer.pretrain
 
-def recording(cfg):
-    result = pretrain(cfg)
+def recording(cfg, on_step=None):
+    recorder = StepRecorder()
+    result = pretrain(cfg, on_step=recorder)
     with open(os.environ["LOSSES_OUT"], "w") as f:
-        json.dump({"losses": result.losses, "start_step": result.start_step, "stop_reason": result.stop_reason}, f)
+        json.dump({"losses": recorder.losses, "start_step": result.start_step, "stop_reason": result.stop_reason}, f)
     return result
 
 trainer.pretrain = recording
@@ -122,7 +126,9 @@ def reference(tmp_path_factory, cache_dir):
     torch.set_num_threads(1)
     os.environ["MEGAMLM_CACHE"] = cache_dir
     try:
-        return pretrain(parse_args(ARGS + ["--save", str(tmp / "ckpt")])).losses
+        recorder = StepRecorder()
+        pretrain(parse_args(ARGS + ["--save", str(tmp / "ckpt")]), on_step=recorder)
+        return recorder.losses
     finally:
         torch.set_num_threads(threads)
         if cache is None:

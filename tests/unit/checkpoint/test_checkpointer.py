@@ -12,6 +12,7 @@ from megamlm.checkpoint import (
     CheckpointError,
     CheckpointSaveError,
     load_checkpoint,
+    read_train_state,
     resolve_checkpoint,
     save_checkpoint,
 )
@@ -36,8 +37,10 @@ def save(save_dir: Path, step: int, seed: int | None = None, **kwargs) -> Path:
 
 def loaded_weight(path: Path) -> torch.Tensor:
     model, optimizer = make_model(999)
-    state = load_checkpoint(path, model, optimizer)
-    assert state["consumed_samples"] == state["step"] * 4
+    folder = resolve_checkpoint(path)
+    load_checkpoint(folder, model, optimizer)
+    state = read_train_state(folder)
+    assert state["consumed_samples"] == state["step"] * 4 and state["format"] == 2
     return model[0].weight.detach().clone()
 
 
@@ -49,7 +52,8 @@ def test_marker_is_written_with_the_checksum_of_every_file_and_latest_moves(tmp_
     folder = save(tmp_path, 5)
     marker = json.loads((folder / MARKER).read_text())
     names = {p.name for p in folder.iterdir() if p.name != MARKER}
-    assert set(marker["files"]) == names >= {".metadata", "train_state.pt", "config.json", shard(folder).name}
+    assert set(marker["files"]) == names >= {".metadata", "train_state.json", "rng_rank00000.pt", "config.json",
+                                                shard(folder).name}
     for name, entry in marker["files"].items():
         assert entry == {"bytes": (folder / name).stat().st_size, "sha256": file_digest(folder / name)}
     assert marker["step"] == 5 and marker["world_size"] == 1
@@ -243,3 +247,13 @@ def test_death_before_the_marker_leaves_only_an_ignored_tmp_folder(tmp_path, mon
     assert resolve_checkpoint(tmp_path) == iteration_dir(tmp_path, 1)
     save(tmp_path, 2)  # the next save of that step clears the leftover
     assert resolve_checkpoint(tmp_path) == iteration_dir(tmp_path, 2)
+
+
+def test_each_rank_rng_is_saved_and_restored(tmp_path):
+    model, optimizer = make_model(1)
+    torch.manual_seed(77)
+    folder = save_checkpoint(tmp_path, 1, model, optimizer, {}, {})
+    expected = torch.rand(4)
+    torch.manual_seed(5)
+    load_checkpoint(folder, model, optimizer)
+    assert torch.equal(torch.rand(4), expected)

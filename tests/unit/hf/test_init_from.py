@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from megamlm.config import ConfigError, parse_args
+from megamlm.training.recorder import StepRecorder
 from megamlm.training.trainer import pretrain
 
 pytest.importorskip("transformers")
@@ -31,10 +32,11 @@ def test_pretrain_init_from_hf_folder(tmp_path, kit):
              "--weight-decay", "0", "--lr-warmup-iters", "0", "--lr-wsd-decay-iters", "0", "--device", "cpu",
              "--save", str(tmp_path / "run")]
     cfg = parse_args(flags)
-    result = pretrain(cfg)
+    recorder = StepRecorder()
+    pretrain(cfg, on_step=recorder)
     assert (cfg.model.num_layers, cfg.model.hidden_size, cfg.model.vocab_size) == (2, 64, 128)
     assert "hf-imports" in cfg.checkpoint.init_from and cfg.data.tokenizer_model.endswith("tokenizer.json")
-    assert all(loss == loss for loss in result.losses.values()) and len(result.losses) == 2
+    assert all(loss == loss for loss in recorder.losses.values()) and len(recorder.losses) == 2
     # The run started from the Hugging Face weights (an lr of 1e-9 leaves them where they were).
     from megamlm.checkpoint import load_model_weights
     from megamlm.hf.megamlm_checkpoint import read_record

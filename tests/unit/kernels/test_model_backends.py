@@ -65,8 +65,11 @@ def test_triton_and_reference_models_share_a_process(triton_calls, device):
         torch.testing.assert_close(again[2][name], grad, msg=name)
 
 
-def test_a_triton_model_is_refused_at_build_when_triton_does_not_import(monkeypatch):
+def test_a_triton_run_is_refused_while_planning_when_triton_does_not_import(monkeypatch):
+    from megamlm.config import ConfigError, parse_args
+    from megamlm.training.setup import backends_for
+
     monkeypatch.setattr(K, "triton_available", lambda: False)
-    with pytest.raises(RuntimeError, match="kernel backend 'triton' needs the triton package"):
-        Transformer(ARGS, backends=Backends(kernels="triton"))
+    with pytest.raises(ConfigError, match="kernel backend 'triton' needs the triton package"):
+        backends_for(parse_args(["--kernel-backend", "triton"]))
     assert Transformer(ARGS, backends=Backends(kernels="auto")).backends.kernels == "auto"
