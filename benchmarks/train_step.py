@@ -80,7 +80,7 @@ def make_batches(args: ModelArgs, opts, count: int, micro_batch: int):
     """``count`` micro-batches as (megamlm Batch, HF input_ids, HF labels), masks from megamlm's contract."""
     spec = MaskingSpec(opts.mask_ratio, 1.0, 0.0, 0.0, mask_id=4, special_ids=(0, 1, 2, 3, 4),
                        random_vocab_size=args.vocab_size)
-    schedule = ObjectiveSchedule(opts.objective, 0.5, 10, spec, seed=0)
+    schedule = ObjectiveSchedule(opts.objective, None, 10, spec, seed=0)
     rng = np.random.default_rng(0)
     batches = []
     for i in range(count):
@@ -96,17 +96,18 @@ def make_batches(args: ModelArgs, opts, count: int, micro_batch: int):
 
 
 def build_megamlm(args: ModelArgs, device, opts):
+    """The trainer's own single-process layout (a ParallelModel with one part) and its optimizer."""
     from megamlm.model.config import Backends
     from megamlm.model.transformer import Transformer
+    from megamlm.parallel.dims import ParallelDims
+    from megamlm.parallel.parallelize import parallelize
     from megamlm.training.optimizer import build_optimizer
 
     torch.manual_seed(0)
     with torch.device(device):  # initialise on the device: seconds saved per build at 610m
         model = Transformer(args, backends=Backends(attention=opts.attention, kernels=opts.kernels))
-    if opts.compile:
-        for name, block in model.layers.items():
-            model.layers[name] = torch.compile(block)
-    return model, build_optimizer(model, 1e-4, 0.1, (0.9, 0.95), 1e-5)
+    pm = parallelize(model, ParallelDims(world_size=1), None, device, compile_blocks=opts.compile)
+    return pm, build_optimizer(model, 1e-4, 0.1, (0.9, 0.95), 1e-5)
 
 
 def build_hf(args: ModelArgs, device, objective: str, weights_from=None):
@@ -129,10 +130,10 @@ def build_hf(args: ModelArgs, device, objective: str, weights_from=None):
     return model, build_optimizer(model, 1e-4, 0.1, (0.9, 0.95), 1e-5)
 
 
-def megamlm_step(model, optimizer, batch, device):
+def megamlm_step(pm, optimizer, batch, device):
     from megamlm.training.step import train_step
 
-    train_step(model, optimizer, [batch[0]], 1e-4, 1.0, device, "auto")
+    train_step(pm, optimizer, [batch[0]], 1e-4, 1.0, device, "auto")
 
 
 def hf_step(model, optimizer, batch, device):
@@ -275,7 +276,7 @@ def main(argv=None):
     ours, ours_opt = build_megamlm(args, device, opts)
     sides = {"megamlm": (megamlm_step, ours, ours_opt)}
     if opts.compare == "hf":
-        theirs, theirs_opt = build_hf(args, device, opts.objective, weights_from=ours)
+        theirs, theirs_opt = build_hf(args, device, opts.objective, weights_from=ours.model)
         sides["hf"] = (hf_step, theirs, theirs_opt)
 
     times = {name: [] for name in sides}

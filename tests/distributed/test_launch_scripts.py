@@ -97,13 +97,15 @@ def launch_env(cache: str) -> dict:
     return {**env, "MEGAMLM_CACHE": cache, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
 
 
-@pytest.mark.slow
-def test_run_local_trains_with_torchrun_on_cpu(cache):
+def test_run_local_trains_with_torchrun_on_cpu_and_logs_once_per_run(cache):
     out = subprocess.run(["bash", str(SCRIPTS[0]), *TINY_RUN, "--tp", "2"], env={**launch_env(cache), "NPROC": "2"},
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "parallel layout: world 2 | TP 2" in out.stdout
     assert "objective switch after step 1: clm -> mlm" in out.stdout
+    # Both ranks print into this stream: start-up and progress lines come from rank 0 alone.
+    for line in ("] model: ", "] objective clm_then_mlm", "] data: ", "] kernels ", "] step 2/"):
+        assert out.stdout.count(line) == 1, (line, out.stdout)
 
 
 @pytest.mark.slow

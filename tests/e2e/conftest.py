@@ -26,6 +26,12 @@ def cache_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def fast_flags():
+    """The FAST settings every in-process run of these tests starts from."""
+    return list(FAST)
+
+
+@pytest.fixture(scope="session")
 def run(cache_dir):
     """Train in-process on the bundled corpus with the FAST settings plus ``argv``; returns the RunResult's fields
     and the StepRecorder's (losses, objectives, sample_ids, ... per step)."""
