@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import argparse
 import ast
-import importlib.util
 import dataclasses
+import importlib.util
 import inspect
 import json
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
+
+import yaml
 
 from megamlm.errors import UserError
 from megamlm.model.config import PRESETS, AttentionBackend, KernelBackend
@@ -318,8 +320,6 @@ def parse_args(argv: list[str] | None = None) -> Config:
 
 
 def load_yaml(path: str) -> Config:
-    import yaml
-
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file {path} not found; pass an existing YAML file to --config")

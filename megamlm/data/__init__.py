@@ -5,12 +5,22 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 import numpy as np
+import torch.distributed as dist
 
-from megamlm.data.blending import BlendedDataset, load_or_build_blend_index, parse_data_path
+from megamlm.data.blending import (
+    BlendedDataset,
+    load_or_build_blend_index,
+    parse_data_path,
+)
 from megamlm.data.embedded import prepare_embedded_corpus
-from megamlm.data.indexed import DataError, IndexedDataset, IndexedDatasetWriter, best_dtype
-from megamlm.data.samples import PackedSampleDataset
+from megamlm.data.indexed import (
+    DataError,
+    IndexedDataset,
+    IndexedDatasetWriter,
+    best_dtype,
+)
 from megamlm.data.sampler import GlobalBatchSampler, MicroBatchLoader
+from megamlm.data.samples import PackedSampleDataset
 from megamlm.data.tokenizer import load_tokenizer
 
 __all__ = [
@@ -54,8 +64,6 @@ def check_vocab(dataset: IndexedDataset, vocab_size: int) -> None:
 
 def group_rank_and_barrier(group):
     """(rank, barrier) callables of a torch.distributed process group."""
-    import torch.distributed as dist
-
     return (lambda: dist.get_rank(group)), (lambda: dist.barrier(group=group))
 
 

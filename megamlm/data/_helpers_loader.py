@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 
+from megamlm.data.indexed import DataError
+
 _cached: list = []
 
 
@@ -15,3 +17,14 @@ def load():
         except ImportError:
             _cached.append(None)
     return _cached[0]
+
+
+def helpers_for(use_cpp: bool | None):
+    """The helper module to use: None for numpy (``use_cpp=False``, or not built); a DataError when
+    ``use_cpp=True`` asks for it and it is not built."""
+    if use_cpp is False:
+        return None
+    helpers = load()
+    if helpers is None and use_cpp:
+        raise DataError("the C++ index helper is not built; run `pip install -e .` (needs a C++ compiler) or drop use_cpp")
+    return helpers

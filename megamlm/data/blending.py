@@ -6,6 +6,8 @@ from typing import Sequence
 
 import numpy as np
 
+from megamlm.data._helpers_loader import helpers_for
+from megamlm.data.index_cache import INDEX_FORMAT_VERSION, cached_arrays
 from megamlm.data.indexed import DataError
 
 
@@ -70,17 +72,12 @@ def build_blend_index_numpy(weights: Sequence[float], num_samples: int) -> tuple
 
 def build_blend_index(weights: Sequence[float], num_samples: int, use_cpp: bool | None = None):
     """`build_blend_index_numpy`'s arrays, from the C++ helper when it is built."""
-    if use_cpp is not False:
-        from megamlm.data import _helpers_loader
-
-        helpers = _helpers_loader.load()
-        if helpers is not None:
-            owner = np.empty(num_samples, dtype=np.int16)
-            number = np.empty(num_samples, dtype=np.int64)
-            helpers.build_blend_index(normalize_weights(weights), owner, number)
-            return owner, number
-        if use_cpp:
-            raise DataError("the C++ index helper is not built; run `pip install -e .` (needs a C++ compiler) or drop use_cpp")
+    helpers = helpers_for(use_cpp)
+    if helpers is not None:
+        owner = np.empty(num_samples, dtype=np.int16)
+        number = np.empty(num_samples, dtype=np.int64)
+        helpers.build_blend_index(normalize_weights(weights), owner, number)
+        return owner, number
     return build_blend_index_numpy(weights, num_samples)
 
 
@@ -92,8 +89,6 @@ def load_or_build_blend_index(weights, num_samples, cache_dir=None, rank=None, b
     an entry at least `num_samples` long is reused (its first `num_samples` entries), a shorter
     one is rebuilt to `num_samples`.
     """
-    from megamlm.data.index_cache import INDEX_FORMAT_VERSION, cached_arrays
-
     num_samples = int(num_samples)
     description = {
         "format_version": INDEX_FORMAT_VERSION,

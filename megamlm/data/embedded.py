@@ -9,7 +9,13 @@ import os
 import shutil
 from pathlib import Path
 
-from megamlm.data.indexed import DataError, IndexedDataset, IndexedDatasetWriter, best_dtype
+from megamlm.data.indexed import (
+    DataError,
+    IndexedDataset,
+    IndexedDatasetWriter,
+    best_dtype,
+)
+from megamlm.data.tokenizer import load_tokenizer
 
 ASSET_DIR = Path(__file__).resolve().parents[1] / "assets" / "austen"
 CORPUS_FILE = ASSET_DIR / "austen.jsonl.gz"
@@ -39,8 +45,6 @@ def _is_complete(folder: Path) -> bool:
 
 
 def _tokenize_into(folder: Path) -> None:
-    from megamlm.data.tokenizer import load_tokenizer
-
     tokenizer = load_tokenizer(TOKENIZER_FILE)
     with gzip.open(CORPUS_FILE, "rt", encoding="utf-8") as f:
         texts = [json.loads(line)["text"] for line in f if line.strip()]

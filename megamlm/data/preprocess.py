@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Iterator
 
 import numpy as np
+from tqdm import tqdm
 
 from megamlm.data.indexed import DataError, IndexedDatasetWriter, best_dtype
 from megamlm.data.tokenizer import load_tokenizer
@@ -244,8 +245,6 @@ class _Progress:
         self.next_update = self.interval
         self.start = time.perf_counter()
         if enabled:
-            from tqdm import tqdm
-
             self.bar = tqdm(unit="doc", file=sys.stderr, mininterval=1.0, dynamic_ncols=True)
 
     def update(self, documents: int, summary: Summary) -> None:

@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from megamlm.data._helpers_loader import helpers_for
 from megamlm.data.indexed import DataError
 
 # The `purpose` of each seeded permutation: one stream of random numbers per (seed, purpose, epoch).
@@ -88,24 +89,13 @@ def seeded_permutation(
 
 def group_by_bucket(bucket_of: np.ndarray, dtype, use_cpp: bool | None = None) -> np.ndarray:
     """np.argsort(bucket_of, kind="stable") as `dtype`; a C++ counting sort when the helper is built."""
-    helpers = _helpers(use_cpp)
+    helpers = helpers_for(use_cpp)
     if helpers is not None:
         out = np.empty(len(bucket_of), dtype=dtype)
         helpers.group_by_bucket(np.ascontiguousarray(bucket_of, dtype=np.uint16), out)
         return out
     return np.argsort(bucket_of, kind="stable").astype(dtype, copy=False)
 
-
-def _helpers(use_cpp: bool | None):
-    """The C++ helper module, None to use numpy; a DataError when use_cpp=True but it is not built."""
-    if use_cpp is False:
-        return None
-    from megamlm.data import _helpers_loader
-
-    helpers = _helpers_loader.load()
-    if helpers is None and use_cpp:
-        raise DataError("the C++ index helper is not built; run `pip install -e .` (needs a C++ compiler) or drop use_cpp")
-    return helpers
 
 
 def build_document_order(num_documents: int, seed: int, epoch: int, use_cpp: bool | None = None) -> np.ndarray:
@@ -146,7 +136,7 @@ def build_sample_index_numpy(sizes: np.ndarray, document_order: np.ndarray, seq_
 
 def build_sample_index(sizes: np.ndarray, document_order: np.ndarray, seq_length: int, num_windows: int, use_cpp: bool | None = None) -> np.ndarray:
     """Sample index from the C++ helper when it is built (and `use_cpp` is not False), else numpy."""
-    helpers = _helpers(use_cpp)
+    helpers = helpers_for(use_cpp)
     if helpers is not None:
         out = np.empty((num_windows, 2), dtype=sample_index_dtype(len(document_order)))
         helpers.build_sample_index(

@@ -14,6 +14,8 @@ from __future__ import annotations
 from typing import Iterator
 
 import numpy as np
+import torch
+from torch.utils.data import DataLoader
 
 from megamlm.data.indexed import DataError
 
@@ -110,8 +112,6 @@ class _SampleFetcher:
 
 
 def _collate(items):
-    import torch
-
     ids, tokens, documents = zip(*items)
     return {
         "sample_ids": torch.tensor(ids, dtype=torch.int64),
@@ -159,8 +159,6 @@ class MicroBatchLoader:
         return len(self.sampler)
 
     def __iter__(self):
-        from torch.utils.data import DataLoader
-
         sampler = self.sampler
         starts = sampler.batch_starts()
         loader = DataLoader(

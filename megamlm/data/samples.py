@@ -6,8 +6,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from megamlm.data.indexed import DataError, IndexedDataset
 from megamlm.data.index_cache import load_or_build_epochs
+from megamlm.data.indexed import DataError, IndexedDataset
 from megamlm.data.sample_index import num_epochs_needed, windows_per_epoch
 
 

@@ -9,11 +9,12 @@ Every tokenizer exposes `encode(text) -> list[int]` (no special tokens added), `
 from __future__ import annotations
 
 import abc
-
 import base64
 import json
 import os
 from pathlib import Path
+
+from tokenizers import Tokenizer as RustTokenizer
 
 from megamlm.data.indexed import DataError
 
@@ -107,8 +108,6 @@ class HFTokenizer(Tokenizer):
     kind = "huggingface"
 
     def __init__(self, path: str, **overrides):
-        from tokenizers import Tokenizer as RustTokenizer
-
         self._tok = RustTokenizer.from_file(path)
         added = self._tok.get_added_tokens_decoder()
         special = {token.content: token_id for token_id, token in added.items() if token.special}

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from megamlm.eval.model_io import ModelFolderError, check_model_folder
+from megamlm.hf.export import export_checkpoint
 
 _NAME = re.compile(r"^[A-Za-z0-9._+-]+$")
 
@@ -58,8 +59,6 @@ def resolve_model(name: str, path: Path, export_root: Path, export_arch: str = "
     if path.is_dir() and is_megamlm_checkpoint(path):
         target = export_root / name
         if not (target / "config.json").is_file():
-            from megamlm.hf.export import export_checkpoint
-
             log(f"exporting megamlm checkpoint {path} to {target} ({export_arch})")
             export_checkpoint(path, target, arch=export_arch, log=log)
         check_model_folder(target)

@@ -7,8 +7,15 @@ import csv
 import json
 from pathlib import Path
 
-from megamlm.eval.examples import (QAExample, RetrievalSplit, SPLITS, TaggedSentence, TaskData,
-                                   TASK_KINDS, TextExample)
+from megamlm.eval.examples import (
+    SPLITS,
+    TASK_KINDS,
+    QAExample,
+    RetrievalSplit,
+    TaggedSentence,
+    TaskData,
+    TextExample,
+)
 
 
 class TaskDataError(ValueError):

@@ -14,11 +14,22 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
+from megamlm.eval.aggregate import collect, per_lr, summarize
 from megamlm.eval.examples import RetrievalSplit, TaskData
 from megamlm.eval.finetune import Hyperparameters, run_finetuning
+from megamlm.eval.model_io import load_encoder, load_tokenizer
 from megamlm.eval.model_source import ModelEntry
 from megamlm.eval.registry import check_task_spec, load_task, task_display_name
-from megamlm.eval.results import RunKey, fingerprint, read_result, write_json_atomic, write_text_atomic
+from megamlm.eval.report import write_report
+from megamlm.eval.results import (
+    RunKey,
+    fingerprint,
+    read_result,
+    write_json_atomic,
+    write_text_atomic,
+)
 from megamlm.eval.tasks import TaskSettings, build_task
 
 PAPER_LRS = (1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4)
@@ -101,8 +112,6 @@ def check_plan(plan: EvalPlan, log=print) -> dict[str, TaskData]:
     names = [task_display_name(t) for t in plan.tasks]
     if len(set(names)) != len(names):
         raise PlanError(f"two tasks share a name in {plan.tasks}; give user task folders different names")
-    from megamlm.eval.model_io import load_tokenizer
-
     tokenizers = {m.name: load_tokenizer(m.hf_path) for m in plan.models}
     tasks = {}
     for spec in plan.tasks:
@@ -133,8 +142,6 @@ class _Worker:
         self.tasks: dict[tuple[str, str], object] = {}
 
     def task(self, model: ModelEntry, spec: str):
-        from megamlm.eval.model_io import load_tokenizer
-
         if (model.name, spec) not in self.tasks:
             if spec not in self.task_data:
                 self.task_data[spec] = load_plan_task(self.plan, spec)
@@ -143,10 +150,6 @@ class _Worker:
         return self.tasks[(model.name, spec)]
 
     def run(self, key: RunKey) -> tuple[RunKey, str, str]:
-        import torch
-
-        from megamlm.eval.model_io import load_encoder
-
         model = next(m for m in self.plan.models if m.name == key.model)
         spec = next(t for t in self.plan.tasks if task_display_name(t) == key.task)
         path = self.plan.output / key.relative_path()
@@ -172,8 +175,6 @@ class _Worker:
 
 
 def _worker_main(plan: EvalPlan, keys: list[RunKey], device: str, worker_id: int, threads: int) -> list:
-    import torch
-
     torch.set_num_threads(threads)
     worker = _Worker(plan, device, worker_id)
     outcomes = []
@@ -214,9 +215,6 @@ def execute(plan: EvalPlan, tasks: dict[str, TaskData] | None = None, log=print)
 
 def evaluate(plan: EvalPlan, plots: bool = True, log=print) -> dict:
     """Check, run what is missing, then aggregate everything finished into tables and figures."""
-    from megamlm.eval.aggregate import collect, per_lr, summarize
-    from megamlm.eval.report import write_report
-
     tasks = check_plan(plan, log=log)
     report = execute(plan, tasks, log=log)
     results = collect(plan.output, plan.keys())

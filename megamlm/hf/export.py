@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
+from safetensors.torch import save_file
 
 from megamlm.hf.errors import ConversionError
 from megamlm.hf.hf_config import SpecialIds, hf_config_for
@@ -29,8 +30,6 @@ def hf_state_dict(model: torch.nn.Module, keymap: KeyMap, dtype: torch.dtype) ->
 def export_checkpoint(input_path: str | Path, output: str | Path, arch: str = "eurobert", dtype: str = "fp32",
                       force: bool = False, tokenizer: str | Path | None = None, log=print) -> Path:
     """Convert; every user error is raised before anything is written."""
-    from safetensors.torch import save_file
-
     if arch not in EXPORT_ARCHS:
         raise ConversionError(f"unsupported --arch {arch!r}; choose one of {', '.join(EXPORT_ARCHS)}")
     if dtype not in DTYPES:

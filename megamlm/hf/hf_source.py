@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 
 from megamlm.hf.errors import ConversionError
 
@@ -87,8 +88,6 @@ def load_tokenizer(source: HFSource):
 
 def _read_weight_file(path: Path) -> dict[str, torch.Tensor]:
     if path.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
         return load_file(str(path))
     return torch.load(path, map_location="cpu", weights_only=True)
 

@@ -17,13 +17,25 @@ from pathlib import Path
 import torch
 
 from megamlm.config import Config
+from megamlm.data import load_tokenizer as load_megamlm_tokenizer
 from megamlm.hf.errors import ConversionError
 from megamlm.hf.hf_config import check_importable, model_args_from_config
-from megamlm.hf.hf_source import HFSource, load_config, load_state_dict, load_tokenizer, open_source
+from megamlm.hf.hf_source import (
+    HFSource,
+    load_config,
+    load_state_dict,
+    load_tokenizer,
+    open_source,
+)
 from megamlm.hf.keymaps import KeyMap
-from megamlm.hf.megamlm_checkpoint import TOKENIZER_DIR, AtomicFolder, write_weights_checkpoint
+from megamlm.hf.megamlm_checkpoint import (
+    TOKENIZER_DIR,
+    AtomicFolder,
+    write_weights_checkpoint,
+)
 from megamlm.hf.tokenizer_files import choose_mask_token
 from megamlm.model.config import ModelArgs, pad_vocab_size
+from megamlm.model.transformer import Transformer
 
 VOCAB_MULTIPLE = 128
 _IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # buffers some older checkpoints saved
@@ -75,8 +87,6 @@ def _grow_rows(weight: torch.Tensor, rows: int) -> torch.Tensor:
 
 def megamlm_state_dict(hf_state: dict[str, torch.Tensor], plan: ImportPlan) -> dict[str, torch.Tensor]:
     """HF tensors -> megamlm names, checked against the config's shapes, untied and vocabulary-grown."""
-    from megamlm.model.transformer import Transformer
-
     hf_args = replace(plan.model_args, vocab_size=plan.config.vocab_size)
     with torch.device("meta"):
         expected = {name: tuple(t.shape) for name, t in Transformer(hf_args).state_dict().items()}
@@ -142,8 +152,6 @@ def import_hf(input_path: str | Path, output: str | Path, force: bool = False, m
     ``hf_state``: the model's tensors when the caller already holds them (``hf_model.state_dict()`` of the
     same ``input_path``), which saves reading and dequantizing the weights again.
     """
-    from megamlm.data import load_tokenizer as load_megamlm_tokenizer
-
     target = AtomicFolder(output, force)
     target.check()
     plan = plan_import(input_path, max_seq_length)

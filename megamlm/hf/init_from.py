@@ -12,7 +12,9 @@ import os
 from pathlib import Path
 
 from megamlm.config import Config, ConfigError
+from megamlm.data.embedded import default_cache_root
 from megamlm.hf.hf_source import is_hf_model
+from megamlm.hf.importer import import_hf
 from megamlm.hf.megamlm_checkpoint import TOKENIZER_DIR, read_record
 from megamlm.log import log
 
@@ -33,9 +35,6 @@ def _fingerprint(source: Path) -> str:
 
 def imported_copy(source: str | Path, cache_dir: str | Path | None = None) -> Path:
     """The megamlm checkpoint of ``source`` in the cache, imported on first use."""
-    from megamlm.data.embedded import default_cache_root
-    from megamlm.hf.importer import import_hf
-
     source = Path(source)
     root = Path(cache_dir) if cache_dir else default_cache_root()
     target = root / "hf-imports" / f"{source.stem}-{_fingerprint(source)}"

@@ -14,9 +14,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.distributed.checkpoint as dcp
 
 from megamlm.checkpoint import load_model_weights, resolve_checkpoint
-from megamlm.checkpoint.checkpointer import CONFIG, read_train_state, save_state_checkpoint
+from megamlm.checkpoint.checkpointer import (
+    CONFIG,
+    read_train_state,
+    save_state_checkpoint,
+)
 from megamlm.hf.errors import ConversionError
 from megamlm.model.config import ModelArgs
 from megamlm.model.transformer import Transformer
@@ -64,8 +69,6 @@ def read_record(path: str | Path) -> CheckpointRecord:
 
 def check_weights_match(record: CheckpointRecord, model: torch.nn.Module) -> None:
     """Compare the shard metadata with the model built from config.json, naming the first mismatch."""
-    import torch.distributed.checkpoint as dcp
-
     metadata = dcp.FileSystemReader(str(record.path)).read_metadata().state_dict_metadata
     for name, param in model.state_dict().items():
         key = f"model.{name}"

@@ -33,8 +33,8 @@ from typing import get_args
 import torch
 
 from megamlm.kernels import reference
-from megamlm.model.config import KernelBackend
 from megamlm.kernels.chunked_linear_cross_entropy import chunked_linear_cross_entropy
+from megamlm.model.config import KernelBackend
 
 __all__ = [
     "rms_norm",

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import torch
 
+from megamlm.config import Config, resolved_shape
 from megamlm.data import load_tokenizer
 from megamlm.data.embedded import TOKENIZER_FILE
-from megamlm.config import Config, resolved_shape
 from megamlm.model.config import ModelArgs, pad_vocab_size
 from megamlm.model.transformer import Transformer
 from megamlm.parallel.dims import ParallelDims, dims_from_config

@@ -14,9 +14,20 @@ import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh
 
 from megamlm.model.transformer import Transformer
-from megamlm.parallel.data_parallel import apply_compile, apply_ddp, apply_fsdp, apply_recompute, mixed_precision_policy
+from megamlm.parallel.data_parallel import (
+    apply_compile,
+    apply_ddp,
+    apply_fsdp,
+    apply_recompute,
+    mixed_precision_policy,
+)
 from megamlm.parallel.dims import ParallelDims
-from megamlm.parallel.pipeline import exchange_local_tensors, prune_to_stages, rank_stages, stage_copy
+from megamlm.parallel.pipeline import (
+    exchange_local_tensors,
+    prune_to_stages,
+    rank_stages,
+    stage_copy,
+)
 from megamlm.parallel.tensor_parallel import apply_tp
 
 

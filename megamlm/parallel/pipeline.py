@@ -14,7 +14,11 @@ import dataclasses
 
 import torch
 import torch.nn as nn
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleInterleaved1F1B
+from torch.distributed.pipelining import (
+    PipelineStage,
+    Schedule1F1B,
+    ScheduleInterleaved1F1B,
+)
 from torch.distributed.tensor import DTensor, Shard
 
 from megamlm.model.transformer import Transformer

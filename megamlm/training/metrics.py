@@ -5,6 +5,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from torch.utils.tensorboard import SummaryWriter
+
+from megamlm.log import rank
+
 
 @dataclass
 class IntervalSummary:
@@ -47,12 +51,8 @@ class TensorBoardWriter:
     """TensorBoard scalars when a folder is given (rank 0 only); a no-op otherwise."""
 
     def __init__(self, log_dir: str | None):
-        from megamlm.log import rank
-
         self.writer = None
         if log_dir and rank() == 0:
-            from torch.utils.tensorboard import SummaryWriter
-
             self.writer = SummaryWriter(log_dir=log_dir)
 
     def scalars(self, step: int, values: dict[str, float]) -> None:

@@ -20,7 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from megamlm.checkpoint.catalog import CONFIG, list_checkpoints
-from megamlm.checkpoint.checkpointer import CHECKPOINT_FORMAT, find_checkpoint, read_train_state, resolve_checkpoint
+from megamlm.checkpoint.checkpointer import (
+    CHECKPOINT_FORMAT,
+    find_checkpoint,
+    read_train_state,
+    resolve_checkpoint,
+)
 from megamlm.config import Config
 from megamlm.errors import ResumeError
 from megamlm.log import log

@@ -9,7 +9,14 @@ from dataclasses import dataclass
 
 import torch
 
-from megamlm.config import Config, ConfigError, resolved_shape, switch_step, warmup_iters, wsd_decay_iters
+from megamlm.config import (
+    Config,
+    ConfigError,
+    resolved_shape,
+    switch_step,
+    warmup_iters,
+    wsd_decay_iters,
+)
 from megamlm.data import load_tokenizer, prepare_embedded_corpus
 from megamlm.kernels import check_kernel_backend
 from megamlm.model.attention_backends import check_attention_backend

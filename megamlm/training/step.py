@@ -14,7 +14,11 @@ from dataclasses import dataclass
 import torch
 
 from megamlm.objectives import Batch
-from megamlm.parallel.forward_backward import clip_gradients_, forward_backward, global_grad_norm
+from megamlm.parallel.forward_backward import (
+    clip_gradients_,
+    forward_backward,
+    global_grad_norm,
+)
 from megamlm.parallel.parallelize import ParallelModel
 
 

@@ -7,7 +7,6 @@ exactly: another global batch size (the same sample stream continues), and the s
 
 import hashlib
 import json
-import os
 
 import pytest
 import torch
