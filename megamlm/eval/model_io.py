@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import torch
+
 
 class ModelFolderError(ValueError):
     """A model folder that cannot be evaluated; the message names the fix."""
@@ -63,7 +65,6 @@ def segment_separator(tokenizer) -> str:
 
 def load_encoder(path: str | Path):
     """The bare encoder (AutoModel: EuroBERT, BERT, Llama, ...) in float32; heads are added on top."""
-    import torch
     from transformers import AutoModel
 
     check_model_folder(path)

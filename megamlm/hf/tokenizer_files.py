@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tokenizers import Tokenizer
+
 from megamlm.hf.errors import ConversionError
 
 # Reserved tokens a mask can take over, most preferred first (EuroBERT uses Llama 3's first reserved token).
@@ -28,7 +30,6 @@ def find_tokenizer_json(path: str | Path) -> Path:
 def write_export_tokenizer(tokenizer_json: Path, out_dir: Path, ids: dict, vocab_size: int,
                            model_max_length: int) -> dict[str, str | None]:
     """Write the tokenizer files of an export; returns the token string of each role."""
-    from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
     raw = Tokenizer.from_file(str(tokenizer_json))

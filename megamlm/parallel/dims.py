@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import get_args
 
+from torch.distributed.device_mesh import init_device_mesh
+
 from megamlm.config import Config, DataParallelImpl, PipelineSchedule, resolved_shape
 from megamlm.errors import UserError
 from megamlm.parallel.launch import world_size_from_env
@@ -58,8 +60,6 @@ class ParallelDims:
 
     def build_mesh(self, device_type: str):
         """The 4-d DeviceMesh (pp, dp_replicate, dp_shard, tp) over the default process group."""
-        from torch.distributed.device_mesh import init_device_mesh
-
         return init_device_mesh(device_type, (self.pp, self.dp_replicate, self.dp_shard, self.tp),
                                 mesh_dim_names=MESH_DIMS)
 
