@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from megamlm.hf.megamlm_checkpoint import CheckpointRecord
+from megamlm.objectives import PHASES
 
 _OBJECTIVE_NAMES = {
     "mlm": "masked language modeling (MLM)",
@@ -38,7 +39,7 @@ def model_card(record: CheckpointRecord, arch_class: str, dtype: str) -> str:
     f = training_facts(record)
     a = record.model_args
     objective = _OBJECTIVE_NAMES.get(f["objective"], f["objective"] or "unknown")
-    if f["objective"] in ("clm_then_mlm", "mlm_then_clm"):
+    if len(PHASES.get(f["objective"], ())) == 2:
         schedule = (f"{objective}, switching after step {f['switch_step']} of {f['train_iters']} "
                     f"(--switch {f['switch']})")
     else:
