@@ -46,22 +46,23 @@ def detect_launcher(environ: Mapping[str, str] | None = None) -> str | None:
     return None
 
 
-def world_size_from_env(environ: Mapping[str, str] | None = None) -> int:
-    """The world size the launcher announced (1 when started as a plain process)."""
+def _announced(environ: Mapping[str, str] | None, column: int, plain: int) -> int:
+    """Column 1 (rank) or 2 (world size) of the detected launcher's variables; ``plain`` without a launcher."""
     env = os.environ if environ is None else environ
     launcher = detect_launcher(env)
     if launcher is None:
-        return 1
-    return int(env[next(size for name, _, size, _ in _LAUNCHERS if name == launcher)])
+        return plain
+    return int(env[next(entry for entry in _LAUNCHERS if entry[0] == launcher)[column]])
+
+
+def world_size_from_env(environ: Mapping[str, str] | None = None) -> int:
+    """The world size the launcher announced (1 when started as a plain process)."""
+    return _announced(environ, 2, plain=1)
 
 
 def rank_from_env(environ: Mapping[str, str] | None = None) -> int:
     """This process's global rank as the launcher announced it (0 for a plain process)."""
-    env = os.environ if environ is None else environ
-    launcher = detect_launcher(env)
-    if launcher is None:
-        return 0
-    return int(env[next(rank for name, rank, _, _ in _LAUNCHERS if name == launcher)])
+    return _announced(environ, 1, plain=0)
 
 
 def first_slurm_host(nodelist: str) -> str:

@@ -1,6 +1,7 @@
 import os
 
 import pytest
+import torch
 
 from types import SimpleNamespace
 
@@ -48,3 +49,12 @@ def run_recorded(*argv, on_step=None):
 
     result = pretrain(parse_args(FAST + [str(a) for a in argv]), on_step=observe)
     return SimpleNamespace(**vars(result), **vars(recorder))
+
+
+@pytest.fixture
+def one_thread():
+    """One intra-op thread: bitwise comparisons between runs need the same arithmetic order."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -23,12 +23,7 @@ TINY = ["--num-layers", "1", "--hidden-size", "32", "--ffn-hidden-size", "64", "
 GBS = 4
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture

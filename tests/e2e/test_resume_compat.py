@@ -23,12 +23,7 @@ SMALL = ["--num-layers", "1", "--hidden-size", "32", "--ffn-hidden-size", "64", 
          "--lr-wsd-decay-iters", "2", "--objective", "clm_then_mlm", "--switch", "0.5"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
