@@ -279,9 +279,12 @@ def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: torch.o
         set_rng_state(torch.load(ckpt / rng_file(ranks.rank() % saved_ranks), weights_only=False))
 
 
-def load_model_weights(path: str | Path, model: torch.nn.Module) -> Path:
-    """Weights only (continued pretraining): no optimizer, schedule or data position."""
-    ckpt = resolve_checkpoint(path)
+def load_model_weights(path: str | Path, model: torch.nn.Module, verify: bool = True) -> Path:
+    """Weights only (continued pretraining): no optimizer, schedule or data position.
+
+    ``verify=False``: ``path`` is a checkpoint folder that ``resolve_checkpoint`` has just checked (hashing a large
+    checkpoint twice costs minutes)."""
+    ckpt = resolve_checkpoint(path) if verify else Path(path)
     model_sd = get_model_state_dict(model)
     state = {"model": model_sd}
     with warnings.catch_warnings():

@@ -82,8 +82,7 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler, on_step) -> RunResult:
     mesh, device = start_parallel(plan.dims, plan.device)
     record = build_run_record(cfg, plan, plan.dims.world_size)
     resume = plan_resume(cfg, record)  # every difference from the checkpoint is honoured or refused here
-    if c.init_from and resume is None:
-        resolve_checkpoint(c.init_from)  # fail on a bad path before any work
+    init_path = resolve_checkpoint(c.init_from) if c.init_from and resume is None else None  # before any work
     for note in resume.notes if resume else []:
         log(note)
 
@@ -115,9 +114,9 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler, on_step) -> RunResult:
                         skip=("objective_schedule", "lr_schedule") if resume.override_schedule else ())
         set_hyperparameters(optimizer, t.weight_decay, (t.adam_beta1, t.adam_beta2), t.adam_eps)
         log(f"resumed from {resume.path} at step {progress.step} ({progress.consumed_samples} samples consumed)")
-    elif c.init_from:
-        log(f"initialised weights from {load_model_weights(c.init_from, pm.model)} (fresh optimizer, schedule "
-            "and data position)")
+    elif init_path is not None:
+        load_model_weights(init_path, pm.model, verify=False)
+        log(f"initialised weights from {init_path} (fresh optimizer, schedule and data position)")
     if c.save and rank() == 0:
         write_run_record(c.save, record)
 
