@@ -3,6 +3,8 @@ SQuAD JSON, and BEIR's corpus/queries/qrels; and a task folder that holds one fi
 
 from __future__ import annotations
 
+from megamlm.errors import UserError
+
 import csv
 import json
 from pathlib import Path
@@ -18,7 +20,7 @@ from megamlm.eval.examples import (
 )
 
 
-class TaskDataError(ValueError):
+class TaskDataError(UserError, ValueError):
     """Task data that cannot be used as given; the message names the problem and the fix."""
 
 
