@@ -3,12 +3,12 @@ broken folder into one clear error instead of a failure deep inside a fine-tunin
 
 from __future__ import annotations
 
-from megamlm.errors import UserError
-
 import json
 from pathlib import Path
 
 import torch
+
+from megamlm.errors import UserError
 
 
 class ModelFolderError(UserError, ValueError):

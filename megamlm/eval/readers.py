@@ -3,12 +3,11 @@ SQuAD JSON, and BEIR's corpus/queries/qrels; and a task folder that holds one fi
 
 from __future__ import annotations
 
-from megamlm.errors import UserError
-
 import csv
 import json
 from pathlib import Path
 
+from megamlm.errors import UserError
 from megamlm.eval.examples import (
     SPLITS,
     TASK_KINDS,

@@ -4,8 +4,6 @@ can get wrong is checked in the main process before the first run starts."""
 
 from __future__ import annotations
 
-from megamlm.errors import UserError
-
 import concurrent.futures
 import dataclasses
 import multiprocessing
@@ -18,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from megamlm.errors import UserError
 from megamlm.eval.aggregate import collect, per_lr, summarize
 from megamlm.eval.examples import RetrievalSplit, TaskData
 from megamlm.eval.finetune import PRECISIONS, Hyperparameters, run_finetuning
