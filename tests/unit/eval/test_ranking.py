@@ -1,5 +1,6 @@
 """Streaming top-k retrieval: the same top-10 as a dense score matrix, and a million-document corpus
-ranked against 1,000 queries within 1 GB (peak resident memory of a fresh process, torch included)."""
+ranked against 1,000 queries within 1 GB (peak resident memory of a fresh process, torch included:
+/proc's VmHWM, as ru_maxrss carries the parent's peak across exec)."""
 
 import json
 import subprocess
@@ -7,6 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 import torch
 
 from megamlm.eval import ranking
@@ -33,19 +35,23 @@ def test_same_top10_as_a_dense_reference_on_10k(monkeypatch):
     assert torch.equal(top, dense_top)
 
 
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="needs Linux /proc to read the peak memory")
 def test_a_million_documents_against_1000_queries_in_under_1_gb():
     script = textwrap.dedent(f"""
-        import json, resource, sys, time
+        import json, sys, time
         sys.path.insert(0, {str(ROOT)!r})
         import torch
         from megamlm.eval.ranking import streaming_top_k
-        baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        def peak_kb():
+            with open("/proc/self/status") as f:
+                return int(next(line for line in f if line.startswith("VmHWM:")).split()[1])
+        baseline = peak_kb()
         generator = torch.Generator().manual_seed(0)
         queries = torch.randn(1000, {DIM}, generator=generator)
         chunks = (torch.randn(50_000, {DIM}, generator=generator) for _ in range(20))
         started = time.perf_counter()
         scores, top = streaming_top_k(queries, chunks, 10)
-        print(json.dumps({{"peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "baseline_kb": baseline,
+        print(json.dumps({{"peak_kb": peak_kb(), "baseline_kb": baseline,
                           "seconds": time.perf_counter() - started, "shape": list(top.shape),
                           "max_index": int(top.max()), "sorted": bool((scores[:, :-1] >= scores[:, 1:]).all())}}))
     """)
