@@ -1,13 +1,14 @@
 """Fine-tune and score encoders with the paper's protocol (LR grid x seeds, best LR on validation,
 test mean and 95% CI over seeds), one result file per run; rerunning skips finished runs.
 
-    python tools/evaluate.py --model mlm=hf/mlm,clm=hf/clm --tasks rt-sentiment,brown-pos --output evals/x
-    python tools/evaluate.py --model runs/mlm --tasks sst2,squad --hf-datasets-dir /data/hf  # a megamlm checkpoint
+    python tools/evaluate.py --model mlm=hf/mlm,clm=hf/clm --tasks austen-qa,austen-retrieval --output evals/x
+    python tools/evaluate.py --model mlm=runs/mlm --tasks sst2,squad --output evals/y  # every checkpoint of a run
 
-Tasks: local (rt-sentiment, brown-genre, brown-pos, austen-qa, austen-retrieval), the paper's 12
-datasets (sst2 qqp mnli conll2003 ontonotes uner squad squad_v2 record msmarco nq mldr, read from
-local copies only), or your own folder as TYPE:PATH. Writes results.md, results.csv, scores_per_lr.csv,
-score_per_model.png and score_vs_lr.png into --output.
+Tasks: local (austen-qa and austen-retrieval from the packaged corpus; rt-sentiment, brown-genre,
+brown-pos from --data-dir), the paper's 12 datasets (sst2 qqp mnli conll2003 ontonotes uner squad
+squad_v2 record msmarco nq mldr, loaded with Hugging Face datasets: downloaded and cached when online,
+from the cache with HF_HUB_OFFLINE=1, or from --hf-datasets-dir copies), or your own folder as
+TYPE:PATH. Writes results.md, results.csv, scores_per_lr.csv, score_per_model.png and score_vs_lr.png.
 """
 
 from __future__ import annotations
@@ -27,8 +28,16 @@ def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(",") if x.strip())
 
 
+def _int_or_protocol(text: str) -> int | None:
+    """An integer, or None for "protocol" (the value the protocol derives per task or model)."""
+    return None if text == "protocol" else int(text)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    from megamlm.eval.finetune import Hyperparameters
+    from megamlm.eval.finetune import PRECISIONS, Hyperparameters
+    from megamlm.eval.heads import POOLINGS
+    from megamlm.eval.model_source import CHECKPOINT_CHOICES
+    from megamlm.eval.paper_datasets import RETRIEVAL_CORPORA
     from megamlm.eval.runner import PAPER_LRS, PAPER_SEEDS
     from megamlm.eval.tasks import TaskSettings
 
@@ -36,33 +45,52 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--model", action="append", required=True,
-                   help="NAME=PATH (repeatable or comma-separated); PATH is a Hugging Face folder or a megamlm checkpoint")
+                   help="NAME=PATH (repeatable or comma-separated); PATH is a Hugging Face folder, a megamlm "
+                        "checkpoint, or a megamlm run folder (see --checkpoints)")
+    p.add_argument("--checkpoints", choices=CHECKPOINT_CHOICES, default="all",
+                   help="for a run folder given as --model: evaluate every whole checkpoint (models NAME-stepN) "
+                        "or only the newest (model NAME)")
     p.add_argument("--tasks", required=True, help="comma-separated task names or TYPE:PATH folders")
     p.add_argument("--output", required=True, type=Path, help="folder for run results, tables and figures")
     p.add_argument("--lrs", type=_floats, default=PAPER_LRS, help="comma-separated learning-rate grid")
     p.add_argument("--seeds", type=_ints, default=PAPER_SEEDS, help="comma-separated seeds")
-    p.add_argument("--batch-size", type=int, default=hp.batch_size)
-    p.add_argument("--max-steps", type=int, default=hp.max_steps, help="at most this many steps per run")
-    p.add_argument("--epochs", type=float, default=hp.epochs, help="and at most this many passes over train")
+    p.add_argument("--batch-size", type=int, default=hp.batch_size, help="examples per optimizer step")
+    p.add_argument("--micro-batch-size", type=int, default=hp.micro_batch_size,
+                   help="examples per forward/backward (gradients accumulate to --batch-size); retrieval: the "
+                        "mini-batch of the cached ranking loss")
+    p.add_argument("--max-steps", type=_int_or_protocol, default="protocol",
+                   help="optimizer steps per run, winning over --epochs; -1 = --epochs only; protocol = 1000, "
+                        "one epoch for token classification")
+    p.add_argument("--epochs", type=float, default=hp.epochs, help="passes over train when --max-steps is -1")
     p.add_argument("--warmup-ratio", type=float, default=hp.warmup_ratio, help="linear warmup fraction, then linear decay")
     p.add_argument("--beta1", type=float, default=hp.beta1)
     p.add_argument("--beta2", type=float, default=hp.beta2)
     p.add_argument("--eps", type=float, default=hp.eps)
     p.add_argument("--weight-decay", type=float, default=hp.weight_decay, help="AdamW decay of matrices")
     p.add_argument("--max-grad-norm", type=float, default=hp.max_grad_norm, help="clipping; 0 = off")
-    p.add_argument("--max-length", type=int, default=ts.max_length, help="longest input in tokens")
-    p.add_argument("--max-query-length", type=int, default=ts.max_query_length, help="QA question / retrieval query tokens")
+    p.add_argument("--precision", choices=PRECISIONS, default=hp.precision,
+                   help="auto = bf16 autocast on CUDA (as the paper), fp32 on CPU")
+    p.add_argument("--max-length", type=_int_or_protocol, default="protocol",
+                   help="longest input in tokens; protocol = 99%% of the model's max_position_embeddings")
+    p.add_argument("--max-query-length", type=int, default=ts.max_query_length, help="QA question tokens")
     p.add_argument("--doc-stride", type=int, default=ts.doc_stride, help="QA window overlap in tokens")
     p.add_argument("--max-answer-length", type=int, default=ts.max_answer_length, help="QA answer tokens")
     p.add_argument("--no-answer-threshold", type=float, default=ts.no_answer_threshold,
                    help="QA: answer nothing when null score > best span score + this")
-    p.add_argument("--temperature", type=float, default=ts.temperature, help="retrieval contrastive temperature")
+    p.add_argument("--temperature", type=float, default=ts.temperature,
+                   help="retrieval ranking-loss temperature (0.05 = sentence-transformers' scale 20)")
+    p.add_argument("--classifier-pooling", choices=POOLINGS, default=ts.classifier_pooling,
+                   help="sequence classification head pooling (EuroBERT's: late)")
+    p.add_argument("--retrieval-corpus", choices=RETRIEVAL_CORPORA, default="judged",
+                   help="the paper's retrieval sets: judged = the documents judged for validation or test "
+                        "(EncodEval's corpus), full = the whole corpus")
     p.add_argument("--eval-batch-size", type=int, default=ts.eval_batch_size)
     p.add_argument("--max-train-examples", type=int, default=0, help="fixed random subset of train; 0 = all")
     p.add_argument("--max-eval-examples", type=int, default=0, help="fixed random subset of validation/test; 0 = all")
     p.add_argument("--data-dir", help="folder of the local tasks' data (default: ../shared/data beside the repo)")
-    p.add_argument("--hf-datasets-dir", help="folder of save_to_disk copies of the paper's datasets "
-                                             "(default: the Hugging Face cache, offline)")
+    p.add_argument("--hf-datasets-dir", help="folder of save_to_disk copies of the paper's datasets, made by "
+                                             "tools/fetch_eval_datasets.py --save-to (default: Hugging Face "
+                                             "datasets, online or from its cache with HF_HUB_OFFLINE=1)")
     p.add_argument("--num-workers", type=int, default=1, help="processes running fine-tuning runs in parallel")
     p.add_argument("--devices", help="comma-separated devices given to workers in turn "
                                      "(default: every CUDA device, else cpu)")
@@ -74,11 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from megamlm.checkpoint import CheckpointError
+    from megamlm.errors import UserError
     from megamlm.eval.finetune import Hyperparameters
-    from megamlm.eval.model_io import ModelFolderError
-    from megamlm.eval.model_source import parse_model_specs, resolve_model
-    from megamlm.eval.readers import TaskDataError
+    from megamlm.eval.model_source import parse_model_specs, resolve_models
     from megamlm.eval.runner import EvalPlan, PlanError, evaluate
     from megamlm.eval.tasks import TaskSettings
 
@@ -89,26 +115,28 @@ def main(argv: list[str] | None = None) -> int:
 
         devices = tuple(f"cuda:{i}" for i in range(torch.cuda.device_count())) or ("cpu",)
     try:
-        models = [resolve_model(name, path, args.output / "hf_exports", args.export_arch)
-                  for name, path in parse_model_specs(args.model)]
+        models = [entry for name, path in parse_model_specs(args.model)
+                  for entry in resolve_models(name, path, args.output / "hf_exports", args.export_arch, args.checkpoints)]
         plan = EvalPlan(
             models=models, tasks=[t.strip() for t in args.tasks.split(",") if t.strip()], output=args.output,
             lrs=args.lrs, seeds=args.seeds,
             hyperparameters=Hyperparameters(
-                batch_size=args.batch_size, max_steps=args.max_steps, epochs=args.epochs, warmup_ratio=args.warmup_ratio,
-                beta1=args.beta1, beta2=args.beta2, eps=args.eps, weight_decay=args.weight_decay,
-                max_grad_norm=args.max_grad_norm),
+                batch_size=args.batch_size, micro_batch_size=args.micro_batch_size, max_steps=args.max_steps,
+                epochs=args.epochs, warmup_ratio=args.warmup_ratio, beta1=args.beta1, beta2=args.beta2, eps=args.eps,
+                weight_decay=args.weight_decay, max_grad_norm=args.max_grad_norm, precision=args.precision),
             settings=TaskSettings(
                 max_length=args.max_length, max_query_length=args.max_query_length, doc_stride=args.doc_stride,
                 max_answer_length=args.max_answer_length, no_answer_threshold=args.no_answer_threshold,
-                temperature=args.temperature, eval_batch_size=args.eval_batch_size),
+                temperature=args.temperature, classifier_pooling=args.classifier_pooling,
+                eval_batch_size=args.eval_batch_size),
             max_train_examples=args.max_train_examples, max_eval_examples=args.max_eval_examples,
-            data_dir=args.data_dir, hf_datasets_dir=args.hf_datasets_dir, num_workers=args.num_workers,
+            data_dir=args.data_dir, hf_datasets_dir=args.hf_datasets_dir, retrieval_corpus=args.retrieval_corpus,
+            num_workers=args.num_workers,
             devices=devices)
         if not plan.tasks:
             raise PlanError("no task given; pass --tasks, e.g. --tasks rt-sentiment,brown-pos")
         outcome = evaluate(plan, plots=not args.no_plots)
-    except (ModelFolderError, TaskDataError, PlanError, CheckpointError) as error:
+    except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if outcome["failed"]:

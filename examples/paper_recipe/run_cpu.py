@@ -57,7 +57,8 @@ def parse_args(argv=None):
     p.add_argument("--seeds", type=_ints, default=(0, 1))
     p.add_argument("--max-steps", type=int, default=8)
     p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--max-length", type=int, default=128)
+    p.add_argument("--max-length", type=int, default=128,
+                   help="SmolLM2 import: positions kept (fine-tuning inputs: 99%% of the model's positions, the protocol)")
     p.add_argument("--max-train-examples", type=int, default=128)
     p.add_argument("--max-eval-examples", type=int, default=50)
     p.add_argument("--cpt", action="store_true", help="add the SmolLM2 continued-pretraining model (slow on CPU)")
@@ -125,9 +126,11 @@ def evaluation_plan(models, tasks, lrs, max_steps, batch_size, args):
     from megamlm.eval.runner import EvalPlan
     from megamlm.eval.tasks import TaskSettings
 
+    # The protocol's defaults (megamlm/eval/README.md) except the sizes reduced for a CPU: LR grid, seeds,
+    # steps, batch size, examples; QA windows short enough for a 128-position model.
     return EvalPlan(models=models, tasks=tasks.split(","), output=args.workdir / "eval", lrs=lrs, seeds=args.seeds,
                     hyperparameters=Hyperparameters(batch_size=batch_size, max_steps=max_steps),
-                    settings=TaskSettings(max_length=args.max_length, doc_stride=32, max_query_length=32),
+                    settings=TaskSettings(doc_stride=32, max_query_length=32),
                     max_train_examples=args.max_train_examples, max_eval_examples=args.max_eval_examples,
                     devices=(args.device,))
 
@@ -162,10 +165,11 @@ Written by `python examples/paper_recipe/run_cpu.py {" ".join(sys.argv[1:]) if a
   bundled Austen corpus; MLM, CLM and CLM-then-MLM (switch 0.25) see the identical sample sequence.
 - Continued pretraining: {"left out (no --cpt)" if not args.cpt else f"SmolLM2-135M-Instruct + {args.cpt_steps} MLM steps (model `smollm2_cpt_mlm`)"}.
 - Export: every checkpoint as a EuroBERT folder; all models are fine-tuned with bidirectional attention.
-- Fine-tuning (reduced protocol): LRs {list(args.lrs)} x seeds {list(args.seeds)}, at most {args.max_steps} steps
-  of batch {args.batch_size}, linear schedule with 10% warmup, AdamW (0.9, 0.95, eps 1e-5, wd 0.1); at most
-  {args.max_train_examples} train and {args.max_eval_examples} validation/test examples per task (fixed subsets);
-  inputs up to {args.max_length} tokens. Best LR on validation; test mean ± 95% t-interval over seeds.
+- Fine-tuning (the EncodEval protocol of megamlm/eval/README.md, reduced in size): LRs {list(args.lrs)} x seeds
+  {list(args.seeds)}, {args.max_steps} steps of batch {args.batch_size} (micro-batches of 4), transformers' linear
+  schedule with 10% warmup, AdamW (0.9, 0.95, eps 1e-5, wd 0.1); at most {args.max_train_examples} train and
+  {args.max_eval_examples} validation/test examples per task (fixed subsets); inputs up to 99% of each model's
+  positions; EuroBERT's classification head (late pooling). Best LR on validation; test mean ± 95% t-interval over seeds.
   {"" if not args.cpt else f"SmolLM2 (135M parameters, CPU-heavy): tasks {args.cpt_tasks}, LRs {list(args.cpt_lrs)}, {args.cpt_max_steps} steps of batch {args.cpt_batch_size}."}
 
 Pretraining losses (first and last logged step per objective):

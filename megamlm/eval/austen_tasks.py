@@ -1,6 +1,7 @@
-"""QA and retrieval tasks derived from Jane Austen's novels (public domain; `austen/austen.jsonl`).
-These are made by this project, not published benchmarks; they exist so the whole evaluation can run
-on a laptop without downloads. Everything is a pure function of the file.
+"""QA and retrieval tasks derived from Jane Austen's novels (public domain), read from the corpus shipped
+in the package (megamlm/assets/austen/austen.jsonl.gz). These are made by this project, not published
+benchmarks; they exist so the whole evaluation can run on a laptop without downloads. Everything is a
+pure function of the file.
 
 austen-qa (SQuAD-v2 style): in paragraphs with speech attributed as `"...," said Elinor` (verbs
 said/cried/replied/answered/returned/added/continued; speaker a capitalised name, optionally with a
@@ -18,10 +19,15 @@ hash of the paragraph id; the validation and test corpora are their split's docu
 
 from __future__ import annotations
 
+import gzip
+import json
 import re
+from pathlib import Path
 
 from megamlm.eval.examples import QAExample, RetrievalSplit, TaskData
-from megamlm.eval.local_data import data_file, hash_split, read_jsonl
+from megamlm.eval.local_data import hash_split
+
+AUSTEN_CORPUS = Path(__file__).resolve().parents[1] / "assets" / "austen" / "austen.jsonl.gz"
 
 _TITLE = r"(?:(?:Mrs?|Dr)\.?|Miss|Lady|Sir|Colonel|Captain|Admiral)"
 SPEECH = re.compile(r'"([^"]{10,}?)[,!?]"\s+(?:said|cried|replied|answered|returned|added|continued)\s+'
@@ -30,12 +36,13 @@ QUOTE_WORDS = 8
 NO_ANSWER_EVERY = 3
 
 
-def austen_paragraphs(data_dir) -> list[dict]:
-    return read_jsonl(data_file(data_dir, "austen/austen.jsonl", "austen-qa / austen-retrieval"))
+def austen_paragraphs() -> list[dict]:
+    with gzip.open(AUSTEN_CORPUS, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
-def austen_qa(data_dir) -> TaskData:
-    paragraphs = austen_paragraphs(data_dir)
+def austen_qa() -> TaskData:
+    paragraphs = austen_paragraphs()
     splits = {"train": [], "validation": [], "test": []}
     count = 0
     for index, paragraph in enumerate(paragraphs):
@@ -52,7 +59,7 @@ def austen_qa(data_dir) -> TaskData:
                 if other["book"] == paragraph["book"] and fragment not in other["text"] and speaker not in other["text"]:
                     splits[split].append(QAExample(f"{qid}-none", question, other["text"], []))
             count += 1
-    return TaskData("austen-qa", "question_answering", splits, source="austen/austen.jsonl (derived)")
+    return TaskData("austen-qa", "question_answering", splits, source=f"{AUSTEN_CORPUS.name} (derived)")
 
 
 _ABBREVIATIONS = {"Mr", "Mrs", "Dr", "St", "Col", "Capt", "Messrs", "Esq"}
@@ -77,11 +84,11 @@ MIN_CHARS, MAX_CHARS, MIN_SENTENCES, MAX_SENTENCES = 300, 1500, 3, 8
 MAX_DISTRACTORS = 500
 
 
-def austen_retrieval(data_dir) -> TaskData:
+def austen_retrieval() -> TaskData:
     queries = {s: {} for s in ("train", "validation", "test")}
     corpus = {s: {} for s in queries}
     distractors = {s: {} for s in queries}
-    for paragraph in austen_paragraphs(data_dir):
+    for paragraph in austen_paragraphs():
         text, pid = paragraph["text"], paragraph["id"]
         split = hash_split(f"austen-{pid}")
         sentences = split_sentences(text)
@@ -98,4 +105,4 @@ def austen_retrieval(data_dir) -> TaskData:
             documents.update(distractors[split])
         qrels = {q: {"d" + q[1:]: 1} for q in queries[split]}
         splits[split] = RetrievalSplit(queries[split], documents, qrels)
-    return TaskData("austen-retrieval", "retrieval", splits, source="austen/austen.jsonl (derived)")
+    return TaskData("austen-retrieval", "retrieval", splits, source=f"{AUSTEN_CORPUS.name} (derived)")

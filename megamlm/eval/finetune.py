@@ -1,8 +1,15 @@
-"""One fine-tuning run: a fresh head on the encoder, AdamW with a linear warmup/decay schedule for
-min(max_steps, epochs over the train set) steps, then the scores on validation and test."""
+"""One fine-tuning run: a fresh head on the encoder, AdamW with a linear warmup/decay schedule, then
+the scores on validation and test.
+
+Steps as Hugging Face's trainer counts them under EncodEval's settings: `max_steps` > 0 wins over
+epochs (a set smaller than max_steps x batch is cycled through several shuffled passes), otherwise
+`epochs` passes. The protocol gives 1,000 steps to sequence classification, QA and retrieval and one
+epoch to token classification (EncodEval's token-classification configs set max_steps -1).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -11,6 +18,10 @@ import torch
 
 from megamlm.eval.tasks.base import Task
 
+PROTOCOL_MAX_STEPS = {"sequence_classification": 1000, "question_answering": 1000, "retrieval": 1000,
+                      "token_classification": -1}
+"""EncodEval's max_steps per task type (-1: none, so one epoch)."""
+
 
 @dataclass
 class Hyperparameters:
@@ -18,9 +29,14 @@ class Hyperparameters:
     lr: float = 2e-5
     seed: int = 0
     batch_size: int = 32
-    max_steps: int = 1000
-    """Upper bound on optimizer steps; a run also stops after `epochs` passes over the train set."""
+    micro_batch_size: int = 4
+    """Examples per forward/backward (gradients accumulate to batch_size; EncodEval: 4 per device x 8
+    accumulation steps). For retrieval, the mini-batch of the cached ranking loss (EncodEval: 4)."""
+    max_steps: int | None = None
+    """Optimizer steps; > 0 wins over epochs; -1: epochs only; None: the protocol's per task type
+    (1,000, or one epoch for token classification)."""
     epochs: float = 1.0
+    """Passes over the train set when max_steps is -1."""
     warmup_ratio: float = 0.1
     """Fraction of the steps with a linear warmup from 0; the rest decays linearly to 0."""
     beta1: float = 0.9
@@ -30,19 +46,40 @@ class Hyperparameters:
     """Applied to matrices only; biases and normalisation weights (1-D tensors) are not decayed."""
     max_grad_norm: float = 1.0
     """Gradient-norm clipping threshold; 0 turns clipping off."""
+    precision: str = "auto"
+    """auto: bf16 autocast on CUDA (the paper fine-tunes in bf16), fp32 elsewhere; or bf16 / fp32."""
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def planned_steps(train_size: int, hp: Hyperparameters) -> int:
-    return max(1, min(hp.max_steps, math.ceil(hp.epochs * math.ceil(train_size / hp.batch_size))))
+PRECISIONS = ("auto", "bf16", "fp32")
+
+
+def max_steps_for(kind: str, hp: Hyperparameters) -> int:
+    return PROTOCOL_MAX_STEPS[kind] if hp.max_steps is None else hp.max_steps
+
+
+def planned_steps(train_size: int, hp: Hyperparameters, kind: str = "sequence_classification") -> int:
+    max_steps = max_steps_for(kind, hp)
+    if max_steps > 0:
+        return max_steps
+    return max(1, math.ceil(hp.epochs * math.ceil(train_size / hp.batch_size)))
+
+
+def autocast_for(device: torch.device, precision: str):
+    """A context factory: bf16 autocast, or nothing."""
+    use_bf16 = precision == "bf16" or (precision == "auto" and device.type == "cuda")
+    if not use_bf16:
+        return contextlib.nullcontext
+    return lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
 def linear_warmup_decay(step: int, total: int, warmup: int) -> float:
-    """Multiplier of the peak LR for the optimizer step that follows `step` completed steps."""
+    """Multiplier of the peak LR for the optimizer step that follows `step` completed steps: transformers'
+    linear schedule (0 at step 0, the peak after `warmup` steps, 0 at `total`)."""
     if step < warmup:
-        return (step + 1) / (warmup + 1)
+        return step / max(1, warmup)
     return max(0.0, (total - step) / max(1, total - warmup))
 
 
@@ -70,23 +107,23 @@ def run_finetuning(task: Task, encoder_loader, hp: Hyperparameters, device: torc
     torch.manual_seed(hp.seed)
     model = task.build_model(encoder_loader()).to(device)
     features = task.train_features()
-    steps = planned_steps(len(features), hp)
-    warmup = round(hp.warmup_ratio * steps)
+    steps = planned_steps(len(features), hp, task.kind)
+    warmup = math.ceil(hp.warmup_ratio * steps)
     optimizer = _optimizer(model, hp)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: linear_warmup_decay(s, steps, warmup))
+    autocast = autocast_for(device, hp.precision)
     generator = torch.Generator().manual_seed(hp.seed)
     losses, diverged_at = [], None
     model.train()
     for step, indices in enumerate(_batches(len(features), min(hp.batch_size, len(features)), steps, generator)):
         batch = {k: v.to(device) for k, v in task.collate([features[i] for i in indices]).items()}
-        loss = task.loss(model, batch)
+        optimizer.zero_grad(set_to_none=True)
+        loss = task.forward_backward(model, batch, hp.micro_batch_size, autocast)
         if not torch.isfinite(loss):
-            # A diverged run is a result of the protocol (high LRs do diverge): stop, keep the last finite
-            # weights, score them, and say so in the result.
+            # A diverged run is a result of the protocol (high LRs do diverge): stop before the update,
+            # keep the last finite weights, score them, and say so in the result.
             diverged_at = step
             break
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
         if hp.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), hp.max_grad_norm)
         optimizer.step()
@@ -95,10 +132,12 @@ def run_finetuning(task: Task, encoder_loader, hp: Hyperparameters, device: torc
         if progress is not None:
             progress(step + 1, steps, losses[-1])
     model.eval()
-    scores = {split: task.evaluate(model, split, device) for split in eval_splits}
+    with autocast():
+        scores = task.evaluate_splits(model, eval_splits, device)
     tail = losses[-max(1, len(losses) // 10):]
     return {"steps": steps, "steps_done": len(losses), "warmup_steps": warmup, "train_features": len(features),
             "diverged_at_step": diverged_at, "first_loss": losses[0] if losses else None,
             "last_loss": losses[-1] if losses else None,
             "mean_loss_last_10pct": sum(tail) / len(tail) if tail else None,
+            "precision": "bf16" if autocast is not contextlib.nullcontext else "fp32",
             "seconds": time.time() - started, **scores}

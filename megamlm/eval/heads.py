@@ -1,5 +1,6 @@
-"""Task heads over any Hugging Face encoder (AutoModel): mean pooling for sentence-level tasks, a
-linear layer per token for tagging, two logits per token (start, end) for extractive QA."""
+"""Task heads over any Hugging Face encoder (AutoModel): EuroBERT's sequence-classification head
+(dense, GELU, linear) with its poolings, a linear layer per token for tagging, two outputs per token
+for extractive QA, and a mean-pooled bi-encoder for retrieval."""
 
 from __future__ import annotations
 
@@ -13,6 +14,9 @@ def mean_pool(hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tenso
     return (hidden * mask).sum(1) / mask.sum(1).clamp(min=1.0)
 
 
+POOLINGS = ("late", "mean", "bos")
+
+
 class _EncoderWithHead(nn.Module):
     def __init__(self, encoder: nn.Module):
         super().__init__()
@@ -24,12 +28,28 @@ class _EncoderWithHead(nn.Module):
 
 
 class SequenceClassifier(_EncoderWithHead):
-    def __init__(self, encoder: nn.Module, num_labels: int):
+    """EuroBERT's classification head (transformers' EuroBertForSequenceClassification): dense + GELU +
+    linear, with `pooling` "late" (the head on every token, then the mean of the logits over non-padding
+    tokens; EuroBERT's default), "mean" (mean of the hidden states, then the head) or "bos" (first token)."""
+
+    def __init__(self, encoder: nn.Module, num_labels: int, pooling: str = "late"):
         super().__init__(encoder)
+        if pooling not in POOLINGS:
+            raise ValueError(f"unknown classifier pooling {pooling!r}; use one of {', '.join(POOLINGS)}")
+        self.pooling = pooling
+        self.dense = nn.Linear(self.hidden_size, self.hidden_size)
+        self.activation = nn.GELU()
         self.classifier = nn.Linear(self.hidden_size, num_labels)
 
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.activation(self.dense(x)))
+
     def forward(self, input_ids, attention_mask):
-        return self.classifier(mean_pool(self.hidden_states(input_ids, attention_mask), attention_mask))
+        hidden = self.hidden_states(input_ids, attention_mask)
+        if self.pooling == "late":
+            return mean_pool(self.head(hidden), attention_mask)
+        pooled = hidden[:, 0] if self.pooling == "bos" else mean_pool(hidden, attention_mask)
+        return self.head(pooled)
 
 
 class TokenClassifier(_EncoderWithHead):
@@ -42,7 +62,7 @@ class TokenClassifier(_EncoderWithHead):
 
 
 class SpanExtractor(_EncoderWithHead):
-    """Start and end logits per token: QA as a two-label token classification."""
+    """Two outputs per token (a token-classification head with 2 labels), read as start and end logits."""
 
     def __init__(self, encoder: nn.Module):
         super().__init__(encoder)
@@ -55,7 +75,8 @@ class SpanExtractor(_EncoderWithHead):
 
 
 class BiEncoder(_EncoderWithHead):
-    """One shared encoder for queries and documents; unit-length mean-pooled embeddings."""
+    """One shared encoder for queries and documents; unit-length mean-pooled embeddings (so that dot
+    products are the cosine similarities of sentence-transformers' mean pooling)."""
 
     def forward(self, input_ids, attention_mask):
         pooled = mean_pool(self.hidden_states(input_ids, attention_mask), attention_mask)

@@ -1,6 +1,6 @@
 """Small tasks built from the project's shared data folder (`../shared/data` beside the repository,
-described in its README): sentiment and genre classification and POS tagging, plus a QA set and a
-retrieval set derived from the Austen text (see austen_tasks.py). All splits are deterministic."""
+described in its README): sentiment and genre classification and POS tagging. (The Austen QA and
+retrieval sets read the corpus shipped in the package: austen_tasks.py.) All splits are deterministic."""
 
 from __future__ import annotations
 
@@ -26,8 +26,7 @@ def data_file(data_dir: Path, relative: str, task: str) -> Path:
     path = Path(data_dir) / relative
     if not path.is_file():
         raise TaskDataError(f"task {task} needs {relative} under the data folder {data_dir}, which is missing; "
-                            f"pass --data-dir (or set ${DATA_DIR_ENV}) to the folder that holds austen/, brown/ "
-                            f"and sentiment/")
+                            f"pass --data-dir (or set ${DATA_DIR_ENV}) to the folder that holds brown/ and sentiment/")
     return path
 
 

@@ -3,7 +3,9 @@
 Span F1 follows the seqeval/CoNLL convention: an entity counts only if its type and both boundaries
 match exactly, so a partial overlap is one false positive and one false negative. SQuAD EM/F1 use the
 official answer normalisation; an example without gold answers is a no-answer question, scored 1 only
-for an empty prediction. Ranking metrics treat a document without a judgement as relevance 0.
+for an empty prediction. Ranking metrics treat a document without a judgement as relevance 0 and use
+the relevance itself as the gain (trec_eval's and scikit-learn's NDCG; the same as 2^rel - 1 for the
+binary judgements of the paper's protocol).
 """
 
 from __future__ import annotations
@@ -69,6 +71,13 @@ def span_f1(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[
     recall = true_pos / gold_total if gold_total else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     return {"precision": precision, "recall": recall, "f1": f1}
+
+
+def majority_vote(votes: Sequence[str]) -> str:
+    """The most frequent label among a word's sub-token predictions; a tie goes to the earliest sub-token."""
+    counts = collections.Counter(votes)
+    best = max(counts.values())
+    return next(v for v in votes if counts[v] == best)
 
 
 def is_bio_tagset(labels: Iterable[str]) -> bool:
@@ -139,10 +148,10 @@ def squad_scores(predictions: Mapping[str, str], gold_answers: Mapping[str, Sequ
 
 
 def ndcg_at_k(ranking: Sequence[str], relevance: Mapping[str, float], k: int = 10) -> float:
-    """NDCG@k with graded gains (2^rel - 1) and log2 discounts; unjudged documents have relevance 0."""
-    dcg = sum((2.0 ** relevance.get(doc, 0) - 1.0) / math.log2(rank + 2) for rank, doc in enumerate(ranking[:k]))
+    """NDCG@k with linear gains (the relevance) and log2 discounts; unjudged documents have relevance 0."""
+    dcg = sum(max(relevance.get(doc, 0), 0) / math.log2(rank + 2) for rank, doc in enumerate(ranking[:k]))
     ideal = sorted((r for r in relevance.values() if r > 0), reverse=True)[:k]
-    idcg = sum((2.0 ** r - 1.0) / math.log2(rank + 2) for rank, r in enumerate(ideal))
+    idcg = sum(r / math.log2(rank + 2) for rank, r in enumerate(ideal))
     return dcg / idcg if idcg > 0 else 0.0
 
 

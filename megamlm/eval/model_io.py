@@ -8,8 +8,10 @@ from pathlib import Path
 
 import torch
 
+from megamlm.errors import UserError
 
-class ModelFolderError(ValueError):
+
+class ModelFolderError(UserError, ValueError):
     """A model folder that cannot be evaluated; the message names the fix."""
 
 
@@ -63,9 +65,55 @@ def segment_separator(tokenizer) -> str:
     return tokenizer.sep_token or tokenizer.eos_token or tokenizer.pad_token
 
 
-def load_encoder(path: str | Path):
-    """The bare encoder (AutoModel: EuroBERT, BERT, Llama, ...) in float32; heads are added on top."""
+MAX_LENGTH_FRACTION = 0.99
+"""The protocol's input length: 99% of the model's positions (EncodEval leaves a 1% margin), e.g. 2,028 of 2,048."""
+
+
+def model_max_positions(path: str | Path) -> int | None:
+    with open(Path(path) / "config.json", encoding="utf-8") as f:
+        return json.load(f).get("max_position_embeddings")
+
+
+def protocol_max_length(path: str | Path) -> int:
+    """round(0.99 x max_position_embeddings) of the model folder (512 when the config does not say)."""
+    positions = model_max_positions(path)
+    return round(MAX_LENGTH_FRACTION * (positions or 512))
+
+
+def model_type(path: str | Path) -> str:
+    with open(Path(path) / "config.json", encoding="utf-8") as f:
+        return json.load(f).get("model_type", "")
+
+
+_REPORTED: set[str] = set()
+
+
+def load_encoder(path: str | Path, log=print):
+    """The bare encoder (AutoModel: EuroBERT, BERT, Llama, ...) in float32; heads are added on top.
+
+    transformers' per-load progress bar and key report are silenced; what they would say is logged
+    once per model folder as one line (tensors of the checkpoint that the bare encoder does not use,
+    such as an LM head, are expected)."""
+    import transformers
     from transformers import AutoModel
 
     check_model_folder(path)
-    return AutoModel.from_pretrained(str(path), dtype=torch.float32)
+    transformers.utils.logging.disable_progress_bar()
+    verbosity = transformers.utils.logging.get_verbosity()
+    transformers.utils.logging.set_verbosity_error()
+    try:
+        model, info = AutoModel.from_pretrained(str(path), dtype=torch.float32, output_loading_info=True)
+    finally:
+        transformers.utils.logging.set_verbosity(verbosity)
+    key = str(Path(path).resolve())
+    if key not in _REPORTED:
+        _REPORTED.add(key)
+        unused, missing = sorted(info.get("unexpected_keys") or []), sorted(info.get("missing_keys") or [])
+        parameters = sum(p.numel() for p in model.parameters())
+        line = f"loaded {path} ({model.config.model_type}, {parameters / 1e6:.1f}M parameters"
+        if unused:
+            line += f"; {len(unused)} checkpoint tensors unused by the bare encoder, e.g. {unused[0]}"
+        if missing:
+            line += f"; {len(missing)} encoder tensors not in the checkpoint (freshly initialised), e.g. {missing[0]}"
+        log(line + "); later loads of this model are silent")
+    return model

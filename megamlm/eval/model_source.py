@@ -1,5 +1,8 @@
-"""--model entries: `name=path` pairs whose path is a Hugging Face folder or a megamlm checkpoint
-(exported once to a Hugging Face folder under the output folder, through megamlm.hf)."""
+"""--model entries: `name=path` pairs whose path is a Hugging Face folder, a megamlm checkpoint, or a
+megamlm run folder (its --save folder). Checkpoints are exported once to Hugging Face folders under the
+output folder, through megamlm.hf; a later launch reuses the export. A run folder stands for every
+whole checkpoint in it (models NAME-stepN, for data-efficiency curves), or only its newest with
+--checkpoints latest."""
 
 from __future__ import annotations
 
@@ -8,8 +11,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from megamlm.checkpoint.catalog import list_checkpoints, problem, step_of
 from megamlm.eval.model_io import ModelFolderError, check_model_folder
 from megamlm.hf.export import export_checkpoint
+
+CHECKPOINT_CHOICES = ("all", "latest")
 
 _NAME = re.compile(r"^[A-Za-z0-9._+-]+$")
 
@@ -52,6 +58,25 @@ def is_megamlm_checkpoint(path: Path) -> bool:
         except json.JSONDecodeError:
             return False
     return False
+
+
+def resolve_models(name: str, path: Path, export_root: Path, export_arch: str = "eurobert", checkpoints: str = "all",
+                   log=print) -> list[ModelEntry]:
+    """One entry per model to evaluate: a run folder gives one per whole checkpoint (or its newest)."""
+    if checkpoints not in CHECKPOINT_CHOICES:
+        raise ModelFolderError(f"unknown --checkpoints {checkpoints!r}; use one of {', '.join(CHECKPOINT_CHOICES)}")
+    path = Path(path)
+    runs = list_checkpoints(path) if path.is_dir() and step_of(path) is None else []
+    if checkpoints == "latest" or not runs:
+        return [resolve_model(name, path, export_root, export_arch, log)]
+    whole = [(step, folder) for step, folder in sorted(runs) if problem(folder, deep=False) is None]
+    if not whole:
+        raise ModelFolderError(f"run folder {path} has no whole checkpoint (its iter_* folders are incomplete); "
+                               f"pass one checkpoint folder or a finished run")
+    skipped = len(runs) - len(whole)
+    if skipped:
+        log(f"{path}: {skipped} incomplete checkpoint folders skipped")
+    return [resolve_model(f"{name}-step{step}", folder, export_root, export_arch, log) for step, folder in whole]
 
 
 def resolve_model(name: str, path: Path, export_root: Path, export_arch: str = "eurobert", log=print) -> ModelEntry:

@@ -7,6 +7,7 @@ import csv
 import json
 from pathlib import Path
 
+from megamlm.errors import UserError
 from megamlm.eval.examples import (
     SPLITS,
     TASK_KINDS,
@@ -18,7 +19,7 @@ from megamlm.eval.examples import (
 )
 
 
-class TaskDataError(ValueError):
+class TaskDataError(UserError, ValueError):
     """Task data that cannot be used as given; the message names the problem and the fix."""
 
 

@@ -10,13 +10,18 @@ from megamlm.eval.examples import TASK_KINDS, TaskData
 from megamlm.eval.paper_datasets import PAPER_DATASETS, load_paper_dataset
 from megamlm.eval.readers import TaskDataError, read_task_folder
 
+AUSTEN_TASKS = {
+    "austen-qa": austen_tasks.austen_qa,
+    "austen-retrieval": austen_tasks.austen_retrieval,
+}
+"""Built from the corpus shipped in the package (megamlm/assets/austen/austen.jsonl.gz)."""
 LOCAL_TASKS = {
     "rt-sentiment": local_data.rt_sentiment,
     "brown-genre": local_data.brown_genre,
     "brown-pos": local_data.brown_pos,
-    "austen-qa": austen_tasks.austen_qa,
-    "austen-retrieval": austen_tasks.austen_retrieval,
+    **AUSTEN_TASKS,
 }
+"""Runnable without downloads: the Austen tasks, and three read from the shared data folder (--data-dir)."""
 
 
 def task_display_name(spec: str) -> str:
@@ -39,11 +44,14 @@ def check_task_spec(spec: str) -> None:
         f"({', '.join(PAPER_DATASETS)}), or a folder of your own as TYPE:PATH with TYPE one of {', '.join(TASK_KINDS)}")
 
 
-def load_task(spec: str, data_dir: str | Path | None = None, hf_datasets_dir: str | Path | None = None) -> TaskData:
+def load_task(spec: str, data_dir: str | Path | None = None, hf_datasets_dir: str | Path | None = None,
+              retrieval_corpus: str = "judged") -> TaskData:
     check_task_spec(spec)
+    if spec in AUSTEN_TASKS:
+        return AUSTEN_TASKS[spec]()
     if spec in LOCAL_TASKS:
         return LOCAL_TASKS[spec](Path(data_dir) if data_dir else local_data.default_data_dir())
     if spec in PAPER_DATASETS:
-        return load_paper_dataset(spec, hf_datasets_dir)
+        return load_paper_dataset(spec, hf_datasets_dir, retrieval_corpus)
     kind, _, path = spec.partition(":")
     return read_task_folder(kind, path, name=task_display_name(spec))

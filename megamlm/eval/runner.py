@@ -16,9 +16,10 @@ from pathlib import Path
 
 import torch
 
+from megamlm.errors import UserError
 from megamlm.eval.aggregate import collect, per_lr, summarize
 from megamlm.eval.examples import RetrievalSplit, TaskData
-from megamlm.eval.finetune import Hyperparameters, run_finetuning
+from megamlm.eval.finetune import PRECISIONS, Hyperparameters, run_finetuning
 from megamlm.eval.model_io import load_encoder, load_tokenizer
 from megamlm.eval.model_source import ModelEntry
 from megamlm.eval.registry import check_task_spec, load_task, task_display_name
@@ -36,7 +37,7 @@ PAPER_LRS = (1e-5, 2e-5, 5e-5, 1e-4, 2e-4, 5e-4)
 PAPER_SEEDS = (0, 1, 2, 3, 4)
 
 
-class PlanError(ValueError):
+class PlanError(UserError, ValueError):
     """An evaluation that cannot start as asked; the message names the fix."""
 
 
@@ -55,6 +56,8 @@ class EvalPlan:
     """Same for validation and test (retrieval: queries; the corpus is kept whole)."""
     data_dir: str | None = None
     hf_datasets_dir: str | None = None
+    retrieval_corpus: str = "judged"
+    """The paper's datasets: judged (EncodEval's corpus: the documents judged for validation or test) or full."""
     num_workers: int = 1
     devices: tuple[str, ...] = ("cpu",)
 
@@ -67,7 +70,7 @@ class EvalPlan:
         hp = {k: v for k, v in self.hyperparameters.to_dict().items() if k not in ("lr", "seed")}
         return {"model_path": str(model.hf_path), "task": task, "hyperparameters": hp,
                 "task_settings": dataclasses.asdict(self.settings), "max_train_examples": self.max_train_examples,
-                "max_eval_examples": self.max_eval_examples}
+                "max_eval_examples": self.max_eval_examples, "retrieval_corpus": self.retrieval_corpus}
 
 
 def _subset(items: list, limit: int) -> list:
@@ -91,7 +94,7 @@ def limit_examples(data: TaskData, max_train: int, max_eval: int) -> TaskData:
 
 
 def load_plan_task(plan: EvalPlan, spec: str) -> TaskData:
-    data = load_task(spec, plan.data_dir, plan.hf_datasets_dir)
+    data = load_task(spec, plan.data_dir, plan.hf_datasets_dir, plan.retrieval_corpus)
     return limit_examples(data, plan.max_train_examples, plan.max_eval_examples)
 
 
@@ -102,9 +105,16 @@ def check_plan(plan: EvalPlan, log=print) -> dict[str, TaskData]:
     if not plan.seeds:
         raise PlanError("no seeds given; e.g. --seeds 0,1,2,3,4")
     hp = plan.hyperparameters
-    if hp.batch_size < 1 or hp.max_steps < 1 or hp.epochs <= 0 or not 0 <= hp.warmup_ratio < 1:
-        raise PlanError(f"need --batch-size >= 1, --max-steps >= 1, --epochs > 0 and 0 <= --warmup-ratio < 1 "
-                        f"(got {hp.batch_size}, {hp.max_steps}, {hp.epochs}, {hp.warmup_ratio})")
+    if (hp.batch_size < 1 or hp.micro_batch_size < 1 or (hp.max_steps is not None and (hp.max_steps == 0 or hp.max_steps < -1))
+            or hp.epochs <= 0 or not 0 <= hp.warmup_ratio < 1):
+        raise PlanError(f"need --batch-size >= 1, --micro-batch-size >= 1, --max-steps >= 1 or -1 (epochs only), "
+                        f"--epochs > 0 and 0 <= --warmup-ratio < 1 (got {hp.batch_size}, {hp.micro_batch_size}, "
+                        f"{hp.max_steps}, {hp.epochs}, {hp.warmup_ratio})")
+    if hp.precision not in PRECISIONS:
+        raise PlanError(f"unknown --precision {hp.precision!r}; use one of {', '.join(PRECISIONS)}")
+    if plan.settings.max_length is not None and plan.settings.max_length < 8:
+        raise PlanError(f"--max-length {plan.settings.max_length} is too short; give at least 8 tokens or leave it "
+                        f"unset for the protocol's length (99% of the model's positions)")
     if plan.num_workers < 1:
         raise PlanError("--num-workers must be at least 1")
     for spec in plan.tasks:
@@ -118,7 +128,7 @@ def check_plan(plan: EvalPlan, log=print) -> dict[str, TaskData]:
         log(f"loading task {spec}")
         tasks[spec] = load_plan_task(plan, spec)
         for model in plan.models:
-            build_task(tasks[spec], tokenizers[model.name], plan.settings)  # validates data and labels
+            build_task(tasks[spec], tokenizers[model.name], plan.settings, model.hf_path)  # validates data and labels
     for model in plan.models:
         for spec in plan.tasks:
             expected = fingerprint(plan.run_settings(model, spec))
@@ -146,7 +156,7 @@ class _Worker:
             if spec not in self.task_data:
                 self.task_data[spec] = load_plan_task(self.plan, spec)
             self.tasks[(model.name, spec)] = build_task(self.task_data[spec], load_tokenizer(model.hf_path),
-                                                        self.plan.settings)
+                                                        self.plan.settings, model.hf_path)
         return self.tasks[(model.name, spec)]
 
     def run(self, key: RunKey) -> tuple[RunKey, str, str]:

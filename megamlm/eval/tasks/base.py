@@ -15,10 +15,11 @@ from megamlm.eval.readers import TaskDataError
 @dataclass
 class TaskSettings:
     """Input-shaping knobs shared by all runs of a task (not searched over, unlike LR and seed)."""
-    max_length: int = 512
-    """Longest input in tokens (documents and QA windows included)."""
+    max_length: int | None = None
+    """Longest input in tokens (texts, documents, retrieval queries, QA windows); None = the protocol's
+    round(0.99 x the model's max_position_embeddings), e.g. 2,028 for a 2,048-position model."""
     max_query_length: int = 64
-    """Longest question (QA) or query (retrieval) in tokens."""
+    """QA: longest question in tokens."""
     doc_stride: int = 128
     """QA: tokens of overlap between consecutive windows of a long context."""
     max_answer_length: int = 30
@@ -26,8 +27,13 @@ class TaskSettings:
     no_answer_threshold: float = 0.0
     """QA: predict no answer when null score > best span score + threshold (SQuAD-v2 style data)."""
     temperature: float = 0.05
-    """Retrieval: softmax temperature of the in-batch-negative contrastive loss (cosine similarities)."""
+    """Retrieval: softmax temperature of the multiple-negatives ranking loss over cosine similarities
+    (0.05 = sentence-transformers' scale of 20)."""
+    classifier_pooling: str = "late"
+    """Sequence classification: EuroBERT's head pooling, late | mean | bos."""
     eval_batch_size: int = 64
+    eurobert_inputs: bool | None = None
+    """EuroBERT's input convention (text + EOS, no template); None = decided by the model's type."""
 
 
 def pad(sequences: list[list[int]], value: int) -> torch.Tensor:
@@ -76,9 +82,37 @@ class Task(ABC):
     @abstractmethod
     def loss(self, model, batch: dict) -> torch.Tensor: ...
 
+    def forward_backward(self, model, batch: dict, micro_batch_size: int, autocast) -> torch.Tensor:
+        """Loss of the batch, its gradients accumulated over micro-batches as Hugging Face's trainer does
+        (each micro-batch's mean loss / number of micro-batches); returns the batch loss."""
+        size = len(next(iter(batch.values())))
+        starts = range(0, size, micro_batch_size)
+        total = torch.zeros(())
+        for start in starts:
+            micro = {k: v[start:start + micro_batch_size] for k, v in batch.items()}
+            with autocast():
+                loss = self.loss(model, micro) / len(starts)
+            loss.backward()
+            total = total + loss.detach().float().cpu()
+        return total
+
     @abstractmethod
     def evaluate(self, model, split: str, device: torch.device) -> dict[str, float]:
         """Scores on a split; the main one under "score" (in percent)."""
+
+    def evaluate_splits(self, model, splits, device: torch.device) -> dict[str, dict]:
+        """Scores of several splits (retrieval overrides this to encode a shared corpus once)."""
+        return {split: self.evaluate(model, split, device) for split in splits}
+
+    def encode_texts(self, texts: list[str], with_bos: bool = False) -> list[list[int]]:
+        """Token ids as the protocol feeds them: EuroBERT models get the text and its EOS without the
+        tokenizer's template (EncodEval's convention; BOS first when `with_bos`), others the template."""
+        tokenizer, s = self.tokenizer, self.settings
+        if s.eurobert_inputs:
+            bos = tokenizer.bos_token if with_bos and tokenizer.bos_token else ""
+            return tokenizer([bos + t + tokenizer.eos_token for t in texts], add_special_tokens=False,
+                             truncation=True, max_length=s.max_length)["input_ids"]
+        return tokenizer(texts, truncation=True, max_length=s.max_length)["input_ids"]
 
 
 def label_vocabulary(task_name: str, train_labels, other_splits: dict[str, object]) -> list[str]:

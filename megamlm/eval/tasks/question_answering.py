@@ -45,6 +45,10 @@ class QuestionAnswering(Task):
                         raise TaskDataError(f"task {self.name}: {split} question {e.id}: answer {text!r} is not at "
                                             f"character {start} of its context; fix the answer start")
         room = self.settings.max_length - self.settings.max_query_length - 1 - self.tokenizer.num_special_tokens_to_add(pair=True)
+        if room < 8:
+            raise TaskDataError(f"task {self.name}: windows of {self.settings.max_length} tokens leave no room for context "
+                                f"after questions of up to {self.settings.max_query_length} tokens; use a larger "
+                                f"--max-length or a smaller --max-query-length")
         if self.settings.doc_stride >= room:
             raise TaskDataError(f"task {self.name}: doc_stride {self.settings.doc_stride} leaves no room for new context in "
                                 f"windows of {self.settings.max_length} tokens with questions of up to "

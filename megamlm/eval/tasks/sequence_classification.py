@@ -1,4 +1,6 @@
-"""Sequence classification (single texts or pairs): mean-pooled encoder, linear head, accuracy."""
+"""Sequence classification (single texts or pairs): EuroBERT's head (dense, GELU, linear) with "late"
+pooling by default, accuracy. The paper's pair tasks arrive as one formatted text (paper_datasets.py);
+a user task with a `text_pair` is encoded as a pair with the tokenizer's template."""
 
 from __future__ import annotations
 
@@ -33,16 +35,16 @@ class SequenceClassification(Task):
         if split not in self._encoded:
             examples = self.data.splits[split]
             if examples[0].text_pair is None:
-                enc = self.tokenizer([e.text for e in examples], truncation=True, max_length=self.settings.max_length)
+                ids = self.encode_texts([e.text for e in examples], with_bos=self.settings.classifier_pooling == "bos")
             else:
                 sep = segment_separator(self.tokenizer)
-                enc = self.tokenizer([e.text + sep for e in examples], [e.text_pair for e in examples],
-                                     truncation=True, max_length=self.settings.max_length)
-            self._encoded[split] = enc["input_ids"]
+                ids = self.tokenizer([e.text + sep for e in examples], [e.text_pair for e in examples],
+                                     truncation=True, max_length=self.settings.max_length)["input_ids"]
+            self._encoded[split] = ids
         return self._encoded[split]
 
     def build_model(self, encoder):
-        return SequenceClassifier(encoder, len(self.labels))
+        return SequenceClassifier(encoder, len(self.labels), self.settings.classifier_pooling)
 
     def train_features(self):
         ids = self._encode("train")

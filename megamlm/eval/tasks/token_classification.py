@@ -1,9 +1,11 @@
-"""Token classification: a label per word on its first sub-token (the others get -100 and are not
-trained or scored); entity-span F1 when the tags are BIO entities, tagging accuracy otherwise.
+"""Token classification as EncodEval poses it: every sub-token of a word is trained on the word's label
+(special tokens get -100), and a word's prediction is the majority vote of its sub-tokens. Scored
+with entity-span F1 (seqeval's exact-match micro F1) when the tags are BIO entities, tagging accuracy
+otherwise.
 
-Words are joined with spaces and tokenized as running text, then sub-tokens are mapped back to words
-through character offsets; this works for any fast tokenizer (WordPiece, byte-level BPE with or
-without prefix spaces) and matches how the encoder saw text in pretraining.
+Words are joined with spaces and tokenized as running text (EuroBERT models: followed by EOS, without
+the template), then sub-tokens are mapped back to words through character offsets; this works for any
+fast tokenizer (WordPiece, byte-level BPE with or without prefix spaces).
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from megamlm.eval.tasks.base import Task, encode_batch, label_vocabulary, pad
 IGNORE = -100
 
 
-def first_subtoken_words(words: list[str], tokenizer, max_length: int) -> tuple[list[int], list[int]]:
-    """Token ids of the sentence and, per token, the index of the word it starts (-1 elsewhere)."""
+def subtoken_words(words: list[str], tokenizer, max_length: int, eurobert_inputs: bool = False) -> tuple[list[int], list[int]]:
+    """Token ids of the sentence and, per token, the index of the word it belongs to (-1 for special
+    tokens and anything outside the words)."""
     char_word, text = [], ""
     for w, word in enumerate(words):
         if w:
@@ -26,16 +29,15 @@ def first_subtoken_words(words: list[str], tokenizer, max_length: int) -> tuple[
             char_word.append(-1)
         text += word
         char_word.extend([w] * len(word))
-    enc = tokenizer(text, truncation=True, max_length=max_length, return_offsets_mapping=True)
-    starts, seen = [], set()
+    if eurobert_inputs:
+        enc = tokenizer(text + tokenizer.eos_token, add_special_tokens=False, truncation=True, max_length=max_length,
+                        return_offsets_mapping=True)
+    else:
+        enc = tokenizer(text, truncation=True, max_length=max_length, return_offsets_mapping=True)
+    owners = []
     for begin, end in enc["offset_mapping"]:
-        word = next((char_word[c] for c in range(begin, end) if char_word[c] >= 0), -1)
-        if word >= 0 and word not in seen:
-            seen.add(word)
-            starts.append(word)
-        else:
-            starts.append(-1)
-    return enc["input_ids"], starts
+        owners.append(next((char_word[c] for c in range(begin, min(end, len(char_word))) if char_word[c] >= 0), -1))
+    return enc["input_ids"], owners
 
 
 class TokenClassification(Task):
@@ -54,7 +56,8 @@ class TokenClassification(Task):
 
     def _encode(self, split):
         if split not in self._encoded:
-            self._encoded[split] = [first_subtoken_words(s.tokens, self.tokenizer, self.settings.max_length)
+            self._encoded[split] = [subtoken_words(s.tokens, self.tokenizer, self.settings.max_length,
+                                                   bool(self.settings.eurobert_inputs))
                                     for s in self.data.splits[split]]
         return self._encoded[split]
 
@@ -86,12 +89,14 @@ class TokenClassification(Task):
             chunk = encoded[start:start + size]
             batch = encode_batch([ids for ids, _ in chunk], self.tokenizer.pad_token_id)
             best = model(batch["input_ids"].to(device), batch["attention_mask"].to(device)).argmax(-1).tolist()
-            for row, (_, words), sentence in zip(best, chunk, sentences[start:start + size]):
-                tags = [self.fallback_tag] * len(sentence.tokens)
-                for position, w in enumerate(words):
+            for row, (_, owners), sentence in zip(best, chunk, sentences[start:start + size]):
+                votes: dict[int, list[str]] = {}
+                for position, w in enumerate(owners):
                     if w >= 0:
-                        tags[w] = self.labels[row[position]]
-                truncated += len(sentence.tokens) - sum(w >= 0 for w in words)
+                        votes.setdefault(w, []).append(self.labels[row[position]])
+                tags = [metrics.majority_vote(votes[w]) if w in votes else self.fallback_tag
+                        for w in range(len(sentence.tokens))]
+                truncated += len(sentence.tokens) - len(votes)
                 predictions.append(tags)
         gold = [s.tags for s in sentences]
         out = {"accuracy": 100.0 * metrics.tagging_accuracy(predictions, gold), "examples": len(sentences),

@@ -1,4 +1,4 @@
-"""The local tasks derived from ../shared/data: sizes, splits and derivation rules."""
+"""The local tasks: the Austen sets from the corpus shipped in the package, the others from ../shared/data."""
 
 from pathlib import Path
 
@@ -8,7 +8,7 @@ from megamlm.eval import austen_tasks, local_data
 from megamlm.eval.readers import TaskDataError
 
 DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data"
-needs_data = pytest.mark.skipif(not (DATA / "austen" / "austen.jsonl").is_file(),
+needs_data = pytest.mark.skipif(not (DATA / "brown" / "brown.jsonl").is_file(),
                                 reason="shared/data (beside the repository) is not present")
 
 
@@ -23,9 +23,9 @@ def test_rt_sentiment_and_brown_genre_sizes():
     assert all(len(e.text) >= 200 and "\n\n" not in e.text for e in genre.splits["validation"])
 
 
-@needs_data
 def test_austen_qa_answers_are_speaker_spans_and_some_have_no_answer():
-    qa = austen_tasks.austen_qa(DATA)
+    assert austen_tasks.AUSTEN_CORPUS.name == "austen.jsonl.gz" and austen_tasks.AUSTEN_CORPUS.is_file()
+    qa = austen_tasks.austen_qa()
     sizes = {k: len(v) for k, v in qa.splits.items()}
     assert sizes == {"train": 988, "validation": 130, "test": 149}
     for examples in qa.splits.values():
@@ -48,9 +48,8 @@ def test_sentence_splitter_keeps_titles_and_initials():
         "Mr. Darcy bowed.", '"Are you well?" said Mrs. Bennet.', "She was.", "J. Smith came."]
 
 
-@needs_data
 def test_austen_retrieval_query_is_removed_from_its_document():
-    ret = austen_tasks.austen_retrieval(DATA)
+    ret = austen_tasks.austen_retrieval()
     assert {k: len(v) for k, v in ret.splits.items()} == {"train": 2269, "validation": 259, "test": 305}
     test = ret.splits["test"]
     assert len(test.corpus) > len(test.queries)  # distractors
@@ -64,3 +63,10 @@ def test_austen_retrieval_query_is_removed_from_its_document():
 def test_missing_data_folder_names_the_fix(tmp_path):
     with pytest.raises(TaskDataError, match="--data-dir"):
         local_data.rt_sentiment(tmp_path)
+
+
+def test_austen_tasks_need_no_data_folder(tmp_path):
+    from megamlm.eval.registry import load_task
+
+    task = load_task("austen-retrieval", data_dir=tmp_path / "missing")
+    assert len(task.splits["test"]) == 305

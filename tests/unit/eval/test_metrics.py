@@ -37,6 +37,12 @@ def test_span_f1_partial_overlap_is_a_miss():
     assert s2["f1"] == pytest.approx(2 * 1 * (1 / 3) / (1 + 1 / 3))
 
 
+def test_majority_vote_ties_go_to_the_first_subtoken():
+    assert metrics.majority_vote(["B-PER", "O", "O"]) == "O"
+    assert metrics.majority_vote(["I-PER", "O"]) == "I-PER"
+    assert metrics.majority_vote(["O", "B-LOC", "B-LOC", "O"]) == "O"
+
+
 def test_is_bio_tagset():
     assert metrics.is_bio_tagset(["O", "B-PER", "I-PER"])
     assert not metrics.is_bio_tagset(["NOUN", "VERB", "."])
@@ -62,12 +68,12 @@ def test_squad_em_f1_and_no_answer():
     assert metrics.squad_scores({}, {"q": []})["exact"] == 100.0
 
 
-def test_ndcg_graded_and_missing_judgements():
+def test_ndcg_linear_gains_and_missing_judgements():
     relevance = {"b": 2, "c": 1, "d": 1}  # "a" and "e" unjudged -> 0
-    dcg = 3 / math.log2(3) + 1 / math.log2(4)
-    idcg = 3 / 1 + 1 / math.log2(3) + 1 / math.log2(4)
+    dcg = 2 / math.log2(3) + 1 / math.log2(4)
+    idcg = 2 / 1 + 1 / math.log2(3) + 1 / math.log2(4)
     assert metrics.ndcg_at_k(["a", "b", "c", "e"], relevance) == pytest.approx(dcg / idcg)
-    assert metrics.ndcg_at_k(["a", "b", "c", "e"], relevance) == pytest.approx(0.579237, abs=1e-6)
+    assert metrics.ndcg_at_k(["a", "b", "c", "e"], relevance) == pytest.approx(0.562727, abs=1e-6)
     assert metrics.ndcg_at_k(["b", "c", "d"], relevance) == pytest.approx(1.0)
     # Only the top k count.
     assert metrics.ndcg_at_k(["x"] * 10 + ["b"], relevance, k=10) == 0.0

@@ -1,17 +1,36 @@
-"""The paper's datasets by name, from local save_to_disk copies shaped like the Hub datasets."""
+"""The paper's 12 datasets through Hugging Face `datasets`: built as EncodEval builds them, each run end to
+end on a tiny model, online loading with the Hub call replaced by local copies of the Hub's schemas,
+offline loading, save_to_disk copies, and the one-line error for a dataset that cannot be had."""
+
+import importlib.util
+import json
+from pathlib import Path
 
 import pytest
 
 datasets = pytest.importorskip("datasets", reason="the Hugging Face datasets package is not installed")
 
-from megamlm.eval.paper_datasets import PAPER_DATASETS, held_out, load_paper_dataset, source_folder_name  # noqa: E402
+from megamlm.eval.paper_datasets import PAPER_DATASETS, load_paper_dataset  # noqa: E402
 from megamlm.eval.readers import TaskDataError  # noqa: E402
-from megamlm.eval.registry import load_task  # noqa: E402
+
+from .hub_fixture import FakeHub  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[3]
 
 
-def _save(root, source, splits, features=None):
-    dd = datasets.DatasetDict({k: datasets.Dataset.from_list(v, features=features) for k, v in splits.items()})
-    dd.save_to_disk(str(root / source_folder_name(source)))
+def _tool(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    fake = FakeHub(datasets)
+    monkeypatch.setattr(datasets, "load_dataset", fake.load_dataset)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    return fake
 
 
 def test_all_twelve_are_registered():
@@ -19,84 +38,112 @@ def test_all_twelve_are_registered():
                                              "squad_v2", "record", "msmarco", "nq", "mldr"])
 
 
-def test_glue_validation_is_carved_from_train_and_official_validation_is_test(tmp_path):
-    features = datasets.Features({"sentence": datasets.Value("string"), "idx": datasets.Value("int32"),
-                                  "label": datasets.ClassLabel(names=["negative", "positive"])})
-    train = [{"sentence": f"s{i}", "idx": i, "label": i % 2} for i in range(200)]
-    _save(tmp_path, ("nyu-mll/glue", "sst2"), {
-        "train": train, "validation": [{"sentence": "v", "idx": 0, "label": 1}],
-        "test": [{"sentence": "t", "idx": 0, "label": -1}]}, features)
-    task = load_task("sst2", hf_datasets_dir=tmp_path)
-    held = [i for i in range(200) if held_out("sst2", i)]
-    assert [e.text for e in task.splits["validation"]] == [f"s{i}" for i in held] and 0 < len(held) < 30
-    assert len(task.splits["train"]) == 200 - len(held)
-    assert [(e.text, e.label) for e in task.splits["test"]] == [("v", "positive")]
+EXPECTED = {  # name: (metric, kind)
+    "sst2": "accuracy", "qqp": "accuracy", "mnli": "accuracy", "conll2003": "span_f1", "ontonotes": "span_f1",
+    "uner": "span_f1", "squad": "f1", "squad_v2": "f1", "record": "f1", "msmarco": "ndcg@10", "nq": "ndcg@10",
+    "mldr": "ndcg@10"}
 
 
-def test_tagging_names_and_nested_ontonotes(tmp_path):
-    tags = datasets.ClassLabel(names=["O", "B-PER", "I-PER"])
-    flat = datasets.Features({"tokens": datasets.Sequence(datasets.Value("string")), "ner_tags": datasets.Sequence(tags)})
-    rows = [{"tokens": ["Emma", "Woodhouse", "smiled"], "ner_tags": [1, 2, 0]}]
-    _save(tmp_path, ("eriktks/conll2003", None), {"train": rows, "validation": rows, "test": rows}, flat)
-    conll = load_paper_dataset("conll2003", tmp_path)
-    assert conll.splits["test"][0].tags == ["B-PER", "I-PER", "O"]
-
-    nested = datasets.Features({"document_id": datasets.Value("string"), "sentences": [
-        {"words": datasets.Sequence(datasets.Value("string")), "named_entities": datasets.Sequence(tags)}]})
-    docs = [{"document_id": "d", "sentences": [{"words": ["Anne"], "named_entities": [1]},
-                                               {"words": ["and", "Emma"], "named_entities": [0, 1]}]}]
-    _save(tmp_path, ("ontonotes/conll2012_ontonotesv5", "english_v4"), {"train": docs, "validation": docs, "test": docs}, nested)
-    onto = load_paper_dataset("ontonotes", tmp_path)
-    assert [(s.tokens, s.tags) for s in onto.splits["train"]] == [(["Anne"], ["B-PER"]), (["and", "Emma"], ["O", "B-PER"])]
-
-
-def test_squad_v2_and_record(tmp_path):
-    ctx = "Emma lived at Hartfield."
-    rows = [{"id": "a", "title": "t", "context": ctx, "question": "Where?",
-             "answers": {"text": ["Hartfield"], "answer_start": [14]}},
-            {"id": "b", "title": "t", "context": ctx, "question": "Who else?", "answers": {"text": [], "answer_start": []}}]
-    _save(tmp_path, ("rajpurkar/squad_v2", None), {"train": rows, "validation": rows})
-    squad = load_paper_dataset("squad_v2", tmp_path)
-    assert [(e.id, e.answers) for e in squad.splits["test"]] == [("a", [("Hartfield", 14)]), ("b", [])]
-
-    passage = "Anne met Wentworth in Bath. @highlight Wentworth returns"
-    record = [{"passage": passage, "query": "@placeholder met Wentworth", "entities": ["Anne", "Wentworth", "Bath"],
-               "entity_spans": {"text": ["Anne", "Wentworth", "Bath"], "start": [0, 9, 22], "end": [4, 18, 26]},
-               "answers": ["Anne"], "idx": {"passage": 0, "query": 3}}]
-    _save(tmp_path, ("aps/super_glue", "record"), {"train": record, "validation": record})
-    rec = load_paper_dataset("record", tmp_path)
-    (example,) = rec.splits["test"]
-    assert example.question == "_ met Wentworth" and example.answers == [("Anne", 0)] and example.id == "0-3"
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_dataset_end_to_end_from_the_hub(name, hub, tiny_models, tmp_path):
+    main = _tool("evaluate")
+    out = tmp_path / "out"
+    steps = [] if PAPER_DATASETS[name].kind == "token_classification" else ["--max-steps", "2"]  # TC: one epoch
+    args = ["--model", f"tiny={tiny_models['eurobert']}", "--tasks", name, "--output", str(out), "--lrs", "1e-3",
+            "--seeds", "0", "--batch-size", "4", "--micro-batch-size", "2", "--max-length", "48", "--max-query-length", "16", "--doc-stride", "8", "--no-plots", *steps]
+    assert main(args) == 0
+    result = json.loads((out / "runs" / "tiny" / name / "lr0.001_seed0.json").read_text())
+    assert result["metric"] == EXPECTED[name] and 0 <= result["test"]["score"] <= 100
+    assert {s.path for s in PAPER_DATASETS[name].sources} <= {call[0] for call in hub.calls}
+    if PAPER_DATASETS[name].kind == "token_classification":
+        assert result["steps"] == 3  # one epoch: 12 train sentences in batches of 4
+    else:
+        assert result["steps"] == 2
+    if PAPER_DATASETS[name].kind == "retrieval":
+        # one corpus for validation and test: the documents judged for either (relevant or not)
+        expected_docs = {"msmarco": 16, "nq": 20, "mldr": 8}[name]  # MLDR: positives only
+        assert result["validation"]["documents"] == result["test"]["documents"] == expected_docs
 
 
-def test_msmarco_retrieval_splits(tmp_path):
-    _save(tmp_path, ("BeIR/msmarco", "corpus"), {"corpus": [{"_id": "1", "title": "", "text": "cats purr"},
-                                                            {"_id": "2", "title": "Dogs", "text": "bark"}]})
-    _save(tmp_path, ("BeIR/msmarco", "queries"), {"queries": [{"_id": "q1", "text": "purring"}, {"_id": "q2", "text": "barking"}]})
-    qrels = [{"query-id": "q1", "corpus-id": "1", "score": 1}, {"query-id": "q2", "corpus-id": "2", "score": 1}]
-    _save(tmp_path, ("BeIR/msmarco-qrels", None), {"train": qrels, "validation": qrels[:1], "test": qrels[1:]})
-    task = load_task("msmarco", hf_datasets_dir=tmp_path)
-    assert task.kind == "retrieval" and task.splits["test"].queries == {"q2": "barking"}
-    assert task.splits["train"].corpus == {"1": "cats purr", "2": "Dogs. bark"}
+def test_glue_splits_and_formats_as_encodeval(hub):
+    mnli = load_paper_dataset("mnli")
+    train = hub.data[("nyu-mll/glue", "mnli")]["train"]
+    parts = train.train_test_split(train_size=0.95, seed=42)
+    assert [e.text for e in mnli.splits["validation"]] == [
+        f"Premise: {r['premise']}\nHypothesis: {r['hypothesis']}" for r in parts["test"]]
+    assert len(mnli.splits["train"]) == 38 and len(mnli.splits["validation"]) == 2
+    assert len(mnli.splits["test"]) == 6  # validation_matched
+    assert mnli.splits["test"][0].label in ("entailment", "neutral", "contradiction")
+    qqp = load_paper_dataset("qqp")
+    assert qqp.splits["test"][0].text.startswith("Question 1: ") and "\nQuestion 2: " in qqp.splits["test"][0].text
+    sst2 = load_paper_dataset("sst2")
+    assert sst2.splits["test"][0].text_pair is None and len(sst2.splits["test"]) == 6
 
 
-def test_missing_local_copy_names_the_folder_and_how_to_make_it(tmp_path):
-    with pytest.raises(TaskDataError, match=r"nyu-mll__glue__mnli is missing; on a machine with network access run: "
-                                            r'datasets.load_dataset\("nyu-mll/glue", \'mnli\'\).save_to_disk'):
-        load_paper_dataset("mnli", tmp_path)
+def test_retrieval_corpus_is_the_judged_documents_and_relevance_is_binary(hub):
+    msmarco = load_paper_dataset("msmarco")
+    validation, test = msmarco.splits["validation"], msmarco.splits["test"]
+    assert validation.corpus is test.corpus
+    assert set(test.corpus) == {f"d{i}" for i in range(8)} | {f"d{i + 12}" for i in range(8)}
+    assert validation.qrels["q0"] == {"d0": 1, "d12": 0}
+    assert validation.queries["q0"].startswith("Query: ") and test.corpus["d12"].startswith("Document: ")
+    train = msmarco.splits["train"]
+    assert len(train.queries) == 24 and all(d.startswith("Document: ") for d in train.corpus.values())
+    full = load_paper_dataset("msmarco", retrieval_corpus="full")
+    assert len(full.splits["test"].corpus) == 30
+    nq = load_paper_dataset("nq")
+    assert nq.splits["test"].corpus["nd0"] == "Document: Title 0. " + hub.data[("BeIR/nq", "corpus")]["corpus"][0]["text"]
+    halves = set(nq.splits["validation"].queries), set(nq.splits["test"].queries)
+    assert len(halves[0]) == len(halves[1]) == 5 and not halves[0] & halves[1]
+    assert halves == (set(load_paper_dataset("nq").splits["validation"].queries), halves[1])  # deterministic
+    mldr = load_paper_dataset("mldr")
+    assert set(mldr.splits["validation"].queries) == {f"m{i}" for i in range(4)}
+    assert set(mldr.splits["test"].corpus) == {f"md{i}" for i in range(8)}
 
 
-def test_cache_miss_is_an_error_without_any_connection(monkeypatch, tmp_path):
-    import socket
+def test_record_and_squad_v2_rows(hub):
+    record = load_paper_dataset("record")
+    (first, *_) = record.splits["test"]
+    assert first.answers == [("Anne", 0), ("Anne", first.context.rindex("Anne"))]
+    from megamlm.eval.paper_datasets import _qa_example
 
-    attempts = []
+    superglue = {"passage": "Anne met Wentworth in Bath. @highlight Wentworth", "query": "@placeholder met Wentworth",
+                 "entity_spans": {"text": ["Anne", "Wentworth", "Bath"], "start": [0, 9, 22], "end": [4, 18, 26]},
+                 "answers": ["Anne"], "idx": {"passage": 3, "query": 7}}
+    example = _qa_example("record", "test", 0, superglue)
+    assert (example.id, example.question, example.answers) == ("3-7", "_ met Wentworth", [("Anne", 0)])
+    squad_v2 = load_paper_dataset("squad_v2")
+    assert sum(not e.answers for e in squad_v2.splits["test"]) == 1
+    with pytest.raises(TaskDataError, match="expected SQuAD's context/question/answers"):
+        _qa_example("record", "test", 0, {"text": "x"})
 
-    def refuse(self, address, *args):
-        attempts.append(address)
-        raise OSError("network disabled in tests")
 
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setenv("HF_HOME", str(tmp_path))
-    with pytest.raises(TaskDataError, match="is not in the local Hugging Face cache"):
-        load_paper_dataset("sst2")
-    assert attempts == []
+def test_offline_cache_miss_is_one_line_naming_the_dataset_and_the_fetch_command(tiny_models, tmp_path, monkeypatch,
+                                                                                capsys):
+    def cache_miss(path, name=None, split=None, **kwargs):
+        raise ConnectionError(f"Couldn't reach '{path}' on the Hub (LocalEntryNotFoundError)")
+
+    monkeypatch.setattr(datasets, "load_dataset", cache_miss)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    main = _tool("evaluate")
+    args = ["--model", f"tiny={tiny_models['eurobert']}", "--tasks", "uner", "--output", str(tmp_path / "o"), "--no-plots"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: dataset uner: ")
+    assert "not in the local Hugging Face cache" in err and "python tools/fetch_eval_datasets.py uner" in err
+    assert not (tmp_path / "o" / "runs").exists()
+
+
+def test_fetch_tool_writes_save_to_disk_copies_that_load_like_the_hub(hub, tmp_path, monkeypatch):
+    assert _tool("fetch_eval_datasets")(["conll2003,nq", "--save-to", str(tmp_path / "copies")]) == 0
+    assert sorted(p.name for p in (tmp_path / "copies").iterdir()) == [
+        "BeIR__nq-qrels", "BeIR__nq__corpus", "BeIR__nq__queries", "hgissbkh__conll2003-en", "hgissbkh__msmarco-pairs"]
+    monkeypatch.setattr(datasets, "load_dataset", None)  # copies only: the Hub is never asked
+    local = load_paper_dataset("conll2003", tmp_path / "copies")
+    monkeypatch.setattr(datasets, "load_dataset", hub.load_dataset)
+    online = load_paper_dataset("conll2003")
+    assert [(s.tokens, s.tags) for s in local.splits["test"]] == [(s.tokens, s.tags) for s in online.splits["test"]]
+    assert local.splits["train"][0].tags[:2] == ["B-PER", "I-PER"]
+    with pytest.raises(TaskDataError, match=r"nyu-mll__glue__sst2 is missing; make the copies with "
+                                            r"`python tools/fetch_eval_datasets.py sst2 --save-to"):
+        load_paper_dataset("sst2", tmp_path / "copies")

@@ -6,7 +6,7 @@ import torch
 from megamlm.eval.finetune import Hyperparameters, run_finetuning
 from megamlm.eval.model_io import load_encoder, load_tokenizer
 from megamlm.eval.tasks import TaskSettings, build_task
-from megamlm.eval.tasks.token_classification import first_subtoken_words
+from megamlm.eval.tasks.token_classification import IGNORE, subtoken_words
 
 from .conftest import classification_task, qa_task, retrieval_task, tagging_task
 
@@ -45,17 +45,35 @@ def test_token_classification_uses_span_f1_for_bio_and_accuracy_otherwise(tiny_m
 
 
 @pytest.mark.parametrize("arch", ["bert", "llama"])
-def test_labels_go_on_first_subtoken_only(tiny_models, arch):
+def test_every_subtoken_carries_its_words_label(tiny_models, arch):
     tokenizer = load_tokenizer(tiny_models[arch])
     words = ["Netherfield", "Park", "xyzzyq"]  # the last word is split into several byte-level pieces
-    ids, starts = first_subtoken_words(words, tokenizer, max_length=64)
-    assert sorted(w for w in starts if w >= 0) == [0, 1, 2]
-    assert len(ids) > len(words)  # some words were split
-    first_positions = [starts.index(w) for w in range(3)]
-    assert first_positions == sorted(first_positions)
+    ids, owners = subtoken_words(words, tokenizer, max_length=64)
+    assert sorted({w for w in owners if w >= 0}) == [0, 1, 2]
+    assert owners.count(2) > 1 and len(ids) > len(words)
+    assert [w for w in owners if w >= 0] == sorted(w for w in owners if w >= 0)  # words in order
+    task = build_task(tagging_task(bio=True), tokenizer, SETTINGS)
+    (ids, labels), sentence = task.train_features()[0], task.data.splits["train"][0]
+    _, owners = task._encode("train")[0]
+    assert [label for label, w in zip(labels, owners) if w < 0] == [IGNORE] * sum(w < 0 for w in owners)
+    assert all(task.labels[label] == sentence.tags[w] for label, w in zip(labels, owners) if w >= 0)
     # Truncation: the words that do not fit get no position.
-    _, short = first_subtoken_words(words * 20, tokenizer, max_length=8)
-    assert 0 < sum(w >= 0 for w in short) < 60
+    _, short = subtoken_words(words * 20, tokenizer, max_length=8)
+    assert 0 < len({w for w in short if w >= 0}) < 60
+
+
+def test_eurobert_inputs_are_text_and_eos_without_template(tiny_models):
+    tokenizer = load_tokenizer(tiny_models["eurobert"])
+    task = build_task(classification_task(), tokenizer, SETTINGS, model_path=tiny_models["eurobert"])
+    assert task.settings.eurobert_inputs and task.settings.max_length == 64
+    ids = task._encode("train")[0]
+    assert ids[-1] == tokenizer.eos_token_id and ids[0] != tokenizer.bos_token_id
+    assert ids == tokenizer("good film", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    bos = build_task(classification_task(), tokenizer, TaskSettings(max_length=64, classifier_pooling="bos"),
+                     model_path=tiny_models["eurobert"])
+    assert bos._encode("train")[0] == [tokenizer.bos_token_id] + ids
+    protocol = build_task(classification_task(), tokenizer, TaskSettings(), model_path=tiny_models["eurobert"])
+    assert protocol.settings.max_length == round(0.99 * 256)  # 99% of max_position_embeddings
 
 
 @pytest.mark.parametrize("arch", ["bert", "eurobert", "llama"])

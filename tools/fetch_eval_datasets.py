@@ -1,0 +1,51 @@
+"""Download the paper's evaluation datasets into the Hugging Face cache (run it where the network is,
+e.g. a cluster's login node), or also write `save_to_disk` copies for tools/evaluate.py --hf-datasets-dir.
+
+    python tools/fetch_eval_datasets.py sst2,squad,msmarco
+    python tools/fetch_eval_datasets.py all --save-to /data/hf_datasets
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main(argv: list[str] | None = None) -> int:
+    from megamlm.eval.paper_datasets import PAPER_DATASETS
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("names", help=f"comma-separated dataset names, or all ({', '.join(PAPER_DATASETS)})")
+    p.add_argument("--save-to", type=Path, help="also write save_to_disk copies here, one folder per Hub dataset/config")
+    args = p.parse_args(argv)
+    names = list(PAPER_DATASETS) if args.names == "all" else [n.strip() for n in args.names.split(",") if n.strip()]
+    unknown = [n for n in names if n not in PAPER_DATASETS]
+    if unknown:
+        print(f"error: unknown datasets {unknown}; use names from: {', '.join(PAPER_DATASETS)}", file=sys.stderr)
+        return 2
+    import datasets
+
+    groups: dict[tuple, dict] = {}
+    for name in names:
+        for source in PAPER_DATASETS[name].sources:
+            print(f"{name}: {source.call()}", flush=True)
+            split = datasets.load_dataset(source.path, source.name, split=source.split)
+            groups.setdefault((source.path, source.name, source.folder_name()), {})[source.split] = split
+    if args.save_to:
+        for (_, _, folder), splits in groups.items():
+            target = args.save_to / folder
+            tmp = target.with_name(target.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            datasets.DatasetDict(splits).save_to_disk(str(tmp))
+            shutil.rmtree(target, ignore_errors=True)
+            tmp.rename(target)
+            print(f"wrote {target}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
