@@ -22,6 +22,8 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
+from megamlm.parallel.tied_embeddings import retie
+
 
 def block_plan() -> dict:
     # The attention module takes (x, cos, sin, causal, document_ids): only x is distributed.
@@ -61,6 +63,8 @@ def apply_tp(model: nn.Module, tp_mesh: DeviceMesh) -> nn.Module:
         top["lm_head"] = ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())
     if top:
         parallelize_module(model, tp_mesh, top)
+        # Both shard the vocabulary rows (Shard(0)) over the same mesh, so a tied pair shares one DTensor again.
+        retie(model)
     for block in model.layers.values():
         parallelize_module(block, tp_mesh, block_plan())
     return model

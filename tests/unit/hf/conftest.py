@@ -3,6 +3,7 @@ and tokenizers created in the test (never downloaded). Helpers reach tests throu
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,6 +14,11 @@ from megamlm.checkpoint import save_checkpoint
 from megamlm.config import Config
 from megamlm.model.config import ModelArgs
 from megamlm.model.transformer import Transformer
+
+# Test modules here (and tests/distributed) import decoder_families by name.
+HERE = str(Path(__file__).resolve().parent)
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
 
 REPO = Path(__file__).resolve().parents[3]
 AUSTEN_TOKENIZER = REPO / "megamlm" / "assets" / "austen" / "tokenizer.json"
