@@ -3,22 +3,17 @@ and tokenizers created in the test (never downloaded). Helpers reach tests throu
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
+from decoder_families import WORDS
 from megamlm.checkpoint import save_checkpoint
 from megamlm.config import Config
 from megamlm.model.config import ModelArgs
 from megamlm.model.transformer import Transformer
-
-# Test modules here (and tests/distributed) import decoder_families by name.
-HERE = str(Path(__file__).resolve().parent)
-if HERE not in sys.path:
-    sys.path.insert(0, HERE)
 
 REPO = Path(__file__).resolve().parents[3]
 AUSTEN_TOKENIZER = REPO / "megamlm" / "assets" / "austen" / "tokenizer.json"
@@ -54,8 +49,6 @@ def write_checkpoint(save_dir: Path, model: Transformer, step: int = 7, consumed
     return save_checkpoint(save_dir, step, model, optimizer, {"consumed_samples": consumed}, record)
 
 
-WORDS = ["the", "a", "house", "was", "of", "and", "to", "she", "he", "said", "not", "be", "her", "his", "it", "in",
-         "that", "had", "with", "you", "for", "as", "at", "by", "on", "Elinor", "Marianne", "Emma", "Darcy", "sister"]
 SPECIALS = ["<unk>", "<s>", "</s>"]
 
 

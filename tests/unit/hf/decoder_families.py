@@ -7,7 +7,7 @@ hidden / heads as in Mistral NeMo, v0.3's [control_N] tokens, untied) and SmolLM
 and no spare rows, so the vocabulary grows). RoPE contexts are shrunk so that the scaling changes the
 rotary angles of a 24-token test sequence.
 
-Also imported by tests/distributed (its conftest puts this folder on sys.path).
+Imported by name from any test folder: tests/conftest.py puts this folder on sys.path.
 """
 
 from __future__ import annotations

@@ -48,18 +48,13 @@ def test_bad_layout_fails_with_exit_code_2():
 
 def _config_only_folder(folder: Path, **config) -> Path:
     """config.json and a Llama-3-style tokenizer, no weights: what --dry-run --init-from reads."""
-    import importlib.util
-
     import pytest
 
     transformers = pytest.importorskip("transformers")
-    families = sys.modules.get("decoder_families")
-    if families is None:
-        spec = importlib.util.spec_from_file_location("decoder_families", REPO / "tests/unit/hf/decoder_families.py")
-        families = sys.modules["decoder_families"] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(families)
+    from decoder_families import FAMILIES, tokenizer_of
+
     transformers.LlamaConfig(**config).save_pretrained(str(folder))
-    families.tokenizer_of(families.FAMILIES["llama3.2"]).save_pretrained(str(folder))
+    tokenizer_of(FAMILIES["llama3.2"]).save_pretrained(str(folder))
     return folder
 
 
