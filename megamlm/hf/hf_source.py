@@ -129,7 +129,10 @@ def iter_tensors(source: HFSource) -> Iterator[tuple[str, torch.Tensor]]:
                 for name in shard.keys():
                     yield _hf_name(name), shard.get_tensor(name)
         else:
-            state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            try:
+                state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError:  # a legacy (pre-zip) pickle cannot be memory-mapped
+                state = torch.load(path, map_location="cpu", weights_only=True)
             for name in list(state):
                 yield _hf_name(name), state.pop(name)
 

@@ -7,6 +7,10 @@ vocabulary-parallel (rows split over ranks), and the LM head is split the same w
 computes logits for its own vocabulary slice only (see ``vocab_parallel_loss``).
 
 Between modules the residual stream is a DTensor sharded on the sequence (Shard(1)).
+
+Biases follow their weights: q/k/v biases are split with their heads (column-wise), the o_proj bias is kept
+whole on every rank and added once, to the reduced output (row-wise). A tied embedding and LM head both
+shard the vocabulary rows, so they stay one DTensor parameter.
 """
 
 from __future__ import annotations

@@ -141,3 +141,15 @@ def test_causal_export_to_the_source_family(imported, tmp_path):
     ids = word_ids(family, 2, 24, seed=3)
     with torch.no_grad():
         assert (loaded.eval()(input_ids=ids).logits - model.logits(model(ids, causal=True))).abs().max() < 1e-4
+
+
+def test_eurobert_export_imports_back_into_the_same_model(eurobert, tmp_path):
+    """EuroBERT is an import source too: its biases (the o_proj bias it adds as zeros), head_dim, RoPE and tying."""
+    out, (family, _, _, model, _) = eurobert
+    import_hf(out, tmp_path / "back", **QUIET)
+    back = load_model(read_record(tmp_path / "back"))
+    assert back.args.tie_word_embeddings == model.args.tie_word_embeddings
+    assert back.args.rope_scaling == model.args.rope_scaling and back.args.head_dim == model.args.head_dim
+    ids = word_ids(family, 2, 24, seed=4)
+    with torch.no_grad():
+        assert (back.logits(back(ids, causal=False)) - model.logits(model(ids, causal=False))).abs().max() < 1e-5

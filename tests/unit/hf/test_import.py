@@ -127,9 +127,9 @@ def test_tools_round_trip_and_report_errors(tmp_path, kit, capsys):
 # --- bad input: one clear error, nothing written ------------------------------------------------------
 
 
-def _refused(source: Path, out: Path, match: str) -> None:
+def _refused(source: Path, out: Path, match: str, **kwargs) -> None:
     with pytest.raises(ConversionError, match=match):
-        import_hf(source, out, **QUIET)
+        import_hf(source, out, **QUIET, **kwargs)
     assert not out.exists() and not list(out.parent.glob(f".{out.name}.tmp*"))
 
 
@@ -243,17 +243,11 @@ def test_mask_token_choice_and_collisions(tmp_path, kit):
     import_hf(tmp_path / "m", tmp_path / "chosen", mask_token="sister", **QUIET)  # --mask-token: an existing token
     record = json.loads(next((tmp_path / "chosen").glob("iter_*/config.json")).read_text())
     assert record["imported_from"]["mask_token"] == "sister" and record["model_args"]["vocab_size"] == 33
-    _refused_with(tmp_path / "m", tmp_path / "ckpt", "mask token '</s>' .* is also the tokenizer's eos token.*--mask-token",
+    _refused(tmp_path / "m", tmp_path / "ckpt", "mask token '</s>' .* is also the tokenizer's eos token.*--mask-token",
                   mask_token="</s>")
     tokenizer_config = tmp_path / "m" / "tokenizer_config.json"  # a tokenizer whose own mask token is its bos
     tokenizer_config.write_text(json.dumps({**json.loads(tokenizer_config.read_text()), "mask_token": "<s>"}))
     _refused(tmp_path / "m", tmp_path / "ckpt", "mask token '<s>' .* is also the tokenizer's bos token")
-
-
-def _refused_with(source: Path, out: Path, match: str, **kwargs) -> None:
-    with pytest.raises(ConversionError, match=match):
-        import_hf(source, out, **QUIET, **kwargs)
-    assert not out.exists()
 
 
 def _write_gguf(path: Path, quant: str = "F32", rope_freqs: bool = False, scaling: str | None = None) -> Path:
@@ -298,3 +292,33 @@ def test_gguf_that_would_load_wrongly_is_refused_before_loading(tmp_path, kind, 
     from megamlm.hf.hf_source import check_gguf, open_source
 
     check_gguf(open_source(_write_gguf(tmp_path / "fine.gguf", quant="Q8_0")))  # a dequantizable file passes
+
+
+@pytest.mark.parametrize("layout", ["safetensors_shards", "bin_shards", "base_model_names"])
+def test_sharded_and_renamed_weights_import_the_same(tmp_path, kit, layout):
+    hf = kit.save_tiny_llama(tmp_path / "one", tie=False)
+    folder = tmp_path / layout
+    if layout == "safetensors_shards":
+        hf.save_pretrained(str(folder), max_shard_size="50KB")
+    else:
+        folder.mkdir()
+        (tmp_path / "one" / "config.json").rename(folder / "config.json")
+        state = {k: v.clone() for k, v in hf.state_dict().items()}
+        if layout == "bin_shards":  # the older torch.save format, in two shards with an index
+            names = sorted(state)
+            halves = {"pytorch_model-00001-of-00002.bin": names[::2], "pytorch_model-00002-of-00002.bin": names[1::2]}
+            for file, keys in halves.items():
+                torch.save({k: state[k] for k in keys}, folder / file)
+            weight_map = {k: file for file, keys in halves.items() for k in keys}
+            (folder / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": weight_map}))
+        else:  # a base model's names, without the "model." prefix
+            from safetensors.torch import save_file
+
+            save_file({k.removeprefix("model."): v for k, v in state.items()}, str(folder / "model.safetensors"))
+    kit.word_tokenizer().save_pretrained(str(folder))
+    assert layout != "safetensors_shards" or len(list(folder.glob("model-*.safetensors"))) > 1
+    import_hf(folder, tmp_path / "ckpt", **QUIET)
+    model = _load_imported(tmp_path / "ckpt")
+    ids = torch.randint(3, hf.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        assert (model.logits(model(ids, causal=True))[..., :hf.config.vocab_size] - hf(input_ids=ids).logits).abs().max() < 1e-4
