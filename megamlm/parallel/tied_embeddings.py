@@ -67,4 +67,7 @@ def sync_gradients(model: Transformer, group) -> None:
     weight = (model.embed_tokens if model.embed_tokens is not None else model.lm_head).weight
     if weight.grad is None:  # both ranks must take part in the all-reduce
         weight.grad = torch.zeros_like(weight)
+    if isinstance(weight.grad, DTensor) and weight.grad.placements != weight.placements:
+        # Under TP the embedding's backward leaves a replicated gradient; the LM head's is sharded like the weight.
+        weight.grad = weight.grad.redistribute(placements=weight.placements)
     dist.all_reduce(_local(weight.grad), group=group)

@@ -13,12 +13,13 @@ import torch
 
 from megamlm.objectives import MaskingSpec, ObjectiveSchedule
 
-GLOBAL_IDS = [[0, 1], [2, 3]]  # 2 micro-batches of 2 samples per step
+GLOBAL_IDS = [[0], [1], [2], [3]]  # 4 micro-batches of 1 sample per step
 STEPS = 3
 RESUME_AT = 1
 SEQ = 32
 LR, CLIP = 1e-3, 1.0
 LAYOUTS = {"tp2": dict(tp=2), "pp2": dict(pp=2), "fsdp_dp2": dict()}
+FOUR_RANK_LAYOUTS = {"tp2_pp2": dict(tp=2, pp=2), "pp2_fsdp2": dict(pp=2)}
 
 
 def schedule(record: dict, first_word: int, words: int) -> ObjectiveSchedule:
@@ -80,10 +81,11 @@ def _check(name: str, got: list[float], want: list[float], rel: float) -> None:
             raise AssertionError(f"{name}: step {step}: {g} != {w} (rel {rel})")
 
 
-def check_family(rank: int, world: int, family: str, ckpt: str, first_word: int, words: int, expected: dict,
-                 resume_dir: str, out_dir: str) -> None:
-    """Every layout of LAYOUTS trains STEPS steps from the import with the reference's losses and norms and saves
-    its weights; PP=2 also resumes the single-process checkpoint of step RESUME_AT (optimizer state included)."""
+def check_family(rank: int, world: int, layouts: dict, family: str, ckpt: str, first_word: int, words: int,
+                 expected: dict, resume_dir: str, out_dir: str) -> None:
+    """Every layout trains STEPS steps from the import with the reference's losses and norms and saves its
+    weights; a pipeline layout also resumes the single-process checkpoint of step RESUME_AT (optimizer state
+    included)."""
     from megamlm.checkpoint import load_model_weights, save_checkpoint
     from megamlm.checkpoint.checkpointer import load_checkpoint
     from megamlm.model.transformer import Transformer
@@ -95,11 +97,11 @@ def check_family(rank: int, world: int, family: str, ckpt: str, first_word: int,
     record, args = _record(ckpt)
     sched = schedule(record.config, first_word, words)
     cpu = torch.device("cpu")
-    for layout_name, layout in LAYOUTS.items():
+    for layout_name, layout in layouts.items():
         dims = resolve_parallel_dims(
             world, **layout, num_layers=args.num_layers, num_attention_heads=args.num_attention_heads,
             num_query_groups=args.num_query_groups, ffn_hidden_size=args.ffn_hidden_size, seq_length=SEQ,
-            vocab_size=args.vocab_size, micro_batch_size=2, global_batch_size=4)
+            vocab_size=args.vocab_size, micro_batch_size=1, global_batch_size=4)
         mesh = dims.build_mesh("cpu")
 
         def build():
@@ -122,15 +124,15 @@ def check_family(rank: int, world: int, family: str, ckpt: str, first_word: int,
         save_checkpoint(Path(out_dir) / f"{family}-{layout_name}", STEPS, pm.model, optimizer,
                         {"consumed_samples": 4 * STEPS}, record.config)
 
-        if layout_name == "pp2":  # the single-process checkpoint, resharded onto the pipeline, continues exactly
+        if dims.pp > 1:  # the single-process checkpoint, resharded onto the pipeline, continues exactly
             pm, optimizer = build()
             load_checkpoint(Path(resume_dir) / f"iter_{RESUME_AT:07d}", pm.model, optimizer)
             resumed = [train_step(pm, optimizer, batches(sched, step, mine, first_word, words), LR, CLIP, cpu).loss
                        for step in range(RESUME_AT + 1, STEPS + 1)]
-            _check(f"{family} pp2 resumed loss", resumed, expected["losses"][RESUME_AT:], 1e-5)
+            _check(f"{family} {layout_name} resumed loss", resumed, expected["losses"][RESUME_AT:], 1e-5)
 
 
-def check_families(rank: int, world: int, cases: list[tuple]) -> None:
+def check_families(rank: int, world: int, layouts: dict, cases: list[tuple]) -> None:
     """All families in one spawned world (process start-up dominates on small CPUs)."""
     for case in cases:
-        check_family(rank, world, *case)
+        check_family(rank, world, layouts, *case)
