@@ -122,6 +122,13 @@ def test_tools_round_trip_and_report_errors(tmp_path, kit, capsys):
     assert "already exists; pass --force" in capsys.readouterr().err
     assert tool("convert_from_hf")(["--input", str(tmp_path / "nothing"), "--output", str(tmp_path / "c2")]) == 2
     assert "does not exist" in capsys.readouterr().err
+    assert tool("convert_from_hf")(["--input", str(tmp_path / "llama"), "--output", str(tmp_path / "c3"),
+                                    "--untie-embeddings", "--mask-token", "sister"]) == 0
+    record = json.loads(next((tmp_path / "c3").glob("iter_*/config.json")).read_text())
+    assert record["model_args"]["tie_word_embeddings"] is False and record["imported_from"]["mask_token"] == "sister"
+    assert tool("convert_from_hf")(["--input", str(tmp_path / "llama"), "--output", str(tmp_path / "c4"),
+                                    "--mask-token", "</s>"]) == 2
+    assert "is also the tokenizer's eos token" in capsys.readouterr().err
 
 
 # --- bad input: one clear error, nothing written ------------------------------------------------------
