@@ -10,6 +10,7 @@ import sys
 
 from megamlm.config import parse_args
 from megamlm.errors import UserError
+from megamlm.hf.init_from import adopt_hf_shape
 from megamlm.parallel.dims import dims_from_config
 from megamlm.parallel.dry_run import dry_run_report
 from megamlm.training.guards import NonFiniteError
@@ -19,6 +20,8 @@ from megamlm.training.trainer import pretrain
 def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse_args(argv)
+        if cfg.parallel.dry_run:  # a Hugging Face --init-from model lends its shape (config and tokenizer only)
+            adopt_hf_shape(cfg)
         dims_from_config(cfg)  # the layout against the world size, before any work
         if cfg.parallel.dry_run:  # layout check and memory estimate only: no process group, no data, no GPU
             print(dry_run_report(cfg))

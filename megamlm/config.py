@@ -22,6 +22,7 @@ import yaml
 
 from megamlm.errors import UserError
 from megamlm.model.config import PRESETS, AttentionBackend, KernelBackend
+from megamlm.model.rope import RopeScaling
 
 # Every choice flag's values, declared once: the parser offers them, --help lists them, validation checks them.
 Objective = Literal["mlm", "clm", "clm_then_mlm", "mlm_then_clm"]
@@ -63,6 +64,18 @@ class ModelConfig:
     """RMSNorm epsilon."""
     init_method_std: float = 0.02
     """Std of the normal weight init (output projections scaled by 1/sqrt(2*layers))."""
+    head_dim: int | None = None
+    """Width of one attention head (default: hidden / heads); set by --init-from a model that sets it apart."""
+    attention_bias: bool = False
+    """Biases on the q/k/v projections (Qwen2); set by --init-from a model that has them."""
+    attention_out_bias: bool = False
+    """A bias on the attention output projection (Llama-style attention_bias=true sets this and --attention-bias)."""
+    rope_scaling: str | None = None
+    """RoPE frequency scaling as JSON, Hugging Face's rope_parameters keys: '{"rope_type": "llama3", "factor": 32,
+    "low_freq_factor": 1, "high_freq_factor": 4, "original_max_position_embeddings": 8192}'; types linear, llama3,
+    yarn; set by --init-from."""
+    tie_word_embeddings: bool = False
+    """One matrix for the embedding and the LM head (kept tied under TP, PP and FSDP); set by --init-from."""
 
 
 @dataclass
@@ -352,11 +365,16 @@ def validate(cfg: Config) -> None:
         raise ConfigError(
             f"--num-attention-heads {shape['num_attention_heads']} is not divisible by --num-query-groups "
             f"{shape['num_query_groups']}; choose a number of KV heads that divides the number of heads")
-    if shape["hidden_size"] % shape["num_attention_heads"]:
+    if m.head_dim is None and shape["hidden_size"] % shape["num_attention_heads"]:
         raise ConfigError(f"--hidden-size {shape['hidden_size']} is not divisible by --num-attention-heads "
-                          f"{shape['num_attention_heads']}")
-    if (shape["hidden_size"] // shape["num_attention_heads"]) % 2:
-        raise ConfigError("the head dimension (hidden / heads) must be even for rotary embeddings")
+                          f"{shape['num_attention_heads']}; pick divisible sizes or set --head-dim")
+    head_dim = m.head_dim if m.head_dim is not None else shape["hidden_size"] // shape["num_attention_heads"]
+    if head_dim <= 0 or head_dim % 2:
+        raise ConfigError(f"the head dimension ({head_dim}) must be positive and even for rotary embeddings")
+    try:
+        model_features(m)
+    except ValueError as err:  # json.JSONDecodeError is a ValueError too
+        raise ConfigError(f"--rope-scaling {m.rope_scaling!r}: {err}") from None
     for name in ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
                  "seq_length"):
         if shape[name] <= 0:
@@ -437,6 +455,19 @@ def resolved_shape(m: ModelConfig) -> dict:
         if getattr(m, key) is not None:
             shape[key] = getattr(m, key)
     return shape
+
+
+def model_features(m: ModelConfig) -> dict:
+    """The ModelArgs features set by flags (head width, attention biases, RoPE scaling, tied embeddings).
+
+    ``--rope-scaling`` is JSON on the command line, a mapping in YAML; a bad one raises ValueError.
+    """
+    scaling = json.loads(m.rope_scaling) if isinstance(m.rope_scaling, str) else m.rope_scaling
+    if scaling is not None and not isinstance(scaling, dict):
+        raise ValueError("expected a JSON object such as {\"rope_type\": \"linear\", \"factor\": 2}")
+    return {"head_dim": m.head_dim, "attention_bias": m.attention_bias, "attention_out_bias": m.attention_out_bias,
+            "rope_scaling": RopeScaling.from_dict(scaling) if scaling else None,
+            "tie_word_embeddings": m.tie_word_embeddings}
 
 
 def warmup_iters(t: TrainingConfig) -> int:

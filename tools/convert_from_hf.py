@@ -1,10 +1,11 @@
-"""Import a Hugging Face model (Llama family, EuroBERT, or a GGUF file) as a megamlm checkpoint.
+"""Import a Hugging Face model (Llama 1-3.2, Mistral, Qwen2/2.5, SmolLM, EuroBERT, or a GGUF file) as a megamlm checkpoint.
 
     python tools/convert_from_hf.py --input models/SmolLM2-135M --output ckpt/smollm2
     python pretrain.py --init-from ckpt/smollm2 ...      # the flags to use are printed at the end
 
 The checkpoint is at step 0, holds the tokenizer (with a mask token) in `tokenizer/`, and can be
-exported back with tools/convert_to_hf.py.
+exported back with tools/convert_to_hf.py. Tied embeddings stay tied (also under pipeline parallelism)
+unless --untie-embeddings gives the LM head its own copy.
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output", required=True, help="megamlm checkpoint folder to write")
     parser.add_argument("--seq-length", type=int,
                         help="sequence length recorded in the checkpoint (default: the model's context)")
+    parser.add_argument("--untie-embeddings", action="store_true",
+                        help="give the LM head of a model with tied embeddings its own copy of the matrix")
+    parser.add_argument("--mask-token",
+                        help="the token MLM masks with (default: the tokenizer's own, else a reserved one such as "
+                             "Llama 3's <|reserved_special_token_0|>, else an added <|mask|>)")
     parser.add_argument("--force", action="store_true", help="replace an existing --output folder")
     return parser
 
@@ -36,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.seq_length is not None and args.seq_length <= 0:
             raise CheckpointError(f"--seq-length must be positive, got {args.seq_length}")
-        import_hf(args.input, args.output, force=args.force, max_seq_length=args.seq_length)
+        import_hf(args.input, args.output, force=args.force, max_seq_length=args.seq_length,
+                  untie=args.untie_embeddings, mask_token=args.mask_token)
     except CheckpointError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

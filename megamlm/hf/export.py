@@ -1,6 +1,6 @@
 """megamlm checkpoint (any parallel layout) -> a Hugging Face folder that loads without remote code.
 
-    export_checkpoint("runs/x", "hf/x", arch="eurobert", dtype="bf16")
+    export_checkpoint("runs/x", "hf/x", arch="eurobert", dtype="bf16")   # or arch llama / qwen2 / mistral
 
 writes config.json, model.safetensors, tokenizer.json + tokenizer_config.json (with the mask token)
 and a README.md model card, into a temporary folder renamed into place when complete.
@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import save_file
 
 from megamlm.hf.errors import ConversionError
-from megamlm.hf.hf_config import SpecialIds, hf_config_for
+from megamlm.hf.hf_config import ExportBiases, SpecialIds, export_biases, hf_config_for
 from megamlm.hf.keymaps import EXPORT_ARCHS, KeyMap
 from megamlm.hf.megamlm_checkpoint import AtomicFolder, load_model, read_record
 from megamlm.hf.model_card import model_card
@@ -23,8 +23,20 @@ from megamlm.hf.tokenizer_files import find_tokenizer_json, write_export_tokeniz
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-def hf_state_dict(model: torch.nn.Module, keymap: KeyMap, dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    return {keymap.to_hf(name): t.detach().to(dtype).contiguous() for name, t in model.state_dict().items()}
+def hf_state_dict(model: torch.nn.Module, keymap: KeyMap, dtype: torch.dtype,
+                  biases: ExportBiases | None = None) -> dict[str, torch.Tensor]:
+    """The tensors of an export under Hugging Face names: a tied LM head is left out (the config ties it), and
+    attention biases the target has but the model lacks are written as zeros (``biases``: which it has)."""
+    state = model.state_dict()
+    if model.args.tie_word_embeddings:
+        state.pop("lm_head.weight")
+    if biases is not None:
+        for name in [n for n in state if n.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight"))]:
+            wanted = biases.out if name.endswith("o_proj.weight") else biases.qkv
+            bias = name[: -len("weight")] + "bias"
+            if wanted and bias not in state:
+                state[bias] = torch.zeros(state[name].shape[0])
+    return {keymap.to_hf(name): t.detach().to(dtype).contiguous() for name, t in state.items()}
 
 
 def export_checkpoint(input_path: str | Path, output: str | Path, arch: str = "eurobert", dtype: str = "fp32",
@@ -51,7 +63,8 @@ def export_checkpoint(input_path: str | Path, output: str | Path, arch: str = "e
         write_export_tokenizer(tokenizer_json, tmp, ids, record.model_args.vocab_size, record.model_args.max_seq_length)
         config.dtype = DTYPES[dtype]
         config.save_pretrained(str(tmp))
-        save_file(hf_state_dict(model, keymap, DTYPES[dtype]), str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        tensors = hf_state_dict(model, keymap, DTYPES[dtype], export_biases(arch, record.model_args))
+        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         (tmp / "README.md").write_text(model_card(record, keymap.architecture, dtype))
     log(f"wrote {keymap.architecture} ({dtype}) to {target.destination}")
     return target.destination

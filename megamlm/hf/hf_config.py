@@ -1,4 +1,9 @@
-"""ModelArgs <-> Hugging Face configs, with every shape megamlm's model cannot express refused by name."""
+"""ModelArgs <-> Hugging Face configs, with every feature megamlm's model cannot express refused by name.
+
+Imported: Llama (1-3.2: attention/o biases, head_dim, llama3/linear/YaRN RoPE scaling, tied embeddings),
+Mistral, Qwen2/Qwen2.5 (q/k/v biases), SmolLM (llama) and EuroBERT. Exported: EuroBERT (the encoder), or
+the causal Llama, Qwen2 or Mistral model, each config carrying the biases, head_dim, RoPE parameters and tying.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,21 @@ from dataclasses import dataclass
 from megamlm.hf.errors import ConversionError
 from megamlm.hf.keymaps import EXPORT_ARCHS, KeyMap, keymap_for_model_type
 from megamlm.model.config import ModelArgs
+from megamlm.model.rope import RopeScaling
+
+# Architectures with a feature megamlm's blocks do not have: the import names the feature.
+UNSUPPORTED_FEATURES = {
+    "qwen3": "per-head RMSNorm on queries and keys (Qwen3's q_norm/k_norm)",
+    "qwen3_moe": "a mixture-of-experts MLP and q/k norms (Qwen3-MoE)",
+    "qwen2_moe": "a mixture-of-experts MLP (Qwen2-MoE)",
+    "mixtral": "a mixture-of-experts MLP (Mixtral)",
+    "gemma": "GELU MLPs, (1 + w) RMSNorm weights and a scaled embedding (Gemma)",
+    "gemma2": "attention and final logit soft-capping, and sliding windows on alternate layers (Gemma 2)",
+    "gemma3_text": "q/k norms and sliding windows on most layers (Gemma 3)",
+    "olmo2": "q/k norms and norms after each sublayer (OLMo 2)",
+    "phi3": "fused qkv/gate-up projections and longrope scaling (Phi-3)",
+    "cohere": "parallel attention and MLP with LayerNorm (Cohere)",
+}
 
 
 @dataclass(frozen=True)
@@ -19,78 +39,140 @@ class SpecialIds:
     mask_id: int | None
 
 
+@dataclass(frozen=True)
+class ExportBiases:
+    """Which attention biases an exported architecture has: every one it has is written (zeros where the
+    megamlm model has none), and a bias it cannot hold refuses the export."""
+
+    qkv: bool
+    out: bool
+
+
+def export_biases(arch: str, args: ModelArgs) -> ExportBiases:
+    if arch in ("eurobert", "llama"):  # one attention_bias flag for q, k, v and o
+        any_bias = args.attention_bias or args.attention_out_bias
+        return ExportBiases(any_bias, any_bias)
+    if arch == "qwen2":
+        if args.attention_out_bias:
+            raise ConversionError("the model has an o_proj bias, which Qwen2 does not; export it with --arch llama "
+                                  "or --arch eurobert")
+        return ExportBiases(True, False)
+    if args.attention_bias or args.attention_out_bias:
+        raise ConversionError(f"the model has attention biases, which {arch} does not; export it with --arch llama "
+                              "or --arch eurobert")
+    return ExportBiases(False, False)
+
+
+def rope_parameters(args: ModelArgs) -> dict:
+    """Hugging Face's ``rope_parameters`` of ``args``."""
+    scaling = args.rope_scaling.to_dict() if args.rope_scaling is not None else {"rope_type": "default"}
+    return {**scaling, "rope_theta": float(args.rope_theta)}
+
+
+def describe_features(args: ModelArgs) -> str:
+    """One line of the features beyond the plain shape (logs and model cards)."""
+    features = [f"head_dim {args.head_dim}"]
+    if args.attention_bias or args.attention_out_bias:
+        features.append("biases on " + "/".join(["q/k/v"] * args.attention_bias + ["o"] * args.attention_out_bias))
+    if args.rope_scaling is not None:
+        features.append(f"RoPE {args.rope_scaling.rope_type} x{args.rope_scaling.factor:g}")
+    features.append("tied embeddings" if args.tie_word_embeddings else "untied embeddings")
+    return ", ".join(features)
+
+
 def hf_config_for(arch: str, args: ModelArgs, ids: SpecialIds):
-    """The transformers config of an export; both architectures get untied embeddings and default RoPE."""
-    from transformers import EuroBertConfig, LlamaConfig
+    """The transformers config of an export (raises ConversionError where ``arch`` cannot hold the model)."""
+    import transformers
 
     if arch not in EXPORT_ARCHS:
         raise ConversionError(f"unsupported --arch {arch!r}; choose one of {', '.join(EXPORT_ARCHS)}")
+    biases = export_biases(arch, args)
     common = dict(
         vocab_size=args.vocab_size, hidden_size=args.hidden_size, intermediate_size=args.ffn_hidden_size,
         num_hidden_layers=args.num_layers, num_attention_heads=args.num_attention_heads,
         num_key_value_heads=args.num_query_groups, head_dim=args.head_dim, hidden_act="silu",
         max_position_embeddings=args.max_seq_length, rms_norm_eps=args.norm_epsilon,
-        initializer_range=args.init_method_std,
-        rope_parameters={"rope_type": "default", "rope_theta": float(args.rope_theta)},
-        attention_bias=False, mlp_bias=False, tie_word_embeddings=False,
+        initializer_range=args.init_method_std, rope_parameters=rope_parameters(args),
+        tie_word_embeddings=args.tie_word_embeddings,
         bos_token_id=ids.bos_id, eos_token_id=ids.eos_id, pad_token_id=ids.pad_id,
         architectures=[EXPORT_ARCHS[arch].architecture],
     )
     if arch == "eurobert":
+        if args.hidden_size % args.num_attention_heads:
+            raise ConversionError(f"EuroBERT needs hidden_size ({args.hidden_size}) divisible by the number of heads "
+                                  f"({args.num_attention_heads}); export this model with --arch llama")
         # EuroBERT's config defaults to Llama 3 ids (mask 128002); always write ours.
-        return EuroBertConfig(mask_token_id=ids.mask_id if ids.mask_id is not None else -1, **common)
-    return LlamaConfig(**common)
+        return transformers.EuroBertConfig(mask_token_id=ids.mask_id if ids.mask_id is not None else -1,
+                                           attention_bias=biases.qkv, mlp_bias=False, **common)
+    if arch == "llama":
+        return transformers.LlamaConfig(attention_bias=biases.qkv, mlp_bias=False, **common)
+    if arch == "qwen2":
+        return transformers.Qwen2Config(use_sliding_window=False, **common)
+    return transformers.MistralConfig(sliding_window=None, **common)
 
 
-def _rope_parameters(config) -> dict:
+def _rope_dict(config) -> dict:
     params = getattr(config, "rope_parameters", None)
     if params is None:  # older config objects
-        scaling = getattr(config, "rope_scaling", None) or {}
-        params = {"rope_type": scaling.get("rope_type", scaling.get("type", "default")),
-                  "rope_theta": getattr(config, "rope_theta", 10_000.0)}
+        params = dict(getattr(config, "rope_scaling", None) or {})
+        params.setdefault("rope_theta", getattr(config, "rope_theta", 10_000.0))
     return params
 
 
-def check_importable(config) -> KeyMap:
-    """The key map for ``config``, or one ConversionError naming what megamlm's model lacks."""
-    model_type = getattr(config, "model_type", None)
-    keymap = keymap_for_model_type(model_type)
+def _attention_biases(config, model_type: str) -> tuple[bool, bool]:
+    """(q/k/v biases, o_proj bias) of an importable architecture."""
     if model_type == "qwen2":
-        raise ConversionError(
-            "Qwen2 models carry biases on q_proj/k_proj/v_proj, and megamlm's attention has none, so the "
-            "imported model would compute something else; to import Qwen2, add attention biases to "
-            "megamlm.model (ModelArgs and Attention) and map them in megamlm/hf/keymaps.py")
-    for flag in ("attention_bias", "mlp_bias"):
-        if getattr(config, flag, False):
-            raise ConversionError(f"the config sets {flag}=true, but megamlm's model has no biases; "
-                                  "only bias-free Llama-style checkpoints can be imported")
+        return True, False  # Qwen2 always biases q, k and v, never o
+    flag = bool(getattr(config, "attention_bias", False))
+    return flag, flag
+
+
+def check_importable(config) -> KeyMap:
+    """The key map for ``config``, or one ConversionError naming the feature megamlm's model lacks."""
+    model_type = getattr(config, "model_type", None)
+    if model_type in UNSUPPORTED_FEATURES:
+        raise ConversionError(f"model_type={model_type!r} uses {UNSUPPORTED_FEATURES[model_type]}, which megamlm's "
+                              "Llama-style blocks do not have; it cannot be imported")
+    keymap = keymap_for_model_type(model_type)
+    for flag in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if getattr(config, flag, None):
+            raise ConversionError(f"the config sets {flag}={getattr(config, flag)} (logit soft-capping), which "
+                                  "megamlm's model does not have; it cannot be imported")
+    for flag in ("num_local_experts", "num_experts"):
+        if getattr(config, flag, None):
+            raise ConversionError(f"the config sets {flag}={getattr(config, flag)} (a mixture-of-experts MLP); "
+                                  "megamlm's MLP is dense, so it cannot be imported")
+    if getattr(config, "mlp_bias", False):
+        raise ConversionError("the config sets mlp_bias=true (biases on the MLP projections), which megamlm's MLP "
+                              "does not have; only bias-free MLPs can be imported")
     act = getattr(config, "hidden_act", "silu")
     if act != "silu":
         raise ConversionError(f"hidden_act={act!r}: megamlm's MLP is SwiGLU (silu); this checkpoint cannot be imported")
-    rope = _rope_parameters(config)
-    if rope.get("rope_type", "default") != "default":
-        raise ConversionError(
-            f"RoPE type {rope.get('rope_type')!r} (e.g. Llama 3.1 frequency scaling) is not implemented by megamlm's "
-            "rotary embedding (plain RoPE with a theta only); import a model with default RoPE")
-    heads = config.num_attention_heads
-    head_dim = getattr(config, "head_dim", None)
-    if head_dim is not None and head_dim * heads != config.hidden_size:
-        raise ConversionError(f"head_dim {head_dim} x {heads} heads != hidden_size {config.hidden_size}; megamlm's "
-                              "attention derives head_dim = hidden / heads and cannot hold this model")
+    try:
+        RopeScaling.from_dict(_rope_dict(config))
+    except ValueError as err:
+        raise ConversionError(f"{err}; this checkpoint cannot be imported") from None
     return keymap
 
 
-def model_args_from_config(config, max_seq_length: int | None = None) -> ModelArgs:
+def model_args_from_config(config, max_seq_length: int | None = None, untie: bool = False) -> ModelArgs:
     """The megamlm shape of a Hugging Face config (checked with check_importable first).
 
-    ``max_seq_length`` (the run's sequence length) defaults to the model's context; a Mistral-style
-    sliding window caps it, since up to the window full attention computes the same thing.
+    ``max_seq_length`` (the run's sequence length) defaults to the model's context; a sliding window caps it
+    (up to the window, full attention computes the same thing) and a longer one is refused. ``untie`` gives
+    the LM head its own copy of a tied embedding.
     """
     check_importable(config)
     context = config.max_position_embeddings
     window = getattr(config, "sliding_window", None)
-    if window and (getattr(config, "use_sliding_window", True)):
+    if window and getattr(config, "use_sliding_window", True):
+        if max_seq_length and max_seq_length > window:
+            raise ConversionError(f"the model attends within a sliding window of {window} tokens; megamlm's "
+                                  f"attention covers the whole sequence, the same only up to {window} tokens: "
+                                  f"import with --seq-length {window} or less (not {max_seq_length})")
         context = min(context, window)
+    rope = _rope_dict(config)
+    attention_bias, attention_out_bias = _attention_biases(config, config.model_type)
     return ModelArgs(
         vocab_size=config.vocab_size,
         num_layers=config.num_hidden_layers,
@@ -99,7 +181,12 @@ def model_args_from_config(config, max_seq_length: int | None = None) -> ModelAr
         num_attention_heads=config.num_attention_heads,
         num_query_groups=getattr(config, "num_key_value_heads", None) or config.num_attention_heads,
         max_seq_length=max_seq_length or context,
-        rope_theta=float(_rope_parameters(config)["rope_theta"]),
+        rope_theta=float(rope["rope_theta"]),
         norm_epsilon=float(config.rms_norm_eps),
         init_method_std=float(getattr(config, "initializer_range", 0.02)),
+        head_dim=getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads,
+        attention_bias=attention_bias,
+        attention_out_bias=attention_out_bias,
+        rope_scaling=RopeScaling.from_dict(rope),
+        tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", False)) and not untie,
     )

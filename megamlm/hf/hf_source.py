@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import torch
-from safetensors.torch import load_file
+from safetensors import safe_open
 
 from megamlm.hf.errors import ConversionError
 
@@ -45,8 +46,11 @@ def is_hf_model(path: str | Path) -> bool:
     return any(path.glob("*.gguf"))
 
 
-def open_source(path: str | Path) -> HFSource:
-    """Locate config and weights; a missing file is refused by name before anything is loaded."""
+def open_source(path: str | Path, require_weights: bool = True) -> HFSource:
+    """Locate config and weights; a missing file is refused by name before anything is loaded.
+
+    ``require_weights=False`` accepts a folder with config.json and the tokenizer only (enough for a shape).
+    """
     path = Path(path)
     if not path.exists():
         raise ConversionError(f"{path} does not exist; pass a Hugging Face model folder or a .gguf file")
@@ -55,7 +59,7 @@ def open_source(path: str | Path) -> HFSource:
             raise ConversionError(f"{path} is a file but not a .gguf; pass the model folder (config.json + weights)")
         return HFSource(path.parent, path.name)
     if (path / "config.json").is_file():
-        if not any((path / name).is_file() for name in WEIGHT_FILES):
+        if require_weights and not any((path / name).is_file() for name in WEIGHT_FILES):
             raise ConversionError(f"{path} has config.json but no weights ({' or '.join(WEIGHT_FILES)}); "
                                   "copy the weight files next to it")
         return HFSource(path)
@@ -86,37 +90,88 @@ def load_tokenizer(source: HFSource):
                               "the model's tokenizer files (tokenizer.json, tokenizer_config.json) beside it") from error
 
 
-def _read_weight_file(path: Path) -> dict[str, torch.Tensor]:
-    if path.suffix == ".safetensors":
-        return load_file(str(path))
-    return torch.load(path, map_location="cpu", weights_only=True)
+def _weight_files(source: HFSource) -> list[Path]:
+    """The files holding the weights, one shard after another; a missing shard is refused by name."""
+    for name in WEIGHT_FILES:
+        path = source.folder / name
+        if not path.is_file():
+            continue
+        if not name.endswith(".index.json"):
+            return [path]
+        shards = [source.folder / shard for shard in dict.fromkeys(json.loads(path.read_text())["weight_map"].values())]
+        for shard in shards:
+            if not shard.is_file():
+                raise ConversionError(f"weight shard {shard} listed in {name} is missing")
+        return shards
+    raise ConversionError(f"{source.folder} has no weights ({' or '.join(WEIGHT_FILES)})")
 
 
-def load_state_dict(source: HFSource, config) -> dict[str, torch.Tensor]:
-    """Every tensor of the model, float32, under its Hugging Face name (``model.`` prefix included)."""
+def _hf_name(name: str) -> str:
+    """A base model's tensor names (``embed_tokens.weight``) under the full model's (``model.embed_tokens.weight``)."""
+    if name.startswith(("embed_tokens.", "layers.", "norm.")):
+        return f"model.{name}"
+    return name
+
+
+def iter_tensors(source: HFSource) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor of the model under its Hugging Face name, read one at a time from one shard at a time.
+
+    safetensors shards are memory-mapped and each tensor copied out on its own, so reading a large model holds
+    at most one shard's pages beside the tensors the caller keeps. A GGUF file is read through transformers'
+    loader, which dequantizes the whole model to float32 first.
+    """
     if source.gguf_file:
-        state = _load_gguf(source, config)
-    else:
-        state = {}
-        for name in WEIGHT_FILES:
-            path = source.folder / name
-            if not path.is_file():
-                continue
-            if name.endswith(".index.json"):
-                shards = sorted(set(json.loads(path.read_text())["weight_map"].values()))
-                for shard in shards:
-                    if not (source.folder / shard).is_file():
-                        raise ConversionError(f"weight shard {source.folder / shard} listed in {name} is missing")
-                    state.update(_read_weight_file(source.folder / shard))
-            else:
-                state = _read_weight_file(path)
-            break
-    if "model.embed_tokens.weight" not in state and "embed_tokens.weight" in state:
-        state = {("lm_head.weight" if k == "lm_head.weight" else f"model.{k}"): v for k, v in state.items()}
-    return {k: v.float() for k, v in state.items()}
+        yield from _load_gguf(source).items()
+        return
+    for path in _weight_files(source):
+        if path.suffix == ".safetensors":
+            with safe_open(str(path), framework="pt") as shard:
+                for name in shard.keys():
+                    yield _hf_name(name), shard.get_tensor(name)
+        else:
+            try:
+                state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            except RuntimeError:  # a legacy (pre-zip) pickle cannot be memory-mapped
+                state = torch.load(path, map_location="cpu", weights_only=True)
+            for name in list(state):
+                yield _hf_name(name), state.pop(name)
 
 
-def _load_gguf(source: HFSource, config) -> dict[str, torch.Tensor]:
+def check_gguf(source: HFSource) -> None:
+    """Refuse, by reading the GGUF metadata only, what transformers' GGUF loader would load wrongly or not at all:
+    a tensor type gguf cannot dequantize, and RoPE scaling (llama.cpp's ``rope_freqs`` factors or a
+    ``rope.scaling.type``), which that loader drops."""
+    from gguf import GGUFReader, dequantize
+
+    path = source.folder / source.gguf_file
+    try:
+        reader = GGUFReader(str(path))
+    except (ValueError, OSError) as error:
+        raise ConversionError(f"{path} is not a readable GGUF file: {error}") from error
+    tried = set()
+    for tensor in reader.tensors:
+        if tensor.name.startswith("rope_freqs"):
+            raise ConversionError(f"{path} stores RoPE frequency factors (tensor {tensor.name}, Llama 3.1-style "
+                                  "scaling), which transformers' GGUF loader drops, so the import would compute "
+                                  "another model; import the model's safetensors folder instead")
+        if tensor.tensor_type in tried:
+            continue
+        tried.add(tensor.tensor_type)
+        try:
+            dequantize(tensor.data[:1], tensor.tensor_type)
+        except NotImplementedError:
+            raise ConversionError(f"{path}: tensor {tensor.name} is quantized as {tensor.tensor_type.name}, which the "
+                                  "gguf package cannot dequantize; use a GGUF file of another quantization "
+                                  "(F16, Q8_0, Q4_K, ...) or the safetensors folder") from None
+    for key, field in reader.fields.items():
+        if key.endswith(".rope.scaling.type"):
+            kind = bytes(field.parts[field.data[0]]).decode()
+            if kind not in ("none", ""):
+                raise ConversionError(f"{path} declares RoPE scaling {kind!r} ({key}), which transformers' GGUF "
+                                      "loader ignores; import the model's safetensors folder instead")
+
+
+def _load_gguf(source: HFSource) -> dict[str, torch.Tensor]:
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(source.folder), gguf_file=source.gguf_file, dtype=torch.float32)

@@ -1,9 +1,13 @@
 """Hugging Face decoder or encoder -> megamlm, for continued pretraining.
 
-Llama-family models (Llama, Mistral, SmolLM, TinyLlama), EuroBERT, and GGUF files are read; tied
-embeddings are untied; the tokenizer gets a mask token (a reserved one when it has one, as EuroBERT
-takes Llama 3's ``<|reserved_special_token_0|>``, else an added ``<|mask|>``) and the embedding and
-LM head grow to a multiple of 128 rows when the vocabulary grew, new rows set to the mean row.
+Llama 1-3.2, Mistral, Qwen2/Qwen2.5, SmolLM, TinyLlama, EuroBERT, and GGUF files of them are read; attention
+biases, head_dim, RoPE scaling and tied embeddings carry over (``untie=True`` gives the LM head its own copy).
+The tokenizer gets a mask token (its own; else a reserved one, as EuroBERT takes Llama 3's
+``<|reserved_special_token_0|>``; else an added ``<|mask|>``), and the embedding (and an untied LM head) grow
+to a multiple of 128 rows when the vocabulary outgrows them; rows of added tokens start at the mean row.
+
+Weights stream shard by shard, one tensor at a time, into the megamlm state dict that is saved: the peak
+memory is about one float32 copy of the model plus one shard (tests/unit/hf/test_import_memory.py).
 
     import_hf("models/smollm2", "ckpt/smollm2")     # a step-0 megamlm checkpoint + its tokenizer
     args = model_args_from_hf("models/llama"); model = Transformer(args); load_hf_weights("models/llama", model)
@@ -11,19 +15,23 @@ LM head grow to a multiple of 128 rows when the vocabulary grew, new rows set to
 
 from __future__ import annotations
 
+import json
+import shlex
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Iterable
 
 import torch
 
 from megamlm.config import Config
 from megamlm.data import load_tokenizer as load_megamlm_tokenizer
 from megamlm.hf.errors import ConversionError
-from megamlm.hf.hf_config import check_importable, model_args_from_config
+from megamlm.hf.hf_config import check_importable, describe_features, model_args_from_config
 from megamlm.hf.hf_source import (
     HFSource,
+    check_gguf,
+    iter_tensors,
     load_config,
-    load_state_dict,
     load_tokenizer,
     open_source,
 )
@@ -33,7 +41,7 @@ from megamlm.hf.megamlm_checkpoint import (
     AtomicFolder,
     write_weights_checkpoint,
 )
-from megamlm.hf.tokenizer_files import choose_mask_token
+from megamlm.hf.tokenizer_files import check_mask_token, choose_mask_token
 from megamlm.model.config import ModelArgs, pad_vocab_size
 from megamlm.model.transformer import Transformer
 
@@ -51,67 +59,95 @@ class ImportPlan:
     model_args: ModelArgs
     """Shape after the vocabulary grew (if it had to)."""
     mask_added: bool
+    source_tokens: int
+    """The tokenizer's size before the mask token: rows from here on belong to added tokens."""
 
 
-def plan_import(path: str | Path, max_seq_length: int | None = None) -> ImportPlan:
+def plan_import(path: str | Path, max_seq_length: int | None = None, untie: bool = False,
+                mask_token: str | None = None, require_weights: bool = True) -> ImportPlan:
     """Read config and tokenizer, choose the mask token, size the vocabulary; no weights are read yet."""
-    source = open_source(path)
+    source = open_source(path, require_weights)
+    if source.gguf_file:
+        check_gguf(source)
     config = load_config(source)
     keymap = check_importable(config)
-    args = model_args_from_config(config, max_seq_length)
+    args = model_args_from_config(config, max_seq_length, untie)
     tokenizer = load_tokenizer(source)
-    if len(tokenizer) > config.vocab_size:
-        raise ConversionError(f"the tokenizer of {source.describe()} has {len(tokenizer)} ids but the model's "
+    source_tokens = len(tokenizer)
+    if source_tokens > config.vocab_size:
+        raise ConversionError(f"the tokenizer of {source.describe()} has {source_tokens} ids but the model's "
                               f"embedding has {config.vocab_size} rows (config.json vocab_size); the tokenizer files "
                               "belong to another model")
-    mask, added = choose_mask_token(tokenizer)
+    mask, added = choose_mask_token(tokenizer, mask_token)
     tokenizer.add_special_tokens({"mask_token": mask})
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:
         tokenizer.pad_token = tokenizer.eos_token
+    check_mask_token(tokenizer)
     if len(tokenizer) > args.vocab_size:
         args = replace(args, vocab_size=pad_vocab_size(len(tokenizer), VOCAB_MULTIPLE))
-    return ImportPlan(source, config, keymap, tokenizer, args, added)
+    return ImportPlan(source, config, keymap, tokenizer, args, added, source_tokens)
 
 
-def model_args_from_hf(hf_dir: str | Path, max_seq_length: int | None = None) -> ModelArgs:
+def model_args_from_hf(hf_dir: str | Path, max_seq_length: int | None = None, untie: bool = False) -> ModelArgs:
     """The shape of the megamlm model an HF folder imports into (vocabulary grown for a mask token if needed)."""
-    return plan_import(hf_dir, max_seq_length).model_args
+    return plan_import(hf_dir, max_seq_length, untie).model_args
 
 
-def _grow_rows(weight: torch.Tensor, rows: int) -> torch.Tensor:
-    if weight.shape[0] == rows:
-        return weight
-    extra = weight.mean(dim=0, keepdim=True).expand(rows - weight.shape[0], -1)
-    return torch.cat([weight, extra], dim=0)
+def _fit_rows(weight: torch.Tensor, plan: ImportPlan) -> torch.Tensor:
+    """``weight`` (embedding or LM head rows) grown to the model's vocabulary; the rows of added tokens and the
+    grown rows start at the mean row of the source tokenizer's tokens, every other row is kept."""
+    rows, source_rows, tokens = plan.model_args.vocab_size, weight.shape[0], len(plan.tokenizer)
+    if rows != source_rows:
+        grown = torch.empty((rows, weight.shape[1]), dtype=weight.dtype)
+        grown[:source_rows] = weight
+        weight = grown
+    mean = weight[: plan.source_tokens].mean(dim=0)
+    if plan.mask_added:
+        weight[plan.source_tokens: tokens] = mean
+    weight[source_rows:] = mean
+    return weight
 
 
-def megamlm_state_dict(hf_state: dict[str, torch.Tensor], plan: ImportPlan) -> dict[str, torch.Tensor]:
-    """HF tensors -> megamlm names, checked against the config's shapes, untied and vocabulary-grown."""
-    hf_args = replace(plan.model_args, vocab_size=plan.config.vocab_size)
+def megamlm_state_dict(hf_tensors: Iterable[tuple[str, torch.Tensor]], plan: ImportPlan) -> dict[str, torch.Tensor]:
+    """HF tensors (name, tensor), consumed one at a time -> megamlm's float32 state dict, checked against the
+    config's shapes, tied or untied as ``plan.model_args`` says, and vocabulary-grown.
+
+    The tensors become the state dict's (modified in place): pass tensors nothing else holds.
+    """
+    args = plan.model_args
     with torch.device("meta"):
-        expected = {name: tuple(t.shape) for name, t in Transformer(hf_args).state_dict().items()}
-    hf_state = dict(hf_state)
-    if "lm_head.weight" not in hf_state and "model.embed_tokens.weight" in hf_state:
-        if not getattr(plan.config, "tie_word_embeddings", False):
+        expected = {name: tuple(t.shape) for name, t in
+                    Transformer(replace(args, vocab_size=plan.config.vocab_size)).state_dict().items()}
+    out: dict[str, torch.Tensor] = {}
+    source_tied = bool(getattr(plan.config, "tie_word_embeddings", False))
+    for hf_name, tensor in hf_tensors:
+        if hf_name.endswith(_IGNORED_SUFFIXES) or (hf_name == "lm_head.weight" and source_tied):
+            continue  # a tied head is the embedding (transformers ignores a stored copy too)
+        name = plan.keymap.from_hf(hf_name)
+        if name not in expected:
+            raise ConversionError(f"tensor {hf_name!r} of {plan.source.describe()} is not part of the model its config "
+                                  "describes (a bias the config does not enable?); the config and weights do not match")
+        if tuple(tensor.shape) != expected[name]:
+            raise ConversionError(f"tensor {hf_name!r} of {plan.source.describe()} has shape {tuple(tensor.shape)} "
+                                  f"but its config implies {expected[name]}; the config and weights do not match")
+        out[name] = tensor.detach().to(torch.float32)  # the tensors are ours: no copy unless the dtype changes
+    if "embed_tokens.weight" in out and "lm_head.weight" not in out:
+        if not source_tied:
             raise ConversionError(f"{plan.source.describe()} has no tensor 'lm_head.weight' and its config does not "
                                   "tie it to the embedding; the weight files are incomplete")
-        hf_state["lm_head.weight"] = hf_state["model.embed_tokens.weight"]
-    out = {}
-    for hf_name, tensor in hf_state.items():
-        if hf_name.endswith(_IGNORED_SUFFIXES):
-            continue
-        name = plan.keymap.from_hf(hf_name)
-        if tuple(tensor.shape) != expected.get(name):
-            raise ConversionError(f"tensor {hf_name!r} of {plan.source.describe()} has shape {tuple(tensor.shape)} "
-                                  f"but its config implies {expected.get(name)}; the config and weights do not match")
-        out[name] = tensor.detach().float().clone()  # clone unties a shared embedding/LM head
+        out["lm_head.weight"] = out["embed_tokens.weight"]
     missing = sorted(set(expected) - set(out))
     if missing:
         raise ConversionError(f"{plan.source.describe()} lacks tensor {plan.keymap.to_hf(missing[0])!r} "
                               f"({len(missing)} missing in all); the weight files are incomplete")
-    rows = plan.model_args.vocab_size
-    out["embed_tokens.weight"] = _grow_rows(out["embed_tokens.weight"], rows)
-    out["lm_head.weight"] = _grow_rows(out["lm_head.weight"], rows)
+    tied_source = out["lm_head.weight"] is out["embed_tokens.weight"]
+    out["embed_tokens.weight"] = _fit_rows(out["embed_tokens.weight"], plan)
+    if args.tie_word_embeddings:
+        out["lm_head.weight"] = out["embed_tokens.weight"]
+    elif tied_source:  # --untie-embeddings: the head starts as its own copy of the embedding
+        out["lm_head.weight"] = out["embed_tokens.weight"].clone()
+    else:
+        out["lm_head.weight"] = _fit_rows(out["lm_head.weight"], plan)
     return out
 
 
@@ -121,17 +157,30 @@ def load_hf_weights(hf_dir: str | Path, model: torch.nn.Module) -> ImportPlan:
     if plan.model_args != model.args:
         raise ConversionError(f"the model was built with {model.args} but {plan.source.describe()} needs "
                               f"{plan.model_args}; build it with model_args_from_hf()")
-    state = megamlm_state_dict(load_state_dict(plan.source, plan.config), plan)
+    state = megamlm_state_dict(iter_tensors(plan.source), plan)
     model.load_state_dict(state, strict=True)
     return plan
 
 
+def model_flags(args: ModelArgs) -> list[str]:
+    """The pretrain.py flags that build a model of shape ``args`` (features only where they are set)."""
+    flags = ["--num-layers", str(args.num_layers), "--hidden-size", str(args.hidden_size),
+             "--ffn-hidden-size", str(args.ffn_hidden_size), "--num-attention-heads", str(args.num_attention_heads),
+             "--num-query-groups", str(args.num_query_groups), "--vocab-size", str(args.vocab_size),
+             "--rope-theta", repr(args.rope_theta), "--norm-epsilon", repr(args.norm_epsilon)]
+    if args.head_dim != args.hidden_size // args.num_attention_heads:
+        flags += ["--head-dim", str(args.head_dim)]
+    if args.rope_scaling is not None:
+        flags += ["--rope-scaling", json.dumps(args.rope_scaling.to_dict())]
+    for flag, on in (("--attention-bias", args.attention_bias), ("--attention-out-bias", args.attention_out_bias),
+                     ("--tie-word-embeddings", args.tie_word_embeddings)):
+        flags += [flag] if on else []
+    return flags
+
+
 def pretrain_flags(args: ModelArgs, checkpoint: Path) -> list[str]:
     """The pretrain.py flags that build this shape and load these weights."""
-    return ["--init-from", str(checkpoint), "--num-layers", str(args.num_layers), "--hidden-size", str(args.hidden_size),
-            "--ffn-hidden-size", str(args.ffn_hidden_size), "--num-attention-heads", str(args.num_attention_heads),
-            "--num-query-groups", str(args.num_query_groups), "--vocab-size", str(args.vocab_size),
-            "--rope-theta", repr(args.rope_theta), "--norm-epsilon", repr(args.norm_epsilon),
+    return ["--init-from", str(checkpoint), *model_flags(args),
             "--tokenizer-model", str(checkpoint / TOKENIZER_DIR / "tokenizer.json")]
 
 
@@ -142,24 +191,30 @@ def _run_config(args: ModelArgs) -> dict:
     m.num_attention_heads, m.num_query_groups = args.num_attention_heads, args.num_query_groups
     m.seq_length, m.vocab_size, m.rope_theta = args.max_seq_length, args.vocab_size, args.rope_theta
     m.norm_epsilon, m.init_method_std = args.norm_epsilon, args.init_method_std
+    m.head_dim, m.attention_bias, m.attention_out_bias = args.head_dim, args.attention_bias, args.attention_out_bias
+    m.rope_scaling = json.dumps(args.rope_scaling.to_dict()) if args.rope_scaling is not None else None
+    m.tie_word_embeddings = args.tie_word_embeddings
     return cfg.to_dict()
 
 
 def import_hf(input_path: str | Path, output: str | Path, force: bool = False, max_seq_length: int | None = None,
-              log=print, hf_state: dict[str, torch.Tensor] | None = None) -> Path:
+              log=print, hf_state: dict[str, torch.Tensor] | None = None, untie: bool = False,
+              mask_token: str | None = None) -> Path:
     """Write a step-0 megamlm checkpoint (weights, config.json, tokenizer/) of an HF model; returns its folder.
 
     ``hf_state``: the model's tensors when the caller already holds them (``hf_model.state_dict()`` of the
-    same ``input_path``), which saves reading and dequantizing the weights again.
+    same ``input_path``), which saves reading and dequantizing the weights again. ``untie``: give the LM head
+    of a tied model its own copy (``--untie-embeddings``). ``mask_token``: use this token (``--mask-token``).
     """
     target = AtomicFolder(output, force)
     target.check()
-    plan = plan_import(input_path, max_seq_length)
+    plan = plan_import(input_path, max_seq_length, untie, mask_token)
     args = plan.model_args
     log(f"{plan.source.describe()}: {plan.config.model_type}, {args.num_layers} layers, hidden {args.hidden_size}, "
-        f"vocabulary {plan.config.vocab_size} -> {args.vocab_size}, mask token {plan.tokenizer.mask_token!r} "
-        f"({'added' if plan.mask_added else 'reserved'}, id {plan.tokenizer.mask_token_id})")
-    state = megamlm_state_dict(hf_state if hf_state is not None else load_state_dict(plan.source, plan.config), plan)
+        f"{describe_features(args)}, vocabulary {plan.config.vocab_size} -> {args.vocab_size}, mask token "
+        f"{plan.tokenizer.mask_token!r} ({'added' if plan.mask_added else 'its own'}, id {plan.tokenizer.mask_token_id})")
+    tensors = ((name, t.clone()) for name, t in hf_state.items()) if hf_state is not None else iter_tensors(plan.source)
+    state = megamlm_state_dict(tensors, plan)
     with target as tmp:
         plan.tokenizer.save_pretrained(str(tmp / TOKENIZER_DIR))
         ours = load_megamlm_tokenizer(tmp / TOKENIZER_DIR)
@@ -178,5 +233,5 @@ def import_hf(input_path: str | Path, output: str | Path, force: bool = False, m
         }
         write_weights_checkpoint(tmp, state, record, {"consumed_samples": 0})
     log(f"wrote megamlm checkpoint {target.destination}; continue pretraining with:\n  python pretrain.py "
-        + " ".join(pretrain_flags(args, target.destination)) + " --data-path <data tokenized with that tokenizer>")
+        + shlex.join(pretrain_flags(args, target.destination)) + " --data-path <data tokenized with that tokenizer>")
     return target.destination

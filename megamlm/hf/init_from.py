@@ -8,20 +8,46 @@ tokenizer (which now holds the mask token). The run's own --seq-length is kept.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
 from megamlm.config import Config, ConfigError
 from megamlm.data.embedded import default_cache_root
 from megamlm.hf.hf_source import is_hf_model
-from megamlm.hf.importer import import_hf
+from megamlm.hf.importer import import_hf, plan_import
 from megamlm.hf.megamlm_checkpoint import TOKENIZER_DIR, read_record
 from megamlm.log import log
+from megamlm.model.config import ModelArgs
 
-# ModelConfig field <- ModelArgs field
+# ModelConfig field <- ModelArgs field: an explicit flag that contradicts the model is refused.
 SHAPE_FIELDS = {"num_layers": "num_layers", "hidden_size": "hidden_size", "ffn_hidden_size": "ffn_hidden_size",
                 "num_attention_heads": "num_attention_heads", "num_query_groups": "num_query_groups",
-                "vocab_size": "vocab_size", "rope_theta": "rope_theta", "norm_epsilon": "norm_epsilon"}
+                "vocab_size": "vocab_size", "head_dim": "head_dim"}
+# Settings with a default rather than None, taken from the model whatever the flags say.
+ADOPTED_FIELDS = ("rope_theta", "norm_epsilon", "attention_bias", "attention_out_bias", "tie_word_embeddings")
+
+
+def apply_shape(cfg: Config, args: ModelArgs, source) -> None:
+    """Make ``cfg.model`` build ``args`` (the shape of the --init-from model); a contradicting flag is refused."""
+    for field, arg in SHAPE_FIELDS.items():
+        wanted, explicit = getattr(args, arg), getattr(cfg.model, field)
+        if explicit is not None and explicit != wanted:
+            raise ConfigError(f"--{field.replace('_', '-')} {explicit} contradicts the --init-from model, which has "
+                              f"{wanted} ({source}); drop the flag (the shape comes from the model)")
+        setattr(cfg.model, field, wanted)
+    for field in ADOPTED_FIELDS:
+        setattr(cfg.model, field, getattr(args, field))
+    cfg.model.rope_scaling = json.dumps(args.rope_scaling.to_dict()) if args.rope_scaling is not None else None
+
+
+def adopt_hf_shape(cfg: Config) -> None:
+    """For --dry-run: the shape of a Hugging Face --init-from model, read from its config and tokenizer only
+    (no weights are read or imported; the folder need not even hold them)."""
+    source = cfg.checkpoint.init_from
+    if not source or not is_hf_model(source):
+        return
+    apply_shape(cfg, plan_import(source, cfg.model.seq_length, require_weights=False).model_args, source)
 
 
 def _fingerprint(source: Path) -> str:
@@ -60,12 +86,7 @@ def adopt_hf_init_from(cfg: Config) -> None:
                           "and pass --data-path")
     ckpt = imported_copy(source, cfg.data.data_cache_path)
     args = read_record(ckpt).model_args
-    for field, arg in SHAPE_FIELDS.items():
-        wanted, explicit = getattr(args, arg), getattr(cfg.model, field)
-        if explicit is not None and explicit != wanted and field not in ("rope_theta", "norm_epsilon"):
-            raise ConfigError(f"--{field.replace('_', '-')} {explicit} contradicts the --init-from model, which has "
-                              f"{wanted}; drop the flag (the shape comes from the model)")
-        setattr(cfg.model, field, wanted)
+    apply_shape(cfg, args, source)
     if not cfg.data.tokenizer_model:
         cfg.data.tokenizer_model = str(ckpt / TOKENIZER_DIR / "tokenizer.json")
     cfg.checkpoint.init_from = str(ckpt)

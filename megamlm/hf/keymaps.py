@@ -24,6 +24,10 @@ _LAYER_KEYS = {
     "layers.{i}.self_attn.k_proj.weight": "model.layers.{i}.self_attn.k_proj.weight",
     "layers.{i}.self_attn.v_proj.weight": "model.layers.{i}.self_attn.v_proj.weight",
     "layers.{i}.self_attn.o_proj.weight": "model.layers.{i}.self_attn.o_proj.weight",
+    "layers.{i}.self_attn.q_proj.bias": "model.layers.{i}.self_attn.q_proj.bias",
+    "layers.{i}.self_attn.k_proj.bias": "model.layers.{i}.self_attn.k_proj.bias",
+    "layers.{i}.self_attn.v_proj.bias": "model.layers.{i}.self_attn.v_proj.bias",
+    "layers.{i}.self_attn.o_proj.bias": "model.layers.{i}.self_attn.o_proj.bias",
     "layers.{i}.post_attention_layernorm.weight": "model.layers.{i}.post_attention_layernorm.weight",
     "layers.{i}.mlp.gate_proj.weight": "model.layers.{i}.mlp.gate_proj.weight",
     "layers.{i}.mlp.up_proj.weight": "model.layers.{i}.mlp.up_proj.weight",
@@ -53,7 +57,7 @@ class KeyMap:
         return _translate(name, inverse_global, inverse_layer, self.name)
 
     def hf_names(self, num_layers: int) -> list[str]:
-        """Every Hugging Face parameter name of a model with ``num_layers`` blocks."""
+        """Every Hugging Face parameter name a model with ``num_layers`` blocks can have (biases included)."""
         names = list(self.global_keys.values())
         for i in range(num_layers):
             names += [template.format(i=i) for template in self.layer_keys.values()]
@@ -73,16 +77,18 @@ def _translate(name: str, global_keys: dict[str, str], layer_keys: dict[str, str
 
 
 EUROBERT = KeyMap("eurobert", ("eurobert",), "EuroBertForMaskedLM", _GLOBAL_KEYS, _LAYER_KEYS)
-# Mistral and Qwen2 use Llama's names; Qwen2's q/k/v biases are refused in megamlm.hf.hf_config.
-LLAMA = KeyMap("llama", ("llama", "mistral", "qwen2"), "LlamaForCausalLM", _GLOBAL_KEYS, _LAYER_KEYS)
+# The decoders share Llama's names; their attention biases differ (megamlm.hf.hf_config).
+LLAMA = KeyMap("llama", ("llama",), "LlamaForCausalLM", _GLOBAL_KEYS, _LAYER_KEYS)
+QWEN2 = KeyMap("qwen2", ("qwen2",), "Qwen2ForCausalLM", _GLOBAL_KEYS, _LAYER_KEYS)
+MISTRAL = KeyMap("mistral", ("mistral",), "MistralForCausalLM", _GLOBAL_KEYS, _LAYER_KEYS)
 
-EXPORT_ARCHS = {m.name: m for m in (EUROBERT, LLAMA)}
+EXPORT_ARCHS = {m.name: m for m in (EUROBERT, LLAMA, QWEN2, MISTRAL)}
 
 
 def keymap_for_model_type(model_type: str) -> KeyMap:
-    for keymap in (EUROBERT, LLAMA):
+    for keymap in EXPORT_ARCHS.values():
         if model_type in keymap.model_types:
             return keymap
-    supported = sorted(t for m in (EUROBERT, LLAMA) for t in m.model_types)
+    supported = sorted(t for m in EXPORT_ARCHS.values() for t in m.model_types)
     raise ConversionError(f"unsupported architecture model_type={model_type!r}; megamlm imports "
-                          f"{', '.join(supported)} (SmolLM and TinyLlama are llama)")
+                          f"{', '.join(supported)} (SmolLM, TinyLlama and Llama 3.x are llama)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from megamlm.hf.hf_config import describe_features
 from megamlm.hf.megamlm_checkpoint import CheckpointRecord
 from megamlm.objectives import PHASES
 
@@ -73,6 +74,7 @@ def model_card(record: CheckpointRecord, arch_class: str, dtype: str) -> str:
         "",
         f"- {a.num_layers} layers, hidden {a.hidden_size}, MLP {a.ffn_hidden_size}, "
         f"{a.num_attention_heads} heads / {a.num_query_groups} KV heads, vocabulary {a.vocab_size}",
+        f"- {describe_features(a)}",
         f"- RoPE theta {a.rope_theta:g}, context {a.max_seq_length}, weights in {dtype}",
         "",
     ]

@@ -1,18 +1,22 @@
 """Tokenizer files carried both ways: an export gets a `tokenizer.json` + `tokenizer_config.json` that
-`AutoTokenizer` and `pipeline("fill-mask")` read; an import gets a mask token, reserved or added."""
+`AutoTokenizer` and `pipeline("fill-mask")` read; an import gets a mask token (its own, a reserved one, or added)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from tokenizers import Tokenizer
 
 from megamlm.hf.errors import ConversionError
 
-# Reserved tokens a mask can take over, most preferred first (EuroBERT uses Llama 3's first reserved token).
-RESERVED_MASK_CANDIDATES = ("<|mask|>", "<mask>", "[MASK]", "<|reserved_special_token_0|>")
+# Names a vocabulary's own mask token goes by.
+MASK_NAMES = ("<|mask|>", "<mask>", "[MASK]")
+# Unused special tokens of decoder vocabularies, lowest id taken: Llama 3's <|reserved_special_token_N|> (as
+# EuroBERT does: id 128002), Mistral v0.3's [control_N], Gemma-style <unusedN>. Qwen2.5 and SmolLM2 have none.
+RESERVED_PATTERN = re.compile(r"<\|reserved_special_token_\d+\|>|\[control_\d+\]|<unused\d+>")
 ADDED_MASK_TOKEN = "<|mask|>"
-
+_ROLES = ("bos", "eos", "pad", "unk")
 
 def find_tokenizer_json(path: str | Path) -> Path:
     """A tokenizer.json file, or the one inside a folder; anything else is refused by name."""
@@ -56,23 +60,28 @@ def write_export_tokenizer(tokenizer_json: Path, out_dir: Path, ids: dict, vocab
     return roles
 
 
-def choose_mask_token(tokenizer) -> tuple[str, bool]:
-    """(mask token, whether it must be added) for a transformers tokenizer about to be imported."""
+def choose_mask_token(tokenizer, requested: str | None = None) -> tuple[str, bool]:
+    """(mask token, whether it must be added) for a transformers tokenizer about to be imported: ``requested``
+    (--mask-token), else the tokenizer's own mask token, else a reserved/unused special token, else an added one."""
     vocab = tokenizer.get_vocab()
+    if requested is not None:
+        return requested, requested not in vocab
     if tokenizer.mask_token is not None and tokenizer.mask_token in vocab:
         return tokenizer.mask_token, False
-    for candidate in RESERVED_MASK_CANDIDATES:
-        if candidate in vocab:
-            return candidate, False
+    for name in MASK_NAMES:
+        if name in vocab:
+            return name, False
+    taken = {getattr(tokenizer, f"{role}_token") for role in _ROLES}
+    for _, token in sorted(tokenizer.added_tokens_decoder.items()):
+        if RESERVED_PATTERN.fullmatch(token.content) and token.content not in taken:
+            return token.content, False
     return ADDED_MASK_TOKEN, True
 
 
-def save_import_tokenizer(tokenizer, out_dir: Path) -> dict:
-    """Give ``tokenizer`` a mask token (reserved if it has one, else added), save it, return its ids."""
-    mask, _ = choose_mask_token(tokenizer)
-    tokenizer.add_special_tokens({"mask_token": mask})
-    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
-        tokenizer.pad_token = tokenizer.eos_token
-    tokenizer.save_pretrained(str(out_dir))
-    return {"vocab_size": len(tokenizer), "bos_id": tokenizer.bos_token_id, "eos_id": tokenizer.eos_token_id,
-            "pad_id": tokenizer.pad_token_id, "mask_id": tokenizer.mask_token_id}
+def check_mask_token(tokenizer) -> None:
+    """Refuse a mask token that is also the bos/eos/pad/unk token (masked positions would be indistinguishable)."""
+    for role in _ROLES:
+        if getattr(tokenizer, f"{role}_token_id") == tokenizer.mask_token_id:
+            raise ConversionError(f"mask token {tokenizer.mask_token!r} (id {tokenizer.mask_token_id}) is also the "
+                                  f"tokenizer's {role} token, so MLM could not tell masked positions from {role} "
+                                  "tokens; pass --mask-token with an unused token")

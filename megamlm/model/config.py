@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Literal, get_args
 
+from megamlm.model.rope import RopeScaling
+
 KernelBackend = Literal["auto", "triton", "chunked", "reference"]
 """auto: Triton on GPU tensors, the chunked LM-head loss on CPU; see ``megamlm.kernels``."""
 AttentionBackend = Literal["sdpa", "flex", "flash"]
@@ -13,7 +15,11 @@ AttentionBackend = Literal["sdpa", "flex", "flash"]
 
 @dataclass(frozen=True)
 class ModelArgs:
-    """The resolved shape of a EuroBERT/Llama-style encoder."""
+    """The resolved shape of a EuroBERT/Llama-style encoder (compared on resume, so every field is part of it).
+
+    The fields after ``init_method_std`` are features of imported decoders, each off by default; a run record
+    written before a field existed reads as its default (``shape_record``).
+    """
 
     vocab_size: int
     num_layers: int
@@ -25,13 +31,36 @@ class ModelArgs:
     rope_theta: float = 10_000.0
     norm_epsilon: float = 1e-5
     init_method_std: float = 0.02
+    head_dim: int | None = None
+    """Width of one attention head; None: hidden_size / num_attention_heads (resolved on construction)."""
+    attention_bias: bool = False
+    """Biases on q_proj, k_proj and v_proj (Qwen2)."""
+    attention_out_bias: bool = False
+    """A bias on o_proj (with attention_bias: Llama's and EuroBERT's attention_bias=true)."""
+    rope_scaling: RopeScaling | None = None
+    """RoPE frequency scaling (Llama 3.1/3.2's llama3, linear, YaRN); None: plain RoPE. A dict is converted."""
+    tie_word_embeddings: bool = False
+    """The LM head is the embedding matrix (one parameter)."""
 
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
+    def __post_init__(self) -> None:
+        if self.head_dim is None:
+            object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
+        if isinstance(self.rope_scaling, dict):
+            object.__setattr__(self, "rope_scaling", RopeScaling.from_dict(self.rope_scaling))
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        out["rope_scaling"] = self.rope_scaling.to_dict() if self.rope_scaling is not None else None
+        return out
+
+
+def shape_record(record: dict) -> dict:
+    """A recorded ``ModelArgs.to_dict()`` with every field this version knows (absent: the default), for comparing
+    a checkpoint's shape with a launch's; a record that does not describe a shape is returned as it is."""
+    try:
+        return ModelArgs(**record).to_dict()
+    except (TypeError, ValueError):
+        return dict(record)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ import torch.nn as nn
 from megamlm import kernels
 from megamlm.model.attention_backends import attention
 from megamlm.model.config import Backends, ModelArgs
+from megamlm.model.rope import rotary_tables
 
 
 class RMSNorm(nn.Module):
@@ -33,14 +34,6 @@ class RMSNorm(nn.Module):
         return kernels.rms_norm(x, self.weight, self.eps, backend=self.backends.kernels)
 
 
-def rotary_tables(head_dim: int, max_seq_length: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin of shape (max_seq_length, head_dim), frequencies repeated twice (rotate-half layout)."""
-    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
-    angles = torch.outer(torch.arange(max_seq_length, dtype=torch.float64), inv_freq)
-    angles = torch.cat((angles, angles), dim=-1)
-    return angles.cos().float(), angles.sin().float()
-
-
 class Attention(nn.Module):
     def __init__(self, args: ModelArgs, backends: Backends = Backends()):
         super().__init__()
@@ -48,10 +41,10 @@ class Attention(nn.Module):
         self.n_heads = args.num_attention_heads
         self.n_kv_heads = args.num_query_groups
         self.head_dim = args.head_dim
-        self.q_proj = nn.Linear(args.hidden_size, self.n_heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(args.hidden_size, self.n_kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(args.hidden_size, self.n_kv_heads * self.head_dim, bias=False)
-        self.o_proj = nn.Linear(self.n_heads * self.head_dim, args.hidden_size, bias=False)
+        self.q_proj = nn.Linear(args.hidden_size, self.n_heads * self.head_dim, bias=args.attention_bias)
+        self.k_proj = nn.Linear(args.hidden_size, self.n_kv_heads * self.head_dim, bias=args.attention_bias)
+        self.v_proj = nn.Linear(args.hidden_size, self.n_kv_heads * self.head_dim, bias=args.attention_bias)
+        self.o_proj = nn.Linear(self.n_heads * self.head_dim, args.hidden_size, bias=args.attention_out_bias)
 
     def forward(self, x, cos, sin, causal: bool, document_ids=None):
         batch, seq, _ = x.shape
@@ -94,6 +87,9 @@ class TransformerBlock(nn.Module):
 class Transformer(nn.Module):
     """Embedding -> blocks -> final norm; ``lm_head`` is applied by the loss (sparse prediction).
 
+    With ``args.tie_word_embeddings`` the LM head's weight is the embedding's parameter (listed once by
+    ``parameters()``, under both names in ``state_dict()``).
+
     ``backends`` (default ``Backends()``: sdpa attention, auto kernels) is kept as ``model.backends``;
     the loss outside the model takes ``model.backends.kernels``.
     """
@@ -108,19 +104,23 @@ class Transformer(nn.Module):
         self.layers = nn.ModuleDict({str(i): TransformerBlock(args, backends) for i in range(args.num_layers)})
         self.norm = RMSNorm(args.hidden_size, args.norm_epsilon, backends)
         self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
-        cos, sin = rotary_tables(args.head_dim, args.max_seq_length, args.rope_theta)
+        if args.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+        cos, sin = rotary_tables(args.head_dim, args.max_seq_length, args.rope_theta, args.rope_scaling)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
         self.reset_parameters()
 
     @torch.no_grad()
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
-        """Megatron's init: N(0, std) everywhere, output projections scaled by 1/sqrt(2 * layers)."""
+        """Megatron's init: N(0, std) for matrices, output projections scaled by 1/sqrt(2 * layers), biases 0."""
         std = self.args.init_method_std
         out_std = std / math.sqrt(2.0 * self.args.num_layers)
         for name, p in self.named_parameters():
             if name.endswith("layernorm.weight") or name == "norm.weight":
                 p.fill_(1.0)
+            elif name.endswith(".bias"):
+                p.zero_()
             elif name.endswith(("o_proj.weight", "down_proj.weight")):
                 p.normal_(0.0, out_std, generator=generator)
             else:

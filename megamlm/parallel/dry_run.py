@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from megamlm.config import Config, resolved_shape
+from megamlm.config import Config, model_features, resolved_shape
 from megamlm.data import load_tokenizer
 from megamlm.data.embedded import TOKENIZER_FILE
 from megamlm.model.config import ModelArgs, pad_vocab_size
@@ -35,14 +35,16 @@ def dry_run_model_args(cfg: Config) -> ModelArgs:
                                cfg.model.make_vocab_size_divisible_by * cfg.parallel.tensor_model_parallel_size)
     return ModelArgs(vocab_size=vocab, num_layers=shape["num_layers"], hidden_size=shape["hidden_size"],
                      ffn_hidden_size=shape["ffn_hidden_size"], num_attention_heads=shape["num_attention_heads"],
-                     num_query_groups=shape["num_query_groups"], max_seq_length=shape["seq_length"])
+                     num_query_groups=shape["num_query_groups"], max_seq_length=shape["seq_length"],
+                     **model_features(cfg.model))
 
 
 def _split_counts(model: Transformer, tp: int) -> tuple[int, int]:
-    """(parameters split over TP ranks, parameters replicated on each): only the norms are replicated."""
+    """(parameters split over TP ranks, parameters replicated on each): the norms and the o_proj bias are
+    replicated; a tied embedding counts once (``named_parameters`` lists a shared parameter once)."""
     split = replicated = 0
     for name, p in model.named_parameters():
-        if name.endswith("norm.weight"):
+        if name.endswith(("norm.weight", "o_proj.bias")):
             replicated += p.numel()
         else:
             split += p.numel()
@@ -88,8 +90,8 @@ def dry_run_report(cfg: Config) -> str:
     args = dry_run_model_args(cfg)
     with torch.device("meta"):
         total = sum(p.numel() for p in Transformer(args).parameters())
-    lines = [f"dry run: model {cfg.model.model} ({total / 1e6:.1f}M parameters, {args.num_layers} layers, hidden "
-             f"{args.hidden_size}, vocab {args.vocab_size}, seq {args.max_seq_length})",
+    lines = [f"dry run: model {cfg.checkpoint.init_from or cfg.model.model} ({total / 1e6:.1f}M parameters, "
+             f"{args.num_layers} layers, hidden {args.hidden_size}, vocab {args.vocab_size}, seq {args.max_seq_length})",
              f"layout: {dims.describe()}",
              f"batch: global {cfg.training.global_batch_size} = micro {cfg.training.micro_batch_size} x DP {dims.dp} x "
              f"{cfg.training.global_batch_size // (cfg.training.micro_batch_size * dims.dp)} micro-batches per step"

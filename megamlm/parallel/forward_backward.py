@@ -19,6 +19,7 @@ from torch.nn.parallel import DistributedDataParallel
 from megamlm.objectives import IGNORE_INDEX, Batch
 from megamlm.parallel.parallelize import ParallelModel
 from megamlm.parallel.pipeline import build_schedule
+from megamlm.parallel.tied_embeddings import sync_gradients
 from megamlm.parallel.vocab_parallel_loss import parallel_sparse_lm_loss
 from megamlm.precision import autocast_context
 
@@ -37,13 +38,13 @@ def global_grad_norm(pm: ParallelModel) -> torch.Tensor:
 
     Not finite when any gradient anywhere is not finite, or when the finite gradients' norm overflows.
     """
-    grads = [p.grad for p in pm.model.parameters() if p.grad is not None]
+    grads = [p.grad for p in pm.unique_parameters() if p.grad is not None]
     total = torch.nn.utils.get_total_norm(grads, 2.0) if grads else torch.zeros(())
     if isinstance(total, DTensor):
         total = total.full_tensor()
     total = total.float()
     if pm.dims.pp > 1:
-        # Stages hold disjoint parameters: add the squares over the pipeline group.
+        # Stages hold disjoint parameters (a tied embedding counted on the first only): add the squares.
         squared = total.pow(2)
         dist.all_reduce(squared, group=pm.mesh["pp"].get_group())
         total = squared.sqrt()
@@ -135,6 +136,7 @@ def forward_backward(pm: ParallelModel, micro_batches: list[Batch], device: torc
         if pm.pipeline is None:
             pm.pipeline = PipelineRunner(pm, len(micro_batches), device)
         local_loss = pm.pipeline.run(micro_batches, scale, device, precision)
+        sync_gradients(pm.model, pm.embedding_group)
     else:
         local_loss = _forward_backward_plain(pm, micro_batches, scale, device, precision)
     # Losses live on the last pipeline stage, repeated on each of its TP ranks.

@@ -29,6 +29,7 @@ from megamlm.parallel.pipeline import (
     stage_copy,
 )
 from megamlm.parallel.tensor_parallel import apply_tp
+from megamlm.parallel.tied_embeddings import embedding_group, retie
 
 
 @dataclass
@@ -47,6 +48,8 @@ class ParallelModel:
     stage_ids: list[int] = field(default_factory=list)
     pipeline: object = None
     """The PipelineRunner, built on the first step (megamlm.parallel.forward_backward)."""
+    embedding_group: object = None
+    """Pipelines with tied embeddings: the group of the two ranks holding a copy of the matrix (else None)."""
 
     @property
     def tp_mesh(self) -> DeviceMesh | None:
@@ -73,6 +76,14 @@ class ParallelModel:
 
     def head_weight(self) -> torch.Tensor:
         return self.model.lm_head.weight
+
+    def unique_parameters(self) -> list[torch.Tensor]:
+        """This rank's parameters, without the last pipeline stage's copy of a tied embedding, so that a sum
+        over every rank counts each weight once."""
+        params = list(self.model.parameters())
+        if self.embedding_group is not None and not self.has_first_stage:
+            params = [p for p in params if p is not self.model.lm_head.weight]
+        return params
 
     def train(self, mode: bool = True) -> None:
         for part in self.parts:
@@ -110,4 +121,7 @@ def parallelize(model: Transformer, dims: ParallelDims, mesh: DeviceMesh | None,
         else:
             dp_group = mesh["dp_replicate"].get_group()
             parts = [apply_ddp(part, dp_group) for part in parts]
-    return ParallelModel(model=model, parts=parts, dims=dims, mesh=mesh, stage_ids=stage_ids)
+        if dims.pp > 1:  # FSDP sharded the last stage's LM head; its kept embedding module takes that parameter
+            retie(model, source="lm_head")
+    return ParallelModel(model=model, parts=parts, dims=dims, mesh=mesh, stage_ids=stage_ids,
+                         embedding_group=embedding_group(model, mesh, dims.pp))

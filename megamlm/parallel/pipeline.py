@@ -37,16 +37,20 @@ def rank_stages(pp_rank: int, pp: int, stages_per_rank: int) -> list[int]:
 
 
 def prune_to_stages(model: Transformer, stages: list[int], num_stages: int) -> Transformer:
-    """Drop, in place, every module that none of ``stages`` owns."""
+    """Drop, in place, every module that none of ``stages`` owns.
+
+    With tied embeddings the last stage keeps the embedding module as well (its parameter is the LM head's),
+    so the matrix has the same names in every layout; only the first stage runs it (see tied_embeddings).
+    """
     keep = {name for s in stages for name in stage_layers(model.args.num_layers, num_stages, s)}
     for name in list(model.layers.keys()):
         if name not in keep:
             del model.layers[name]
-    if 0 not in stages:
-        model.embed_tokens = None
     if num_stages - 1 not in stages:
         model.norm = None
         model.lm_head = None
+    if 0 not in stages and not (model.args.tie_word_embeddings and model.lm_head is not None):
+        model.embed_tokens = None
     return model
 
 

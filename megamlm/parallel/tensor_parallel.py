@@ -7,6 +7,10 @@ vocabulary-parallel (rows split over ranks), and the LM head is split the same w
 computes logits for its own vocabulary slice only (see ``vocab_parallel_loss``).
 
 Between modules the residual stream is a DTensor sharded on the sequence (Shard(1)).
+
+Biases follow their weights: q/k/v biases are split with their heads (column-wise), the o_proj bias is kept
+whole on every rank and added once, to the reduced output (row-wise). A tied embedding and LM head both
+shard the vocabulary rows, so they stay one DTensor parameter.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from torch.distributed.tensor.parallel import (
     SequenceParallel,
     parallelize_module,
 )
+
+from megamlm.parallel.tied_embeddings import retie
 
 
 def block_plan() -> dict:
@@ -61,6 +67,8 @@ def apply_tp(model: nn.Module, tp_mesh: DeviceMesh) -> nn.Module:
         top["lm_head"] = ColwiseParallel(input_layouts=Shard(1), output_layouts=Replicate())
     if top:
         parallelize_module(model, tp_mesh, top)
+        # Both shard the vocabulary rows (Shard(0)) over the same mesh, so a tied pair shares one DTensor again.
+        retie(model)
     for block in model.layers.values():
         parallelize_module(block, tp_mesh, block_plan())
     return model

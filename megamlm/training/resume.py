@@ -29,6 +29,7 @@ from megamlm.checkpoint.checkpointer import (
 from megamlm.config import Config
 from megamlm.errors import ResumeError
 from megamlm.log import log
+from megamlm.model.config import shape_record
 
 # Settings that fix the sample stream, the masks or the meaning of the weights: (record path, flag).
 _FIXED = (
@@ -128,7 +129,8 @@ def plan_resume(cfg: Config, record: dict) -> Resume | None:
     resume = Resume(path, train_state)
     fresh = f"start a new run from its weights with --init-from {path}"
 
-    shape, saved_shape = record["model_args"], saved.get("model_args") or {}
+    # A field this checkpoint's version did not record yet compares as its default.
+    shape, saved_shape = record["model_args"], shape_record(saved.get("model_args") or {})
     fixed = [(_SHAPE_FLAGS.get(k, f"--{k.replace('_', '-')}"), saved_shape.get(k), v) for k, v in shape.items()
              if saved_shape.get(k) != v]
     fixed += _differences(saved, record, _FIXED)

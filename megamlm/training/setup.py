@@ -12,6 +12,7 @@ import torch
 from megamlm.config import (
     Config,
     ConfigError,
+    model_features,
     resolved_shape,
     switch_step,
     warmup_iters,
@@ -75,7 +76,7 @@ def model_args_for(cfg: Config, tokenizer_vocab_size: int) -> ModelArgs:
         ffn_hidden_size=shape["ffn_hidden_size"], num_attention_heads=shape["num_attention_heads"],
         num_query_groups=shape["num_query_groups"], max_seq_length=shape["seq_length"],
         rope_theta=cfg.model.rope_theta, norm_epsilon=cfg.model.norm_epsilon,
-        init_method_std=cfg.model.init_method_std)
+        init_method_std=cfg.model.init_method_std, **model_features(cfg.model))
 
 
 def masking_spec_for(cfg: Config, tokenizer) -> MaskingSpec:

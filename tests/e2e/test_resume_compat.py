@@ -51,6 +51,7 @@ REFUSED = [
     (["--mask-replace-prob", "0.8", "--mask-random-prob", "0.1", "--mask-keep-prob", "0.1"],
      "--mask-replace-prob is 1.0 in the checkpoint and 0.8 here", "--init-from"),
     (["--hidden-size", "64"], "--hidden-size is 32 in the checkpoint and 64 here", "--init-from"),
+    (["--tie-word-embeddings"], "--tie-word-embeddings is False in the checkpoint and True here", "--init-from"),
     (["--train-iters", "12"], "--train-iters is 8 in the checkpoint and 12 here", "--override-schedule"),
     (["--objective", "mlm_then_clm"], "--objective is 'clm_then_mlm' in the checkpoint and 'mlm_then_clm' here",
      "--override-schedule"),
@@ -126,6 +127,25 @@ def test_a_checkpoint_of_megamlm_0_1_is_refused_naming_the_version_and_its_weigh
     assert err.count("\n") == 1
     cpt = small("--global-batch-size", "4", "--train-iters", "4", "--init-from", folder)
     assert sorted(cpt.losses) == [1, 2, 3, 4]
+
+
+def test_a_checkpoint_recorded_before_the_decoder_features_existed_resumes(tmp_path, small):
+    """Its shape record lacks head_dim, the attention biases, RoPE scaling and tying: they read as the defaults."""
+    from megamlm.checkpoint.catalog import CONFIG
+    from megamlm.checkpoint.integrity import describe_files
+
+    save = tmp_path / "before"
+    small("--global-batch-size", "4", "--train-iters", "4", "--save", save, "--exit-interval", "2")
+    folder = save / "iter_0000002"
+    record = json.loads((folder / CONFIG).read_text())
+    for key in ("head_dim", "attention_bias", "attention_out_bias", "rope_scaling", "tie_word_embeddings"):
+        del record["model_args"][key]
+    (folder / CONFIG).write_text(json.dumps(record, indent=2, sort_keys=True))
+    marker = json.loads((folder / MARKER).read_text())
+    marker["files"].update(describe_files(folder, [CONFIG]))
+    (folder / MARKER).write_text(json.dumps(marker))
+    resumed = small("--global-batch-size", "4", "--train-iters", "4", "--save", save)
+    assert resumed.start_step == 2 and sorted(resumed.losses) == [3, 4]
 
 
 class InjectHugeGradient:

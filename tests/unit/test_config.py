@@ -18,6 +18,11 @@ from megamlm.config import ConfigError, parse_args
     (["--lr-warmup-iters", "200", "--train-iters", "100"], "exceed --train-iters"),
     (["--save-interval", "10"], "needs --save"),
     (["--load", "a", "--init-from", "b"], "exclude each other"),
+    (["--hidden-size", "100", "--num-attention-heads", "8"], "not divisible by --num-attention-heads 8; pick divisible sizes or set --head-dim"),
+    (["--head-dim", "15"], "the head dimension (15) must be positive and even"),
+    (["--rope-scaling", "{factor: 2}"], "--rope-scaling '{factor: 2}': Expecting property name"),
+    (["--rope-scaling", '{"rope_type": "dynamic", "factor": 2}'], "RoPE type 'dynamic' is not supported"),
+    (["--rope-scaling", '{"rope_type": "llama3", "factor": 8}'], "needs low_freq_factor"),
 ])
 def test_bad_flags_give_one_clear_error(argv, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -28,6 +33,19 @@ def test_megatron_flags_override_the_preset(tmp_path):
     cfg = parse_args(["--model", "210m", "--num-layers", "6", "--seq-length", "512"])
     assert cfg.model.model == "210m" and cfg.model.num_layers == 6 and cfg.model.seq_length == 512
     assert cfg.model.hidden_size is None  # resolved from the preset later
+
+
+def test_decoder_feature_flags_reach_the_model_shape(tmp_path):
+    from megamlm.config import model_features
+    from megamlm.model.rope import RopeScaling
+
+    cfg = parse_args(["--hidden-size", "100", "--num-attention-heads", "4", "--num-query-groups", "2", "--head-dim",
+                      "32", "--attention-bias", "--tie-word-embeddings",
+                      "--rope-scaling", '{"rope_type": "linear", "factor": 4}'])
+    assert model_features(cfg.model) == {"head_dim": 32, "attention_bias": True, "attention_out_bias": False,
+                                         "rope_scaling": RopeScaling("linear", factor=4.0), "tie_word_embeddings": True}
+    (tmp_path / "run.yaml").write_text("model:\n  rope_scaling: {rope_type: linear, factor: 2}\n")
+    assert model_features(parse_args(["--config", str(tmp_path / "run.yaml")]).model)["rope_scaling"].factor == 2.0
 
 
 def test_yaml_config_is_loaded_and_flags_override_it(tmp_path):

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from decoder_families import WORDS
 from megamlm.checkpoint import save_checkpoint
 from megamlm.config import Config
 from megamlm.model.config import ModelArgs
@@ -48,8 +49,6 @@ def write_checkpoint(save_dir: Path, model: Transformer, step: int = 7, consumed
     return save_checkpoint(save_dir, step, model, optimizer, {"consumed_samples": consumed}, record)
 
 
-WORDS = ["the", "a", "house", "was", "of", "and", "to", "she", "he", "said", "not", "be", "her", "his", "it", "in",
-         "that", "had", "with", "you", "for", "as", "at", "by", "on", "Elinor", "Marianne", "Emma", "Darcy", "sister"]
 SPECIALS = ["<unk>", "<s>", "</s>"]
 
 

@@ -38,12 +38,13 @@ def test_llama_import_matches_causal_logits(tmp_path, kit, tie):
         theirs = hf(input_ids=ids).logits
     assert (ours[..., :vocab] - theirs).abs().max() < 1e-4
     # The tokenizer had no mask token: one was added, and the vocabulary grew to a multiple of 128
-    # with the new rows set to the mean row.
+    # with the new rows set to the mean row. Tied embeddings stay one parameter.
     assert model.args.vocab_size == 128
     for name in ("embed_tokens", "lm_head"):
         weight = getattr(model, name).weight.detach()
         assert torch.allclose(weight[vocab:], weight[:vocab].mean(0).expand(128 - vocab, -1))
-    assert model.embed_tokens.weight.data_ptr() != model.lm_head.weight.data_ptr()
+    assert model.args.tie_word_embeddings == tie
+    assert (model.embed_tokens.weight is model.lm_head.weight) == tie
     from megamlm.data import load_tokenizer
 
     tokenizer = load_tokenizer(tmp_path / "ckpt" / "tokenizer")
@@ -121,26 +122,45 @@ def test_tools_round_trip_and_report_errors(tmp_path, kit, capsys):
     assert "already exists; pass --force" in capsys.readouterr().err
     assert tool("convert_from_hf")(["--input", str(tmp_path / "nothing"), "--output", str(tmp_path / "c2")]) == 2
     assert "does not exist" in capsys.readouterr().err
+    assert tool("convert_from_hf")(["--input", str(tmp_path / "llama"), "--output", str(tmp_path / "c3"),
+                                    "--untie-embeddings", "--mask-token", "sister"]) == 0
+    record = json.loads(next((tmp_path / "c3").glob("iter_*/config.json")).read_text())
+    assert record["model_args"]["tie_word_embeddings"] is False and record["imported_from"]["mask_token"] == "sister"
+    assert tool("convert_from_hf")(["--input", str(tmp_path / "llama"), "--output", str(tmp_path / "c4"),
+                                    "--mask-token", "</s>"]) == 2
+    assert "is also the tokenizer's eos token" in capsys.readouterr().err
 
 
 # --- bad input: one clear error, nothing written ------------------------------------------------------
 
 
-def _refused(source: Path, out: Path, match: str) -> None:
+def _refused(source: Path, out: Path, match: str, **kwargs) -> None:
     with pytest.raises(ConversionError, match=match):
-        import_hf(source, out, **QUIET)
+        import_hf(source, out, **QUIET, **kwargs)
     assert not out.exists() and not list(out.parent.glob(f".{out.name}.tmp*"))
 
 
 @pytest.mark.parametrize("model_type, overrides, match", [
-    ("qwen2", {}, "Qwen2 models carry biases on q_proj/k_proj/v_proj.*add attention biases"),
-    ("llama", {"attention_bias": True}, "attention_bias=true"),
-    ("llama", {"rope_parameters": {"rope_type": "linear", "rope_theta": 500.0, "factor": 2.0}}, "RoPE type 'linear'"),
+    ("qwen3", {"head_dim": 16}, "model_type='qwen3' uses per-head RMSNorm on queries and keys"),
+    ("gemma2", {"head_dim": 16, "hidden_activation": "gelu_pytorch_tanh"}, "model_type='gemma2' uses attention and final logit soft-capping"),
+    ("mixtral", {}, "model_type='mixtral' uses a mixture-of-experts MLP"),
+    ("llama", {"mlp_bias": True}, "mlp_bias=true"),
+    ("llama", {"rope_parameters": {"rope_type": "dynamic", "rope_theta": 500.0, "factor": 2.0}}, "RoPE type 'dynamic'"),
+    ("llama", {"rope_parameters": {"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.5}},
+     "partial_rotary_factor=0.5"),
     ("llama", {"hidden_act": "gelu"}, "hidden_act='gelu'"),
 ])
 def test_architectures_megamlm_cannot_express(tmp_path, kit, model_type, overrides, match):
     kit.save_tiny_llama(tmp_path / "m", model_type=model_type, **overrides)
     _refused(tmp_path / "m", tmp_path / "ckpt", match)
+
+
+def test_sliding_window_longer_than_the_run_is_refused(tmp_path, kit):
+    kit.save_tiny_llama(tmp_path / "m", model_type="mistral", sliding_window=16)
+    with pytest.raises(ConversionError, match="sliding window of 16 tokens.*--seq-length 16 or less"):
+        import_hf(tmp_path / "m", tmp_path / "ckpt", max_seq_length=32, **QUIET)
+    import_hf(tmp_path / "m", tmp_path / "ckpt", **QUIET)  # the window caps the default context: same model
+    assert json.loads(next((tmp_path / "ckpt").glob("iter_*/config.json")).read_text())["seq_length"] == 16
 
 
 def test_unsupported_model_type_names_the_supported(tmp_path):
@@ -212,3 +232,100 @@ def test_gguf_sources_are_located_before_loading(tmp_path):
     (tmp_path / "weights.bin").write_bytes(b"")
     with pytest.raises(ConversionError, match="not a .gguf"):
         open_source(tmp_path / "weights.bin")
+
+
+def test_untie_embeddings_gives_the_head_its_own_copy(tmp_path, kit):
+    hf = kit.save_tiny_llama(tmp_path / "llama", tie=True)
+    import_hf(tmp_path / "llama", tmp_path / "ckpt", untie=True, **QUIET)
+    model = _load_imported(tmp_path / "ckpt")
+    assert not model.args.tie_word_embeddings and model.lm_head.weight is not model.embed_tokens.weight
+    assert torch.equal(model.lm_head.weight, model.embed_tokens.weight)
+    ids = torch.randint(3, hf.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        assert (model.logits(model(ids, causal=True))[..., :hf.config.vocab_size] - hf(input_ids=ids).logits).abs().max() < 1e-4
+
+
+def test_mask_token_choice_and_collisions(tmp_path, kit):
+    kit.save_tiny_llama(tmp_path / "m")
+    import_hf(tmp_path / "m", tmp_path / "chosen", mask_token="sister", **QUIET)  # --mask-token: an existing token
+    record = json.loads(next((tmp_path / "chosen").glob("iter_*/config.json")).read_text())
+    assert record["imported_from"]["mask_token"] == "sister" and record["model_args"]["vocab_size"] == 33
+    _refused(tmp_path / "m", tmp_path / "ckpt", "mask token '</s>' .* is also the tokenizer's eos token.*--mask-token",
+                  mask_token="</s>")
+    tokenizer_config = tmp_path / "m" / "tokenizer_config.json"  # a tokenizer whose own mask token is its bos
+    tokenizer_config.write_text(json.dumps({**json.loads(tokenizer_config.read_text()), "mask_token": "<s>"}))
+    _refused(tmp_path / "m", tmp_path / "ckpt", "mask token '<s>' .* is also the tokenizer's bos token")
+
+
+def _write_gguf(path: Path, quant: str = "F32", rope_freqs: bool = False, scaling: str | None = None) -> Path:
+    import numpy as np
+
+    gguf = pytest.importorskip("gguf")
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_block_count(1)
+    writer.add_context_length(32)
+    writer.add_embedding_length(32)
+    writer.add_feed_forward_length(64)
+    writer.add_head_count(2)
+    writer.add_head_count_kv(2)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_rope_freq_base(10000.0)
+    if scaling:
+        writer.add_string("llama.rope.scaling.type", scaling)
+    writer.add_tensor("token_embd.weight", np.zeros((16, 32), dtype=np.float32))
+    qtype = getattr(gguf.GGMLQuantizationType, quant)
+    if quant == "F32":
+        writer.add_tensor("blk.0.attn_q.weight", np.zeros((32, 32), dtype=np.float32))
+    else:
+        row_bytes = 32 // gguf.GGML_QUANT_SIZES[qtype][0] * gguf.GGML_QUANT_SIZES[qtype][1]
+        writer.add_tensor("blk.0.attn_q.weight", np.zeros((32, row_bytes), dtype=np.uint8), raw_dtype=qtype)
+    if rope_freqs:
+        writer.add_tensor("rope_freqs.weight", np.ones(8, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.mark.parametrize("kind, match", [
+    (dict(quant="Q8_1"), "tensor blk.0.attn_q.weight is quantized as Q8_1, which the gguf package cannot dequantize"),
+    (dict(rope_freqs=True), "stores RoPE frequency factors .*rope_freqs.*import the model's safetensors folder"),
+    (dict(scaling="linear"), "declares RoPE scaling 'linear' .*ignores"),
+])
+def test_gguf_that_would_load_wrongly_is_refused_before_loading(tmp_path, kind, match):
+    source = _write_gguf(tmp_path / "m.gguf", **kind)
+    _refused(source, tmp_path / "ckpt", match)
+    from megamlm.hf.hf_source import check_gguf, open_source
+
+    check_gguf(open_source(_write_gguf(tmp_path / "fine.gguf", quant="Q8_0")))  # a dequantizable file passes
+
+
+@pytest.mark.parametrize("layout", ["safetensors_shards", "bin_shards", "base_model_names"])
+def test_sharded_and_renamed_weights_import_the_same(tmp_path, kit, layout):
+    hf = kit.save_tiny_llama(tmp_path / "one", tie=False)
+    folder = tmp_path / layout
+    if layout == "safetensors_shards":
+        hf.save_pretrained(str(folder), max_shard_size="50KB")
+    else:
+        folder.mkdir()
+        (tmp_path / "one" / "config.json").rename(folder / "config.json")
+        state = {k: v.clone() for k, v in hf.state_dict().items()}
+        if layout == "bin_shards":  # the older torch.save format, in two shards with an index
+            names = sorted(state)
+            halves = {"pytorch_model-00001-of-00002.bin": names[::2], "pytorch_model-00002-of-00002.bin": names[1::2]}
+            for file, keys in halves.items():
+                torch.save({k: state[k] for k in keys}, folder / file)
+            weight_map = {k: file for file, keys in halves.items() for k in keys}
+            (folder / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": weight_map}))
+        else:  # a base model's names, without the "model." prefix
+            from safetensors.torch import save_file
+
+            save_file({k.removeprefix("model."): v for k, v in state.items()}, str(folder / "model.safetensors"))
+    kit.word_tokenizer().save_pretrained(str(folder))
+    assert layout != "safetensors_shards" or len(list(folder.glob("model-*.safetensors"))) > 1
+    import_hf(folder, tmp_path / "ckpt", **QUIET)
+    model = _load_imported(tmp_path / "ckpt")
+    ids = torch.randint(3, hf.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        assert (model.logits(model(ids, causal=True))[..., :hf.config.vocab_size] - hf(input_ids=ids).logits).abs().max() < 1e-4

@@ -1,5 +1,6 @@
 """`pretrain --init-from <Hugging Face folder>`: imported once, shape and tokenizer adopted, weights loaded."""
 
+import json
 import random
 
 import pytest
@@ -9,7 +10,7 @@ from megamlm.config import ConfigError, parse_args
 from megamlm.training.recorder import StepRecorder
 from megamlm.training.trainer import pretrain
 
-pytest.importorskip("transformers")
+transformers = pytest.importorskip("transformers")
 
 
 def _word_corpus(prefix, kit, documents=40):
@@ -78,3 +79,35 @@ def test_hf_models_are_told_apart_from_megamlm_checkpoints(tmp_path, kit, tiny_c
     assert is_hf_model(tmp_path / "llama") and is_hf_model(tmp_path / "q.gguf")
     assert not is_hf_model(save_dir) and not is_hf_model(save_dir / "iter_0000007")
     assert not is_hf_model(tmp_path / "missing")
+
+
+def test_pretrain_init_from_a_qwen2_folder_keeps_its_features_and_exports_as_eurobert(tmp_path, kit):
+    """Qwen2.5-shaped (q/k/v biases, tied embeddings, YaRN): imported by --init-from, trained with MLM, exported as
+    native EuroBERT whose bidirectional logits are the trained model's."""
+    from decoder_families import FAMILIES, build, word_ids
+
+    from megamlm.data import IndexedDatasetWriter
+    from megamlm.hf.export import export_checkpoint
+    from megamlm.hf.megamlm_checkpoint import load_model, read_record
+
+    family = FAMILIES["qwen2.5"]
+    build(family, tmp_path / "qwen")
+    with IndexedDatasetWriter(tmp_path / "words_text_document") as writer:
+        for k in range(40):
+            writer.add_document(word_ids(family, 1, 30, seed=k)[0].tolist() + [0])
+    cfg = parse_args(["--init-from", str(tmp_path / "qwen"), "--data-path", str(tmp_path / "words_text_document"),
+                      "--data-cache-path", str(tmp_path / "cache"), "--seq-length", "32", "--objective", "mlm",
+                      "--train-iters", "2", "--micro-batch-size", "2", "--global-batch-size", "2", "--lr", "1e-3",
+                      "--lr-warmup-iters", "0", "--lr-wsd-decay-iters", "0", "--device", "cpu",
+                      "--save", str(tmp_path / "run")])
+    pretrain(cfg)
+    assert (cfg.model.attention_bias, cfg.model.tie_word_embeddings) == (True, True)
+    assert json.loads(cfg.model.rope_scaling)["rope_type"] == "yarn"
+    trained = load_model(read_record(tmp_path / "run"))
+    assert trained.args.attention_bias and trained.args.tie_word_embeddings and trained.args.rope_scaling
+    out = export_checkpoint(tmp_path / "run", tmp_path / "eurobert", log=lambda *_: None)
+    hf, info = transformers.AutoModelForMaskedLM.from_pretrained(str(out), output_loading_info=True)
+    assert (info["missing_keys"], info["unexpected_keys"]) == (set(), set())
+    ids = word_ids(family, 2, 24, seed=99)
+    with torch.no_grad():
+        assert (hf.eval()(input_ids=ids).logits - trained.logits(trained(ids, causal=False))).abs().max() < 1e-4

@@ -1,13 +1,16 @@
 import pytest
 
 from megamlm.hf.errors import ConversionError
-from megamlm.hf.keymaps import EUROBERT, LLAMA, keymap_for_model_type
+from dataclasses import replace
+
+from megamlm.hf.keymaps import EUROBERT, LLAMA, MISTRAL, QWEN2, keymap_for_model_type
 from megamlm.model.transformer import Transformer
 
 
-@pytest.mark.parametrize("keymap", [EUROBERT, LLAMA])
+@pytest.mark.parametrize("keymap", [EUROBERT, LLAMA, QWEN2, MISTRAL])
 def test_every_parameter_maps_to_a_distinct_hf_name_and_back(keymap, kit):
-    names = list(Transformer(kit.TINY).state_dict())
+    every_bias = replace(kit.TINY, attention_bias=True, attention_out_bias=True)
+    names = list(Transformer(every_bias).state_dict())
     hf_names = [keymap.to_hf(n) for n in names]
     assert sorted(hf_names) == sorted(keymap.hf_names(kit.TINY.num_layers))
     assert [keymap.from_hf(n) for n in hf_names] == names
@@ -21,12 +24,13 @@ def test_known_names():
 
 
 def test_unknown_tensor_is_named():
-    with pytest.raises(ConversionError, match=r"model\.layers\.0\.self_attn\.q_proj\.bias"):
-        LLAMA.from_hf("model.layers.0.self_attn.q_proj.bias")
+    assert LLAMA.from_hf("model.layers.0.self_attn.q_proj.bias") == "layers.0.self_attn.q_proj.bias"
+    with pytest.raises(ConversionError, match=r"model\.layers\.0\.self_attn\.q_norm\.weight"):
+        LLAMA.from_hf("model.layers.0.self_attn.q_norm.weight")
 
 
 def test_model_types():
-    assert keymap_for_model_type("mistral") is LLAMA
-    assert keymap_for_model_type("eurobert") is EUROBERT
+    assert keymap_for_model_type("mistral") is MISTRAL and keymap_for_model_type("qwen2") is QWEN2
+    assert keymap_for_model_type("llama") is LLAMA and keymap_for_model_type("eurobert") is EUROBERT
     with pytest.raises(ConversionError, match="gpt2.*eurobert, llama, mistral, qwen2"):
         keymap_for_model_type("gpt2")

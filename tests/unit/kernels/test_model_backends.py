@@ -73,3 +73,27 @@ def test_a_triton_run_is_refused_while_planning_when_triton_does_not_import(monk
     with pytest.raises(ConfigError, match="kernel backend 'triton' needs the triton package"):
         backends_for(parse_args(["--kernel-backend", "triton"]))
     assert Transformer(ARGS, backends=Backends(kernels="auto")).backends.kernels == "auto"
+
+
+def test_decoder_features_run_on_the_kernels_unchanged(triton_calls, device):
+    """Biases, a head_dim apart from hidden / heads, YaRN-scaled rotary tables (cos and sin scaled by its attention
+    factor) and tied embeddings: the Triton model computes what the reference model does."""
+    from dataclasses import replace
+
+    from megamlm.model.rope import RopeScaling
+
+    args = replace(ARGS, head_dim=10, attention_bias=True, attention_out_bias=True, tie_word_embeddings=True,
+                   rope_scaling=RopeScaling("yarn", factor=4.0, original_max_position_embeddings=4))
+    torch.manual_seed(0)
+    triton_model = Transformer(args, backends=Backends(kernels="triton")).to(device)
+    ref_model = Transformer(args, backends=Backends(kernels="reference")).to(device)
+    with torch.no_grad():
+        for p in triton_model.parameters():
+            p.normal_(0.0, 0.3)
+    ref_model.load_state_dict(triton_model.state_dict())
+    assert triton_model.rope_cos.abs().max() > 1.0  # the attention factor of YaRN is in the tables
+    want, got = _step(ref_model, device), _step(triton_model, device)
+    assert {"apply_rotary", "rms_norm", "swiglu"} <= set(triton_calls)
+    torch.testing.assert_close(got[0], want[0], rtol=1e-4, atol=1e-5)
+    for name, grad in want[2].items():
+        torch.testing.assert_close(got[2][name], grad, rtol=1e-3, atol=1e-5, msg=name)

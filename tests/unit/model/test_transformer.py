@@ -74,3 +74,38 @@ def test_sequence_longer_than_the_model_is_refused():
     model = Transformer(tiny_args(max_seq_length=16))
     with pytest.raises(ValueError, match="exceeds"):
         model(torch.zeros(1, 17, dtype=torch.long), causal=False)
+
+
+def test_decoder_features_are_off_by_default_and_shape_the_model():
+    plain = tiny_args()
+    assert (plain.head_dim, plain.attention_bias, plain.attention_out_bias, plain.rope_scaling,
+            plain.tie_word_embeddings) == (16, False, False, None, False)
+    model = Transformer(tiny_args(head_dim=24, attention_bias=True, tie_word_embeddings=True))
+    attn = model.layers["0"].self_attn
+    assert attn.q_proj.weight.shape == (8 * 24, 128) and attn.k_proj.weight.shape == (4 * 24, 128)
+    assert attn.o_proj.weight.shape == (128, 8 * 24) and attn.o_proj.bias is None
+    assert all(torch.count_nonzero(getattr(attn, n).bias) == 0 for n in ("q_proj", "k_proj", "v_proj"))  # init 0
+    assert Transformer(tiny_args(attention_out_bias=True)).layers["0"].self_attn.o_proj.bias is not None
+    # Tied: one parameter, listed once, saved under both names.
+    assert model.lm_head.weight is model.embed_tokens.weight
+    names = [n for n, _ in model.named_parameters()]
+    assert "embed_tokens.weight" in names and "lm_head.weight" not in names
+    assert {"embed_tokens.weight", "lm_head.weight"} <= set(model.state_dict())
+    untied = Transformer(tiny_args(head_dim=24, attention_bias=True))
+    assert count_parameters(untied) - count_parameters(model) == 256 * 128
+    with torch.no_grad():
+        assert model(torch.randint(0, 256, (2, 8)), causal=False).shape == (2, 8, 128)
+
+
+def test_shape_records_without_the_new_fields_read_as_their_defaults():
+    from megamlm.model.config import shape_record
+    from megamlm.model.rope import RopeScaling
+
+    old = {k: v for k, v in tiny_args().to_dict().items()
+           if k not in ("head_dim", "attention_bias", "attention_out_bias", "rope_scaling", "tie_word_embeddings")}
+    assert shape_record(old) == tiny_args().to_dict()
+    scaled = tiny_args(rope_scaling={"rope_type": "linear", "factor": 2})
+    assert scaled.rope_scaling == RopeScaling("linear", factor=2.0)
+    assert ModelArgs(**scaled.to_dict()) == scaled and scaled.to_dict()["rope_scaling"] == {"rope_type": "linear",
+                                                                                            "factor": 2.0}
+    assert shape_record({"not": "a shape"}) == {"not": "a shape"}

@@ -44,3 +44,59 @@ def test_bad_layout_fails_with_exit_code_2():
                           "64", "--tp", "4"], capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 2
     assert "--num-attention-heads 18 is not divisible by --tensor-model-parallel-size 4" in out.stderr
+
+
+def _config_only_folder(folder: Path, **config) -> Path:
+    """config.json and a Llama-3-style tokenizer, no weights: what --dry-run --init-from reads."""
+    import pytest
+
+    transformers = pytest.importorskip("transformers")
+    from decoder_families import FAMILIES, tokenizer_of
+
+    transformers.LlamaConfig(**config).save_pretrained(str(folder))
+    tokenizer_of(FAMILIES["llama3.2"]).save_pretrained(str(folder))
+    return folder
+
+
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+
+
+def test_dry_run_takes_the_shape_of_a_hugging_face_init_from_without_its_weights(tmp_path, capsys):
+    """Llama 3.1 8B's config (no weights on disk): 8.03B parameters, GQA 32/8 heads, llama3 RoPE, untied."""
+    folder = _config_only_folder(tmp_path / "llama-3.1-8b", vocab_size=128256, hidden_size=4096,
+                                 intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
+                                 num_key_value_heads=8, max_position_embeddings=131072, rope_parameters=LLAMA3_ROPE)
+    argv = ["--dry-run", "--init-from", str(folder), "--world-size", "16", "--tp", "4", "--pp", "2",
+            "--seq-length", "8192", "--micro-batch-size", "1", "--global-batch-size", "64", "--device", "cuda"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "(8030.3M parameters, 32 layers, hidden 4096, vocab 128256, seq 8192)" in out, out
+    assert "TP 4 | PP 2" in out and "0-15" in out and "16-31" in out
+    cfg = parse_args(argv)
+    from megamlm.hf.init_from import adopt_hf_shape
+
+    adopt_hf_shape(cfg)
+    args = dry_run_model_args(cfg)
+    assert (args.num_query_groups, args.head_dim, args.rope_scaling.rope_type, args.tie_word_embeddings) == \
+        (8, 128, "llama3", False)
+
+
+def test_dry_run_counts_a_tied_embedding_once_per_pipeline_rank_that_holds_it(tmp_path):
+    """Llama 3.2 1B's shape: 1.24B parameters with the embedding tied; under PP the last stage keeps a copy."""
+    folder = _config_only_folder(tmp_path / "llama-3.2-1b", vocab_size=128256, hidden_size=2048,
+                                 intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
+                                 num_key_value_heads=8, max_position_embeddings=131072, tie_word_embeddings=True,
+                                 rope_parameters=dict(LLAMA3_ROPE, factor=32.0))
+    from megamlm.hf.init_from import adopt_hf_shape
+
+    cfg = parse_args(["--dry-run", "--init-from", str(folder), "--world-size", "2", "--pp", "2", "--seq-length",
+                      "2048", "--micro-batch-size", "1", "--global-batch-size", "2"])
+    adopt_hf_shape(cfg)
+    args = dry_run_model_args(cfg)
+    with torch.device("meta"):
+        total = sum(p.numel() for p in Transformer(args).parameters())
+    assert total == 1_235_814_400
+    rows = rank_estimates(cfg, dims_from_config(cfg), args)
+    embedding = 128256 * 2048
+    assert rows[0]["parameters"] + rows[1]["parameters"] == total + embedding

@@ -1,0 +1,156 @@
+"""Rotary embedding tables, with the frequency scalings of the decoders people continue from.
+
+``RopeScaling`` holds the parameters Hugging Face keeps in ``rope_parameters`` (the same key names), for
+the scalings these models use: ``linear`` (position interpolation), ``llama3`` (Llama 3.1/3.2) and
+``yarn`` (Qwen2.5's long-context setting). Scaling changes only the tables: the inverse frequencies, and
+for YaRN a factor on cos and sin, so every rotary kernel takes the scaled tables unchanged.
+Scalings that depend on the running sequence length (``dynamic``, ``longrope``) are refused.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Literal, get_args
+
+import torch
+
+RopeScalingType = Literal["linear", "llama3", "yarn"]
+
+_REQUIRED = {
+    "linear": ("factor",),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+    "yarn": ("factor", "original_max_position_embeddings"),
+}
+_OPTIONAL = {
+    "linear": (),
+    "llama3": (),
+    "yarn": ("beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim", "truncate"),
+}
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """One RoPE frequency scaling; the field names are Hugging Face's ``rope_parameters`` keys."""
+
+    rope_type: RopeScalingType
+    factor: float
+    original_max_position_embeddings: int | None = None
+    """llama3, yarn: the context the model was pretrained with before the scaling."""
+    low_freq_factor: float | None = None
+    """llama3."""
+    high_freq_factor: float | None = None
+    """llama3."""
+    beta_fast: float | None = None
+    """yarn (default 32)."""
+    beta_slow: float | None = None
+    """yarn (default 1)."""
+    attention_factor: float | None = None
+    """yarn: the factor on cos/sin (default derived from ``factor``, ``mscale`` and ``mscale_all_dim``)."""
+    mscale: float | None = None
+    """yarn."""
+    mscale_all_dim: float | None = None
+    """yarn."""
+    truncate: bool | None = None
+    """yarn: round the correction range to whole dimensions (default true)."""
+
+    @classmethod
+    def from_dict(cls, params: dict) -> "RopeScaling | None":
+        """Hugging Face's ``rope_parameters``/``rope_scaling`` dict (``rope_theta`` ignored) -> a scaling, or None
+        for plain RoPE. Raises ValueError naming an unsupported type or a missing/unknown key."""
+        params = dict(params)
+        kind = params.pop("rope_type", None) or params.pop("type", None) or "default"
+        params.pop("type", None)
+        params.pop("rope_theta", None)
+        partial = params.pop("partial_rotary_factor", None)
+        if partial not in (None, 1, 1.0):
+            raise ValueError(f"partial_rotary_factor={partial} (rotary embedding on part of each head) is not "
+                             "supported; megamlm rotates the whole head")
+        if kind == "default":  # transformers ignores scaling keys for the default type
+            return None
+        if kind not in get_args(RopeScalingType):
+            raise ValueError(f"RoPE type {kind!r} is not supported (megamlm builds fixed rotary tables: default, "
+                             f"{', '.join(get_args(RopeScalingType))})")
+        missing = [k for k in _REQUIRED[kind] if params.get(k) is None]
+        if missing:
+            raise ValueError(f"RoPE type {kind!r} needs {', '.join(missing)}")
+        unknown = sorted(set(params) - set(_REQUIRED[kind]) - set(_OPTIONAL[kind]))
+        unknown = [k for k in unknown if params[k] is not None]
+        if unknown:
+            raise ValueError(f"RoPE type {kind!r} with {', '.join(unknown)} is not supported")
+        types = {f.name: f.type for f in fields(cls)}
+        values = {}
+        for key, value in params.items():
+            if value is None:
+                continue
+            if "bool" in types[key]:
+                values[key] = bool(value)
+            elif "int" in types[key]:
+                values[key] = int(value)
+            else:
+                values[key] = float(value)
+        return cls(rope_type=kind, **values)
+
+    def to_dict(self) -> dict:
+        """Only the keys that are set, as Hugging Face writes them."""
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+def _llama3(inv_freq: torch.Tensor, s: RopeScaling) -> torch.Tensor:
+    # Long wavelengths (beyond original context / low_freq_factor) are slowed by `factor`, short ones
+    # (below original context / high_freq_factor) kept, and the band in between interpolated smoothly.
+    wavelength = 2 * math.pi / inv_freq
+    context = s.original_max_position_embeddings
+    slowed = inv_freq / s.factor
+    smooth = (context / wavelength - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor)
+    between = (1 - smooth) * slowed + smooth * inv_freq
+    out = torch.where(wavelength > context / s.low_freq_factor, slowed, inv_freq)
+    in_band = (wavelength >= context / s.high_freq_factor) & (wavelength <= context / s.low_freq_factor)
+    return torch.where(in_band, between, out)
+
+
+def _yarn(inv_freq: torch.Tensor, head_dim: int, theta: float, s: RopeScaling) -> tuple[torch.Tensor, float]:
+    def mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    if s.attention_factor is not None:
+        attention_factor = s.attention_factor
+    elif s.mscale and s.mscale_all_dim:
+        attention_factor = mscale(s.factor, s.mscale) / mscale(s.factor, s.mscale_all_dim)
+    else:
+        attention_factor = mscale(s.factor)
+    context = s.original_max_position_embeddings
+
+    def dimension_of(rotations: float) -> float:  # the dimension that turns `rotations` times over the context
+        return head_dim * math.log(context / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = dimension_of(s.beta_fast or 32), dimension_of(s.beta_slow or 1)
+    if s.truncate is None or s.truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, head_dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = ((torch.arange(head_dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+    # ramp 0: keep the original frequency (extrapolate); ramp 1: divide it by `factor` (interpolate).
+    return inv_freq / s.factor * ramp + inv_freq * (1 - ramp), attention_factor
+
+
+def inverse_frequencies(head_dim: int, theta: float, scaling: RopeScaling | None = None) -> tuple[torch.Tensor, float]:
+    """(inverse frequencies (head_dim / 2,) in float64, the factor on cos and sin)."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    if scaling is None:
+        return inv_freq, 1.0
+    if scaling.rope_type == "linear":
+        return inv_freq / scaling.factor, 1.0
+    if scaling.rope_type == "llama3":
+        return _llama3(inv_freq, scaling), 1.0
+    return _yarn(inv_freq, head_dim, theta, scaling)
+
+
+def rotary_tables(head_dim: int, max_seq_length: int, theta: float,
+                  scaling: RopeScaling | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin of shape (max_seq_length, head_dim), frequencies repeated twice (rotate-half layout), float32."""
+    inv_freq, factor = inverse_frequencies(head_dim, theta, scaling)
+    angles = torch.outer(torch.arange(max_seq_length, dtype=torch.float64), inv_freq)
+    angles = torch.cat((angles, angles), dim=-1)
+    return (angles.cos() * factor).float(), (angles.sin() * factor).float()

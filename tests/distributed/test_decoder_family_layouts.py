@@ -1,0 +1,64 @@
+"""Decoders imported from Llama 3.2, Qwen2.5, Mistral and SmolLM2 (tiny random models shaped like the real ones)
+train MLM steps under TP=2, PP=2 and FSDP2 DP=2 with the single-process losses and gradient norms: attention
+biases split with their heads (o_proj's bias added once), head_dim apart from hidden / heads, scaled RoPE tables,
+and tied embeddings, kept one matrix across the pipeline stages. Each layout's checkpoint loads in one process
+with the single-process weights (both copies of a tied matrix equal), and the single-process checkpoint resumes
+on the pipeline with the same losses (the tied matrix's optimizer state reaches the last stage).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from decoder_families import FAMILIES, WORDS, build
+from family_layout_checks import FOUR_RANK_LAYOUTS, LAYOUTS, check_families, reference
+from harness import spawn
+
+pytestmark = pytest.mark.distributed
+transformers = pytest.importorskip("transformers")
+
+
+def _families_in_layouts(tmp_path, families: list[str], world: int, layouts: dict) -> None:
+    from megamlm.checkpoint import load_model_weights
+    from megamlm.hf.importer import import_hf
+    from megamlm.hf.megamlm_checkpoint import load_model, read_record
+    from megamlm.model.transformer import Transformer
+
+    cases, expected_weights = [], {}
+    for name in families:
+        family, root = FAMILIES[name], tmp_path / name
+        build(family, root / "hf")
+        import_hf(root / "hf", root / "ckpt", log=lambda *_: None)
+        ref = reference(str(root / "ckpt"), len(family.specials), len(WORDS), str(root / "resume"))
+        expected_weights[name] = ref.pop("weights")
+        cases.append((name, str(root / "ckpt"), len(family.specials), len(WORDS), ref, str(root / "resume"),
+                      str(tmp_path / "layouts")))
+    spawn(check_families, world, layouts, cases)
+
+    for name in families:
+        for layout in layouts:
+            saved = tmp_path / "layouts" / f"{name}-{layout}"
+            model = load_model(read_record(saved))
+            if model.args.tie_word_embeddings:  # the copies saved as the embedding and as the LM head are equal
+                untied = Transformer(replace(model.args, tie_word_embeddings=False))
+                load_model_weights(saved, untied)
+                assert torch.equal(untied.embed_tokens.weight, untied.lm_head.weight), (name, layout)
+            for tensor_name, tensor in model.state_dict().items():
+                # After 3 AdamW steps of lr 1e-3: within a fifth of one step (summation order moves AdamW's
+                # normalised updates a little; a copy that missed an update would be a whole step off).
+                diff = float((tensor - expected_weights[name][tensor_name]).abs().max())
+                assert diff < 2e-4, (name, layout, tensor_name, diff)
+
+
+def test_imported_decoders_train_alike_in_every_layout(tmp_path):
+    """TP=2, PP=2 and FSDP2 DP=2 for all four families, in one 2-rank world."""
+    _families_in_layouts(tmp_path, list(FAMILIES), 2, LAYOUTS)
+
+
+@pytest.mark.slow
+def test_imported_decoders_train_alike_with_tp_and_fsdp_under_a_pipeline(tmp_path):
+    """TP=2 x PP=2 and PP=2 x FSDP2 DP=2 (the tied matrix sharded on both stages), in one 4-rank world."""
+    _families_in_layouts(tmp_path, ["llama3.2", "qwen2.5"], 4, FOUR_RANK_LAYOUTS)
