@@ -14,6 +14,7 @@ from megamlm.config import (
     ConfigError,
     resolved_shape,
     switch_step,
+    validation_enabled,
     warmup_iters,
     wsd_decay_iters,
 )
@@ -79,9 +80,10 @@ def model_args_for(cfg: Config, tokenizer_vocab_size: int) -> ModelArgs:
 
 
 def masking_spec_for(cfg: Config, tokenizer) -> MaskingSpec:
-    if tokenizer.mask_id is None and cfg.objective.objective != "clm":
-        raise ConfigError(f"tokenizer {tokenizer} has no mask token, which MLM needs; use a tokenizer with one "
-                          "(Llama 3's <|reserved_special_token_0|> is picked automatically) or --objective clm")
+    if tokenizer.mask_id is None and (cfg.objective.objective != "clm" or validation_enabled(cfg)):
+        raise ConfigError(f"tokenizer {tokenizer} has no mask token, which MLM (and validation, which scores MLM "
+                          "too) needs; use a tokenizer with one (Llama 3's <|reserved_special_token_0|> is picked "
+                          "automatically) or --objective clm without a validation set")
     o = cfg.objective
     return MaskingSpec(mask_ratio=o.mask_ratio, replace_prob=o.mask_replace_prob, random_prob=o.mask_random_prob,
                        keep_prob=o.mask_keep_prob, mask_id=tokenizer.mask_id if tokenizer.mask_id is not None else -1,
