@@ -5,7 +5,8 @@ Every record has ``kind``, ``step``, ``samples`` and ``tokens`` (consumed so far
 
 - ``"train"`` (every logged step): ``objective``, ``loss`` and ``grad_norm`` (means over the steps since the
   previous record, as in the log line), ``lr``, ``tokens_per_second``;
-- ``"validation"``: ``mlm_loss``, ``mlm_accuracy``, ``clm_loss``, ``validation_samples``.
+- ``"validation"``: ``mlm_loss``, ``mlm_accuracy``, ``clm_loss``, ``validation_samples`` and the tokens scored
+  (``mlm_tokens``: the masked positions, ``clm_tokens``).
 
 Records may carry more fields (a reader takes those it knows); non-finite numbers are written as ``null``.
 A launch that starts at step k first drops every record after step k (the file is rewritten to a temporary name,
@@ -19,9 +20,14 @@ import math
 import os
 from pathlib import Path
 
+from megamlm.errors import UserError
 from megamlm.log import rank
 
 METRICS_FILE = "metrics.jsonl"
+
+
+class MetricsError(UserError, ValueError):
+    """A run folder without a readable metrics file."""
 
 
 def _finite(value):
@@ -33,6 +39,8 @@ def read_metrics(path: str | Path, kind: str | None = None) -> list[dict]:
     path = Path(path)
     if path.is_dir():
         path = path / METRICS_FILE
+    if not path.is_file():
+        raise MetricsError(f"{path} not found; pass the --save folder of a run (its metrics.jsonl is written there)")
     records = []
     for line in path.read_text().splitlines():
         try:

@@ -44,7 +44,8 @@ class RunReporter:
         self.tensorboard.scalars(result.step, {f"validation/{name}": value for name, value in result.scalars().items()})
         self.metrics.append("validation", result.step, samples=consumed_samples,
                             tokens=consumed_samples * self.seq_length, **result.scalars(),
-                            validation_samples=result.samples)
+                            validation_samples=result.samples, mlm_tokens=result.mlm_tokens,
+                            clm_tokens=result.clm_tokens)
 
     def close(self) -> None:
         self.tensorboard.close()
