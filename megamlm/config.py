@@ -499,6 +499,8 @@ def validate(cfg: Config) -> None:
 def validate_save_at(c: CheckpointConfig, train_iters: int) -> None:
     if not c.save_at:
         return
+    if not isinstance(c.save_at, list) or not all(isinstance(s, int) for s in c.save_at):
+        raise ConfigError(f"--save-at takes a list of steps (YAML: save_at: [10000, 20000]), got {c.save_at!r}")
     if not c.save:
         raise ConfigError("--save-at needs --save DIR, the folder to write its checkpoints to")
     if any(b <= a for a, b in zip(c.save_at, c.save_at[1:])):

@@ -18,7 +18,6 @@ start from another run's checkpoint, oldest first, ``{"kind", "parent_run", "che
 
 from __future__ import annotations
 
-import functools
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -68,13 +67,8 @@ class Segment:
     def objective_at(self, step: int) -> str:
         return objective_at_step(self.objective_schedule["objective"], self.objective_schedule["switch_step"], step)
 
-    def lr_at(self, step: int) -> float:
-        return _lr_schedule(tuple(sorted(self.lr_schedule.items()))).lr_at(step)
-
-
-@functools.lru_cache(maxsize=16)
-def _lr_schedule(items: tuple) -> LRSchedule:
-    return LRSchedule(**dict(items))
+    def lr_schedule_object(self) -> LRSchedule:
+        return LRSchedule(**self.lr_schedule)
 
 
 @dataclass
@@ -105,12 +99,13 @@ class History:
             if segment.optimizer != launch.optimizer:
                 return describe_changes(segment.optimizer, launch.optimizer, OPTIMIZER_FLAGS)
             end = self.segments[index + 1].first_step - 1 if index + 1 < len(self.segments) else upto
+            trained_lr, planned_lr = segment.lr_schedule_object(), launch.lr_schedule_object()
             for step in range(segment.first_step, min(end, upto) + 1):
                 if segment.objective_at(step) != launch.objective_at(step):
                     return _objective_difference(segment, launch, step, upto)
-                if segment.lr_at(step) != launch.lr_at(step):
-                    return (f"the learning rate of step {step} is {segment.lr_at(step)!r} in the checkpoint's history "
-                            f"and {launch.lr_at(step)!r} here ("
+                if trained_lr.lr_at(step) != planned_lr.lr_at(step):
+                    return (f"the learning rate of step {step} is {trained_lr.lr_at(step)!r} in the checkpoint's "
+                            f"history and {planned_lr.lr_at(step)!r} here ("
                             f"{describe_changes(segment.lr_schedule, launch.lr_schedule, LR_FLAGS)})")
         return None
 

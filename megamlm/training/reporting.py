@@ -40,6 +40,7 @@ class RunReporter:
                             tokens_per_second=summary.tokens_per_second)
 
     def validation(self, result: ValidationResult, consumed_samples: int) -> None:
+        self.meter.start += result.seconds  # tokens/s measures training: the evaluation's time does not count
         log(result.describe())
         self.tensorboard.scalars(result.step, {f"validation/{name}": value for name, value in result.scalars().items()})
         self.metrics.append("validation", result.step, samples=consumed_samples,

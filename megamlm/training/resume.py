@@ -183,45 +183,13 @@ def plan_start(cfg: Config, record: dict) -> Start:
 def _plan_resume(cfg: Config, record: dict, launch: Segment, path: Path) -> Start:
     train_state, saved = _read(path, "resume")
     step = int(train_state["step"])
-    fresh = f"start a new run from its weights with --init-from {path}"
-    fixed = _shape_differences(saved, record) + _differences(saved, record, _STREAM + _MASKING)
-    if fixed:
-        raise ResumeError(f"cannot resume {path}: {_describe(fixed)}; these fix the samples, the masks or the "
-                          f"weights' shape, so relaunch with the checkpoint's values, or {fresh}")
-    notes = []
-    if saved.get("data_fingerprint") != record["data_fingerprint"]:
-        what = (f"checkpoint {path} was trained on other data (fingerprint {saved.get('data_fingerprint')}, data "
-                f"{saved.get('data_path')}) than this run (fingerprint {record['data_fingerprint']}, data "
-                f"{record['data_path']})")
-        if not cfg.checkpoint.override_data:
-            raise ResumeError(f"{what}; resuming would continue its sample order on different data. Pass the same "
-                              f"--data-path, or --override-data to continue on the new data deliberately, or {fresh}")
-        notes.append(f"{what}; continuing on the new data because of --override-data")
+    notes = _check_stream(cfg, record, saved, path)
     if cfg.training.train_iters < step:
         raise ResumeError(f"cannot resume {path}: it is at step {step}, past --train-iters "
                           f"{cfg.training.train_iters}; raise --train-iters, or branch from an earlier checkpoint")
-
     history = History.of_checkpoint(train_state, saved)
-    last = history.segment_at(step)
-    difference = history.first_difference(launch, step)
-    if difference is None:
-        kind = "resume" if last.objective_schedule == launch.objective_schedule and \
-            last.lr_schedule == launch.lr_schedule else "branch"
-    elif cfg.checkpoint.override_schedule:
-        if cfg.training.train_iters == step:
-            raise ResumeError(f"cannot resume {path} at step {step} with --train-iters {step}: nothing would be "
-                              "left to train; raise --train-iters")
-        kind = "override"
-        notes.append(f"--override-schedule: {difference}; this launch's values win from step {step + 1}")
-    else:
-        raise ResumeError(f"cannot resume {path}: its history disagrees with this launch's schedule: {difference}; "
-                          "pass --override-schedule to continue with this launch's values, or relaunch with the "
-                          "checkpoint's")
-    if kind == "branch":
-        notes.append(f"branching from {path}: its history of steps 1-{step} agrees with this launch's schedule, "
-                     f"which differs after step {step} ({_schedule_changes(last, launch)})")
-
-    consumed = consumed_samples(train_state)
+    kind = _compare_history(cfg, history, launch, step, path, notes)
+    last, consumed = history.segment_at(step), consumed_samples(train_state)
     if last.global_batch_size != launch.global_batch_size:
         notes.append(f"--global-batch-size is {last.global_batch_size} in the checkpoint and "
                      f"{launch.global_batch_size} here: the same sample stream continues at sample {consumed} "
@@ -234,10 +202,52 @@ def _plan_resume(cfg: Config, record: dict, launch: Segment, path: Path) -> Star
                  notes=notes)
 
 
+def _check_stream(cfg: Config, record: dict, saved: dict, path: Path) -> list[str]:
+    """Refuse a checkpoint of another sample stream, masks or shape; the note when --override-data accepts other
+    data."""
+    fresh = f"start a new run from its weights with --init-from {path}"
+    fixed = _shape_differences(saved, record) + _differences(saved, record, _STREAM + _MASKING)
+    if fixed:
+        raise ResumeError(f"cannot resume {path}: {_describe(fixed)}; these fix the samples, the masks or the "
+                          f"weights' shape, so relaunch with the checkpoint's values, or {fresh}")
+    if saved.get("data_fingerprint") == record["data_fingerprint"]:
+        return []
+    what = (f"checkpoint {path} was trained on other data (fingerprint {saved.get('data_fingerprint')}, data "
+            f"{saved.get('data_path')}) than this run (fingerprint {record['data_fingerprint']}, data "
+            f"{record['data_path']})")
+    if not cfg.checkpoint.override_data:
+        raise ResumeError(f"{what}; resuming would continue its sample order on different data. Pass the same "
+                          f"--data-path, or --override-data to continue on the new data deliberately, or {fresh}")
+    return [f"{what}; continuing on the new data because of --override-data"]
+
+
+def _compare_history(cfg: Config, history: History, launch: Segment, step: int, path: Path,
+                     notes: list[str]) -> StartKind:
+    """resume (the same schedule), branch (another schedule that agrees up to ``step``) or override; a
+    ResumeError for a history that disagrees without --override-schedule."""
+    last = history.segment_at(step)
+    difference = history.first_difference(launch, step)
+    if difference is None:
+        if last.objective_schedule == launch.objective_schedule and last.lr_schedule == launch.lr_schedule:
+            return "resume"
+        notes.append(f"branching from {path}: its history of steps 1-{step} agrees with this launch's schedule, "
+                     f"which differs after step {step} ({_schedule_changes(last, launch)})")
+        return "branch"
+    if not cfg.checkpoint.override_schedule:
+        raise ResumeError(f"cannot resume {path}: its history disagrees with this launch's schedule: {difference}; "
+                          "pass --override-schedule to continue with this launch's values, or relaunch with the "
+                          "checkpoint's")
+    if cfg.training.train_iters == step:
+        raise ResumeError(f"cannot resume {path} at step {step} with --train-iters {step}: nothing would be "
+                          "left to train; raise --train-iters")
+    notes.append(f"--override-schedule: {difference}; this launch's values win from step {step + 1}")
+    return "override"
+
+
 def _schedule_changes(last: Segment, launch: Segment) -> str:
-    return "; ".join(filter(None, (describe_changes(last.objective_schedule, launch.objective_schedule,
-                                                    OBJECTIVE_FLAGS),
-                                   describe_changes(last.lr_schedule, launch.lr_schedule, LR_FLAGS))))
+    changes = [describe_changes(last.objective_schedule, launch.objective_schedule, OBJECTIVE_FLAGS),
+               describe_changes(last.lr_schedule, launch.lr_schedule, LR_FLAGS)]
+    return "; ".join(dict.fromkeys(c for part in changes for c in part.split("; ") if c))  # --train-iters once
 
 
 def _plan_continue(cfg: Config, record: dict, launch: Segment, path: Path) -> Start:

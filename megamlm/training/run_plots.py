@@ -49,6 +49,12 @@ def _pyplot():
     return plt
 
 
+def _engineering():
+    from matplotlib.ticker import EngFormatter
+
+    return EngFormatter(sep="")  # 250k, 1.5M, 2G: token counts stay readable
+
+
 def _save(fig, path: Path) -> Path:
     tmp = path.with_name(f".{path.name}.tmp.png")
     fig.savefig(tmp, dpi=120, bbox_inches="tight")
@@ -74,6 +80,7 @@ def plot_runs(folders: list[str | Path], output: str | Path) -> list[Path]:
             for run in runs:
                 ax.plot(*_series(run.validation, x, metric), marker="o", markersize=3, label=run.name)
             ax.set(xlabel=label, ylabel="loss", title=title)
+            ax.xaxis.set_major_formatter(_engineering())
             ax.grid(alpha=0.3)
         axes[0].legend(fontsize=8)
         written.append(_save(fig, output / name))

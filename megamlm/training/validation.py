@@ -13,6 +13,7 @@ run's seed, a random stream no training sample uses, so two runs with the same s
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,13 +40,16 @@ class ValidationResult:
     samples: int
     mlm_tokens: int
     clm_tokens: int
+    seconds: float = 0.0
+    """How long the evaluation took."""
 
     def scalars(self) -> dict[str, float]:
         return {"mlm_loss": self.mlm_loss, "mlm_accuracy": self.mlm_accuracy, "clm_loss": self.clm_loss}
 
     def describe(self) -> str:
         return (f"validation at step {self.step} | mlm loss {self.mlm_loss:.4f} | mlm accuracy "
-                f"{self.mlm_accuracy:.4f} | clm loss {self.clm_loss:.4f} | {self.samples} samples")
+                f"{self.mlm_accuracy:.4f} | clm loss {self.clm_loss:.4f} | {self.samples} samples | "
+                f"{self.seconds:.1f} s")
 
 
 class ValidationSet:
@@ -69,6 +73,7 @@ class ValidationSet:
 
     def evaluate(self, pm: ParallelModel, step: int, device: torch.device, precision: str = "auto") -> ValidationResult:
         """MLM loss and accuracy and CLM loss over every validation sample; the same result on every rank."""
+        start = time.perf_counter()
         totals = {"mlm": np.zeros(3), "clm": np.zeros(3)}
         pm.train(False)
         try:
@@ -84,7 +89,8 @@ class ValidationSet:
             pm.train(True)
         (mlm_loss, mlm_tokens, correct), (clm_loss, clm_tokens, _) = totals["mlm"], totals["clm"]
         return ValidationResult(step, mlm_loss / max(mlm_tokens, 1), correct / max(mlm_tokens, 1),
-                                clm_loss / max(clm_tokens, 1), self.num_samples, int(mlm_tokens), int(clm_tokens))
+                                clm_loss / max(clm_tokens, 1), self.num_samples, int(mlm_tokens), int(clm_tokens),
+                                time.perf_counter() - start)
 
 
 def load_validation_set(cfg: Config, data_path: list[str], seq_length: int, vocab_size: int, masking: MaskingSpec,

@@ -1,7 +1,8 @@
 """Study runs under parallel layouts, against the single process.
 
 - validation scores (MLM loss and accuracy, CLM loss) are the same in one process, at TP=2 and at PP=2;
-- a CLM run branched into CLM-then-MLM at its switch step reproduces the straight run bitwise on 2 ranks.
+- a CLM run branched into CLM-then-MLM at its switch step reproduces the straight run bitwise on 2 ranks (FSDP over
+  two data-parallel ranks), validation included.
 """
 
 from __future__ import annotations
@@ -40,21 +41,27 @@ def test_validation_scores_are_the_same_in_one_process_and_at_tp2_and_pp2(single
         assert parallel[step]["validation_samples"] == single[step]["validation_samples"] == 16
 
 
-def test_a_branch_on_two_ranks_reproduces_the_straight_run_bitwise(cache, tmp_path):
-    straight_flags = FLAGS + ["--switch-step", "2"]
+def test_a_branch_on_two_ranks_reproduces_the_straight_run_bitwise(single, tmp_path):
+    straight_flags = FLAGS + VALIDATION + ["--switch-step", "2"]  # FLAGS' --switch 0.5 of 4 steps, as a step
     straight_flags.remove("--switch")
     straight_flags.remove("0.5")
     clm = [f if f != "clm_then_mlm" else "clm" for f in straight_flags]
     for name in ("straight", "parent", "branch"):
         (tmp_path / name).mkdir()
-    spawn(pretrain_on_rank, 2, straight_flags, str(tmp_path / "straight"))
+    spawn(pretrain_on_rank, 2, straight_flags + ["--save", tmp_path / "straight" / "run"], str(tmp_path / "straight"))
     spawn(pretrain_on_rank, 2, clm + ["--save", tmp_path / "clm", "--save-at", "2", "--exit-interval", "2"],
           str(tmp_path / "parent"))
-    spawn(pretrain_on_rank, 2, straight_flags + ["--load", tmp_path / "clm" / "iter_0000002"],
-          str(tmp_path / "branch"))
+    spawn(pretrain_on_rank, 2, straight_flags + ["--load", tmp_path / "clm" / "iter_0000002", "--save",
+                                                 tmp_path / "branch" / "run"], str(tmp_path / "branch"))
     straight, parent, branch = (read_ranks(tmp_path / name, 2) for name in ("straight", "parent", "branch"))
     for rank in range(2):
         assert branch[rank]["start_step"] == 2
         assert {s: parent[rank]["losses"][s] for s in (1, 2)} == {s: straight[rank]["losses"][s] for s in (1, 2)}
         assert {s: branch[rank]["losses"][s] for s in (3, 4)} == {s: straight[rank]["losses"][s] for s in (3, 4)}
         assert [branch[rank]["objectives"][s] for s in (3, 4)] == ["mlm", "mlm"]
+    # Validation under FSDP over 2 data-parallel ranks: the branch's is the straight run's, and the single process's.
+    scores = validations(tmp_path / "straight" / "run")
+    assert validations(tmp_path / "branch" / "run")[4] == scores[4]
+    for step in (2, 4):
+        for name in ("mlm_loss", "clm_loss", "mlm_accuracy"):
+            assert scores[step][name] == pytest.approx(single[step][name], rel=1e-4), (step, name)

@@ -35,6 +35,12 @@ def test_every_arm_is_scored_on_the_same_tokens(tiny, tmp_path):
     mlm, clm = (read_metrics(tmp_path / name, kind="validation")[-1] for name in ("mlm", "clm"))
     assert (mlm["mlm_tokens"], mlm["clm_tokens"]) == (clm["mlm_tokens"], clm["clm_tokens"])
     assert mlm["mlm_loss"] < clm["mlm_loss"] and clm["clm_loss"] < mlm["clm_loss"]  # each run is better at its own
+    # An arm trained with another mask ratio is scored with the study's masks when --eval-mask-ratio says so.
+    for name, flags in (("ratio_02", []), ("ratio_02_eval_04", ["--eval-mask-ratio", "0.4"])):
+        tiny("--objective", "mlm", "--train-iters", "4", "--mask-ratio", "0.2", *flags, *VALIDATION, "--save",
+             tmp_path / name)
+    other, fixed = (read_metrics(tmp_path / name, kind="validation")[-1] for name in ("ratio_02", "ratio_02_eval_04"))
+    assert other["mlm_tokens"] < mlm["mlm_tokens"] == fixed["mlm_tokens"]
 
 
 def test_validation_and_metrics_survive_a_crash_and_resume_without_a_duplicate_step(tiny, tmp_path):
