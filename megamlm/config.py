@@ -344,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
             kwargs: dict[str, Any] = dict(dest=f"{section}.{f.name}", help=help_text, default=argparse.SUPPRESS)
             hint = hints[f.name]
             if get_origin(hint) is list:
-                kwargs["nargs"] = "+"
+                kwargs["nargs"], kwargs["metavar"] = "+", f.name.upper()
                 if get_args(hint) == (int,):
                     kwargs["action"] = _IntList
             elif hint is bool:

@@ -163,6 +163,9 @@ def _read(path: Path, flag: str) -> tuple[dict, dict]:
             f"cannot {flag} {path}: it was written by megamlm 0.1 (checkpoint format {train_state.get('format', 1)}), "
             f"whose sample order this version (format {CHECKPOINT_FORMAT}) does not reproduce; finish the run with "
             f"megamlm 0.1, or start a new run from its weights with --init-from {path}")
+    if "progress" not in train_state.get("state", {}):
+        raise ResumeError(f"cannot {flag} {path}: it holds weights only (an imported model, or a weights-only "
+                          f"checkpoint), no training state; start a new run from its weights with --init-from {path}")
     return train_state, json.loads((path / CONFIG).read_text())
 
 

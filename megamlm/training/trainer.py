@@ -96,11 +96,12 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler, on_step) -> RunResult:
     end_sample = progress.consumed_samples + max(t.train_iters - progress.step, 0) * t.global_batch_size
     group = dist.group.WORLD if plan.dims.is_parallel else None
     seq_length, vocab_size = plan.model_args.max_seq_length, plan.model_args.vocab_size
+    # The (small) validation set first: its errors come before the training index is built.
+    validation = load_validation_set(cfg, plan.data_path, seq_length, vocab_size, plan.objective_schedule.masking,
+                                     group)
     dataset = build_train_dataset(plan.data_path, seq_length=seq_length, num_samples=end_sample, seed=t.seed,
                                   cache_dir=cfg.data.data_cache_path, vocab_size=vocab_size, group=group,
                                   split=split_weights(cfg.data))
-    validation = load_validation_set(cfg, plan.data_path, seq_length, vocab_size, plan.objective_schedule.masking,
-                                     group)
     pm = build_parallel_model(cfg, plan, mesh, device)
     optimizer = build_optimizer(pm.model, t.lr, t.weight_decay, (t.adam_beta1, t.adam_beta2), t.adam_eps,
                                 impl=cfg.performance.optimizer_impl)

@@ -1,6 +1,7 @@
 """Study runs under parallel layouts, against the single process.
 
-- validation scores (MLM loss and accuracy, CLM loss) are the same in one process, at TP=2 and at PP=2;
+- validation scores (MLM loss and accuracy, CLM loss) are the same in one process, at TP=2 and at PP=2 (1F1B and
+  interleaved 1F1B: forward only through the schedule's ``eval``);
 - a CLM run branched into CLM-then-MLM at its switch step reproduces the straight run bitwise on 2 ranks (FSDP over
   two data-parallel ranks), validation included.
 """
@@ -30,7 +31,9 @@ def single(cache, tmp_path_factory) -> dict[int, dict]:
     return validations(save)
 
 
-@pytest.mark.parametrize("layout", [["--tp", "2"], ["--pp", "2"]], ids=["tp2", "pp2"])
+@pytest.mark.parametrize("layout", [["--tp", "2"], ["--pp", "2"], ["--pp", "2", "--pipeline-schedule",
+                                                                  "interleaved_1f1b", "--num-layers-per-virtual-stage",
+                                                                  "1"]], ids=["tp2", "pp2", "pp2-interleaved"])
 def test_validation_scores_are_the_same_in_one_process_and_at_tp2_and_pp2(single, tmp_path, layout):
     spawn(pretrain_on_rank, 2, FLAGS + VALIDATION + layout + ["--save", tmp_path / "parallel"], str(tmp_path))
     parallel = validations(tmp_path / "parallel")

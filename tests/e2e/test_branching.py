@@ -15,6 +15,9 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
 from megamlm.cli import main
 from megamlm.config import parse_args, warmup_iters, wsd_decay_iters
+from megamlm.hf.megamlm_checkpoint import write_weights_checkpoint
+from megamlm.model.config import ModelArgs
+from megamlm.model.transformer import Transformer
 from megamlm.training.lr_schedule import LRSchedule
 from megamlm.training.run_record import RUN_RECORD
 
@@ -191,3 +194,16 @@ def test_a_2000_step_continuation_with_default_warmup_and_decay_passes_validatio
                       "--lr-wsd-decay-fraction", "0.1"])
     assert cfg.training.lr_warmup_iters is None and cfg.training.lr_wsd_decay_iters is None
     assert (warmup_iters(cfg.training), wsd_decay_iters(cfg.training)) == (100, 200)
+
+
+def test_a_weights_only_checkpoint_is_neither_continued_nor_resumed_but_named_for_init_from(clm_parent, tmp_path,
+                                                                                          capsys, tiny_flags):
+    save, _ = clm_parent
+    record = json.loads((save / "iter_0000004" / "config.json").read_text())
+    model = Transformer(ModelArgs(**record["model_args"]))
+    write_weights_checkpoint(tmp_path / "weights", model.state_dict(), record, {"consumed_samples": 0})
+    for flag in ("--continue-from", "--load"):
+        assert main([*tiny_flags, "--objective", "mlm", "--train-iters", "5", flag, str(tmp_path / "weights")]) == 2
+        err = capsys.readouterr().err
+        assert "holds weights only" in err and f"--init-from {tmp_path / 'weights' / 'iter_0000000'}" in err, err
+        assert err.count("\n") == 1
