@@ -31,6 +31,12 @@ def objective_at_step(objective: Objective, switch_step: int | None, step: int) 
     return phases[1]
 
 
+def schedule_state(objective: Objective, train_iters: int, switch_step: int | None) -> dict:
+    """An ObjectiveSchedule's state_dict, from its settings."""
+    return {"objective": objective, "train_iters": train_iters,
+            "switch_step": switch_step if len(PHASES[objective]) == 2 else None}
+
+
 @dataclass
 class Batch:
     """One micro-batch as the model and loss see it."""
@@ -87,7 +93,7 @@ class ObjectiveSchedule:
 
     def state_dict(self) -> dict:
         """The settings that decide each step's objective (it has no other state)."""
-        return {"objective": self.objective, "train_iters": self.train_iters, "switch_step": self.switch_step}
+        return schedule_state(self.objective, self.train_iters, self.switch_step)
 
     def load_state_dict(self, state: dict) -> None:
         """Resume checks compare schedules before any work (training/resume.py); this only guards against a

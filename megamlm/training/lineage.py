@@ -21,8 +21,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from megamlm.objectives.schedule import objective_at_step
+from megamlm.config import Config, switch_step
+from megamlm.objectives.schedule import objective_at_step, schedule_state
 from megamlm.training.lr_schedule import LRSchedule
+from megamlm.training.setup import lr_schedule_for
 
 OPTIMIZER_FLAGS = {"weight_decay": "--weight-decay", "adam_beta1": "--adam-beta1", "adam_beta2": "--adam-beta2",
                    "adam_eps": "--adam-eps", "clip_grad": "--clip-grad"}
@@ -57,6 +59,14 @@ class Segment:
         training = record["config"]["training"]
         return cls(first_step, dict(record["schedule"]["objective_schedule"]), dict(record["schedule"]["lr_schedule"]),
                    {key: training[key] for key in OPTIMIZER_FLAGS}, int(training["global_batch_size"]))
+
+    @classmethod
+    def of_config(cls, cfg: Config) -> "Segment":
+        """The settings a launch with ``cfg`` trains with (what ``of_record`` reads from its run record)."""
+        t = cfg.training
+        return cls(1, schedule_state(cfg.objective.objective, t.train_iters, switch_step(cfg.objective, t.train_iters)),
+                   lr_schedule_for(t).state_dict(), {key: getattr(t, key) for key in OPTIMIZER_FLAGS},
+                   t.global_batch_size)
 
     def starting_at(self, first_step: int) -> "Segment":
         return Segment(first_step, self.objective_schedule, self.lr_schedule, self.optimizer, self.global_batch_size)

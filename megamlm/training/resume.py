@@ -169,6 +169,15 @@ def _read(path: Path, flag: str) -> tuple[dict, dict]:
     return train_state, json.loads((path / CONFIG).read_text())
 
 
+def history_difference(checkpoint: str | Path, cfg: Config) -> str | None:
+    """For scripts (a study planner): where training with ``cfg`` from step 1 would differ from the history of
+    ``checkpoint`` (a save folder or an iter_* folder) up to its step; None when ``--load`` continues it as the
+    straight run of ``cfg`` (given the same seed, data, split and shape, which ``plan_start`` checks too)."""
+    path = resolve_checkpoint(checkpoint)
+    train_state, saved = _read(path, "branch from")
+    return History.of_checkpoint(train_state, saved).first_difference(Segment.of_config(cfg), int(train_state["step"]))
+
+
 def plan_start(cfg: Config, record: dict) -> Start:
     """How this launch starts, checked against its ``record`` (``training/run_record.py``); raises ResumeError."""
     launch = Segment.of_record(record)

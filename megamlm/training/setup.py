@@ -12,6 +12,7 @@ import torch
 from megamlm.config import (
     Config,
     ConfigError,
+    TrainingConfig,
     resolved_shape,
     switch_step,
     validation_enabled,
@@ -100,6 +101,10 @@ def backends_for(cfg: Config) -> Backends:
         raise ConfigError(str(err)) from None
 
 
+def lr_schedule_for(t: TrainingConfig) -> LRSchedule:
+    return LRSchedule(t.lr, t.min_lr, t.lr_decay_style, warmup_iters(t), wsd_decay_iters(t), t.train_iters)
+
+
 def plan_run(cfg: Config) -> RunPlan:
     """Resolve and check everything a run needs; raises ConfigError / DataError / LayoutError naming the fix."""
     dims = dims_from_config(cfg)
@@ -110,7 +115,7 @@ def plan_run(cfg: Config) -> RunPlan:
     t = cfg.training
     schedule = ObjectiveSchedule(cfg.objective.objective, switch_step(cfg.objective, t.train_iters), t.train_iters,
                                  masking_spec_for(cfg, tokenizer), t.seed)
-    lr_schedule = LRSchedule(t.lr, t.min_lr, t.lr_decay_style, warmup_iters(t), wsd_decay_iters(t), t.train_iters)
+    lr_schedule = lr_schedule_for(t)
     return RunPlan(model_args=args, data_path=data_path, tokenizer_path=tokenizer_path, tokenizer=tokenizer,
                    objective_schedule=schedule, lr_schedule=lr_schedule, dims=dims, device=device,
                    backends=backends_for(cfg))

@@ -18,7 +18,9 @@ from megamlm.config import parse_args, warmup_iters, wsd_decay_iters
 from megamlm.hf.megamlm_checkpoint import write_weights_checkpoint
 from megamlm.model.config import ModelArgs
 from megamlm.model.transformer import Transformer
+from megamlm.training.lineage import Segment
 from megamlm.training.lr_schedule import LRSchedule
+from megamlm.training.resume import history_difference
 from megamlm.training.run_record import RUN_RECORD
 
 GBS = 4  # the TINY settings' global batch size (conftest.py)
@@ -207,3 +209,15 @@ def test_a_weights_only_checkpoint_is_neither_continued_nor_resumed_but_named_fo
         err = capsys.readouterr().err
         assert "holds weights only" in err and f"--init-from {tmp_path / 'weights' / 'iter_0000000'}" in err, err
         assert err.count("\n") == 1
+
+
+def test_a_script_asks_whether_a_checkpoint_continues_into_a_config(clm_parent, tiny_flags):
+    save, _ = clm_parent
+    parent = parse_args([*tiny_flags, "--objective", "clm", "--train-iters", "12"])
+    record = json.loads((save / "iter_0000004" / "config.json").read_text())
+    assert Segment.of_config(parent) == Segment.of_record(record)  # what a planner computes is what a run records
+    branch = parse_args([*tiny_flags, "--objective", "clm_then_mlm", "--switch-step", "4", "--train-iters", "8"])
+    assert history_difference(save, branch) is None  # the folder's newest checkpoint: step 4
+    late = parse_args([*tiny_flags, "--objective", "clm_then_mlm", "--switch-step", "3", "--train-iters", "8"])
+    assert history_difference(save / "iter_0000004", late).startswith("the checkpoint (step 4) is past this launch's")
+    assert history_difference(save / "iter_0000002", late) is None
