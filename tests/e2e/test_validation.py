@@ -16,11 +16,20 @@ TOOLS = Path(__file__).resolve().parents[2] / "tools"
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def test_every_evaluation_scores_mlm_and_clm_at_the_interval_the_switch_and_the_end(tiny, tmp_path):
+def test_every_evaluation_scores_mlm_and_clm_at_the_interval_the_switch_and_the_end(tiny, tmp_path, capsys):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     tiny("--objective", "clm_then_mlm", "--switch-step", "3", "--train-iters", "7", *VALIDATION, "--save",
-         tmp_path / "run")
+         tmp_path / "run", "--tensorboard-dir", tmp_path / "tb")
     records = read_metrics(tmp_path / "run", kind="validation")
     assert [r["step"] for r in records] == [2, 3, 4, 6, 7]
+    out = capsys.readouterr().out
+    assert f"validation at step 3 | mlm loss {records[1]['mlm_loss']:.4f} | mlm accuracy" in out
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    for name in ("mlm_loss", "mlm_accuracy", "clm_loss"):
+        assert [(e.step, e.value) for e in events.Scalars(f"validation/{name}")] == [
+            (r["step"], pytest.approx(r[name], rel=1e-6)) for r in records]
     for r in records:
         assert r["validation_samples"] == 8  # 2 global batches of 4
         assert r["mlm_loss"] > 0 and r["clm_loss"] > 0 and 0 <= r["mlm_accuracy"] <= 1
