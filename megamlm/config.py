@@ -81,9 +81,12 @@ class ModelConfig:
 @dataclass
 class ObjectiveConfig:
     objective: Objective = "mlm"
-    """Training objective (two-phase schedules switch at --switch)."""
-    switch: float = 0.25
-    """Fraction of --train-iters spent in the first objective of a two-phase schedule; switch step = round(F * iters)."""
+    """Training objective (two-phase schedules switch at --switch or --switch-step)."""
+    switch: float | None = None
+    """Fraction of --train-iters spent in the first objective of a two-phase schedule; switch step =
+    round(F * iters); default 0.25 unless --switch-step is given."""
+    switch_step: int | None = None
+    """The last step of the first objective, as a step (instead of --switch): branches never depend on rounding."""
     mask_ratio: float = 0.4
     """MLM: probability that a non-special token is selected for prediction."""
     mask_replace_prob: float = 1.0
@@ -104,6 +107,12 @@ class DataConfig:
     """Where sample-index caches are written (default: beside the data)."""
     num_workers: int = 0
     """Data loader worker processes (never changes the sample order)."""
+    split: str | None = None
+    """Megatron's train,validation,test weights, e.g. 969,30,1: each corpus's documents are split in file order
+    into contiguous ranges; training samples come from the first range only, validation samples from the second
+    (the third is left unused)."""
+    valid_data_path: list[str] = field(default_factory=list)
+    """Validation data (prefixes or a blend, like --data-path), instead of --split."""
 
 
 @dataclass
@@ -122,8 +131,12 @@ class TrainingConfig:
     """LR schedule: wsd (warmup-stable-decay), cosine, linear or constant."""
     lr_warmup_iters: int | None = None
     """Linear warmup steps; default 5% of --train-iters (the paper: 2,000 of 42,000)."""
+    lr_warmup_fraction: float | None = None
+    """Linear warmup as a fraction of --train-iters (instead of --lr-warmup-iters)."""
     lr_wsd_decay_iters: int | None = None
     """WSD: steps of the final linear decay; default 5% of --train-iters (the paper: 2,000 of 42,000)."""
+    lr_wsd_decay_fraction: float | None = None
+    """WSD: the final decay as a fraction of --train-iters (instead of --lr-wsd-decay-iters)."""
     weight_decay: float = 0.1
     """AdamW weight decay, applied to matrices only."""
     adam_beta1: float = 0.9
@@ -158,13 +171,20 @@ class CheckpointConfig:
     """Resume from this folder's newest whole checkpoint (or an iter_NNNNNNN folder); once --save holds checkpoints, they win."""
     init_from: str | None = None
     """Load weights only (continued pretraining): a megamlm checkpoint, a Hugging Face model folder or a .gguf file; fresh optimizer, schedule and data."""
+    continue_from: str | None = None
+    """Continued pretraining that continues the data: a megamlm checkpoint's weights, a fresh optimizer and LR
+    schedule, steps counted from 0, and the sample stream continuing where that checkpoint stopped (its seed, data
+    and --split must be this run's)."""
+    save_at: list[int] = field(default_factory=list)
+    """Steps whose checkpoints --keep-last never deletes (branch points), e.g. 10000,21000."""
     keep_last: int | None = None
-    """Keep only the N newest complete checkpoints (and the objective-switch one); default: keep all."""
+    """Keep only the N newest complete checkpoints (and the objective-switch and --save-at ones); default: keep all."""
     override_data: bool = False
     """Resume even though the checkpoint was trained on other data (its data fingerprint differs)."""
     override_schedule: bool = False
-    """Resume with this launch's --train-iters, objective schedule, LR schedule and optimizer settings where they
-    differ from the checkpoint's (each change is logged); without it such a resume is refused."""
+    """Continue a checkpoint whose history (objective and LR of every step so far, optimizer settings) differs from
+    this launch's schedule, with this launch's values from the next step (each change is logged); without it
+    such a resume is refused. A schedule that agrees up to the checkpoint's step (a branch) needs no override."""
 
 
 @dataclass
@@ -173,6 +193,18 @@ class LoggingConfig:
     """Print a log line every N steps."""
     tensorboard_dir: str | None = None
     """Write TensorBoard scalars here."""
+
+
+@dataclass
+class ValidationConfig:
+    eval_interval: int | None = None
+    """Evaluate on the validation set every N steps (also at the objective switch and the last step); default
+    1000 when --split or --valid-data-path gives a validation set."""
+    eval_iters: int | None = None
+    """Global batches of validation samples per evaluation (the same samples and masks every time); default 10."""
+    eval_mask_ratio: float | None = None
+    """MLM mask ratio of the validation masks; default --mask-ratio (arms of a study that compare mask ratios
+    should share one)."""
 
 
 @dataclass
@@ -221,6 +253,7 @@ class Config:
     training: TrainingConfig = field(default_factory=TrainingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     performance: PerformanceConfig = field(default_factory=PerformanceConfig)
 
@@ -249,9 +282,15 @@ SECTIONS = {f.name: f.type for f in dataclasses.fields(Config)}
 SECTION_CLASSES = {
     "model": ModelConfig, "objective": ObjectiveConfig, "data": DataConfig,
     "training": TrainingConfig, "checkpoint": CheckpointConfig, "logging": LoggingConfig,
-    "parallel": ParallelConfig, "performance": PerformanceConfig,
+    "validation": ValidationConfig, "parallel": ParallelConfig, "performance": PerformanceConfig,
 }
 FLAG_ALIASES = {"tensor_model_parallel_size": ["--tp"], "pipeline_model_parallel_size": ["--pp"]}
+# Settings that can be given two ways: at most one of each pair; on the command line, one replaces the other
+# given in --config.
+ALTERNATIVES = (("objective", "switch", "switch_step"), ("training", "lr_warmup_iters", "lr_warmup_fraction"),
+                ("training", "lr_wsd_decay_iters", "lr_wsd_decay_fraction"))
+DEFAULT_SWITCH = 0.25
+DEFAULT_EVAL_INTERVAL, DEFAULT_EVAL_ITERS = 1000, 10
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -283,6 +322,17 @@ def _scalar_type(annotation) -> type:
     return args[0] if args else annotation
 
 
+class _IntList(argparse.Action):
+    """A list of integers given as separate or comma-separated values: ``--save-at 10000,21000`` or ``10000 21000``."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        try:
+            items = [int(v) for value in values for v in str(value).split(",") if v.strip()]
+        except ValueError:
+            raise ConfigError(f"{option_string} takes integers (e.g. 10000,21000), got {' '.join(values)}") from None
+        setattr(namespace, self.dest, items)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse whose errors are ConfigErrors: the entry point prints them as one line and exits 2."""
 
@@ -307,7 +357,9 @@ def build_parser() -> argparse.ArgumentParser:
             kwargs: dict[str, Any] = dict(dest=f"{section}.{f.name}", help=help_text, default=argparse.SUPPRESS)
             hint = hints[f.name]
             if get_origin(hint) is list:
-                kwargs["nargs"] = "+"
+                kwargs["nargs"], kwargs["metavar"] = "+", f.name.upper()
+                if get_args(hint) == (int,):
+                    kwargs["action"] = _IntList
             elif hint is bool:
                 kwargs["action"] = argparse.BooleanOptionalAction
             else:
@@ -328,8 +380,15 @@ def parse_args(argv: list[str] | None = None) -> Config:
     for dest, value in ns.items():
         section, name = dest.split(".", 1)
         setattr(getattr(cfg, section), name, value)
+        for pair_section, *pair in ALTERNATIVES:
+            if section == pair_section and name in pair and f"{section}.{other(pair, name)}" not in ns:
+                setattr(getattr(cfg, section), other(pair, name), None)  # the command line replaces the YAML's
     validate(cfg)
     return cfg
+
+
+def other(pair: list[str], name: str) -> str:
+    return pair[1] if name == pair[0] else pair[0]
 
 
 def load_yaml(path: str) -> Config:
@@ -380,12 +439,18 @@ def validate(cfg: Config) -> None:
         if shape[name] <= 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {shape[name]}")
 
-    if not 0.0 < o.switch < 1.0:
+    for section, first, second in ALTERNATIVES:
+        values = getattr(cfg, section)
+        if getattr(values, first) is not None and getattr(values, second) is not None:
+            raise ConfigError(f"--{first.replace('_', '-')} and --{second.replace('_', '-')} give the same setting "
+                              "two ways; pass one of them")
+    if o.switch is not None and not 0.0 < o.switch < 1.0:
         raise ConfigError(f"--switch must be a fraction strictly between 0 and 1, got {o.switch}")
     step = switch_step(o, t.train_iters)
     if step is not None and not 0 < step < t.train_iters:
-        raise ConfigError(f"--switch {o.switch} with --train-iters {t.train_iters} puts the switch at step "
-                          f"{step}, leaving one phase empty; raise --train-iters or move --switch")
+        given = f"--switch-step {o.switch_step}" if o.switch_step is not None else f"--switch {switch_fraction(o)}"
+        raise ConfigError(f"{given} with --train-iters {t.train_iters} puts the switch at step {step}, leaving one "
+                          "phase empty; raise --train-iters or move the switch")
     if not 0.0 < o.mask_ratio < 1.0:
         raise ConfigError(f"--mask-ratio must be strictly between 0 and 1, got {o.mask_ratio}")
     probs = (o.mask_replace_prob, o.mask_random_prob, o.mask_keep_prob)
@@ -400,18 +465,27 @@ def validate(cfg: Config) -> None:
     if t.global_batch_size % t.micro_batch_size:
         raise ConfigError(f"--global-batch-size {t.global_batch_size} is not divisible by --micro-batch-size "
                           f"{t.micro_batch_size}; pick a global batch that is a multiple of the micro-batch")
+    if t.lr_warmup_fraction is not None and not 0.0 <= t.lr_warmup_fraction < 1.0:
+        raise ConfigError(f"--lr-warmup-fraction must be in [0, 1), got {t.lr_warmup_fraction}")
+    if t.lr_wsd_decay_fraction is not None and not 0.0 < t.lr_wsd_decay_fraction <= 1.0:
+        raise ConfigError(f"--lr-wsd-decay-fraction must be in (0, 1], got {t.lr_wsd_decay_fraction}")
     warmup, decay = warmup_iters(t), wsd_decay_iters(t)
     if warmup + (decay if t.lr_decay_style == "wsd" else 0) > t.train_iters:
         raise ConfigError(f"warmup ({warmup}) plus decay ({decay}) steps exceed --train-iters {t.train_iters}; "
-                          "lower --lr-warmup-iters / --lr-wsd-decay-iters")
+                          "lower --lr-warmup-iters / --lr-wsd-decay-iters, or give them as fractions of the run "
+                          "(--lr-warmup-fraction / --lr-wsd-decay-fraction)")
     if cfg.logging.log_interval <= 0:
         raise ConfigError("--log-interval must be positive")
     if c.save_interval is not None and c.save_interval <= 0:
         raise ConfigError("--save-interval must be positive")
     if c.save_interval is not None and not c.save:
         raise ConfigError("--save-interval needs --save DIR to know where to write checkpoints")
-    if c.load and c.init_from:
-        raise ConfigError("--load (resume a run) and --init-from (weights only) exclude each other; pick one")
+    starts = [f"--{name.replace('_', '-')}" for name in ("load", "init_from", "continue_from") if getattr(c, name)]
+    if len(starts) > 1:
+        raise ConfigError(f"{' and '.join(starts)} exclude each other: --load continues a run (or branches it), "
+                          "--init-from takes weights only, --continue-from takes weights and the data position; "
+                          "pick one")
+    validate_save_at(c, t.train_iters)
     if c.keep_last is not None and c.keep_last < 1:
         raise ConfigError(f"--keep-last must be at least 1 (the checkpoint to resume from), got {c.keep_last}")
     if c.keep_last is not None and not c.save:
@@ -430,6 +504,7 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"--max-skipped-steps must be at least 1, got {t.max_skipped_steps}")
     if cfg.data.num_workers < 0:
         raise ConfigError("--num-workers must be >= 0")
+    validate_validation(cfg)
     p = cfg.parallel
     if p.world_size is not None and p.world_size < 1:
         raise ConfigError(f"--world-size must be positive, got {p.world_size}")
@@ -439,11 +514,85 @@ def validate(cfg: Config) -> None:
     validate_performance(cfg.performance)
 
 
+def validate_save_at(c: CheckpointConfig, train_iters: int) -> None:
+    if not c.save_at:
+        return
+    if not isinstance(c.save_at, list) or not all(isinstance(s, int) for s in c.save_at):
+        raise ConfigError(f"--save-at takes a list of steps (YAML: save_at: [10000, 20000]), got {c.save_at!r}")
+    if not c.save:
+        raise ConfigError("--save-at needs --save DIR, the folder to write its checkpoints to")
+    if any(b <= a for a, b in zip(c.save_at, c.save_at[1:])):
+        raise ConfigError(f"--save-at {','.join(map(str, c.save_at))} is not strictly increasing; list each step "
+                          "once, in increasing order")
+    if c.save_at[0] < 1 or c.save_at[-1] > train_iters:
+        bad = c.save_at[0] if c.save_at[0] < 1 else c.save_at[-1]
+        raise ConfigError(f"--save-at step {bad} is outside this run's steps 1-{train_iters}; drop it or raise "
+                          "--train-iters")
+
+
+def validate_validation(cfg: Config) -> None:
+    d, v = cfg.data, cfg.validation
+    if d.split is not None and d.valid_data_path:
+        raise ConfigError("--split and --valid-data-path both give a validation set; pass one of them")
+    weights = split_weights(d)
+    if weights is not None and weights[1] == 0:
+        raise ConfigError(f"--split {d.split} leaves no validation documents; give the second weight a share "
+                          "(e.g. 969,30,1), or drop --split")
+    if v.eval_mask_ratio is not None and not 0.0 < v.eval_mask_ratio < 1.0:
+        raise ConfigError(f"--eval-mask-ratio must be strictly between 0 and 1, got {v.eval_mask_ratio}")
+    for name in ("eval_interval", "eval_iters", "eval_mask_ratio"):
+        value = getattr(v, name)
+        if value is not None and value <= 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {value}")
+        if value is not None and not validation_enabled(cfg):
+            raise ConfigError(f"--{name.replace('_', '-')} needs a validation set: pass --split (e.g. 969,30,1) or "
+                              "--valid-data-path")
+
+
+def split_weights(d: DataConfig) -> tuple[float, float, float] | None:
+    """--split as normalised (train, validation, test) weights, Megatron's way: up to three numbers separated by
+    commas or slashes, missing ones 0 ("99,1" is 0.99, 0.01, 0)."""
+    if d.split is None:
+        return None
+    parts = [p.strip() for p in d.split.replace("/", ",").split(",")]
+    try:
+        values = [float(p) for p in parts]
+    except ValueError:
+        values = []
+    if not 1 <= len(values) <= 3 or any(not v >= 0 for v in values) or sum(values) <= 0:
+        raise ConfigError(f"--split {d.split} does not parse: give up to three non-negative weights for training, "
+                          "validation and test, e.g. 969,30,1")
+    values += [0.0] * (3 - len(values))
+    total = sum(values)
+    return values[0] / total, values[1] / total, values[2] / total
+
+
+def validation_enabled(cfg: Config) -> bool:
+    return cfg.data.split is not None or bool(cfg.data.valid_data_path)
+
+
+def eval_interval(cfg: Config) -> int:
+    v = cfg.validation.eval_interval
+    return v if v is not None else DEFAULT_EVAL_INTERVAL
+
+
+def eval_iters(cfg: Config) -> int:
+    v = cfg.validation.eval_iters
+    return v if v is not None else DEFAULT_EVAL_ITERS
+
+
+def switch_fraction(o: ObjectiveConfig) -> float:
+    return o.switch if o.switch is not None else DEFAULT_SWITCH
+
+
 def switch_step(o: ObjectiveConfig, train_iters: int) -> int | None:
-    """The last step of the first objective of a two-phase schedule (None for one objective): round(F * iters)."""
+    """The last step of the first objective of a two-phase schedule (None for one objective): --switch-step, else
+    round(--switch x iters). The one place the switch step is computed."""
     if "_then_" not in o.objective:
         return None
-    return round(o.switch * train_iters)
+    if o.switch_step is not None:
+        return o.switch_step
+    return round(switch_fraction(o) * train_iters)
 
 
 def resolved_shape(m: ModelConfig) -> dict:
@@ -470,12 +619,20 @@ def model_features(m: ModelConfig) -> dict:
             "tie_word_embeddings": m.tie_word_embeddings}
 
 
+def _steps(iters: int | None, fraction: float | None, train_iters: int) -> int:
+    if iters is not None:
+        return iters
+    return round((fraction if fraction is not None else 0.05) * train_iters)
+
+
 def warmup_iters(t: TrainingConfig) -> int:
-    return t.lr_warmup_iters if t.lr_warmup_iters is not None else round(0.05 * t.train_iters)
+    """--lr-warmup-iters, else round(--lr-warmup-fraction x iters), else 5% of --train-iters."""
+    return _steps(t.lr_warmup_iters, t.lr_warmup_fraction, t.train_iters)
 
 
 def wsd_decay_iters(t: TrainingConfig) -> int:
-    return t.lr_wsd_decay_iters if t.lr_wsd_decay_iters is not None else round(0.05 * t.train_iters)
+    """--lr-wsd-decay-iters, else round(--lr-wsd-decay-fraction x iters), else 5% of --train-iters."""
+    return _steps(t.lr_wsd_decay_iters, t.lr_wsd_decay_fraction, t.train_iters)
 
 
 def validate_performance(p: PerformanceConfig) -> None:

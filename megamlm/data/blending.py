@@ -123,6 +123,12 @@ class BlendedDataset:
     def __len__(self) -> int:
         return len(self.dataset_of)
 
+    def first_pass_samples(self) -> int:
+        """How many leading samples (of those built) come from the first epoch of their corpus."""
+        repeated = [np.flatnonzero((self.dataset_of == d) & (self.sample_in_dataset >= part.windows_per_epoch))
+                    for d, part in enumerate(self.datasets) if part is not None]
+        return min([len(self), *(int(r[0]) for r in repeated if len(r))])
+
     def _locate(self, k: int):
         if not 0 <= k < len(self):
             raise IndexError(f"sample {k} out of range for {len(self)} samples")

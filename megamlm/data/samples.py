@@ -23,6 +23,9 @@ class PackedSampleDataset:
 
     With `cache_dir`, each epoch's arrays are cached as .npy files named by a hash of what
     determines them, built by the process where `rank()` is 0 while the others wait at `barrier()`.
+
+    `sequences` = (first, end) restricts the corpus to those sequences (a part of a `--split`, see
+    `megamlm.data.splits`): the stream is then the one of a corpus holding only them.
     """
 
     def __init__(
@@ -35,6 +38,7 @@ class PackedSampleDataset:
         rank: Callable[[], int] | None = None,
         barrier: Callable[[], None] | None = None,
         use_cpp: bool | None = None,
+        sequences: tuple[int, int] | None = None,
     ):
         if isinstance(datasets, IndexedDataset):
             datasets = [datasets]
@@ -48,7 +52,9 @@ class PackedSampleDataset:
         self.seed = int(seed)
         counts = [len(d) for d in self.datasets]
         self._first_document = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
-        self.sizes = np.concatenate([d.sequence_lengths for d in self.datasets]).astype(np.int32, copy=False)
+        sizes = np.concatenate([d.sequence_lengths for d in self.datasets]).astype(np.int32, copy=False)
+        self.first_sequence, end = sequences if sequences is not None else (0, len(sizes))
+        self.sizes = sizes[self.first_sequence:end]
         self.tokens_per_epoch = int(self.sizes.sum(dtype=np.int64))
         if self.tokens_per_epoch == 0:
             names = ", ".join(d.prefix for d in self.datasets)
@@ -73,6 +79,10 @@ class PackedSampleDataset:
         """Epochs built: enough for `num_samples` samples."""
         return len(self.epochs)
 
+    def first_pass_samples(self) -> int:
+        """How many leading samples repeat no window: one epoch."""
+        return self.windows_per_epoch
+
     def locate(self, k: int) -> tuple[int, int]:
         """(epoch, window of that epoch) of global sample k."""
         if not 0 <= k < self.num_samples:
@@ -81,7 +91,7 @@ class PackedSampleDataset:
         return epoch, int(self.epochs[epoch].shuffle_index[position])
 
     def _pieces(self, k: int):
-        """(global document id, offset, length) of each document piece of sample k, in order."""
+        """(document id among `sizes`, offset, length) of each document piece of sample k, in order."""
         epoch, window = self.locate(k)
         document_order, sample_index, _ = self.epochs[epoch]
         position, offset = (int(v) for v in sample_index[window])
@@ -96,6 +106,7 @@ class PackedSampleDataset:
             offset = 0
 
     def _read(self, document: int, offset: int, length: int) -> np.ndarray:
+        document += self.first_sequence
         shard = int(np.searchsorted(self._first_document, document, side="right")) - 1
         return self.datasets[shard].get(document - int(self._first_document[shard]), offset, length)
 
@@ -110,4 +121,4 @@ class PackedSampleDataset:
 
     def sample_documents(self, k: int) -> list[tuple[int, int, int]]:
         """(global document id, offset, length) pieces of sample k, for inspection tools."""
-        return list(self._pieces(int(k)))
+        return [(document + self.first_sequence, offset, length) for document, offset, length in self._pieces(int(k))]

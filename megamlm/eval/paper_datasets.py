@@ -24,7 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from megamlm.eval.examples import QAExample, RetrievalSplit, TaggedSentence, TaskData, TextExample
+from megamlm.eval.examples import (
+    QAExample,
+    RetrievalSplit,
+    TaggedSentence,
+    TaskData,
+    TextExample,
+)
 from megamlm.eval.readers import TaskDataError
 
 RETRIEVAL_CORPORA = ("judged", "full")

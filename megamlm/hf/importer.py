@@ -26,7 +26,11 @@ import torch
 from megamlm.config import Config
 from megamlm.data import load_tokenizer as load_megamlm_tokenizer
 from megamlm.hf.errors import ConversionError
-from megamlm.hf.hf_config import check_importable, describe_features, model_args_from_config
+from megamlm.hf.hf_config import (
+    check_importable,
+    describe_features,
+    model_args_from_config,
+)
 from megamlm.hf.hf_source import (
     HFSource,
     check_gguf,

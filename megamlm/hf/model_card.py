@@ -41,8 +41,8 @@ def model_card(record: CheckpointRecord, arch_class: str, dtype: str) -> str:
     a = record.model_args
     objective = _OBJECTIVE_NAMES.get(f["objective"], f["objective"] or "unknown")
     if len(PHASES.get(f["objective"], ())) == 2:
-        schedule = (f"{objective}, switching after step {f['switch_step']} of {f['train_iters']} "
-                    f"(--switch {f['switch']})")
+        given = f" (--switch {f['switch']})" if f["switch"] is not None else ""
+        schedule = f"{objective}, switching after step {f['switch_step']} of {f['train_iters']}{given}"
     else:
         schedule = objective
     data = ", ".join(f["data_path"]) or "none recorded"

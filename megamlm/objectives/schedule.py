@@ -23,6 +23,20 @@ PHASES: dict[Objective, tuple[str, ...]] = {
 }
 
 
+def objective_at_step(objective: Objective, switch_step: int | None, step: int) -> str:
+    """The objective a schedule (``--objective``, its switch step) trains at 1-based ``step``."""
+    phases = PHASES[objective]
+    if len(phases) == 1 or switch_step is None or step <= switch_step:
+        return phases[0]
+    return phases[1]
+
+
+def schedule_state(objective: Objective, train_iters: int, switch_step: int | None) -> dict:
+    """An ObjectiveSchedule's state_dict, from its settings."""
+    return {"objective": objective, "train_iters": train_iters,
+            "switch_step": switch_step if len(PHASES[objective]) == 2 else None}
+
+
 @dataclass
 class Batch:
     """One micro-batch as the model and loss see it."""
@@ -32,6 +46,19 @@ class Batch:
     causal: bool
     sample_ids: list[int]
     document_ids: torch.Tensor | None = None
+
+
+def make_batch(objective: str, tokens: np.ndarray, sample_ids: list[int], seed: int, masking: MaskingSpec,
+               document_ids: np.ndarray | None = None) -> Batch:
+    """tokens (micro_batch, seq) -> the Batch of one objective ("mlm": masks keyed by (seed, sample id))."""
+    if objective == "mlm":
+        pairs = [mlm_mask(row, sid, seed, masking) for row, sid in zip(tokens, sample_ids)]
+    else:
+        pairs = [clm_targets(row) for row in tokens]
+    inputs = torch.from_numpy(np.stack([p[0] for p in pairs]))
+    targets = torch.from_numpy(np.stack([p[1] for p in pairs]))
+    docs = torch.from_numpy(np.asarray(document_ids)) if document_ids is not None else None
+    return Batch(inputs, targets, causal=(objective == "clm"), sample_ids=list(sample_ids), document_ids=docs)
 
 
 class ObjectiveSchedule:
@@ -46,9 +73,7 @@ class ObjectiveSchedule:
 
     def objective_at(self, step: int) -> str:
         """The objective trained at 1-based ``step``."""
-        if self.switch_step is None or step <= self.switch_step:
-            return self.phases[0]
-        return self.phases[1]
+        return objective_at_step(self.objective, self.switch_step, step)
 
     def is_switch_step(self, step: int) -> bool:
         """True for the last step of the first phase (a checkpoint is written after it)."""
@@ -64,19 +89,11 @@ class ObjectiveSchedule:
     def make_batch(self, step: int, tokens: np.ndarray, sample_ids: list[int],
                    document_ids: np.ndarray | None = None) -> Batch:
         """tokens (micro_batch, seq) of the given global sample ids -> the Batch for this step's objective."""
-        objective = self.objective_at(step)
-        if objective == "mlm":
-            pairs = [mlm_mask(row, sid, self.seed, self.masking) for row, sid in zip(tokens, sample_ids)]
-        else:
-            pairs = [clm_targets(row) for row in tokens]
-        inputs = torch.from_numpy(np.stack([p[0] for p in pairs]))
-        targets = torch.from_numpy(np.stack([p[1] for p in pairs]))
-        docs = torch.from_numpy(np.asarray(document_ids)) if document_ids is not None else None
-        return Batch(inputs, targets, causal=(objective == "clm"), sample_ids=list(sample_ids), document_ids=docs)
+        return make_batch(self.objective_at(step), tokens, sample_ids, self.seed, self.masking, document_ids)
 
     def state_dict(self) -> dict:
         """The settings that decide each step's objective (it has no other state)."""
-        return {"objective": self.objective, "train_iters": self.train_iters, "switch_step": self.switch_step}
+        return schedule_state(self.objective, self.train_iters, self.switch_step)
 
     def load_state_dict(self, state: dict) -> None:
         """Resume checks compare schedules before any work (training/resume.py); this only guards against a

@@ -20,7 +20,10 @@ from megamlm.objectives import IGNORE_INDEX, Batch
 from megamlm.parallel.parallelize import ParallelModel
 from megamlm.parallel.pipeline import build_schedule
 from megamlm.parallel.tied_embeddings import sync_gradients
-from megamlm.parallel.vocab_parallel_loss import parallel_sparse_lm_loss
+from megamlm.parallel.vocab_parallel_loss import (
+    parallel_sparse_lm_loss,
+    parallel_top1_correct,
+)
 from megamlm.precision import autocast_context
 
 
@@ -90,6 +93,9 @@ class PipelineRunner:
         self.pm = pm
         self.scale = 1.0
         self.sums: list[torch.Tensor] = []
+        self.measure = None
+        """While evaluating: the function of (output, targets) whose results ``evaluate`` collects."""
+        self.measured: list[tuple[float, int, int]] = []
         self.n_microbatches = n_microbatches
         self.schedule, self.stages = build_schedule(pm.parts, pm.stage_ids, pm.dims.num_stages,
                                                     pm.dims.pipeline_schedule, n_microbatches, self.loss_fn,
@@ -99,17 +105,20 @@ class PipelineRunner:
         tp_mesh = self.pm.tp_mesh
         if tp_mesh is not None:
             output = DTensor.from_local(output, tp_mesh, [Shard(1)], run_check=False)
+        if self.measure is not None:
+            self.measured.append(self.measure(output, targets))
+            return torch.zeros((), device=output.device)
         loss, _ = parallel_sparse_lm_loss(output, self.pm.head_weight(), targets, self.pm.model.backends.kernels)
         self.sums.append(loss.detach())
         return loss * self.scale
 
-    def run(self, micro_batches: list[Batch], scale: float, device, precision) -> float:
+    def _inputs(self, micro_batches: list[Batch], device) -> tuple[tuple, torch.Tensor | None, dict]:
+        """(first-stage args, last-stage target, keyword arguments of every stage) of one schedule call."""
         if len(micro_batches) != self.n_microbatches:
             raise ValueError(f"the pipeline was built for {self.n_microbatches} micro-batches, got {len(micro_batches)}")
         causal = micro_batches[0].causal
         if any(b.causal != causal for b in micro_batches):
             raise ValueError("all micro-batches of a step share one objective")
-        self.scale, self.sums = scale, []
         # The attention mode (and document ids) reach every stage as keyword arguments of the schedule.
         kwargs: dict = {"causal": causal}
         if micro_batches[0].document_ids is not None:
@@ -117,11 +126,34 @@ class PipelineRunner:
         pm = self.pm
         args = (torch.cat([b.input_ids for b in micro_batches]).to(device),) if pm.has_first_stage else ()
         target = torch.cat([b.targets for b in micro_batches]).to(device) if pm.has_last_stage else None
+        return args, target, kwargs
+
+    def run(self, micro_batches: list[Batch], scale: float, device, precision) -> float:
+        args, target, kwargs = self._inputs(micro_batches, device)
+        self.scale, self.sums = scale, []
         with autocast_context(device, precision):
             self.schedule.step(*args, target=target, losses=[], return_outputs=False, **kwargs)
         # On its first run the schedule infers shapes with one extra call of the loss on placeholder tensors.
         real = self.sums[len(self.sums) - self.n_microbatches:] if self.sums else []
         return float(sum(real)) if real else 0.0
+
+    def evaluate(self, micro_batches: list[Batch], measure, device, precision) -> list[tuple[float, int, int]]:
+        """Forward only (the schedule's ``eval``): ``measure(output, targets)`` of each micro-batch, on the last
+        stage (empty elsewhere)."""
+        args, target, kwargs = self._inputs(micro_batches, device)
+        self.measure, self.measured = measure, []
+        try:
+            with autocast_context(device, precision):
+                self.schedule.eval(*args, target=target, losses=[], return_outputs=False, **kwargs)
+        finally:
+            self.measure = None
+        return self.measured[len(self.measured) - self.n_microbatches:] if self.measured else []
+
+
+def _pipeline(pm: ParallelModel, n_microbatches: int, device: torch.device) -> PipelineRunner:
+    if pm.pipeline is None:
+        pm.pipeline = PipelineRunner(pm, n_microbatches, device)
+    return pm.pipeline
 
 
 def forward_backward(pm: ParallelModel, micro_batches: list[Batch], device: torch.device,
@@ -133,11 +165,36 @@ def forward_backward(pm: ParallelModel, micro_batches: list[Batch], device: torc
     total_tokens = round(_global_sum(pm, local_tokens, dims.tp * dims.pp, device))
     scale = dims.dp / max(total_tokens, 1)
     if dims.pp > 1:
-        if pm.pipeline is None:
-            pm.pipeline = PipelineRunner(pm, len(micro_batches), device)
-        local_loss = pm.pipeline.run(micro_batches, scale, device, precision)
+        local_loss = _pipeline(pm, len(micro_batches), device).run(micro_batches, scale, device, precision)
         sync_gradients(pm.model, pm.embedding_group)
     else:
         local_loss = _forward_backward_plain(pm, micro_batches, scale, device, precision)
     # Losses live on the last pipeline stage, repeated on each of its TP ranks.
     return _global_sum(pm, local_loss, dims.tp, device) / max(total_tokens, 1), total_tokens
+
+
+def forward_metrics(pm: ParallelModel, micro_batches: list[Batch], device: torch.device, precision: str = "auto",
+                    accuracy: bool = False) -> tuple[float, int, int]:
+    """Forward only, no gradients (validation): (sum of token losses, predicted tokens, top-1 correct predictions
+    when ``accuracy``) over the micro-batches of every data-parallel rank; the same numbers on every rank."""
+    def measure(hidden: torch.Tensor, targets: torch.Tensor) -> tuple[float, int, int]:
+        loss, predicted = parallel_sparse_lm_loss(hidden, pm.head_weight(), targets, pm.model.backends.kernels)
+        correct = parallel_top1_correct(hidden, pm.head_weight(), targets) if accuracy else 0
+        return float(loss), predicted, correct
+
+    with torch.no_grad():
+        if pm.dims.pp > 1:
+            measured = _pipeline(pm, len(micro_batches), device).evaluate(micro_batches, measure, device, precision)
+        else:
+            measured = []
+            for batch in micro_batches:
+                document_ids = batch.document_ids.to(device) if batch.document_ids is not None else None
+                with autocast_context(device, precision):
+                    hidden = pm.parts[0](batch.input_ids.to(device), causal=batch.causal, document_ids=document_ids)
+                    measured.append(measure(hidden, batch.targets.to(device)))
+    sums = torch.tensor([sum(m[i] for m in measured) for i in range(3)], dtype=torch.float64, device=device)
+    if pm.mesh is not None:  # the numbers live on the last pipeline stage, repeated on each of its TP ranks
+        dist.all_reduce(sums)
+        sums /= pm.dims.tp
+    loss, predicted, correct = sums.tolist()
+    return loss, round(predicted), round(correct)

@@ -79,3 +79,36 @@ def parallel_sparse_lm_loss(hidden: torch.Tensor, head_weight: torch.Tensor, tar
     logits = selected @ weight.t()
     losses = vocab_parallel_cross_entropy(logits, flat_targets[keep], vocab_start, mesh.get_group())
     return losses.sum(), int(keep.sum())
+
+
+def parallel_top1_correct(hidden: torch.Tensor, head_weight: torch.Tensor, targets: torch.Tensor,
+                          chunk_rows: int = 1024) -> int:
+    """How many predicted positions of ``targets`` have their target as the highest logit (ties count as correct).
+
+    For validation, any layout: the selected rows meet the (maybe vocabulary-sharded) LM head ``chunk_rows`` at a
+    time, so the full logits of a batch are never held; a sharded head combines each row's largest logit and its
+    target logit with two all-reduces (MAX) over the tensor-parallel group.
+    """
+    if isinstance(hidden, DTensor):
+        hidden = replicate_hidden(hidden)
+    weight, vocab_start, group = head_weight, 0, None
+    if isinstance(head_weight, DTensor):
+        mesh = head_weight.device_mesh
+        weight = head_weight.to_local()
+        vocab_start, group = mesh.get_local_rank() * weight.shape[0], mesh.get_group()
+    flat_targets = targets.reshape(-1)
+    keep = flat_targets != IGNORE_INDEX
+    selected, wanted = hidden.reshape(-1, hidden.shape[-1])[keep], flat_targets[keep]
+    correct = 0
+    for start in range(0, selected.shape[0], chunk_rows):
+        logits = (selected[start:start + chunk_rows] @ weight.t()).float()
+        local = wanted[start:start + chunk_rows] - vocab_start
+        mine = (local >= 0) & (local < weight.shape[0])
+        rows = torch.arange(logits.shape[0], device=logits.device)
+        target_logit = logits[rows, local.clamp(0, weight.shape[0] - 1)].masked_fill(~mine, float("-inf"))
+        best = logits.max(dim=-1).values
+        if group is not None:
+            dist.all_reduce(best, op=dist.ReduceOp.MAX, group=group)
+            dist.all_reduce(target_logit, op=dist.ReduceOp.MAX, group=group)
+        correct += int((target_logit >= best).sum())
+    return correct

@@ -12,9 +12,11 @@ import torch
 from megamlm.config import (
     Config,
     ConfigError,
+    TrainingConfig,
     model_features,
     resolved_shape,
     switch_step,
+    validation_enabled,
     warmup_iters,
     wsd_decay_iters,
 )
@@ -80,9 +82,10 @@ def model_args_for(cfg: Config, tokenizer_vocab_size: int) -> ModelArgs:
 
 
 def masking_spec_for(cfg: Config, tokenizer) -> MaskingSpec:
-    if tokenizer.mask_id is None and cfg.objective.objective != "clm":
-        raise ConfigError(f"tokenizer {tokenizer} has no mask token, which MLM needs; use a tokenizer with one "
-                          "(Llama 3's <|reserved_special_token_0|> is picked automatically) or --objective clm")
+    if tokenizer.mask_id is None and (cfg.objective.objective != "clm" or validation_enabled(cfg)):
+        raise ConfigError(f"tokenizer {tokenizer} has no mask token, which MLM (and validation, which scores MLM "
+                          "too) needs; use a tokenizer with one (Llama 3's <|reserved_special_token_0|> is picked "
+                          "automatically) or --objective clm without a validation set")
     o = cfg.objective
     return MaskingSpec(mask_ratio=o.mask_ratio, replace_prob=o.mask_replace_prob, random_prob=o.mask_random_prob,
                        keep_prob=o.mask_keep_prob, mask_id=tokenizer.mask_id if tokenizer.mask_id is not None else -1,
@@ -99,6 +102,10 @@ def backends_for(cfg: Config) -> Backends:
         raise ConfigError(str(err)) from None
 
 
+def lr_schedule_for(t: TrainingConfig) -> LRSchedule:
+    return LRSchedule(t.lr, t.min_lr, t.lr_decay_style, warmup_iters(t), wsd_decay_iters(t), t.train_iters)
+
+
 def plan_run(cfg: Config) -> RunPlan:
     """Resolve and check everything a run needs; raises ConfigError / DataError / LayoutError naming the fix."""
     dims = dims_from_config(cfg)
@@ -109,7 +116,7 @@ def plan_run(cfg: Config) -> RunPlan:
     t = cfg.training
     schedule = ObjectiveSchedule(cfg.objective.objective, switch_step(cfg.objective, t.train_iters), t.train_iters,
                                  masking_spec_for(cfg, tokenizer), t.seed)
-    lr_schedule = LRSchedule(t.lr, t.min_lr, t.lr_decay_style, warmup_iters(t), wsd_decay_iters(t), t.train_iters)
+    lr_schedule = lr_schedule_for(t)
     return RunPlan(model_args=args, data_path=data_path, tokenizer_path=tokenizer_path, tokenizer=tokenizer,
                    objective_schedule=schedule, lr_schedule=lr_schedule, dims=dims, device=device,
                    backends=backends_for(cfg))

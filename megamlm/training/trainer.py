@@ -1,10 +1,11 @@
-"""The training loop: plan -> (resume check) -> build -> (restore) -> steps -> checkpoints.
+"""The training loop: plan -> (start check) -> build -> (restore) -> steps -> validations -> checkpoints.
 
-Read top to bottom: ``_pretrain`` resolves the run and checks any checkpoint it continues (all user errors
+Read top to bottom: ``_pretrain`` resolves the run and checks any checkpoint it starts from (all user errors
 surface here, before any work), builds this rank's share of the model in the run's layout (one process is
-the trivial layout), restores the checkpoint's state, then ``_train`` runs one optimizer step per global
-batch, switching objective where the ObjectiveSchedule says so. The loop keeps no per-step history: tests
-and tools observe steps through the ``on_step`` callback.
+the trivial layout), restores what it takes from the checkpoint, then ``_train`` runs one optimizer step per
+global batch, switching objective where the ObjectiveSchedule says so and scoring the validation set when due.
+The loop keeps no per-step history: tests and tools observe steps through the ``on_step`` callback, and every
+logged step and validation goes to ``metrics.jsonl``.
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from megamlm.checkpoint import load_model_weights, resolve_checkpoint
+from megamlm.checkpoint import load_model_weights
 from megamlm.checkpoint.manager import CheckpointManager
-from megamlm.config import Config
+from megamlm.config import Config, split_weights
 from megamlm.data import GlobalBatchSampler, MicroBatchLoader, build_train_dataset
 from megamlm.hf.init_from import adopt_hf_init_from
 from megamlm.log import log, rank
@@ -29,15 +30,17 @@ from megamlm.objectives import ObjectiveSchedule
 from megamlm.parallel.parallelize import ParallelModel, parallelize
 from megamlm.parallel.runtime import start_parallel
 from megamlm.training.guards import NonFiniteGuard
-from megamlm.training.metrics import IntervalMeter, TensorBoardWriter, format_duration
+from megamlm.training.metrics import format_duration
 from megamlm.training.optimizer import build_optimizer, set_hyperparameters
 from megamlm.training.progress import TrainProgress
-from megamlm.training.resume import plan_resume
+from megamlm.training.reporting import RunReporter
+from megamlm.training.resume import Start, plan_start
 from megamlm.training.run_record import build_run_record, write_run_record
 from megamlm.training.setup import RunPlan, plan_run
 from megamlm.training.signals import ExitSignalHandler
 from megamlm.training.step import train_step
 from megamlm.training.stopping import StopPolicy
+from megamlm.training.validation import ValidationSet, load_validation_set
 
 
 @dataclass
@@ -62,6 +65,8 @@ class RunResult:
     last_step: int
     switch_step: int | None
     resumed_from: Path | None = None
+    start: str = "fresh"
+    """How the run started (training/resume.py): fresh, init, continue, resume, branch or override."""
     stop_reason: str | None = None
     """Why the run stopped before --train-iters (signal, --exit-interval, --exit-duration-in-mins)."""
     last_checkpoint: Path | None = None
@@ -81,20 +86,22 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler, on_step) -> RunResult:
     plan = plan_run(cfg)
     mesh, device = start_parallel(plan.dims, plan.device)
     record = build_run_record(cfg, plan, plan.dims.world_size)
-    resume = plan_resume(cfg, record)  # every difference from the checkpoint is honoured or refused here
-    init_path = resolve_checkpoint(c.init_from) if c.init_from and resume is None else None  # before any work
-    for note in resume.notes if resume else []:
+    start = plan_start(cfg, record)  # every difference from a checkpoint is honoured or refused here
+    record["lineage"] = start.lineage
+    for note in start.notes:
         log(note)
 
-    progress = TrainProgress()
-    if resume is not None:
-        progress.load_state_dict(resume.train_state["state"]["progress"])
+    progress = start.progress()
     # The run's samples end here; the sample stream itself does not depend on it.
     end_sample = progress.consumed_samples + max(t.train_iters - progress.step, 0) * t.global_batch_size
-    dataset = build_train_dataset(plan.data_path, seq_length=plan.model_args.max_seq_length, num_samples=end_sample,
-                                  seed=t.seed, cache_dir=cfg.data.data_cache_path,
-                                  vocab_size=plan.model_args.vocab_size,
-                                  group=dist.group.WORLD if plan.dims.is_parallel else None)
+    group = dist.group.WORLD if plan.dims.is_parallel else None
+    seq_length, vocab_size = plan.model_args.max_seq_length, plan.model_args.vocab_size
+    # The (small) validation set first: its errors come before the training index is built.
+    validation = load_validation_set(cfg, plan.data_path, seq_length, vocab_size, plan.objective_schedule.masking,
+                                     group)
+    dataset = build_train_dataset(plan.data_path, seq_length=seq_length, num_samples=end_sample, seed=t.seed,
+                                  cache_dir=cfg.data.data_cache_path, vocab_size=vocab_size, group=group,
+                                  split=split_weights(cfg.data))
     pm = build_parallel_model(cfg, plan, mesh, device)
     optimizer = build_optimizer(pm.model, t.lr, t.weight_decay, (t.adam_beta1, t.adam_beta2), t.adam_eps,
                                 impl=cfg.performance.optimizer_impl)
@@ -103,36 +110,60 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler, on_step) -> RunResult:
                                  consumed_samples=progress.consumed_samples)
     guard = NonFiniteGuard(t.max_skipped_steps)
     schedule, lr_schedule = plan.objective_schedule, plan.lr_schedule
-    pinned = {schedule.switch_step: "objective switch"} if schedule.switch_step else {}
     manager = CheckpointManager(c.save, pm.model, optimizer,
                                 {"progress": progress, "sampler": sampler, "guard": guard,
-                                 "objective_schedule": schedule, "lr_schedule": lr_schedule}, record,
+                                 "objective_schedule": schedule, "lr_schedule": lr_schedule,
+                                 "history": start.history}, record,
                                 last_step=t.train_iters, interval=c.save_interval, keep_last=c.keep_last,
-                                pinned=pinned)
-    if resume is not None:
-        manager.restore(resume.path, resume.train_state,
-                        skip=("objective_schedule", "lr_schedule") if resume.override_schedule else ())
-        set_hyperparameters(optimizer, t.weight_decay, (t.adam_beta1, t.adam_beta2), t.adam_eps)
-        log(f"resumed from {resume.path} at step {progress.step} ({progress.consumed_samples} samples consumed)")
-    elif init_path is not None:
-        load_model_weights(init_path, pm.model, verify=False)
-        log(f"initialised weights from {init_path} (fresh optimizer, schedule and data position)")
+                                pinned=pinned_steps(cfg, schedule.switch_step))
+    restore(start, manager, cfg)
     if c.save and rank() == 0:
         write_run_record(c.save, record)
 
     log(f"model: {count_parameters(pm.model, include_lm_head=False) / 1e6:.1f}M parameters on this rank "
         f"without the LM head ({plan.model_args.num_layers} layers, hidden {plan.model_args.hidden_size}, "
-        f"vocab {plan.model_args.vocab_size}, seq {plan.model_args.max_seq_length})")
+        f"vocab {vocab_size}, seq {seq_length})")
     log(schedule.describe())
     log(f"data: {', '.join(plan.data_path)} | samples {progress.consumed_samples}-{end_sample - 1} of the stream "
         f"| tokenizer {plan.tokenizer_path} | device {device}")
+    if validation is not None:
+        log(f"validation: {validation.num_samples} held-out samples every {validation.interval} steps, at the "
+            "switch and at the end (MLM loss and accuracy, CLM loss)")
     log(describe_performance(cfg))
     result = RunResult(start_step=progress.step, last_step=progress.step, switch_step=schedule.switch_step,
-                       resumed_from=resume.path if resume else None)
+                       resumed_from=start.path if start.restores_state else None, start=start.kind)
     loader = MicroBatchLoader(dataset, sampler, num_workers=cfg.data.num_workers, pin_memory=device.type == "cuda")
-    _train(cfg, pm, optimizer, loader, progress, schedule, lr_schedule, guard, manager,
+    _train(cfg, pm, optimizer, loader, progress, schedule, lr_schedule, guard, manager, validation,
            StopPolicy(signals, t.exit_interval, t.exit_duration_in_mins), on_step, device, result)
     return result
+
+
+def pinned_steps(cfg: Config, switch_step: int | None) -> dict[int, str]:
+    """Steps whose checkpoints --keep-last never deletes, and why."""
+    pinned = {step: "--save-at" for step in cfg.checkpoint.save_at}
+    if switch_step:
+        pinned[switch_step] = "objective switch"
+    return pinned
+
+
+def restore(start: Start, manager: CheckpointManager, cfg: Config) -> None:
+    """Load what ``start`` takes from its checkpoint: the whole state, or the weights only."""
+    t = cfg.training
+    if start.restores_state:
+        # The history is the one plan_start continued; this launch's schedules replace a branch's.
+        schedules = () if start.restores_schedules else ("objective_schedule", "lr_schedule")
+        manager.restore(start.path, start.train_state, skip=("history", *schedules))
+        set_hyperparameters(manager.optimizer, t.weight_decay, (t.adam_beta1, t.adam_beta2), t.adam_eps)
+        progress = start.train_state["state"]["progress"]
+        verb = {"resume": "resumed", "branch": "branched", "override": "resumed (schedule overridden)"}[start.kind]
+        log(f"{verb} from {start.path} at step {progress['step']} ({progress['consumed_samples']} samples consumed)")
+    elif start.kind == "continue":
+        load_model_weights(start.path, manager.model, verify=False)  # plan_start checked it
+        log(f"continued pretraining from the weights of {start.path} at sample {start.progress().consumed_samples} "
+            "of the stream (fresh optimizer and schedule, step 0)")
+    elif start.kind == "init":
+        load_model_weights(start.path, manager.model, verify=False)  # plan_start checked it
+        log(f"initialised weights from {start.path} (fresh optimizer, schedule and data position)")
 
 
 def build_parallel_model(cfg: Config, plan: RunPlan, mesh, device: torch.device) -> ParallelModel:
@@ -153,10 +184,11 @@ def describe_performance(cfg: Config) -> str:
 
 def _train(cfg: Config, pm: ParallelModel, optimizer, loader: MicroBatchLoader, progress: TrainProgress,
            schedule: ObjectiveSchedule, lr_schedule, guard: NonFiniteGuard, manager: CheckpointManager,
-           stop: StopPolicy, on_step, device: torch.device, result: RunResult) -> None:
+           validation: ValidationSet | None, stop: StopPolicy, on_step, device: torch.device,
+           result: RunResult) -> None:
     t = cfg.training
-    meter = IntervalMeter()
-    tensorboard = TensorBoardWriter(cfg.logging.tensorboard_dir)
+    reporter = RunReporter(cfg.checkpoint.save, cfg.logging.tensorboard_dir, cfg.logging.log_interval,
+                           t.train_iters, result.start_step, loader.dataset.seq_length)
     run_start = time.perf_counter()
     batches = iter(loader)
     pm.train()
@@ -184,18 +216,12 @@ def _train(cfg: Config, pm: ParallelModel, optimizer, loader: MicroBatchLoader, 
                 saved = (f"Checkpoint {manager.save(step)} holds the weights and optimizer state of step "
                          f"{guard.last_good_step} (the last good state) with the data position after step {step}.")
             raise guard.error(saved)
-        meter.add(out.loss, out.grad_norm, t.global_batch_size * loader.dataset.seq_length)
-        tensorboard.scalars(step, {"loss": out.loss, f"loss/{objective}": out.loss, "lr": lr,
-                                   "grad_norm": out.grad_norm})
-        if step % cfg.logging.log_interval == 0 or step == t.train_iters or schedule.is_switch_step(step):
-            summary = meter.flush()
-            eta = (time.perf_counter() - run_start) / (step - result.start_step) * (t.train_iters - step)
-            log(f"step {step}/{t.train_iters} | objective {objective} | loss {summary.loss:.4f} | lr {lr:.1e} | "
-                f"grad-norm {summary.grad_norm:.2f} | {summary.tokens_per_second:.0f} tok/s | "
-                f"eta {format_duration(eta)}")
-            tensorboard.scalars(step, {"tokens_per_second": summary.tokens_per_second})
+        reporter.step(step, objective, out, lr, t.global_batch_size, progress.consumed_samples,
+                      schedule.is_switch_step(step))
         if schedule.is_switch_step(step):
             log(f"objective switch after step {step}: {objective} -> {schedule.objective_at(step + 1)}")
+        if validation is not None and validation.due(step, t.train_iters, schedule.switch_step):
+            reporter.validation(validation.evaluate(pm, step, device, t.precision), progress.consumed_samples)
         if manager.due(step):
             result.last_checkpoint = manager.save(step)
         if step < t.train_iters and (reason := stop.reason_to_stop(step)):
@@ -204,5 +230,5 @@ def _train(cfg: Config, pm: ParallelModel, optimizer, loader: MicroBatchLoader, 
             log(f"stopping after step {step} ({reason}); " + ("relaunch the same command to continue from here"
                                                            if manager.save_dir else "nothing saved (no --save)"))
             break
-    tensorboard.close()
+    reporter.close()
     log(f"done: {progress.step - result.start_step} steps in {format_duration(time.perf_counter() - run_start)}")

@@ -8,26 +8,12 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from harness import spawn
 from trainer_checks import FLAGS, pretrain_on_rank, read_ranks, run_pretrain
 
 pytestmark = pytest.mark.distributed
-
-
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("megamlm-cache"))
-    previous = os.environ.get("MEGAMLM_CACHE")
-    os.environ["MEGAMLM_CACHE"] = path  # spawned ranks inherit it
-    yield path
-    if previous is None:
-        os.environ.pop("MEGAMLM_CACHE", None)
-    else:
-        os.environ["MEGAMLM_CACHE"] = previous
 
 
 @pytest.fixture(scope="module")

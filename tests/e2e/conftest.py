@@ -1,4 +1,6 @@
+import hashlib
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -6,11 +8,16 @@ import torch
 from types import SimpleNamespace
 
 from megamlm.config import parse_args
+from megamlm.data import IndexedDataset, IndexedDatasetWriter, prepare_embedded_corpus
 from megamlm.training.recorder import StepRecorder
 from megamlm.training.trainer import pretrain
 
 # Small enough for seconds per run on 2 cores, large enough for the loss to move.
 FAST = ["--seq-length", "64", "--global-batch-size", "8", "--micro-batch-size", "4", "--log-interval", "5"]
+# Smaller still (one layer of width 32, 32-token samples, global batch 4): a run of a few steps takes a second.
+TINY = ["--num-layers", "1", "--hidden-size", "32", "--ffn-hidden-size", "64", "--num-attention-heads", "2",
+        "--num-query-groups", "2", "--seq-length", "32", "--global-batch-size", "4", "--micro-batch-size", "2",
+        "--lr-warmup-iters", "2", "--lr-wsd-decay-iters", "2"]
 
 
 @pytest.fixture(scope="session")
@@ -58,3 +65,36 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def tiny(run):
+    """``run`` with the TINY settings too."""
+    return lambda *argv: run(*TINY, *argv)
+
+
+@pytest.fixture(scope="session")
+def tree_digest():
+    """folder -> {relative path: sha256} of every file in it: compare before and after to show nothing changed."""
+    def digest(folder) -> dict:
+        return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+                for p in sorted(Path(folder).rglob("*")) if p.is_file()}
+
+    return digest
+
+
+@pytest.fixture(scope="session")
+def tiny_flags():
+    """The flags an in-process ``tiny`` run starts from (for ``megamlm.cli.main``)."""
+    return FAST + TINY
+
+
+@pytest.fixture
+def other_corpus(tmp_path, cache_dir):
+    """(prefix, tokenizer) of other data in the bundled corpus's vocabulary: its second half."""
+    prefix, tokenizer = prepare_embedded_corpus(cache_dir)
+    source = IndexedDataset(prefix)
+    with IndexedDatasetWriter(tmp_path / "other" / "part_text_document", source.dtype) as writer:
+        for i in range(len(source) // 2, len(source)):
+            writer.add_document(source[i])
+    return str(tmp_path / "other" / "part_text_document"), tokenizer

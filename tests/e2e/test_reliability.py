@@ -10,25 +10,16 @@ import pytest
 import torch
 
 from megamlm.checkpoint import load_model_weights
-from megamlm.data import IndexedDataset, IndexedDatasetWriter, prepare_embedded_corpus
 from megamlm.model.config import ModelArgs
 from megamlm.model.transformer import Transformer
 from megamlm.training import trainer
 from megamlm.errors import ResumeError
 from megamlm.training.guards import NonFiniteError
 
-TINY = ["--num-layers", "1", "--hidden-size", "32", "--ffn-hidden-size", "64", "--num-attention-heads", "2",
-        "--num-query-groups", "2", "--seq-length", "32", "--global-batch-size", "4", "--micro-batch-size", "2",
-        "--lr-warmup-iters", "2", "--lr-wsd-decay-iters", "2"]
-GBS = 4
+GBS = 4  # the TINY settings' global batch size (conftest.py)
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture
-def tiny(run):
-    return lambda *argv: run(*TINY, *argv)
 
 
 class StepHook:
@@ -129,16 +120,7 @@ def test_exit_duration_stops_with_a_checkpoint(tiny, tmp_path):
     assert sorted(result.losses) == [1] and [p.name for p in tmp_path.glob("iter_*")] == ["iter_0000001"]
 
 
-def other_dataset(tmp_path):
-    prefix, tokenizer = prepare_embedded_corpus(os.environ["MEGAMLM_CACHE"])
-    source = IndexedDataset(prefix)
-    with IndexedDatasetWriter(tmp_path / "other" / "part_text_document", source.dtype) as writer:
-        for i in range(len(source) // 2, len(source)):
-            writer.add_document(source[i])
-    return str(tmp_path / "other" / "part_text_document"), tokenizer
-
-
-def test_run_record_is_written_and_resuming_on_other_data_or_shape_is_refused(tiny, tmp_path):
+def test_run_record_is_written_and_resuming_on_other_data_or_shape_is_refused(tiny, tmp_path, other_corpus):
     save = tmp_path / "ckpt"
     tiny("--train-iters", "4", "--save", save, "--exit-interval", "2")
     record = json.loads((save / "run_record.json").read_text())
@@ -148,7 +130,7 @@ def test_run_record_is_written_and_resuming_on_other_data_or_shape_is_refused(ti
     assert json.loads((save / "iter_0000002" / "config.json").read_text())["data_fingerprint"] == \
         record["data_fingerprint"]
 
-    data_path, tokenizer = other_dataset(tmp_path)
+    data_path, tokenizer = other_corpus
     other = ["--data-path", data_path, "--tokenizer-model", tokenizer, "--train-iters", "4", "--save", save]
     with pytest.raises(ResumeError, match="was trained on other data .* --override-data"):
         tiny(*other)
@@ -190,10 +172,11 @@ def test_a_full_disk_during_a_periodic_save_stops_the_run_clearly_and_the_relaun
     assert again.start_step == 2 and sorted(again.losses) == [3, 4, 5, 6]
 
 
-def test_the_command_line_reports_a_persistent_nan_in_one_line_with_exit_code_3(cache_dir, monkeypatch, capsys):
+def test_the_command_line_reports_a_persistent_nan_in_one_line_with_exit_code_3(cache_dir, monkeypatch, capsys,
+                                                                             tiny_flags):
     from megamlm.cli import main
 
     StepHook(monkeypatch, nan_steps=range(1, 100))
-    assert main([*TINY, "--train-iters", "6", "--max-skipped-steps", "2"]) == 3
+    assert main([*tiny_flags, "--train-iters", "6", "--max-skipped-steps", "2"]) == 3
     err = capsys.readouterr().err
     assert err.startswith("error: 2 steps in a row had a non-finite loss") and "Traceback" not in err

@@ -1,6 +1,6 @@
 import pytest
 
-from megamlm.config import ConfigError, parse_args
+from megamlm.config import ConfigError, parse_args, switch_step, warmup_iters, wsd_decay_iters
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -23,10 +23,60 @@ from megamlm.config import ConfigError, parse_args
     (["--rope-scaling", "{factor: 2}"], "--rope-scaling '{factor: 2}': Expecting property name"),
     (["--rope-scaling", '{"rope_type": "dynamic", "factor": 2}'], "RoPE type 'dynamic' is not supported"),
     (["--rope-scaling", '{"rope_type": "llama3", "factor": 8}'], "needs low_freq_factor"),
+    (["--load", "a", "--continue-from", "b"], "--load and --continue-from exclude each other"),
+    (["--init-from", "a", "--continue-from", "b"], "--init-from and --continue-from exclude each other"),
+    (["--objective", "clm_then_mlm", "--switch-step", "10", "--train-iters", "10"],
+     "--switch-step 10 with --train-iters 10 puts the switch at step 10, leaving one phase empty"),
+    (["--switch", "0.5", "--switch-step", "3"], "--switch and --switch-step give the same setting two ways"),
+    (["--lr-warmup-iters", "5", "--lr-warmup-fraction", "0.1"], "--lr-warmup-iters and --lr-warmup-fraction"),
+    (["--lr-wsd-decay-iters", "5", "--lr-wsd-decay-fraction", "0.1"], "--lr-wsd-decay-iters and --lr-wsd-decay-fr"),
+    (["--lr-warmup-fraction", "1.5"], "--lr-warmup-fraction must be in "),
+    (["--lr-wsd-decay-fraction", "0"], "--lr-wsd-decay-fraction must be in "),
+    (["--lr-warmup-fraction", "0.6", "--lr-wsd-decay-fraction", "0.6"], "or give them as fractions"),
+    (["--save-at", "10"], "--save-at needs --save DIR"),
+    (["--save", "x", "--save-at", "20,10"], "--save-at 20,10 is not strictly increasing"),
+    (["--save", "x", "--save-at", "10,10"], "is not strictly increasing"),
+    (["--save", "x", "--save-at", "0"], "--save-at step 0 is outside this run's steps 1-300"),
+    (["--save", "x", "--save-at", "301"], "--save-at step 301 is outside this run's steps 1-300"),
+    (["--save", "x", "--save-at", "1,x"], "--save-at takes integers"),
+    (["--split", "969,30,1", "--valid-data-path", "v"], "--split and --valid-data-path both give a validation set"),
+    (["--split", "1,0,1"], "--split 1,0,1 leaves no validation documents"),
+    (["--split", "1,2,3,4"], "--split 1,2,3,4 does not parse"),
+    (["--split=-1,2"], "--split -1,2 does not parse"),
+    (["--eval-iters", "3"], "--eval-iters needs a validation set"),
+    (["--split", "99,1", "--eval-interval", "0"], "--eval-interval must be positive"),
+    (["--split", "99,1", "--eval-mask-ratio", "1.0"], "--eval-mask-ratio must be strictly between 0 and 1"),
 ])
 def test_bad_flags_give_one_clear_error(argv, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
         parse_args(argv)
+
+
+def test_the_switch_step_is_given_as_a_fraction_or_a_step_and_computed_in_one_place():
+    assert switch_step(parse_args(["--objective", "clm_then_mlm", "--train-iters", "42000"]).objective, 42000) == 10500
+    cfg = parse_args(["--objective", "clm_then_mlm", "--train-iters", "42000", "--switch", "0.238095"])
+    assert switch_step(cfg.objective, 42000) == 10000
+    cfg = parse_args(["--objective", "clm_then_mlm", "--train-iters", "12000", "--switch-step", "10000"])
+    assert switch_step(cfg.objective, 12000) == 10000 and cfg.objective.switch is None
+    assert switch_step(parse_args(["--objective", "mlm", "--switch-step", "5"]).objective, 300) is None
+
+
+def test_a_command_line_alternative_replaces_the_yamls_other_way(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("objective:\n  objective: clm_then_mlm\n  switch: 0.25\ntraining:\n  train_iters: 2000\n"
+                    "  lr_warmup_iters: 100\n  lr_wsd_decay_iters: 100\n")
+    cfg = parse_args(["--config", str(path), "--switch-step", "1500", "--lr-warmup-fraction", "0.1"])
+    assert (cfg.objective.switch, cfg.objective.switch_step) == (None, 1500)
+    assert (warmup_iters(cfg.training), wsd_decay_iters(cfg.training)) == (200, 100)
+    both = tmp_path / "both.yaml"
+    both.write_text("objective:\n  switch: 0.25\n  switch_step: 10\n")
+    with pytest.raises(ConfigError, match="--switch and --switch-step give the same setting two ways"):
+        parse_args(["--config", str(both)])
+
+
+def test_save_at_takes_commas_or_spaces():
+    cfg = parse_args(["--save", "x", "--train-iters", "42000", "--save-at", "10000,20000", "40000"])
+    assert cfg.checkpoint.save_at == [10000, 20000, 40000]
 
 
 def test_megatron_flags_override_the_preset(tmp_path):
@@ -68,7 +118,9 @@ def test_help_lists_every_flag_with_its_doc(capsys):
     with pytest.raises(SystemExit):
         parse_args(["--help"])
     out = capsys.readouterr().out
-    for flag in ("--objective", "--switch", "--mask-ratio", "--global-batch-size", "--save-interval", "--init-from"):
+    for flag in ("--objective", "--switch", "--mask-ratio", "--global-batch-size", "--save-interval", "--init-from",
+                 "--switch-step", "--save-at", "--continue-from", "--split", "--valid-data-path", "--eval-interval",
+                 "--eval-iters", "--eval-mask-ratio", "--lr-warmup-fraction", "--lr-wsd-decay-fraction"):
         assert flag in out
     assert "5% of --train-iters" in out
 

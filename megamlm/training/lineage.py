@@ -1,0 +1,154 @@
+"""A run's history (the settings each step was trained with) and lineage (the runs it came from).
+
+**History** is saved in every checkpoint (``train_state.json``, under ``state.history``): a list of segments, each
+the settings from its ``first_step`` on until the next segment's: objective schedule, LR schedule, optimizer
+settings and global batch size. A launch that continues a checkpoint of step k compares the checkpoint's history of
+steps 1..k with its own schedule, step by step (``first_difference``): the objective and the exact learning rate of
+every step, and the optimizer settings. When they agree, continuing is the straight run of this launch's flags
+(a *branch* when its schedule differs after step k, e.g. a CLM run continued into CLM-then-MLM at its switch step,
+or a 42k-step WSD run continued into a 12k-step budget from its stable phase). The continued history is the
+checkpoint's up to step k plus a segment from k+1 when this launch's settings differ from the last one's.
+
+**Lineage** is a list in the run record (``run_record.json``, each checkpoint's ``config.json``): one event per
+start from another run's checkpoint, oldest first, ``{"kind", "parent_run", "checkpoint", "step",
+"consumed_samples", "changes"}`` with kind ``branch``, ``continue`` (``--continue-from``), ``init``
+(``--init-from``), ``resume`` (from another folder, or with another global batch size) or ``override``
+(``--override-schedule``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from megamlm.config import Config, switch_step
+from megamlm.objectives.schedule import objective_at_step, schedule_state
+from megamlm.training.lr_schedule import LRSchedule
+from megamlm.training.setup import lr_schedule_for
+
+OPTIMIZER_FLAGS = {"weight_decay": "--weight-decay", "adam_beta1": "--adam-beta1", "adam_beta2": "--adam-beta2",
+                   "adam_eps": "--adam-eps", "clip_grad": "--clip-grad"}
+LR_FLAGS = {"peak_lr": "--lr", "min_lr": "--min-lr", "style": "--lr-decay-style",
+            "warmup_iters": "--lr-warmup-iters/--lr-warmup-fraction",
+            "decay_iters": "--lr-wsd-decay-iters/--lr-wsd-decay-fraction", "train_iters": "--train-iters"}
+OBJECTIVE_FLAGS = {"objective": "--objective", "switch_step": "--switch/--switch-step", "train_iters": "--train-iters"}
+
+
+def describe_changes(old: dict, new: dict, flags: dict[str, str], where: str = "the checkpoint") -> str:
+    """'--lr is 0.003 in the checkpoint and 0.001 here; ...' for every setting that differs."""
+    return "; ".join(f"{flag} is {old.get(key)!r} in {where} and {new.get(key)!r} here"
+                     for key, flag in flags.items() if old.get(key) != new.get(key))
+
+
+@dataclass(frozen=True)
+class Segment:
+    """The settings of the steps from ``first_step`` on."""
+
+    first_step: int
+    objective_schedule: dict
+    """ObjectiveSchedule.state_dict(): objective, train_iters, switch_step."""
+    lr_schedule: dict
+    """LRSchedule.state_dict()."""
+    optimizer: dict
+    """weight_decay, adam_beta1, adam_beta2, adam_eps, clip_grad."""
+    global_batch_size: int
+
+    @classmethod
+    def of_record(cls, record: dict, first_step: int = 1) -> "Segment":
+        """This launch's settings, from its run record (``training/run_record.py``)."""
+        training = record["config"]["training"]
+        return cls(first_step, dict(record["schedule"]["objective_schedule"]), dict(record["schedule"]["lr_schedule"]),
+                   {key: training[key] for key in OPTIMIZER_FLAGS}, int(training["global_batch_size"]))
+
+    @classmethod
+    def of_config(cls, cfg: Config) -> "Segment":
+        """The settings a launch with ``cfg`` trains with (what ``of_record`` reads from its run record)."""
+        t = cfg.training
+        return cls(1, schedule_state(cfg.objective.objective, t.train_iters, switch_step(cfg.objective, t.train_iters)),
+                   lr_schedule_for(t).state_dict(), {key: getattr(t, key) for key in OPTIMIZER_FLAGS},
+                   t.global_batch_size)
+
+    def starting_at(self, first_step: int) -> "Segment":
+        return Segment(first_step, self.objective_schedule, self.lr_schedule, self.optimizer, self.global_batch_size)
+
+    def same_settings(self, other: "Segment") -> bool:
+        return {**asdict(self), "first_step": 0} == {**asdict(other), "first_step": 0}
+
+    def objective_at(self, step: int) -> str:
+        return objective_at_step(self.objective_schedule["objective"], self.objective_schedule["switch_step"], step)
+
+    def lr_schedule_object(self) -> LRSchedule:
+        return LRSchedule(**self.lr_schedule)
+
+
+@dataclass
+class History:
+    """The segments of a run's steps, oldest first (stateful: registered with the checkpoint manager)."""
+
+    segments: list[Segment] = field(default_factory=list)
+
+    def segment_at(self, step: int) -> Segment:
+        return [s for s in self.segments if s.first_step <= step][-1]
+
+    def continued_at(self, step: int, launch: Segment) -> "History":
+        """This history up to ``step``, then ``launch``'s settings from ``step + 1``."""
+        kept = [s for s in self.segments if s.first_step <= step]
+        if not kept or not kept[-1].same_settings(launch):
+            kept.append(launch.starting_at(step + 1))
+        return History(kept)
+
+    def first_difference(self, launch: Segment, upto: int) -> str | None:
+        """Where training steps 1..``upto`` with ``launch``'s settings would differ from this history, or None.
+
+        Exact: the objective and the learning rate (the float each LRSchedule returns) of every step, and the
+        optimizer settings of every segment.
+        """
+        for index, segment in enumerate(self.segments):
+            if segment.first_step > upto:
+                break
+            if segment.optimizer != launch.optimizer:
+                return describe_changes(segment.optimizer, launch.optimizer, OPTIMIZER_FLAGS)
+            end = self.segments[index + 1].first_step - 1 if index + 1 < len(self.segments) else upto
+            trained_lr, planned_lr = segment.lr_schedule_object(), launch.lr_schedule_object()
+            for step in range(segment.first_step, min(end, upto) + 1):
+                if segment.objective_at(step) != launch.objective_at(step):
+                    return _objective_difference(segment, launch, step, upto)
+                if trained_lr.lr_at(step) != planned_lr.lr_at(step):
+                    return (f"the learning rate of step {step} is {trained_lr.lr_at(step)!r} in the checkpoint's "
+                            f"history and {planned_lr.lr_at(step)!r} here ("
+                            f"{describe_changes(segment.lr_schedule, launch.lr_schedule, LR_FLAGS)})")
+        return None
+
+    def state_dict(self) -> dict:
+        return {"segments": [asdict(s) for s in self.segments]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.segments = [Segment(**s) for s in state["segments"]]
+
+    @classmethod
+    def of_checkpoint(cls, train_state: dict, saved_record: dict) -> "History":
+        """The history a checkpoint holds; one written before histories existed had one schedule throughout."""
+        state = train_state["state"]
+        if "history" in state:
+            history = cls()
+            history.load_state_dict(state["history"])
+            return history
+        training = saved_record["config"]["training"]
+        return cls([Segment(1, state["objective_schedule"], state["lr_schedule"],
+                            {key: training[key] for key in OPTIMIZER_FLAGS}, int(training["global_batch_size"]))])
+
+
+def _objective_difference(segment: Segment, launch: Segment, step: int, upto: int) -> str:
+    trained, planned = segment.objective_at(step), launch.objective_at(step)
+    what = f"step {step} trained {trained} in the checkpoint's history and trains {planned} here"
+    switch = launch.objective_schedule["switch_step"]
+    if switch is not None and step == switch + 1 and trained == launch.objective_at(switch):
+        return (f"the checkpoint (step {upto}) is past this launch's switch step {switch}: {what}; branch from a "
+                f"checkpoint at or before step {switch} (--save-at {switch} in the parent run)")
+    return f"{what} ({describe_changes(segment.objective_schedule, launch.objective_schedule, OBJECTIVE_FLAGS)})"
+
+
+def lineage_event(kind: str, checkpoint: Path, step: int, consumed_samples: int, changes: list[str]) -> dict:
+    """One entry of a run record's lineage."""
+    return {"kind": kind, "parent_run": str(Path(checkpoint).parent), "checkpoint": str(checkpoint), "step": step,
+            "consumed_samples": consumed_samples, "changes": list(changes)}

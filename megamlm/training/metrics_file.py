@@ -1,0 +1,72 @@
+"""``metrics.jsonl`` beside the checkpoints: one JSON object per line, appended as the run goes.
+
+Every record has ``kind``, ``step``, ``samples`` and ``tokens`` (consumed so far by the model: a
+``--continue-from`` run counts its parent's too, so runs of a study line up on a tokens axis), then:
+
+- ``"train"`` (every logged step): ``objective``, ``loss`` and ``grad_norm`` (means over the steps since the
+  previous record, as in the log line), ``lr``, ``tokens_per_second``;
+- ``"validation"``: ``mlm_loss``, ``mlm_accuracy``, ``clm_loss``, ``validation_samples`` and the tokens scored
+  (``mlm_tokens``: the masked positions, ``clm_tokens``).
+
+Records may carry more fields (a reader takes those it knows); non-finite numbers are written as ``null``.
+A launch that starts at step k first drops every record after step k (the file is rewritten to a temporary name,
+then renamed), so a resumed run never holds a step twice; a line cut short by a crash is dropped too.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+from megamlm.errors import UserError
+from megamlm.log import rank
+
+METRICS_FILE = "metrics.jsonl"
+
+
+class MetricsError(UserError, ValueError):
+    """A run folder without a readable metrics file."""
+
+
+def _finite(value):
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def read_metrics(path: str | Path, kind: str | None = None) -> list[dict]:
+    """The records of a metrics file (or of a run folder's), in order; only ``kind`` ones when given."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / METRICS_FILE
+    if not path.is_file():
+        raise MetricsError(f"{path} not found; pass the --save folder of a run (its metrics.jsonl is written there)")
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # the last line of a run that was killed while writing it
+        if isinstance(record, dict) and (kind is None or record.get("kind") == kind):
+            records.append(record)
+    return records
+
+
+class MetricsFile:
+    """Appends records to ``save_dir/metrics.jsonl`` (rank 0 only; nothing without a folder)."""
+
+    def __init__(self, save_dir: str | Path | None, start_step: int):
+        self.path = Path(save_dir) / METRICS_FILE if save_dir and rank() == 0 else None
+        if self.path is not None and self.path.exists():
+            kept = [r for r in read_metrics(self.path) if int(r.get("step", 0)) <= start_step]
+            tmp = self.path.with_name(self.path.name + f".tmp{os.getpid()}")
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+            os.replace(tmp, self.path)
+
+    def append(self, kind: str, step: int, **fields) -> None:
+        if self.path is None:
+            return
+        record = {"kind": kind, "step": step, **{k: _finite(v) for k, v in fields.items()}}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")

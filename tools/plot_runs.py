@@ -1,0 +1,37 @@
+"""Overlay runs of a study from their metrics.jsonl files (needs matplotlib).
+
+    python tools/plot_runs.py ckpt/610m/clm_then_mlm_12k ckpt/610m/mlm_12k --output figures/
+
+writes validation_vs_steps.png and validation_vs_tokens.png (validation MLM and CLM loss of every run) and
+training_loss.png (training loss, each run's objective switch dashed) into --output. RUN_DIR is a run's --save
+folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from megamlm.errors import UserError  # noqa: E402
+from megamlm.training.run_plots import plot_runs  # noqa: E402
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="--save folders of the runs to overlay")
+    parser.add_argument("--output", default=".", help="folder for the PNG files (default: here)")
+    args = parser.parse_args(argv)
+    try:
+        for path in plot_runs(args.runs, args.output):
+            print(path)
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
