@@ -13,6 +13,7 @@ from megamlm.errors import UserError
 from megamlm.hf.init_from import adopt_hf_shape
 from megamlm.parallel.dims import dims_from_config
 from megamlm.parallel.dry_run import dry_run_report
+from megamlm.parallel.runtime import stop_parallel
 from megamlm.training.guards import NonFiniteError
 from megamlm.training.trainer import pretrain
 
@@ -27,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
             print(dry_run_report(cfg))
             return 0
         pretrain(cfg)
+        stop_parallel()
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
 from megamlm.log import log
@@ -23,3 +24,9 @@ def start_parallel(dims: ParallelDims, device: torch.device) -> tuple[DeviceMesh
     mesh = dims.build_mesh(device.type)
     log(f"parallel layout: {dims.describe()}")
     return mesh, device
+
+
+def stop_parallel() -> None:
+    """Leave the process group at the end of a run (the launcher's processes then exit without a teardown race)."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()

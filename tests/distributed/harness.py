@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 import traceback
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -27,13 +29,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, world_size: int, port: int, fn, args, errors):
+def _worker(rank: int, world_size: int, port: int, store_file: str, fn, args, errors):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world_size),
                       LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world_size)
+    # A file store: no rank hosts a TCP store server that the others would lose when it exits first (a rank
+    # still tearing down its gloo threads then aborts with "terminate called without an active exception").
+    dist.init_process_group("gloo", init_method=f"file://{store_file}", rank=rank, world_size=world_size)
     try:
         fn(rank, world_size, *args)
+        dist.barrier()  # nobody tears down while a peer is still in a collective
     except BaseException:
         errors.put(f"rank {rank}:\n{traceback.format_exc()}")
         raise
@@ -45,12 +50,13 @@ def spawn(fn, world_size: int, *args) -> None:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` gloo ranks; re-raise the first failure here."""
     ctx = mp.get_context("spawn")
     errors = ctx.SimpleQueue()
-    try:
-        mp.start_processes(_worker, args=(world_size, free_port(), fn, args, errors), nprocs=world_size,
-                           start_method="spawn")
-    except Exception as err:
-        detail = errors.get() if not errors.empty() else str(err)
-        raise AssertionError(detail) from None
+    with tempfile.TemporaryDirectory(prefix="megamlm-store-") as store_dir:
+        try:
+            mp.start_processes(_worker, args=(world_size, free_port(), str(Path(store_dir) / "store"), fn, args,
+                                              errors), nprocs=world_size, start_method="spawn")
+        except Exception as err:
+            detail = errors.get() if not errors.empty() else str(err)
+            raise AssertionError(detail) from None
 
 
 def schedule(objective: str, train_iters: int = 4, switch: float = 0.5) -> ObjectiveSchedule:
