@@ -34,7 +34,7 @@ from megamlm.training.optimizer import build_optimizer, set_hyperparameters
 from megamlm.training.progress import TrainProgress
 from megamlm.training.resume import plan_resume
 from megamlm.training.run_record import build_run_record, write_run_record
-from megamlm.training.setup import RunPlan, plan_run
+from megamlm.training.setup import RunPlan, backends_on_device, plan_run
 from megamlm.training.signals import ExitSignalHandler
 from megamlm.training.step import train_step
 from megamlm.training.stopping import StopPolicy
@@ -138,10 +138,14 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler, on_step) -> RunResult:
 
 def build_parallel_model(cfg: Config, plan: RunPlan, mesh, device: torch.device) -> ParallelModel:
     """The full model from the run's seed (the same weights on every rank), then this rank's share of it."""
+    backends = backends_on_device(plan, cfg, device)
+    if backends.attention == "auto":
+        log(f"attention auto: {backends.auto_attention[0]} for bidirectional, {backends.auto_attention[1]} for causal "
+            "(fastest measured on this device)")
     torch.manual_seed(cfg.training.seed)
-    model = Transformer(plan.model_args, plan.backends).to(device)
+    model = Transformer(plan.model_args, backends).to(device)
     return parallelize(model, plan.dims, mesh, device, cfg.training.precision, cfg.parallel.recompute,
-                       cfg.performance.compile)
+                       cfg.performance.compile, cfg.performance.fp8)
 
 
 def describe_performance(cfg: Config) -> str:
@@ -149,7 +153,7 @@ def describe_performance(cfg: Config) -> str:
     extras = ", ".join(f"{name} {version or 'absent'}" for name, version in detect_optional_extras().items())
     return (f"kernels {perf.kernel_backend} | attention {perf.attention_backend}"
             f"{' with document masks' if perf.document_mask else ''}"
-            f"{' | torch.compile per block' if perf.compile else ''} | optional extras: {extras}")
+            f" | compile {perf.compile}{' | fp8 linears' if perf.fp8 else ''} | optional extras: {extras}")
 
 
 def _train(cfg: Config, pm: ParallelModel, optimizer, loader: MicroBatchLoader, progress: TrainProgress,
