@@ -102,56 +102,73 @@ def summarize_trace(trace: str | Path | dict, top: int = 15) -> ProfileSummary:
     wall = sum(end - start for start, end in windows)
     kernels = [e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     if kernels:
-        timed = [(e["name"], float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in kernels]
+        timed = [(e["name"], categorize(e["name"]), float(e["ts"]), float(e["ts"]) + float(e["dur"]))
+                 for e in kernels]
         timed = _clip(timed, windows)
-        busy = _union_length([(s, e) for _, s, e in timed])
+        busy = _union_length([(s, e) for _, _, s, e in timed])
         source = "gpu kernels"
     else:
-        timed = _clip(_self_times([e for e in events if e.get("cat") == "cpu_op"]), windows)
-        busy = sum(e - s for _, s, e in timed)
+        ops = [e for e in events if e.get("cat") in ("cpu_op", "user_annotation") and e.get("name") != STEP_MARK]
+        timed = _clip(_self_times(ops), windows)
+        busy = sum(e - s for _, _, s, e in timed)
         source = "cpu operators"
-    per_name: dict[str, list] = defaultdict(lambda: [0.0, 0])
+    per_name: dict[tuple[str, str], list] = defaultdict(lambda: [0.0, 0])
     per_category = dict.fromkeys(CATEGORIES, 0.0)
-    for name, start, end in timed:
-        per_name[name][0] += end - start
-        per_name[name][1] += 1
-        per_category[categorize(name)] += end - start
+    for name, category, start, end in timed:
+        per_name[(name, category)][0] += end - start
+        per_name[(name, category)][1] += 1
+        per_category[category] += end - start
     per_category["host gaps"] = max(wall - busy, 0.0)
     ranked = sorted(per_name.items(), key=lambda item: -item[1][0])[:top]
     return ProfileSummary(source=source, steps=len(windows), step_seconds=wall * 1e-6,
                           shares={k: v / wall for k, v in per_category.items()},
-                          top=[(n, t * 1e-6, c, categorize(n)) for n, (t, c) in ranked])
+                          top=[(n, t * 1e-6, c, k) for (n, k), (t, c) in ranked])
 
 
-def _self_times(ops: list[dict]) -> list[tuple[str, float, float]]:
-    """Each operator's own time as (name, start, start + self duration) (nested calls on a thread subtracted)."""
+def _self_times(ops: list[dict]) -> list[tuple[str, str, float, float]]:
+    """Each operator's own time as (name, category, start, start + self duration): the time of the operators it
+    called is subtracted. An operator without a category of its own takes its caller's (the element-wise ops
+    inside ``_foreach_mul_`` or ``Optimizer.step`` are the optimizer's); annotations lend context, not time."""
     out = []
     by_thread: dict = defaultdict(list)
     for e in ops:
-        by_thread[(e.get("pid"), e.get("tid"))].append((float(e["ts"]), float(e["dur"]), e["name"]))
+        by_thread[(e.get("pid"), e.get("tid"))].append(
+            (float(e["ts"]), float(e["dur"]), e["name"], e.get("cat") == "user_annotation"))
     for thread_ops in by_thread.values():
         thread_ops.sort(key=lambda op: (op[0], -op[1]))
-        stack: list[list] = []  # [end, name, start, children's time]
-        for start, dur, name in thread_ops:
+        stack: list[list] = []  # [end, name, start, children's time, category, is an annotation]
+
+        def pop():
+            end, name, start, children, category, annotation = stack.pop()
+            if not annotation:
+                out.append((name, category, start, start + max(end - start - children, 0.0)))
+
+        for start, dur, name, annotation in thread_ops:
             while stack and stack[-1][0] <= start:
-                end, n, s, children = stack.pop()
-                out.append((n, s, s + max(end - s - children, 0.0)))
-            if stack:
-                stack[-1][3] += dur
-            stack.append([start + dur, name, start, 0.0])
-        for end, n, s, children in stack:
-            out.append((n, s, s + max(end - s - children, 0.0)))
+                pop()
+            category = categorize(name)
+            if category == "element-wise" and stack:
+                category = stack[-1][4]
+            if not annotation:
+                # An operator's time is its closest enclosing operator's children time (annotations hold none).
+                for frame in reversed(stack):
+                    if not frame[5]:
+                        frame[3] += dur
+                        break
+            stack.append([start + dur, name, start, 0.0, category, annotation])
+        while stack:
+            pop()
     return out
 
 
-def _clip(timed: list[tuple[str, float, float]], windows: list[tuple[float, float]]):
+def _clip(timed: list[tuple[str, str, float, float]], windows: list[tuple[float, float]]):
     """Keep the part of each interval that lies inside a step window."""
     out = []
-    for name, start, end in timed:
+    for name, category, start, end in timed:
         for w_start, w_end in windows:
             s, e = max(start, w_start), min(end, w_end)
             if e > s:
-                out.append((name, s, e))
+                out.append((name, category, s, e))
     return out
 
 

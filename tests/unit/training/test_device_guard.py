@@ -13,6 +13,7 @@ from megamlm.parallel.dims import ParallelDims
 from megamlm.parallel.forward_backward import forward_backward, global_grad_norm
 from megamlm.parallel.parallelize import parallelize
 from megamlm.training.device_guard import guarded_update, nonfinite_flag
+from megamlm.training.optimizer import build_optimizer
 from megamlm.training.step import train_step
 
 ARGS = ModelArgs(vocab_size=256, num_layers=2, hidden_size=32, ffn_hidden_size=64, num_attention_heads=4,
@@ -38,10 +39,9 @@ def assert_same(a, b):
 
 
 def fused_adamw(model):
-    decay = [p for p in model.parameters() if p.ndim >= 2]
-    no_decay = [p for p in model.parameters() if p.ndim < 2]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                             lr=1e-3, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    optimizer = build_optimizer(model, 1e-3, 0.1, (0.9, 0.95), 1e-8)
+    assert optimizer.defaults["fused"]  # the trainer's optimizer is the fused one, on CPU too
+    return optimizer
 
 
 def device_step(pm, optimizer, step, lr=1e-3, clip=1.0):
