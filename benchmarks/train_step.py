@@ -61,7 +61,7 @@ def parse_args(argv=None):
     p.add_argument("--seq-length", type=int, default=None, help="default: the preset's")
     p.add_argument("--mask-ratio", type=float, default=0.4)
     p.add_argument("--steps", type=int, default=5, help="timed steps per side")
-    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps first (compilation happens here)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p.add_argument("--compile", nargs="?", const="blocks", default="none", choices=get_args(CompileMode),
                    help="megamlm's torch.compile mode, as the trainer's --compile (bare: blocks; default: none)")
@@ -358,6 +358,7 @@ def main(argv=None):
     for mb in sizes:
         opts.micro_batch_size = mb
         runs.append(time_sides(sides, args, opts, device))
+        write_json(opts.json, runs[0] if len(sizes) == 1 else {"sweep": runs})  # kept if a time limit cuts the run
     figures = runs[0]
     if len(runs) > 1:
         ran = [r for r in runs if "megamlm_tokens_per_s" in r]
@@ -384,10 +385,16 @@ def main(argv=None):
                                                             hf_step, args, opts, device)
             print(f"largest micro-batch megamlm/hf: {figures['megamlm_max_micro_batch']} / "
                   f"{figures['hf_max_micro_batch']}")
-    if opts.json:
-        Path(opts.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(opts.json).write_text(json.dumps(figures, indent=2))
+    write_json(opts.json, figures)
     return figures
+
+
+def write_json(path: str | None, figures: dict) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(path).with_suffix(".tmp")
+        tmp.write_text(json.dumps(figures, indent=2))
+        tmp.replace(path)
 
 
 if __name__ == "__main__":

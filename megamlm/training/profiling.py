@@ -34,7 +34,7 @@ _PATTERNS = (
     ("communication", r"nccl|rccl|gloo|c10d::|all_reduce|allreduce|reduce_scatter|all_gather|allgather"),
     ("attention", r"flash|fmha|attention|attn|sdpa|flex|_efficient_"),
     ("optimizer", r"adam|multi_tensor|_foreach_|optimizer|clip_grad|_fused_sgd|lamb"),
-    ("matmul", r"gemm|cutlass|xmma|cublas|hipblas|rocblas|wgmma|_scaled_mm|\baten::(mm|addmm|bmm|baddbmm|matmul|"
+    ("matmul", r"gemm|triton_tem_|cutlass|xmma|cublas|hipblas|rocblas|wgmma|_scaled_mm|\baten::(mm|addmm|bmm|baddbmm|matmul|"
                r"linear|_int_mm|addmv|mv)\b|^(sm\d+|ampere|hopper|volta|turing)_|nvjet|ck_gemm|\bmm_"),
 )
 _COMPILED = [(name, re.compile(pattern, re.IGNORECASE)) for name, pattern in _PATTERNS]

@@ -52,13 +52,13 @@ def _batches(step: int, objective: str):
     return [schedule.make_batch(step, tokens, [2 * step, 2 * step + 1])]
 
 
-def _train(mode: str, steps: int = 1):
+def _train(mode: str, steps: int = 1, device=CPU):
     torch.manual_seed(0)
-    model = Transformer(ARGS)
+    model = Transformer(ARGS).to(device)
     names = [n for n, _ in model.named_parameters()]
-    pm = parallelize(model, ONE, None, CPU, compile=mode)
+    pm = parallelize(model, ONE, None, device, compile=mode)
     optimizer = build_optimizer(model, 1e-3, 0.1, (0.9, 0.95), 1e-8)
-    results = [train_step(pm, optimizer, _batches(s, objective), 1e-3, 1.0, CPU)
+    results = [train_step(pm, optimizer, _batches(s, objective), 1e-3, 1.0, device, "fp32")
                for s in range(1, steps + 1) for objective in ("mlm", "clm")]
     assert [n for n, _ in model.named_parameters()] == names  # compiled in place: checkpoints keep their names
     return pm, results, {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -90,3 +90,15 @@ def test_whole_model_compiled_with_inductor_trains_like_eager():
         assert b.loss == pytest.approx(a.loss, rel=1e-4)
     for name, value in params.items():
         torch.testing.assert_close(value, eager_params[name], rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="whole-model compile and CUDA graphs on a GPU")
+@pytest.mark.parametrize("mode", ["model", "cudagraphs"])
+def test_on_a_gpu_whole_model_compile_and_cuda_graphs_train_like_eager(mode):
+    torch._dynamo.reset()
+    _, eager, eager_params = _train("none", steps=2, device=CUDA)
+    _, compiled, params = _train(mode, steps=2, device=CUDA)
+    for a, b in zip(eager, compiled):
+        assert b.loss == pytest.approx(a.loss, rel=1e-3)
+    for name, value in params.items():
+        torch.testing.assert_close(value, eager_params[name], rtol=1e-3, atol=1e-4)

@@ -71,21 +71,26 @@ def _batches(step: int, objective: str):
     return [schedule.make_batch(step, tokens, list(range(4 * step, 4 * step + 4)))]
 
 
-def _losses(fp8: bool, precision: str, objective: str, steps: int = 6) -> list[float]:
+def _losses(fp8: bool, precision: str, objective: str, device=CPU, steps: int = 6) -> list[float]:
     torch.manual_seed(0)
-    model = Transformer(ARGS)
-    pm = parallelize(model, ONE, None, CPU, precision=precision, fp8=fp8)
+    model = Transformer(ARGS).to(device)
+    pm = parallelize(model, ONE, None, device, precision=precision, fp8=fp8)
     optimizer = build_optimizer(model, 3e-3, 0.1, (0.9, 0.95), 1e-8)
-    return [train_step(pm, optimizer, _batches(s, objective), 3e-3, 1.0, CPU, precision).loss
+    return [train_step(pm, optimizer, _batches(s, objective), 3e-3, 1.0, device, precision).loss
             for s in range(1, steps + 1)]
 
 
+ON_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="float8 matmuls on a GPU (H100-class)")
+
+
 @needs_torchao
-@pytest.mark.parametrize("objective", ["mlm", pytest.param("clm", marks=pytest.mark.slow)])
-def test_fp8_losses_follow_the_bf16_curve(objective):
-    bf16 = _losses(False, "bf16", objective)
-    fp8 = _losses(True, "bf16", objective)
-    fp32 = _losses(False, "fp32", objective)
+@pytest.mark.parametrize("objective,device", [
+    ("mlm", CPU), pytest.param("clm", CPU, marks=pytest.mark.slow),
+    pytest.param("mlm", torch.device("cuda"), marks=ON_GPU), pytest.param("clm", torch.device("cuda"), marks=ON_GPU)])
+def test_fp8_losses_follow_the_bf16_curve(objective, device):
+    bf16 = _losses(False, "bf16", objective, device)
+    fp8 = _losses(True, "bf16", objective, device)
+    fp32 = _losses(False, "fp32", objective, device)
     assert fp8[-1] < fp8[0] - 0.3  # it trains
     for a, b, c in zip(bf16, fp8, fp32):
         # float8's rounding moves the loss by about as much as bf16's own, and no more than a few percent
