@@ -35,7 +35,7 @@ _PATTERNS = (
     ("attention", r"flash|fmha|attention|attn|sdpa|flex|_efficient_"),
     ("optimizer", r"adam|multi_tensor|_foreach_|optimizer|clip_grad|_fused_sgd|lamb"),
     ("matmul", r"gemm|triton_tem_|cutlass|xmma|cublas|hipblas|rocblas|wgmma|_scaled_mm|\baten::(mm|addmm|bmm|baddbmm|matmul|"
-               r"linear|_int_mm|addmv|mv)\b|^(sm\d+|ampere|hopper|volta|turing)_|nvjet|ck_gemm|\bmm_"),
+               r"linear|_int_mm|addmv|mv)_?\b|^(sm\d+|ampere|hopper|volta|turing)_|nvjet|ck_gemm|\bmm_"),
 )
 _COMPILED = [(name, re.compile(pattern, re.IGNORECASE)) for name, pattern in _PATTERNS]
 
