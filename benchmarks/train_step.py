@@ -57,7 +57,8 @@ def parse_args(argv=None):
     p.add_argument("--compare", default="hf", choices=["hf", "none"])
     p.add_argument("--micro-batch-size", type=int, default=None, help="default: 4 on CPU, 8 on GPU")
     p.add_argument("--micro-batch-sizes", default=None,
-                   help="comma-separated micro-batches timed one after the other with the same models (a sweep)")
+                   help="comma-separated micro-batches timed one after the other with the same models (a sweep; "
+                        "compiled models recompile once with a dynamic batch dimension, then serve every size)")
     p.add_argument("--seq-length", type=int, default=None, help="default: the preset's")
     p.add_argument("--mask-ratio", type=float, default=0.4)
     p.add_argument("--steps", type=int, default=5, help="timed steps per side")
@@ -351,9 +352,6 @@ def main(argv=None):
     if opts.compare == "hf":
         theirs, theirs_opt = build_hf(args, device, opts.objective, weights_from=ours.model)
         sides["hf"] = (hf_step, theirs, theirs_opt)
-    if len(sizes) > 1:  # each micro-batch compiled for its own static shape, as a training run would be
-        torch._dynamo.config.automatic_dynamic_shapes = False
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 4 * len(sizes))
     runs = []
     for mb in sizes:
         opts.micro_batch_size = mb

@@ -32,6 +32,9 @@ from megamlm.precision import uses_bf16
 from megamlm.training.lr_schedule import LRSchedule
 
 
+_GPU_ATTENTION = ("sdpa_flash", "sdpa_cudnn", "flex")
+
+
 @dataclass
 class RunPlan:
     model_args: ModelArgs
@@ -122,6 +125,9 @@ def plan_run(cfg: Config) -> RunPlan:
     dims = dims_from_config(cfg)
     device = resolve_device(cfg.training.device)
     resolve_compile_mode(cfg.performance.compile, device, dims)  # an impossible mode fails here, before any work
+    if device.type != "cuda" and cfg.performance.attention_backend in _GPU_ATTENTION:
+        raise ConfigError(f"--attention-backend {cfg.performance.attention_backend} runs on a GPU, and this run is on "
+                          f"{device.type}; use --attention-backend sdpa or auto")
     if cfg.performance.fp8:
         check_float8(dims)
     data_path, tokenizer_path = resolve_data_sources(cfg)
