@@ -119,7 +119,10 @@ class ChunkedLinearCrossEntropyFunction(torch.autograd.Function):
             n_rows, n_hidden = h.shape
             compute_grad = want_grad_h or want_grad_w
             grad_h = torch.empty(h.shape, dtype=h.dtype, device=h.device) if want_grad_h else None
-            grad_w = torch.zeros(w.shape, dtype=torch.float32, device=w.device) if want_grad_w else None
+            # Written by the first chunk, accumulated by the others (no zero-fill pass over the (V, H) matrix).
+            grad_w = torch.empty(w.shape, dtype=torch.float32, device=w.device) if want_grad_w else None
+            if want_grad_w and n_rows == 0:
+                grad_w.zero_()
             total = torch.zeros((), dtype=torch.float32, device=h.device)
             # One logits buffer for every chunk: a fresh chunk-sized allocation each time costs page faults on CPU.
             buffer = torch.empty((min(chunk_rows, n_rows), w.shape[0]), dtype=dtype, device=h.device)
@@ -131,8 +134,11 @@ class ChunkedLinearCrossEntropyFunction(torch.autograd.Function):
                 if want_grad_h:
                     torch.mm(logits, w, out=grad_h[start:end])
                 if want_grad_w:
+                    first = start == 0
                     if dtype == torch.float32:
-                        grad_w.addmm_(logits.t(), h_chunk)
+                        grad_w.addmm_(logits.t(), h_chunk, beta=0.0 if first else 1.0)  # beta 0: not read
+                    elif first:
+                        grad_w.copy_(logits.t() @ h_chunk)
                     else:
                         grad_w += logits.t() @ h_chunk
         ctx.save_for_backward(grad_h, grad_w)
