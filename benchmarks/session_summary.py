@@ -12,7 +12,7 @@ from pathlib import Path
 
 def runs_of(figures: dict) -> list[dict]:
     """The timed runs of one train_step.py JSON: one run, or every micro-batch of a sweep."""
-    return figures["sweep"] if "sweep" in figures else [figures]
+    return figures.get("sweep", [figures])
 
 
 def line(name: str, run: dict) -> str:

@@ -114,14 +114,13 @@ def make_batches(args: ModelArgs, opts, count: int, micro_batch: int):
 
 def build_megamlm(args: ModelArgs, device, opts):
     """The trainer's own single-process layout (a ParallelModel with one part) and its optimizer."""
+    from megamlm.model.attention_probe import resolve_auto_attention
     from megamlm.model.config import Backends
     from megamlm.model.transformer import Transformer
     from megamlm.parallel.dims import ParallelDims
     from megamlm.parallel.parallelize import parallelize
-    from megamlm.training.optimizer import build_optimizer
-
-    from megamlm.model.attention_probe import resolve_auto_attention
     from megamlm.precision import uses_bf16
+    from megamlm.training.optimizer import build_optimizer
 
     backends = resolve_auto_attention(Backends(attention=opts.attention, kernels=opts.kernels), device, args,
                                       opts.micro_batch_size,

@@ -19,9 +19,9 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
@@ -34,8 +34,8 @@ _PATTERNS = (
     ("communication", r"nccl|rccl|gloo|c10d::|all_reduce|allreduce|reduce_scatter|all_gather|allgather"),
     ("attention", r"flash|fmha|attention|attn|sdpa|flex|_efficient_"),
     ("optimizer", r"adam|multi_tensor|_foreach_|optimizer|clip_grad|_fused_sgd|lamb"),
-    ("matmul", r"gemm|triton_tem_|cutlass|xmma|cublas|hipblas|rocblas|wgmma|_scaled_mm|\baten::(mm|addmm|bmm|baddbmm|matmul|"
-               r"linear|_int_mm|addmv|mv)_?\b|^(sm\d+|ampere|hopper|volta|turing)_|nvjet|ck_gemm|\bmm_"),
+    ("matmul", (r"gemm|triton_tem_|cutlass|xmma|cublas|hipblas|rocblas|wgmma|_scaled_mm|\baten::(mm|addmm|bmm|baddbmm|"
+                r"matmul|linear|_int_mm|addmv|mv)_?\b|^(sm\d+|ampere|hopper|volta|turing)_|nvjet|ck_gemm|\bmm_")),
 )
 _COMPILED = [(name, re.compile(pattern, re.IGNORECASE)) for name, pattern in _PATTERNS]
 
@@ -137,15 +137,9 @@ def _self_times(ops: list[dict]) -> list[tuple[str, str, float, float]]:
     for thread_ops in by_thread.values():
         thread_ops.sort(key=lambda op: (op[0], -op[1]))
         stack: list[list] = []  # [end, name, start, children's time, category, is an annotation]
-
-        def pop():
-            end, name, start, children, category, annotation = stack.pop()
-            if not annotation:
-                out.append((name, category, start, start + max(end - start - children, 0.0)))
-
         for start, dur, name, annotation in thread_ops:
             while stack and stack[-1][0] <= start:
-                pop()
+                _pop_into(out, stack)
             category = categorize(name)
             if category == "element-wise" and stack:
                 category = stack[-1][4]
@@ -157,8 +151,14 @@ def _self_times(ops: list[dict]) -> list[tuple[str, str, float, float]]:
                         break
             stack.append([start + dur, name, start, 0.0, category, annotation])
         while stack:
-            pop()
+            _pop_into(out, stack)
     return out
+
+
+def _pop_into(out: list, stack: list[list]) -> None:
+    end, name, start, children, category, annotation = stack.pop()
+    if not annotation:
+        out.append((name, category, start, start + max(end - start - children, 0.0)))
 
 
 def _clip(timed: list[tuple[str, str, float, float]], windows: list[tuple[float, float]]):

@@ -31,7 +31,6 @@ from megamlm.parallel.float8 import check_float8
 from megamlm.precision import uses_bf16
 from megamlm.training.lr_schedule import LRSchedule
 
-
 _GPU_ATTENTION = ("sdpa_flash", "sdpa_cudnn", "flex")
 
 

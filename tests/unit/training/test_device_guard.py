@@ -73,7 +73,7 @@ def test_a_non_finite_step_changes_no_parameter_and_no_optimizer_state(trained, 
     params, state = snapshot(model, optimizer)
     hook = (overflow(model) if poison == "overflowing norm"
             else model.layers["1"].self_attn.q_proj.weight.register_hook(lambda g: g * float("nan")))
-    loss, norm, applied = device_step(pm, optimizer, 2)
+    _, norm, applied = device_step(pm, optimizer, 2)
     hook.remove()
     assert applied.dtype == torch.bool and applied.dim() == 0 and not bool(applied)
     assert not torch.isfinite(norm)

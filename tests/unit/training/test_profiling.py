@@ -4,7 +4,12 @@ hand-made Chrome traces."""
 import pytest
 import torch
 
-from megamlm.training.profiling import STEP_MARK, categorize, profile_steps, summarize_trace
+from megamlm.training.profiling import (
+    STEP_MARK,
+    categorize,
+    profile_steps,
+    summarize_trace,
+)
 
 
 @pytest.mark.parametrize("name,category", [
