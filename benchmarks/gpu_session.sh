@@ -28,7 +28,7 @@ SMOKE="${SMOKE:-0}"
 
 if [ "$SMOKE" = 1 ]; then  # tiny shapes on CPU: the same parts and flags, minutes instead of hours
   P610=tiny; P1B=tiny; MB=2; SWEEP=1,2; SWEEP_FP8=1,2; STEPS="--steps 1 --warmup 1"; DEV="--device cpu"
-  MODEL=model; GRAPHS=none; SEQS=128,256; TOKENS=512; SCALE=8; export CUDA_VISIBLE_DEVICES=""
+  MODEL=blocks; GRAPHS=none; SEQS=128,256; TOKENS=512; SCALE=8; export CUDA_VISIBLE_DEVICES=""
   TESTS=(tests/unit/parallel/test_float8.py tests/unit/model/test_attention_probe.py)
 else
   P610=610m; P1B=1b; MB=8; SWEEP=8,16,24,32; SWEEP_FP8=8,16; STEPS="--steps 3 --warmup 2"; DEV="--device cuda"
