@@ -8,8 +8,17 @@ transformers through ``EuroBertForMaskedLM`` (MLM) or ``LlamaForCausalLM`` (CLM)
 Steps alternate between the two after warm-up, so machine noise hits both alike; the figures are
 medians. Peak memory is ``torch.cuda.max_memory_allocated`` on GPU; on CPU it is the peak resident set
 of a child process per side (the same steps, sampled every 2 ms), above the RSS right after the build.
-On GPU the script also prints MFU (model FLOPs, attention included, over the device's bf16 peak) and,
-with ``--max-batch``, the largest micro-batch each side fits.
+On GPU the script also prints MFU (model FLOPs, attention included, over the device's bf16 peak; the
+trainer computes it with the same function, ``megamlm.training.metrics.throughput``) and, with ``--max-batch``,
+the largest micro-batch each side fits.
+
+megamlm's side runs as the trainer would with ``--compile MODE``, ``--fp8`` and ``--attention`` (``auto``
+included); ``--micro-batch-sizes 8,16,24,32`` times several micro-batches in one process (same models);
+``--profile DIR`` then records a PyTorch profiler trace of megamlm's steps and prints the top kernels (CPU
+operators on CPU) and the share of step time in matmuls, attention, element-wise work, the optimizer and
+host gaps (see ``megamlm.training.profiling``):
+
+    python benchmarks/train_step.py --preset 610m --compare none --compile model --profile /tmp/prof
 """
 
 from __future__ import annotations
@@ -21,14 +30,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import get_args
 
 import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from megamlm.model.config import PRESETS, ModelArgs  # noqa: E402
+from megamlm.config import CompileMode  # noqa: E402
+from megamlm.model.config import PRESETS, AttentionBackend, ModelArgs  # noqa: E402
 from megamlm.objectives import MaskingSpec, ObjectiveSchedule  # noqa: E402
+from megamlm.training.metrics import peak_device_memory_mib, throughput  # noqa: E402
 
 # CPU-sized configuration of the issue's target: hidden 384, Llama 3 vocabulary, sequence 512.
 BENCH_PRESETS = {
@@ -37,10 +49,6 @@ BENCH_PRESETS = {
     **{name: dict(shape, vocab_size=shape["vocab_size"] or 128_256) for name, shape in PRESETS.items()},
 }
 
-# Dense bf16 peak of common accelerators, FLOP/s (vendor figures, no sparsity).
-PEAK_BF16 = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "MI250X": 191.5e12, "MI300X": 1307e12,
-             "L40S": 362e12, "A10": 125e12}
-
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -48,14 +56,23 @@ def parse_args(argv=None):
     p.add_argument("--objective", default="mlm", choices=["mlm", "clm"])
     p.add_argument("--compare", default="hf", choices=["hf", "none"])
     p.add_argument("--micro-batch-size", type=int, default=None, help="default: 4 on CPU, 8 on GPU")
+    p.add_argument("--micro-batch-sizes", default=None,
+                   help="comma-separated micro-batches timed one after the other with the same models (a sweep; "
+                        "compiled models recompile once with a dynamic batch dimension, then serve every size)")
     p.add_argument("--seq-length", type=int, default=None, help="default: the preset's")
     p.add_argument("--mask-ratio", type=float, default=0.4)
     p.add_argument("--steps", type=int, default=5, help="timed steps per side")
-    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps first (compilation happens here)")
     p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    p.add_argument("--compile", action="store_true", help="torch.compile each megamlm block (GPU)")
+    p.add_argument("--compile", nargs="?", const="blocks", default="none", choices=get_args(CompileMode),
+                   help="megamlm's torch.compile mode, as the trainer's --compile (bare: blocks; default: none)")
+    p.add_argument("--fp8", action="store_true", help="megamlm's block linears in float8 (torchao), as --fp8")
     p.add_argument("--kernels", default="auto", help="megamlm kernel backend (see megamlm.kernels)")
-    p.add_argument("--attention", default="sdpa", help="megamlm attention backend: sdpa, flex or flash")
+    p.add_argument("--attention", default="sdpa", choices=get_args(AttentionBackend),
+                   help="megamlm attention backend (auto: measured at start, as the trainer does)")
+    p.add_argument("--profile", default=None, metavar="DIR",
+                   help="after timing, write a profiler trace of megamlm's steps to DIR and print where time goes")
+    p.add_argument("--profile-steps", type=int, default=3)
     p.add_argument("--max-batch", action="store_true", help="GPU: search the largest micro-batch per side")
     p.add_argument("--peak-tflops", type=float, default=None, help="override the device's bf16 peak for MFU")
     p.add_argument("--json", default=None, help="also write the figures to this file")
@@ -97,16 +114,21 @@ def make_batches(args: ModelArgs, opts, count: int, micro_batch: int):
 
 def build_megamlm(args: ModelArgs, device, opts):
     """The trainer's own single-process layout (a ParallelModel with one part) and its optimizer."""
+    from megamlm.model.attention_probe import resolve_auto_attention
     from megamlm.model.config import Backends
     from megamlm.model.transformer import Transformer
     from megamlm.parallel.dims import ParallelDims
     from megamlm.parallel.parallelize import parallelize
+    from megamlm.precision import uses_bf16
     from megamlm.training.optimizer import build_optimizer
 
+    backends = resolve_auto_attention(Backends(attention=opts.attention, kernels=opts.kernels), device, args,
+                                      opts.micro_batch_size,
+                                      dtype=torch.bfloat16 if uses_bf16(device, "auto") else torch.float32)
     torch.manual_seed(0)
     with torch.device(device):  # initialise on the device: seconds saved per build at 610m
-        model = Transformer(args, backends=Backends(attention=opts.attention, kernels=opts.kernels))
-    pm = parallelize(model, ParallelDims(world_size=1), None, device, compile_blocks=opts.compile)
+        model = Transformer(args, backends=backends)
+    pm = parallelize(model, ParallelDims(world_size=1), None, device, compile=opts.compile, fp8=opts.fp8)
     return pm, build_optimizer(model, 1e-4, 0.1, (0.9, 0.95), 1e-5)
 
 
@@ -160,35 +182,14 @@ def timed(step, model, optimizer, batch, device) -> float:
     return time.perf_counter() - start
 
 
-def model_flops_per_step(args: ModelArgs, tokens: int, predicted: int, causal: bool) -> float:
-    """Training FLOPs (forward + backward = 3x forward) of the work the objective needs.
-
-    Matmuls: 2 FLOPs per weight per token in the blocks, the LM head only on predicted positions;
-    attention scores and values: 4 * seq * hidden per token per layer, halved under a causal mask.
-    """
-    h, f, layers = args.hidden_size, args.ffn_hidden_size, args.num_layers
-    kv = args.num_query_groups * args.head_dim
-    block_weights = layers * (2 * h * h + 2 * h * kv + 3 * h * f)
-    attention = layers * 4 * args.max_seq_length * h * (0.5 if causal else 1.0)
-    forward = 2 * block_weights * tokens + attention * tokens + 2 * h * args.vocab_size * predicted
-    return 3.0 * forward
-
-
-def device_peak(device, override_tflops):
-    if override_tflops:
-        return override_tflops * 1e12
-    if device.type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((peak for key, peak in PEAK_BF16.items() if key in name), None)
-
-
 def child_peak_rss(opts, side: str) -> float:
     """Peak resident memory (MiB) of one side's steps above the RSS after building, in a fresh process."""
     cmd = [sys.executable, __file__, "--_child", side, "--preset", opts.preset, "--objective", opts.objective,
            "--steps", str(opts.steps), "--warmup", str(opts.warmup), "--device", "cpu",
            "--micro-batch-size", str(opts.micro_batch_size), "--mask-ratio", str(opts.mask_ratio),
-           "--kernels", opts.kernels, "--attention", opts.attention]
+           "--kernels", opts.kernels, "--attention", opts.attention, "--compile", opts.compile]
+    if opts.fp8:
+        cmd.append("--fp8")
     if opts.seq_length:
         cmd += ["--seq-length", str(opts.seq_length)]
     out = subprocess.run(cmd, capture_output=True, text=True, check=True)
@@ -260,63 +261,117 @@ def max_micro_batch(build, step, args, opts, device) -> int:
     return low
 
 
+def time_sides(sides: dict, args: ModelArgs, opts, device) -> dict:
+    """Time every side at ``opts.micro_batch_size``, steps alternating between sides; print and return the figures."""
+    mb = opts.micro_batch_size
+    batches = make_batches(args, opts, opts.warmup + opts.steps, mb)
+    tokens = mb * args.max_seq_length
+    predicted = int(sum((b[0].targets != -100).sum() for b in batches) / len(batches))
+    times = {name: [] for name in sides}
+    peaks = {name: 0.0 for name in sides}
+    failed: set[str] = set()
+    for i, batch in enumerate(batches):
+        for name, (step, model, optimizer) in sides.items():
+            if name in failed:
+                continue
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            try:
+                elapsed = timed(step, model, optimizer, batch, device)
+            except torch.OutOfMemoryError:
+                failed.add(name)
+                optimizer.zero_grad(set_to_none=True)
+                torch.cuda.empty_cache()
+                continue
+            peaks[name] = max(peaks[name], peak_device_memory_mib(device) or 0.0)
+            if i >= opts.warmup:
+                times[name].append(elapsed)
+    if device.type == "cpu":
+        peaks = {name: child_peak_rss(opts, name) for name in sides}
+    figures = {"preset": opts.preset, "objective": opts.objective, "device": str(device),
+               "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+               "micro_batch_size": mb, "seq_length": args.max_seq_length,
+               "vocab_size": args.vocab_size, "hidden_size": args.hidden_size, "torch": torch.__version__,
+               "threads": torch.get_num_threads(), "compile": opts.compile, "fp8": opts.fp8,
+               "attention": opts.attention}
+    print(f"# {opts.preset} ({args.num_layers} layers, hidden {args.hidden_size}, vocab {args.vocab_size}), "
+          f"{opts.objective}, micro-batch {mb} x {args.max_seq_length} tokens, {figures['device_name']}, "
+          f"compile {opts.compile}{', fp8' if opts.fp8 else ''}, attention {opts.attention}, "
+          f"{opts.steps} timed steps after {opts.warmup} warm-up")
+    for name in sides:
+        if name in failed:
+            figures[f"{name}_out_of_memory"] = True
+            print(f"{name:8s} out of memory at micro-batch {mb}")
+            continue
+        median = statistics.median(times[name])
+        rate = throughput(args, tokens, predicted, opts.objective == "clm", median, device, opts.peak_tflops)
+        figures[f"{name}_tokens_per_s"] = rate.tokens_per_second
+        figures[f"{name}_peak_mib"] = peaks[name]
+        line = f"{name:8s} {rate.tokens_per_second:10.0f} tok/s | peak memory {peaks[name]:9.1f} MiB"
+        if rate.mfu is not None:
+            figures[f"{name}_mfu"] = rate.mfu
+            line += f" | MFU {100 * rate.mfu:.1f}%"
+        print(line)
+    if "hf" in sides and not failed:
+        figures["tokens_per_s_ratio"] = figures["megamlm_tokens_per_s"] / figures["hf_tokens_per_s"]
+        figures["peak_memory_ratio"] = figures["megamlm_peak_mib"] / max(figures["hf_peak_mib"], 1e-9)
+        print(f"tokens/s megamlm/hf: {figures['tokens_per_s_ratio']:.2f}x")
+        print(f"peak memory megamlm/hf: {figures['peak_memory_ratio']:.2f}x")
+    return figures
+
+
+def profile_megamlm(pm, optimizer, args: ModelArgs, opts, device) -> dict:
+    """A profiler trace of megamlm's steps at ``opts.micro_batch_size``; prints the summary and returns it."""
+    from megamlm.training.profiling import profile_steps, summarize_trace
+
+    batch = make_batches(args, opts, 1, opts.micro_batch_size)[0]
+    megamlm_step(pm, optimizer, batch, device)  # warm (a new shape may compile)
+    trace = profile_steps(lambda: megamlm_step(pm, optimizer, batch, device), opts.profile_steps,
+                          Path(opts.profile) / f"trace_{opts.preset}_{opts.objective}_mb{opts.micro_batch_size}.json",
+                          device)
+    summary = summarize_trace(trace)
+    print(summary.format())
+    print(f"trace: {trace}")
+    return {**summary.to_dict(), "trace": str(trace), "micro_batch_size": opts.micro_batch_size}
+
+
 def main(argv=None):
     opts = parse_args(argv)
     device = resolve_device(opts.device)
-    if opts.micro_batch_size is None:
-        opts.micro_batch_size = 8 if device.type == "cuda" else 4
+    default_mb = 8 if device.type == "cuda" else 4
+    sizes = ([int(x) for x in opts.micro_batch_sizes.split(",")] if opts.micro_batch_sizes
+             else [opts.micro_batch_size or default_mb])
+    opts.micro_batch_size = sizes[0]
     if opts._child:
         return run_child(opts)
 
     args = model_args(opts)
-    torch.manual_seed(0)
-    batches = make_batches(args, opts, opts.warmup + opts.steps, opts.micro_batch_size)
-    tokens = opts.micro_batch_size * args.max_seq_length
-    predicted = int(sum((b[0].targets != -100).sum() for b in batches) / len(batches))
     ours, ours_opt = build_megamlm(args, device, opts)
     sides = {"megamlm": (megamlm_step, ours, ours_opt)}
     if opts.compare == "hf":
         theirs, theirs_opt = build_hf(args, device, opts.objective, weights_from=ours.model)
         sides["hf"] = (hf_step, theirs, theirs_opt)
-
-    times = {name: [] for name in sides}
-    peaks = {name: 0.0 for name in sides}
-    for i, batch in enumerate(batches):
-        for name, (step, model, optimizer) in sides.items():
+    runs = []
+    for mb in sizes:
+        opts.micro_batch_size = mb
+        runs.append(time_sides(sides, args, opts, device))
+        write_json(opts.json, runs[0] if len(sizes) == 1 else {"sweep": runs})  # kept if a time limit cuts the run
+    figures = runs[0]
+    if len(runs) > 1:
+        ran = [r for r in runs if "megamlm_tokens_per_s" in r]
+        best = max(ran, key=lambda r: r["megamlm_tokens_per_s"]) if ran else runs[0]
+        figures = {"sweep": runs, "best": best}
+        print("sweep: " + ", ".join(f"mb {r['micro_batch_size']}: " + (
+            f"{r['megamlm_tokens_per_s']:.0f} tok/s" + (f" ({100 * r['megamlm_mfu']:.1f}% MFU)" if "megamlm_mfu" in r
+                                                        else "") if "megamlm_tokens_per_s" in r else "out of memory")
+            for r in runs) + f"; best micro-batch {best['micro_batch_size']}")
+        opts.micro_batch_size = best["micro_batch_size"]
+    if opts.profile:
+        if "hf" in sides:
+            del sides["hf"], theirs, theirs_opt
             if device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(device)
-            elapsed = timed(step, model, optimizer, batch, device)
-            if device.type == "cuda":
-                peaks[name] = max(peaks[name], torch.cuda.max_memory_allocated(device) / 2**20)
-            if i >= opts.warmup:
-                times[name].append(elapsed)
-
-    if device.type == "cpu":
-        peaks = {name: child_peak_rss(opts, name) for name in sides}
-    figures = {"preset": opts.preset, "objective": opts.objective, "device": str(device),
-               "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-               "micro_batch_size": opts.micro_batch_size, "seq_length": args.max_seq_length,
-               "vocab_size": args.vocab_size, "hidden_size": args.hidden_size, "torch": torch.__version__,
-               "threads": torch.get_num_threads(), "compile": opts.compile}
-    peak_flops = device_peak(device, opts.peak_tflops)
-    flops = model_flops_per_step(args, tokens, predicted, causal=opts.objective == "clm")
-    print(f"# {opts.preset} ({args.num_layers} layers, hidden {args.hidden_size}, vocab {args.vocab_size}), "
-          f"{opts.objective}, micro-batch {opts.micro_batch_size} x {args.max_seq_length} tokens, "
-          f"{figures['device_name']}, {opts.steps} timed steps after {opts.warmup} warm-up")
-    for name in sides:
-        median = statistics.median(times[name])
-        figures[f"{name}_tokens_per_s"] = tokens / median
-        figures[f"{name}_peak_mib"] = peaks[name]
-        line = f"{name:8s} {tokens / median:10.0f} tok/s | peak memory {peaks[name]:9.1f} MiB"
-        if peak_flops:
-            figures[f"{name}_mfu"] = flops / median / peak_flops
-            line += f" | MFU {100 * figures[f'{name}_mfu']:.1f}%"
-        print(line)
-    if "hf" in sides:
-        figures["tokens_per_s_ratio"] = figures["megamlm_tokens_per_s"] / figures["hf_tokens_per_s"]
-        figures["peak_memory_ratio"] = figures["megamlm_peak_mib"] / max(figures["hf_peak_mib"], 1e-9)
-        print(f"tokens/s megamlm/hf: {figures['tokens_per_s_ratio']:.2f}x")
-        print(f"peak memory megamlm/hf: {figures['peak_memory_ratio']:.2f}x")
+                torch.cuda.empty_cache()
+        figures["profile"] = profile_megamlm(ours, ours_opt, args, opts, device)
     if opts.max_batch and device.type == "cuda":
         del sides
         torch.cuda.empty_cache()
@@ -327,9 +382,16 @@ def main(argv=None):
                                                             hf_step, args, opts, device)
             print(f"largest micro-batch megamlm/hf: {figures['megamlm_max_micro_batch']} / "
                   f"{figures['hf_max_micro_batch']}")
-    if opts.json:
-        Path(opts.json).write_text(json.dumps(figures, indent=2))
+    write_json(opts.json, figures)
     return figures
+
+
+def write_json(path: str | None, figures: dict) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(path).with_suffix(".tmp")
+        tmp.write_text(json.dumps(figures, indent=2))
+        tmp.replace(path)
 
 
 if __name__ == "__main__":

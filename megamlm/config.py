@@ -32,6 +32,7 @@ Device = Literal["auto", "cpu", "cuda"]
 DataParallelImpl = Literal["fsdp", "ddp"]
 PipelineSchedule = Literal["1f1b", "interleaved_1f1b"]
 OptimizerImpl = Literal["torch", "apex"]
+CompileMode = Literal["auto", "none", "blocks", "model", "cudagraphs"]
 
 
 class ConfigError(UserError, ValueError):
@@ -236,11 +237,18 @@ class PerformanceConfig:
     kernel_backend: KernelBackend = "auto"
     """Hot-path kernels: auto (Triton on GPU, chunked LM-head loss on CPU), triton, chunked or reference."""
     attention_backend: AttentionBackend = "sdpa"
-    """Attention: sdpa (scaled_dot_product_attention), flex (FlexAttention, GPU) or flash (flash-attn)."""
+    """Attention: sdpa (scaled_dot_product_attention), sdpa_flash / sdpa_cudnn (SDPA held to its flash or cuDNN kernel,
+    GPU), flex (FlexAttention, GPU), flash (flash-attn), or auto (each measured at start on this GPU for the run's
+    shapes, the fastest kept for bidirectional and for causal attention; sdpa on CPU)."""
     document_mask: bool = False
     """Attend only within each document of a packed window (causal and bidirectional alike)."""
-    compile: bool = False
-    """torch.compile each transformer block."""
+    compile: CompileMode = "auto"
+    """torch.compile: auto (the mode measured fastest: none on CPU, blocks on GPU), none, blocks (each transformer
+    block), model (the whole model; blocks under pipeline parallelism) or cudagraphs (the whole model replayed as
+    CUDA graphs; one GPU process). A bare --compile means blocks, --no-compile none."""
+    fp8: bool = False
+    """Train the transformer blocks' linear layers in float8 (torchao; H100-class GPUs); embedding, norms and LM head
+    keep their precision."""
     optimizer_impl: OptimizerImpl = "torch"
     """AdamW implementation: torch (fused kernel on GPU) or apex (apex.optimizers.FusedAdam)."""
 
@@ -271,6 +279,8 @@ class Config:
             for key, value in (values or {}).items():
                 if key not in known:
                     raise ConfigError(f"unknown key {section_name}.{key}; known: {', '.join(sorted(known))}")
+                if key in FORMER_SWITCHES and isinstance(value, bool):
+                    value = FORMER_SWITCHES[key][value]
                 setattr(section, key, value)
         return cfg
 
@@ -291,6 +301,8 @@ ALTERNATIVES = (("objective", "switch", "switch_step"), ("training", "lr_warmup_
                 ("training", "lr_wsd_decay_iters", "lr_wsd_decay_fraction"))
 DEFAULT_SWITCH = 0.25
 DEFAULT_EVAL_INTERVAL, DEFAULT_EVAL_ITERS = 1000, 10
+# Choice flags that were on/off switches before: the bare flag, --no-FLAG and YAML booleans keep their old meaning.
+FORMER_SWITCHES = {"compile": {True: "blocks", False: "none"}}
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -368,6 +380,11 @@ def build_parser() -> argparse.ArgumentParser:
                     kwargs["choices"] = choices_of(hint)
                 else:
                     kwargs["metavar"] = f.name.upper()
+                if f.name in FORMER_SWITCHES:
+                    kwargs.update(nargs="?", const=FORMER_SWITCHES[f.name][True])
+                    group.add_argument("--no-" + f.name.replace("_", "-"), dest=kwargs["dest"], action="store_const",
+                                       const=FORMER_SWITCHES[f.name][False], default=argparse.SUPPRESS,
+                                       help=argparse.SUPPRESS)
             group.add_argument(*flags, **kwargs)
     return parser
 
@@ -644,3 +661,5 @@ def validate_performance(p: PerformanceConfig) -> None:
         raise ConfigError("--optimizer-impl apex needs NVIDIA apex, which is not installed; use --optimizer-impl torch")
     if p.kernel_backend == "triton" and importlib.util.find_spec("triton") is None:
         raise ConfigError("--kernel-backend triton needs the triton package; pip install triton, or use auto")
+    if p.fp8 and importlib.util.find_spec("torchao") is None:
+        raise ConfigError("--fp8 needs torchao, which is not installed; pip install torchao, or drop --fp8")

@@ -33,19 +33,31 @@ _CPU_CHUNK_BYTES = 256 << 20
 def torch_chunk_cross_entropy(
     logits: torch.Tensor, targets: torch.Tensor, ignore_index: int, compute_grad: bool
 ) -> torch.Tensor:
-    """Per-row cross-entropy of one chunk in fp32; optionally its logits gradient, in place."""
+    """Per-row cross-entropy of one chunk in fp32; optionally its logits gradient, in place.
+
+    With fp32 logits and a gradient wanted, the softmax is computed inside ``logits`` itself (shift, exp, divide):
+    no second chunk-sized buffer, which on CPU also saves the page faults of a fresh large allocation per chunk.
+    """
     valid = targets != ignore_index
-    safe_targets = torch.where(valid, targets, torch.zeros_like(targets))
-    log_probs = torch.log_softmax(logits.float(), dim=-1)
-    losses = -log_probs.gather(1, safe_targets[:, None]).squeeze(1)
+    safe_targets = torch.where(valid, targets, torch.zeros_like(targets))[:, None]
+    if not (compute_grad and logits.dtype == torch.float32):
+        log_probs = torch.log_softmax(logits.float(), dim=-1)
+        losses = -log_probs.gather(1, safe_targets).squeeze(1)
+        probs = log_probs.exp_() if compute_grad else None
+    else:
+        logits.sub_(logits.amax(dim=-1, keepdim=True))
+        target_logits = logits.gather(1, safe_targets).squeeze(1)
+        sum_exp = logits.exp_().sum(dim=-1)
+        losses = sum_exp.log() - target_logits
+        probs = logits.div_(sum_exp[:, None])
     losses.masked_fill_(~valid, 0.0)
     if compute_grad:
-        probs = log_probs.exp_()
-        probs.scatter_add_(1, safe_targets[:, None], torch.full_like(losses[:, None], -1.0))
+        probs.scatter_add_(1, safe_targets, torch.full_like(losses[:, None], -1.0))
         ignored_rows = (~valid).nonzero().squeeze(1)
         if ignored_rows.numel():
             probs.index_fill_(0, ignored_rows, 0.0)
-        logits.copy_(probs)
+        if probs is not logits:
+            logits.copy_(probs)
     return losses
 
 
@@ -107,18 +119,26 @@ class ChunkedLinearCrossEntropyFunction(torch.autograd.Function):
             n_rows, n_hidden = h.shape
             compute_grad = want_grad_h or want_grad_w
             grad_h = torch.empty(h.shape, dtype=h.dtype, device=h.device) if want_grad_h else None
-            grad_w = torch.zeros(w.shape, dtype=torch.float32, device=w.device) if want_grad_w else None
+            # Written by the first chunk, accumulated by the others (no zero-fill pass over the (V, H) matrix).
+            grad_w = torch.empty(w.shape, dtype=torch.float32, device=w.device) if want_grad_w else None
+            if want_grad_w and n_rows == 0:
+                grad_w.zero_()
             total = torch.zeros((), dtype=torch.float32, device=h.device)
+            # One logits buffer for every chunk: a fresh chunk-sized allocation each time costs page faults on CPU.
+            buffer = torch.empty((min(chunk_rows, n_rows), w.shape[0]), dtype=dtype, device=h.device)
             for start in range(0, n_rows, chunk_rows):
                 end = min(start + chunk_rows, n_rows)
                 h_chunk = h[start:end]
-                logits = h_chunk @ w.t()
+                logits = torch.mm(h_chunk, w.t(), out=buffer[: end - start])
                 total += chunk_ce(logits, targets[start:end], ignore_index, compute_grad).sum()
                 if want_grad_h:
                     torch.mm(logits, w, out=grad_h[start:end])
                 if want_grad_w:
+                    first = start == 0
                     if dtype == torch.float32:
-                        grad_w.addmm_(logits.t(), h_chunk)
+                        grad_w.addmm_(logits.t(), h_chunk, beta=0.0 if first else 1.0)  # beta 0: not read
+                    elif first:
+                        grad_w.copy_(logits.t() @ h_chunk)
                     else:
                         grad_w += logits.t() @ h_chunk
         ctx.save_for_backward(grad_h, grad_w)

@@ -6,11 +6,14 @@ and k/v (batch, seq, kv_heads, dim) (grouped-query when kv_heads < heads) and re
 own document (a maximal run of equal ids in its row), causally or not.
 
 backend:
-- ``"sdpa"``: ``scaled_dot_product_attention``. With documents it uses a block-diagonal boolean
-  mask on CPU, and FlexAttention block masks on GPU (head dim >= 16), where a dense mask would rule
-  out the fused flash kernel and the block mask skips the blocks between documents.
+- ``"sdpa"``: ``scaled_dot_product_attention``, torch choosing its kernel. With documents it uses a
+  block-diagonal boolean mask on CPU, and FlexAttention block masks on GPU (head dim >= 16), where a dense
+  mask would rule out the fused flash kernel and the block mask skips the blocks between documents.
+- ``"sdpa_flash"`` / ``"sdpa_cudnn"``: the same, restricted to SDPA's flash or cuDNN kernel (GPU only).
 - ``"flex"``: FlexAttention (GPU), with or without documents.
 - ``"flash"``: flash-attn (``flash_attn_func``; ``flash_attn_varlen_func`` with documents).
+- ``"auto"`` is not a kernel: ``Backends.attention_for`` resolves it to the backend measured fastest for the
+  attention mode (``megamlm.model.attention_probe``) before any call gets here.
 
 The caller passes the backend on every call (the model passes the one it was built with, see
 ``megamlm.model.config.Backends``); ``check_attention_backend`` validates a name up front.
@@ -26,11 +29,14 @@ from typing import get_args
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from megamlm.model.config import AttentionBackend
 
 ATTENTION_BACKENDS = get_args(AttentionBackend)
-_FLEX_MIN_HEAD_DIM = 16  # FlexAttention's compiled kernels refuse smaller head dims
+# SDPA restricted to one of its GPU kernels (the others are torch's own choice).
+_SDPA_KERNELS = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}
+FLEX_MIN_HEAD_DIM = 16  # FlexAttention's compiled kernels refuse smaller head dims
 
 # The last mask built, reused while the same document_ids tensor comes back (every layer of a step).
 _mask_cache: dict[str, tuple] = {}
@@ -58,16 +64,27 @@ def attention(
 ) -> torch.Tensor:
     """Scaled dot-product attention, (batch, seq, heads, dim) in and out; see the module docstring."""
     _check_inputs(q, k, v, document_ids, backend)
+    if backend == "auto":
+        raise ValueError("attention backend 'auto' must be resolved per attention mode first "
+                         "(Backends.attention_for); pass a concrete backend")
     if backend == "flash":
         return _flash_attention(q, k, v, causal, document_ids)
+    if backend in _SDPA_KERNELS:
+        if q.device.type != "cuda":
+            raise ValueError(f"attention backend {backend!r} selects a GPU kernel of SDPA, got a {q.device.type} "
+                             "tensor; use backend 'sdpa'")
+        if document_ids is None:
+            with sdpa_kernel(_SDPA_KERNELS[backend]):
+                return _sdpa(q, k, v, attn_mask=None, causal=causal)
+        # With documents every SDPA variant takes the block-mask path below (a dense mask rules out both kernels).
     if backend == "flex":
-        if q.device.type != "cuda" or q.shape[-1] < _FLEX_MIN_HEAD_DIM:
+        if q.device.type != "cuda" or q.shape[-1] < FLEX_MIN_HEAD_DIM:
             raise ValueError(
                 f"attention backend 'flex' needs a CUDA/ROCm device (FlexAttention has no CPU backward) and a "
-                f"head dim of at least {_FLEX_MIN_HEAD_DIM}, got {q.device.type} and {q.shape[-1]}; use backend 'sdpa'"
+                f"head dim of at least {FLEX_MIN_HEAD_DIM}, got {q.device.type} and {q.shape[-1]}; use backend 'sdpa'"
             )
         return _flex_attention(q, k, v, causal, document_ids)
-    if document_ids is not None and q.device.type == "cuda" and q.shape[-1] >= _FLEX_MIN_HEAD_DIM:
+    if document_ids is not None and q.device.type == "cuda" and q.shape[-1] >= FLEX_MIN_HEAD_DIM:
         return _flex_attention(q, k, v, causal, document_ids)
     if document_ids is None:
         return _sdpa(q, k, v, attn_mask=None, causal=causal)
@@ -206,12 +223,13 @@ _EXTRAS = {
     "flash_attn": ("flash-attn", "flash_attn"),
     "transformer_engine": ("transformer-engine", "transformer_engine", "transformer-engine-cu12"),
     "apex": ("apex",),
+    "torchao": ("torchao",),
     "triton": ("triton", "pytorch-triton-rocm", "pytorch-triton"),
 }
 
 
 def detect_optional_extras() -> dict[str, str | None]:
-    """{flash_attn, transformer_engine, apex, triton: installed version or None}, importing none of them."""
+    """{flash_attn, transformer_engine, apex, torchao, triton: installed version or None}, importing none of them."""
     found: dict[str, str | None] = {}
     for module, distributions in _EXTRAS.items():
         try:

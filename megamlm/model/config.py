@@ -9,8 +9,8 @@ from megamlm.model.rope import RopeScaling
 
 KernelBackend = Literal["auto", "triton", "chunked", "reference"]
 """auto: Triton on GPU tensors, the chunked LM-head loss on CPU; see ``megamlm.kernels``."""
-AttentionBackend = Literal["sdpa", "flex", "flash"]
-"""See ``megamlm.model.attention_backends``."""
+AttentionBackend = Literal["auto", "sdpa", "sdpa_flash", "sdpa_cudnn", "flex", "flash"]
+"""See ``megamlm.model.attention_backends``; ``auto`` is resolved per attention mode before the model is built."""
 
 
 @dataclass(frozen=True)
@@ -74,12 +74,23 @@ class Backends:
 
     attention: AttentionBackend = "sdpa"
     kernels: KernelBackend = "auto"
+    auto_attention: tuple[str, str] = ("sdpa", "sdpa")
+    """With ``attention="auto"``: the backends measured fastest for (bidirectional, causal) attention, set by
+    ``megamlm.model.attention_probe.resolve_auto_attention`` (sdpa for both until then, and on CPU)."""
 
     def __post_init__(self) -> None:
         for kind, value, literal in (("attention", self.attention, AttentionBackend),
-                                     ("kernel", self.kernels, KernelBackend)):
+                                     ("kernel", self.kernels, KernelBackend),
+                                     ("attention", self.auto_attention[0], AttentionBackend),
+                                     ("attention", self.auto_attention[1], AttentionBackend)):
             if value not in get_args(literal):
                 raise ValueError(f"unknown {kind} backend {value!r}; choose one of {', '.join(get_args(literal))}")
+        if "auto" in self.auto_attention:
+            raise ValueError("auto_attention holds concrete backends, not 'auto'")
+
+    def attention_for(self, causal: bool) -> str:
+        """The concrete attention backend of a causal or bidirectional call."""
+        return self.auto_attention[int(causal)] if self.attention == "auto" else self.attention
 
 
 # The paper's sizes (arXiv 2507.00994, Table 5) with the Llama 3 vocabulary, and a CPU-sized `tiny`

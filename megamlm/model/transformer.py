@@ -54,7 +54,8 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(batch, seq, -1, self.head_dim)
         q = kernels.apply_rotary(q, cos, sin, backend=self.backends.kernels)
         k = kernels.apply_rotary(k, cos, sin, backend=self.backends.kernels)
-        out = attention(q, k, v, causal=causal, document_ids=document_ids, backend=self.backends.attention)
+        out = attention(q, k, v, causal=causal, document_ids=document_ids,
+                        backend=self.backends.attention_for(causal))
         return self.o_proj(out.reshape(batch, seq, -1))
 
 

@@ -23,12 +23,6 @@ def apply_recompute(model: nn.Module) -> None:
         model.layers[name] = checkpoint_wrapper(block, preserve_rng_state=False)
 
 
-def apply_compile(model: nn.Module) -> None:
-    """``torch.compile`` each block in place (``--compile``); in-place keeps the parameter names."""
-    for block in model.layers.values():
-        block.compile()
-
-
 def mixed_precision_policy(device: torch.device, precision: str) -> MixedPrecisionPolicy:
     """bf16 compute with fp32 gradient reduction on GPU (``auto``/``bf16``); fp32 throughout otherwise."""
     if uses_bf16(device, precision):

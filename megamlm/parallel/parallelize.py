@@ -1,5 +1,5 @@
 """Apply a ParallelDims layout to a built single-device Transformer, in the fixed order:
-pipeline split -> TP -> activation checkpointing -> compile -> FSDP2/DDP.
+pipeline split -> float8 linears -> TP -> activation checkpointing -> compile -> FSDP2/DDP.
 
 One process is the trivial layout (one part, no mesh): it goes through the same function and comes out
 as the same ``ParallelModel``, so the trainer has one code path for every layout.
@@ -14,14 +14,15 @@ import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh
 
 from megamlm.model.transformer import Transformer
+from megamlm.parallel.compile import apply_compile, resolve_compile_mode
 from megamlm.parallel.data_parallel import (
-    apply_compile,
     apply_ddp,
     apply_fsdp,
     apply_recompute,
     mixed_precision_policy,
 )
 from megamlm.parallel.dims import ParallelDims
+from megamlm.parallel.float8 import apply_float8
 from megamlm.parallel.pipeline import (
     exchange_local_tensors,
     prune_to_stages,
@@ -50,6 +51,10 @@ class ParallelModel:
     """The PipelineRunner, built on the first step (megamlm.parallel.forward_backward)."""
     embedding_group: object = None
     """Pipelines with tied embeddings: the group of the two ranks holding a copy of the matrix (else None)."""
+    compile_mode: str = "none"
+    """The torch.compile mode applied (``--compile`` resolved for this device and layout)."""
+    float8_linears: list[str] = field(default_factory=list)
+    """Names of the linear layers trained in float8 (``--fp8``)."""
 
     @property
     def tp_mesh(self) -> DeviceMesh | None:
@@ -91,19 +96,25 @@ class ParallelModel:
 
 
 def parallelize(model: Transformer, dims: ParallelDims, mesh: DeviceMesh | None, device: torch.device,
-                precision: str = "auto", recompute: bool = False, compile_blocks: bool = False) -> ParallelModel:
-    """Turn the full model (same weights on every rank) into this rank's ParallelModel, in place."""
+                precision: str = "auto", recompute: bool = False, compile: str = "none",
+                fp8: bool = False) -> ParallelModel:
+    """Turn the full model (same weights on every rank) into this rank's ParallelModel, in place.
+
+    ``compile`` is a ``--compile`` mode (``auto`` resolved here for ``device`` and ``dims``, see
+    ``megamlm.parallel.compile``); ``fp8`` trains the blocks' linear layers in float8 (``megamlm.parallel.float8``).
+    """
+    compile_mode = resolve_compile_mode(compile, device, dims)
     stage_ids: list[int] = []
     if dims.pp > 1:
         stage_ids = rank_stages(mesh["pp"].get_local_rank(), dims.pp, dims.stages_per_rank)
         prune_to_stages(model, stage_ids, dims.num_stages)
+    float8_linears = apply_float8(model, dims) if fp8 else []
     tp_mesh = mesh["tp"] if dims.tp > 1 else None
     if tp_mesh is not None:
         apply_tp(model, tp_mesh)
     if recompute:
         apply_recompute(model)
-    if compile_blocks:
-        apply_compile(model)
+    apply_compile(model, compile_mode)
 
     parts: list[nn.Module] = [model]
     if dims.pp > 1:
@@ -124,4 +135,5 @@ def parallelize(model: Transformer, dims: ParallelDims, mesh: DeviceMesh | None,
         if dims.pp > 1:  # FSDP sharded the last stage's LM head; its kept embedding module takes that parameter
             retie(model, source="lm_head")
     return ParallelModel(model=model, parts=parts, dims=dims, mesh=mesh, stage_ids=stage_ids,
-                         embedding_group=embedding_group(model, mesh, dims.pp))
+                         embedding_group=embedding_group(model, mesh, dims.pp), compile_mode=compile_mode,
+                         float8_linears=float8_linears)

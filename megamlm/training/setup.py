@@ -5,9 +5,11 @@ All of it happens (and every user error is raised) before a model is built or a 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 from megamlm.config import (
     Config,
@@ -23,10 +25,16 @@ from megamlm.config import (
 from megamlm.data import load_tokenizer, prepare_embedded_corpus
 from megamlm.kernels import check_kernel_backend
 from megamlm.model.attention_backends import check_attention_backend
+from megamlm.model.attention_probe import resolve_auto_attention
 from megamlm.model.config import Backends, ModelArgs, pad_vocab_size
 from megamlm.objectives import MaskingSpec, ObjectiveSchedule
+from megamlm.parallel.compile import resolve_compile_mode
 from megamlm.parallel.dims import ParallelDims, dims_from_config
+from megamlm.parallel.float8 import check_float8
+from megamlm.precision import uses_bf16
 from megamlm.training.lr_schedule import LRSchedule
+
+_GPU_ATTENTION = ("sdpa_flash", "sdpa_cudnn", "flex")
 
 
 @dataclass
@@ -106,10 +114,29 @@ def lr_schedule_for(t: TrainingConfig) -> LRSchedule:
     return LRSchedule(t.lr, t.min_lr, t.lr_decay_style, warmup_iters(t), wsd_decay_iters(t), t.train_iters)
 
 
+def backends_on_device(plan: RunPlan, cfg: Config, device: torch.device) -> Backends:
+    """``plan.backends`` with ``--attention-backend auto`` measured on this rank's ``device``; every rank takes
+    rank 0's choice, so the whole job computes attention the same way."""
+    backends = resolve_auto_attention(plan.backends, device, plan.model_args, cfg.training.micro_batch_size,
+                                      plan.dims.tp, cfg.performance.document_mask,
+                                      torch.bfloat16 if uses_bf16(device, cfg.training.precision) else torch.float32)
+    if backends.attention == "auto" and dist.is_available() and dist.is_initialized():
+        choice = [backends.auto_attention]
+        dist.broadcast_object_list(choice, src=0)
+        backends = dataclasses.replace(backends, auto_attention=tuple(choice[0]))
+    return backends
+
+
 def plan_run(cfg: Config) -> RunPlan:
     """Resolve and check everything a run needs; raises ConfigError / DataError / LayoutError naming the fix."""
     dims = dims_from_config(cfg)
     device = resolve_device(cfg.training.device)
+    resolve_compile_mode(cfg.performance.compile, device, dims)  # an impossible mode fails here, before any work
+    if device.type != "cuda" and cfg.performance.attention_backend in _GPU_ATTENTION:
+        raise ConfigError(f"--attention-backend {cfg.performance.attention_backend} runs on a GPU, and this run is on "
+                          f"{device.type}; use --attention-backend sdpa or auto")
+    if cfg.performance.fp8:
+        check_float8(dims)
     data_path, tokenizer_path = resolve_data_sources(cfg)
     tokenizer = load_tokenizer(tokenizer_path)
     args = model_args_for(cfg, tokenizer.vocab_size)

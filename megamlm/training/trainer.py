@@ -36,7 +36,7 @@ from megamlm.training.progress import TrainProgress
 from megamlm.training.reporting import RunReporter
 from megamlm.training.resume import Start, plan_start
 from megamlm.training.run_record import build_run_record, write_run_record
-from megamlm.training.setup import RunPlan, plan_run
+from megamlm.training.setup import RunPlan, backends_on_device, plan_run
 from megamlm.training.signals import ExitSignalHandler
 from megamlm.training.step import train_step
 from megamlm.training.stopping import StopPolicy
@@ -168,10 +168,14 @@ def restore(start: Start, manager: CheckpointManager, cfg: Config) -> None:
 
 def build_parallel_model(cfg: Config, plan: RunPlan, mesh, device: torch.device) -> ParallelModel:
     """The full model from the run's seed (the same weights on every rank), then this rank's share of it."""
+    backends = backends_on_device(plan, cfg, device)
+    if backends.attention == "auto":
+        log(f"attention auto: {backends.auto_attention[0]} for bidirectional, {backends.auto_attention[1]} for causal "
+            "(fastest measured on this device)")
     torch.manual_seed(cfg.training.seed)
-    model = Transformer(plan.model_args, plan.backends).to(device)
+    model = Transformer(plan.model_args, backends).to(device)
     return parallelize(model, plan.dims, mesh, device, cfg.training.precision, cfg.parallel.recompute,
-                       cfg.performance.compile)
+                       cfg.performance.compile, cfg.performance.fp8)
 
 
 def describe_performance(cfg: Config) -> str:
@@ -179,7 +183,7 @@ def describe_performance(cfg: Config) -> str:
     extras = ", ".join(f"{name} {version or 'absent'}" for name, version in detect_optional_extras().items())
     return (f"kernels {perf.kernel_backend} | attention {perf.attention_backend}"
             f"{' with document masks' if perf.document_mask else ''}"
-            f"{' | torch.compile per block' if perf.compile else ''} | optional extras: {extras}")
+            f" | compile {perf.compile}{' | fp8 linears' if perf.fp8 else ''} | optional extras: {extras}")
 
 
 def _train(cfg: Config, pm: ParallelModel, optimizer, loader: MicroBatchLoader, progress: TrainProgress,

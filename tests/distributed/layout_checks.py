@@ -47,7 +47,7 @@ def reference(objective: str):
     return first.loss, grads, second.loss, first.grad_norm
 
 
-def check_layout(rank: int, world: int, layout: dict, recompute: bool = False) -> None:
+def check_layout(rank: int, world: int, layout: dict, recompute: bool = False, compile: str = "none") -> None:
     from megamlm.model.transformer import Transformer
     from megamlm.parallel.dims import resolve_parallel_dims
     from megamlm.parallel.forward_backward import forward_backward
@@ -65,7 +65,8 @@ def check_layout(rank: int, world: int, layout: dict, recompute: bool = False) -
         ref_loss, ref_grads, ref_second, ref_norm = reference(objective)
         sched = schedule(objective)
         torch.manual_seed(SEED)
-        pm = parallelize(Transformer(TINY), dims, mesh, cpu, recompute=recompute)
+        pm = parallelize(Transformer(TINY), dims, mesh, cpu, recompute=recompute, compile=compile)
+        assert pm.compile_mode == ("blocks" if compile == "model" and (dims.tp > 1 or dims.pp > 1) else compile)
         per_rank = len(GLOBAL_IDS) // dims.dp
         mine = GLOBAL_IDS[pm.dp_rank * per_rank:(pm.dp_rank + 1) * per_rank]
 
@@ -90,12 +91,19 @@ def check_layout(rank: int, world: int, layout: dict, recompute: bool = False) -
         second_ids = [[k + 8 for k in ids] for ids in mine]
         second = train_step(pm, optimizer, micro_batches(sched, 2, second_ids), LR, CLIP, cpu)
         assert second.loss == pytest.approx(ref_second, rel=1e-4), (objective, layout)
+        if compile != "none":  # the compiler did capture the model
+            assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > 0
 
 
-def check_layouts(rank: int, world: int, layouts: list[tuple[str, dict, bool]]) -> None:
-    """Several layouts in one spawned world (process start-up dominates on small CPUs)."""
-    for name, layout, recompute in layouts:
+def check_layouts(rank: int, world: int, layouts: list[tuple]) -> None:
+    """Several layouts (name, layout, recompute[, compile mode]) in one spawned world (process start-up dominates
+    on small CPUs). Compiled layouts use the ``aot_eager`` backend: the same graph capture and autograd as
+    inductor, without generating kernels, which takes minutes on a small CPU."""
+    import megamlm.parallel.compile
+
+    megamlm.parallel.compile.COMPILER_BACKEND = "aot_eager"
+    for name, layout, recompute, *compile in layouts:
         try:
-            check_layout(rank, world, layout, recompute)
+            check_layout(rank, world, layout, recompute, *compile)
         except AssertionError as err:
             raise AssertionError(f"layout {name}: {err}") from err

@@ -38,6 +38,20 @@ def test_tensor_parallel_times_fsdp_on_four_ranks_matches_single_process():
     spawn(check_layouts, 4, [(name, layout, False) for name, (_, layout) in FOUR_RANK_LAYOUTS.items()])
 
 
+def test_whole_model_compile_composes_with_fsdp_and_tensor_parallelism():
+    """--compile model under FSDP2 DP=2 (with activation checkpointing), and under TP=2 (where it compiles the
+    blocks), gives the single-process run's losses, gradients and update."""
+    spawn(check_layouts, 2, [("fsdp_dp2_compiled", dict(), True, "model"), ("tp2_compiled", dict(tp=2), False, "model")])
+
+
+@pytest.mark.slow
+def test_compile_modes_compose_with_ddp_and_pipelines():
+    """--compile model under DDP, and under PP=2 (where it compiles the blocks); --compile blocks under FSDP2."""
+    spawn(check_layouts, 2, [("ddp_dp2_compiled", dict(data_parallel_impl="ddp"), False, "model"),
+                             ("pp2_compiled", dict(pp=2), False, "model"),
+                             ("fsdp_dp2_blocks", dict(), False, "blocks")])
+
+
 @pytest.mark.slow
 def test_four_rank_layouts_match_single_process():
     """Hybrid sharding 2x2, TP=2 x PP=2 and PP=2 x FSDP2 DP=2, in one 4-rank world."""

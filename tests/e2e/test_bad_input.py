@@ -58,6 +58,9 @@ def test_tokenizer_larger_than_the_model_vocabulary(capsys, cache_dir, monkeypat
     (["--mask-ratio", "0"], "--mask-ratio"),
     (["--num-query-groups", "3"], "not divisible by --num-query-groups"),
     (["--global-batch-size", "6", "--micro-batch-size", "4"], "not divisible by --micro-batch-size"),
+    (["--compile", "fast"], "argument --compile: invalid choice: 'fast'"),
+    (["--device", "cpu", "--compile", "cudagraphs"], "--compile cudagraphs needs one GPU process"),
+    (["--device", "cpu", "--attention-backend", "sdpa_cudnn"], "--attention-backend sdpa_cudnn runs on a GPU"),
 ])
 def test_flag_errors_through_the_command_line(capsys, argv, message):
     expect_cli_error(capsys, argv, message)

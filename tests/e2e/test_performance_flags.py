@@ -1,5 +1,7 @@
 """The performance flags reach the run: kernel/attention backends, document masks, torch.compile."""
 
+import importlib.util
+
 import pytest
 
 from megamlm.config import ConfigError, parse_args
@@ -37,11 +39,27 @@ def test_kernel_backends_agree(run, monkeypatch):
 
 
 @pytest.mark.slow
-def test_compiled_blocks_match_eager(run):
+@pytest.mark.parametrize("flags", [["--compile"], ["--compile", "model"]])
+def test_compiled_runs_match_eager(run, flags):
     eager = run(*SHORT)
-    compiled = run(*SHORT, "--compile")
+    compiled = run(*SHORT, *flags)
     for step in eager.losses:
         assert compiled.losses[step] == pytest.approx(eager.losses[step], rel=1e-3)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason="torchao is not installed")
+def test_fp8_reaches_the_run(run):
+    """The blocks' matmuls run in float8 (emulated on CPU): the losses move, by a little."""
+    plain = run(*SHORT)
+    fp8 = run(*SHORT, "--fp8")
+    assert plain.sample_ids == fp8.sample_ids
+    for step in plain.losses:
+        assert fp8.losses[step] != plain.losses[step]
+        assert fp8.losses[step] == pytest.approx(plain.losses[step], rel=0.05)
+
+
+def test_attention_auto_is_sdpa_on_cpu(run):
+    assert run(*SHORT, "--attention-backend", "auto").losses == run(*SHORT).losses
 
 
 @pytest.mark.parametrize("argv,message", [

@@ -130,8 +130,36 @@ def test_help_lists_the_choices_of_every_choice_flag(capsys):
         parse_args(["--help"])
     out = " ".join(capsys.readouterr().out.split())
     for choices in ("{mlm,clm,clm_then_mlm,mlm_then_clm}", "{wsd,cosine,linear,constant}", "{fsdp,ddp}",
-                    "{1f1b,interleaved_1f1b}", "{auto,triton,chunked,reference}", "{sdpa,flex,flash}"):
+                    "{1f1b,interleaved_1f1b}", "{auto,triton,chunked,reference}", "{auto,sdpa,sdpa_flash,sdpa_cudnn,flex,flash}",
+                    "{auto,none,blocks,model,cudagraphs}"):
         assert choices in out
+
+
+@pytest.mark.parametrize("argv,mode", [([], "auto"), (["--compile"], "blocks"), (["--no-compile"], "none"),
+                                       (["--compile", "model"], "model"), (["--compile", "cudagraphs"], "cudagraphs")])
+def test_compile_is_a_mode_and_the_former_switch_keeps_its_meaning(argv, mode):
+    assert parse_args(argv).performance.compile == mode
+
+
+@pytest.mark.parametrize("value,mode", [("true", "blocks"), ("false", "none"), ("model", "model")])
+def test_compile_from_yaml_accepts_the_former_booleans(tmp_path, value, mode):
+    path = tmp_path / "run.yaml"
+    path.write_text(f"performance:\n  compile: {value}\n")
+    assert parse_args(["--config", str(path)]).performance.compile == mode
+
+
+def test_an_unknown_compile_mode_is_refused():
+    with pytest.raises(ConfigError, match="argument --compile: invalid choice: 'fast'"):
+        parse_args(["--compile", "fast"])
+
+
+def test_fp8_without_torchao_names_the_fix(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torchao" else real(name, *a))
+    with pytest.raises(ConfigError, match="--fp8 needs torchao, which is not installed; pip install torchao"):
+        parse_args(["--fp8"])
 
 
 def test_a_choice_set_from_yaml_is_checked_against_the_same_literal(tmp_path):

@@ -104,7 +104,7 @@ def test_backends_default_to_todays_choices_and_are_kept_on_the_model():
 def test_bad_backends_are_refused_when_built():
     with pytest.raises(ValueError, match="auto, triton, chunked, reference"):
         Backends(kernels="fast")
-    with pytest.raises(ValueError, match="sdpa, flex, flash"):
+    with pytest.raises(ValueError, match="auto, sdpa, sdpa_flash, sdpa_cudnn, flex, flash"):
         Backends(attention="xformers")
     if importlib.util.find_spec("flash_attn") is None:
         from megamlm.model.attention_backends import check_attention_backend

@@ -1,0 +1,56 @@
+"""float8 training of the transformer blocks' linear layers (``--fp8``), through torchao.
+
+Each block's q/k/v/o and gate/up/down projections become torchao ``Float8Linear`` modules: the inputs, the
+weights and the output gradients are cast to float8 with one dynamic scale per tensor before each matmul
+(e4m3 forward, e5m2 for gradients), and the master weights, the optimizer and everything else keep their
+precision. The embedding, the norms and the LM head (with its 128k-row softmax) are not converted. Parameter
+names do not change, so checkpoints are interchangeable with bf16 runs.
+
+torchao's float8 linear composes with FSDP2 (the bf16 weight shards are gathered, then cast), DDP,
+activation checkpointing and ``torch.compile`` (which fuses the casts); it is applied before all of them.
+Tensor parallelism would need torchao's float8 tensor-parallel styles, which are not wired in: ``--fp8``
+with ``--tp`` is refused. torchao is an optional extra, imported only here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch.nn as nn
+
+from megamlm.config import ConfigError
+from megamlm.parallel.dims import ParallelDims
+
+# float8 matmuls (torch._scaled_mm) need both matrix dimensions of the weight divisible by 16.
+_FP8_ALIGNMENT = 16
+
+
+def check_float8(dims: ParallelDims) -> None:
+    """Raise ConfigError naming the fix when ``--fp8`` cannot run in this layout or installation."""
+    if importlib.util.find_spec("torchao") is None:
+        raise ConfigError("--fp8 needs torchao, which is not installed; pip install torchao, or drop --fp8")
+    if dims.tp > 1:
+        raise ConfigError("--fp8 with --tp > 1 is not supported (torchao's float8 tensor-parallel layouts are not "
+                          "wired in); use --tp 1 with FSDP2 data parallelism, or drop --fp8")
+
+
+def float8_linear_names(model: nn.Module) -> list[str]:
+    """The linear layers ``apply_float8`` converts: every block's projections (not the LM head)."""
+    return [name for name, module in model.named_modules()
+            if isinstance(module, nn.Linear) and name.startswith("layers.")]
+
+
+def apply_float8(model: nn.Module, dims: ParallelDims) -> list[str]:
+    """Convert the blocks' linear layers of ``model`` to float8 training in place; returns their names."""
+    check_float8(dims)
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    names = float8_linear_names(model)
+    misaligned = [f"{n} ({m.in_features} -> {m.out_features})" for n, m in model.named_modules()
+                  if n in names and (m.in_features % _FP8_ALIGNMENT or m.out_features % _FP8_ALIGNMENT)]
+    if misaligned:
+        raise ConfigError(f"--fp8 needs linear layers whose widths are multiples of {_FP8_ALIGNMENT}; these are "
+                          f"not: {', '.join(misaligned[:3])}; change --hidden-size / --ffn-hidden-size or drop --fp8")
+    convert_to_float8_training(model, config=Float8LinearConfig(),
+                               module_filter_fn=lambda module, fqn: fqn in names)
+    return names

@@ -1,0 +1,49 @@
+"""Worker side of test_float8_layouts.py: --fp8 under FSDP2 against --fp8 in one process.
+
+(Kept out of the test module so spawned processes can import it by name.)
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness import SEED, TINY, micro_batches, schedule
+
+GLOBAL_IDS = [[0, 1], [2, 3], [4, 5], [6, 7]]
+LR, CLIP = 1e-3, 1.0
+CPU = torch.device("cpu")
+
+
+def _steps(pm, ids):
+    from megamlm.training.optimizer import build_optimizer
+    from megamlm.training.step import train_step
+
+    sched = schedule("mlm")
+    optimizer = build_optimizer(pm.model, LR, 0.1, (0.9, 0.95), 1e-8)
+    first = train_step(pm, optimizer, micro_batches(sched, 1, ids), LR, CLIP, CPU)
+    second = train_step(pm, optimizer, micro_batches(sched, 2, [[k + 8 for k in m] for m in ids]), LR, CLIP, CPU)
+    return first, second
+
+
+def check_fp8_fsdp(rank: int, world: int) -> None:
+    from megamlm.model.transformer import Transformer
+    from megamlm.parallel.dims import ParallelDims, resolve_parallel_dims
+    from megamlm.parallel.parallelize import parallelize
+
+    torch.manual_seed(SEED)
+    single = parallelize(Transformer(TINY), ParallelDims(world_size=1), None, CPU, fp8=True)
+    ref_first, ref_second = _steps(single, GLOBAL_IDS)
+
+    dims = resolve_parallel_dims(
+        world, num_layers=TINY.num_layers, num_attention_heads=TINY.num_attention_heads,
+        num_query_groups=TINY.num_query_groups, ffn_hidden_size=TINY.ffn_hidden_size, seq_length=TINY.max_seq_length,
+        vocab_size=TINY.vocab_size, micro_batch_size=2, global_batch_size=8)
+    torch.manual_seed(SEED)
+    pm = parallelize(Transformer(TINY), dims, dims.build_mesh("cpu"), CPU, fp8=True)
+    assert len(pm.float8_linears) == 7 * TINY.num_layers
+    per_rank = len(GLOBAL_IDS) // dims.dp
+    first, second = _steps(pm, GLOBAL_IDS[pm.dp_rank * per_rank:(pm.dp_rank + 1) * per_rank])
+    assert first.loss == pytest.approx(ref_first.loss, rel=1e-5)
+    assert first.grad_norm == pytest.approx(ref_first.grad_norm, rel=1e-4)
+    assert second.loss == pytest.approx(ref_second.loss, rel=1e-4)

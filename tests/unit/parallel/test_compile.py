@@ -1,0 +1,104 @@
+"""--compile modes: which one a device and layout get, and that a compiled model trains exactly like eager."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import megamlm.parallel.compile as compile_module
+from megamlm.config import ConfigError
+from megamlm.model.config import ModelArgs
+from megamlm.model.transformer import Transformer
+from megamlm.objectives import MaskingSpec, ObjectiveSchedule
+from megamlm.parallel.compile import resolve_compile_mode
+from megamlm.parallel.dims import ParallelDims
+from megamlm.parallel.parallelize import parallelize
+from megamlm.training.optimizer import build_optimizer
+from megamlm.training.step import train_step
+
+ARGS = ModelArgs(vocab_size=256, num_layers=2, hidden_size=32, ffn_hidden_size=64, num_attention_heads=4,
+                 num_query_groups=2, max_seq_length=16)
+CPU, CUDA = torch.device("cpu"), torch.device("cuda")
+ONE = ParallelDims(world_size=1)
+
+
+def test_auto_picks_the_measured_mode_per_device():
+    assert resolve_compile_mode("auto", CPU, ONE) == "none"
+    assert resolve_compile_mode("auto", CUDA, ONE) == "blocks"  # the mode measured on the H200 so far
+
+
+def test_whole_model_compile_falls_back_to_blocks_where_it_does_not_compose():
+    assert resolve_compile_mode("model", CPU, ParallelDims(world_size=2, dp_shard=2)) == "model"
+    assert resolve_compile_mode("model", CPU, ParallelDims(world_size=2, pp=2)) == "blocks"
+    assert resolve_compile_mode("model", CPU, ParallelDims(world_size=2, tp=2)) == "blocks"
+
+
+@pytest.mark.parametrize("device,dims,what", [(CPU, ONE, "got cpu"),
+                                              (CUDA, ParallelDims(world_size=2, dp_shard=2), "with 2 processes")])
+def test_cuda_graphs_are_refused_off_a_single_gpu_process(device, dims, what):
+    with pytest.raises(ConfigError, match=f"--compile cudagraphs needs one GPU process.*{what}.*use --compile model"):
+        resolve_compile_mode("cudagraphs", device, dims)
+
+
+def test_an_unknown_mode_is_refused():
+    with pytest.raises(ConfigError, match="unknown --compile mode 'fast'"):
+        resolve_compile_mode("fast", CPU, ONE)
+
+
+def _batches(step: int, objective: str):
+    spec = MaskingSpec(0.4, 1.0, 0.0, 0.0, mask_id=3, special_ids=(0, 1, 2, 3), random_vocab_size=256)
+    schedule = ObjectiveSchedule(objective, None, 10, spec, seed=0)
+    tokens = torch.randint(4, 256, (2, 16), generator=torch.Generator().manual_seed(step)).numpy()
+    return [schedule.make_batch(step, tokens, [2 * step, 2 * step + 1])]
+
+
+def _train(mode: str, steps: int = 1, device=CPU):
+    torch.manual_seed(0)
+    model = Transformer(ARGS).to(device)
+    names = [n for n, _ in model.named_parameters()]
+    pm = parallelize(model, ONE, None, device, compile=mode)
+    optimizer = build_optimizer(model, 1e-3, 0.1, (0.9, 0.95), 1e-8)
+    results = [train_step(pm, optimizer, _batches(s, objective), 1e-3, 1.0, device, "fp32")
+               for s in range(1, steps + 1) for objective in ("mlm", "clm")]
+    assert [n for n, _ in model.named_parameters()] == names  # compiled in place: checkpoints keep their names
+    return pm, results, {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("mode", ["model", "blocks"])
+def test_compiled_models_train_like_eager(monkeypatch, mode):
+    monkeypatch.setattr(compile_module, "COMPILER_BACKEND", "aot_eager")  # graph capture + autograd, no codegen
+    torch._dynamo.reset()
+    _, eager, eager_params = _train("none")
+    pm, compiled, params = _train(mode)
+    assert pm.compile_mode == mode
+    for a, b in zip(eager, compiled):
+        assert b.loss == pytest.approx(a.loss, rel=1e-5) and b.grad_norm == pytest.approx(a.grad_norm, rel=1e-4)
+    for name, value in params.items():
+        torch.testing.assert_close(value, eager_params[name], rtol=1e-4, atol=1e-6)
+    if mode == "model":
+        assert pm.model._compiled_call_impl is not None
+    else:
+        assert all(block._compiled_call_impl is not None for block in pm.model.layers.values())
+
+
+@pytest.mark.slow
+def test_whole_model_compiled_with_inductor_trains_like_eager():
+    torch._dynamo.reset()
+    _, eager, eager_params = _train("none", steps=1)
+    _, compiled, params = _train("model", steps=1)
+    for a, b in zip(eager, compiled):
+        assert b.loss == pytest.approx(a.loss, rel=1e-4)
+    for name, value in params.items():
+        torch.testing.assert_close(value, eager_params[name], rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="whole-model compile and CUDA graphs on a GPU")
+@pytest.mark.parametrize("mode", ["model", "cudagraphs"])
+def test_on_a_gpu_whole_model_compile_and_cuda_graphs_train_like_eager(mode):
+    torch._dynamo.reset()
+    _, eager, eager_params = _train("none", steps=2, device=CUDA)
+    _, compiled, params = _train(mode, steps=2, device=CUDA)
+    for a, b in zip(eager, compiled):
+        assert b.loss == pytest.approx(a.loss, rel=1e-3)
+    for name, value in params.items():
+        torch.testing.assert_close(value, eager_params[name], rtol=1e-3, atol=1e-4)
