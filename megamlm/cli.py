@@ -6,6 +6,7 @@ Exit codes: 0 done (or stopped cleanly by a signal / --exit-interval, with a che
 
 from __future__ import annotations
 
+import signal
 import sys
 
 from megamlm.config import parse_args
@@ -17,6 +18,7 @@ from megamlm.training.trainer import pretrain
 
 
 def main(argv: list[str] | None = None) -> int:
+    restore_stop_signals()
     try:
         cfg = parse_args(argv)
         dims_from_config(cfg)  # the layout against the world size, before any work
@@ -30,4 +32,18 @@ def main(argv: list[str] | None = None) -> int:
     except NonFiniteError as err:
         print(f"error: {err}", file=sys.stderr)
         return 3
+    except KeyboardInterrupt:  # Ctrl-C before training started (during it, the trainer saves and returns)
+        print("interrupted before training started; nothing was written to --save", file=sys.stderr)
+        return 130
     return 0
+
+
+def restore_stop_signals() -> None:
+    """Give SIGINT/SIGTERM/SIGUSR1 their default action where this process inherited them ignored (the launch
+    scripts start torchrun so; see examples/torchrun_forward_signals.sh): a stop request before training starts
+    then stops the process at once, and the trainer installs its saving handlers when training starts."""
+    defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL,
+                signal.SIGUSR1: signal.SIG_DFL}
+    for signum, default in defaults.items():
+        if signal.getsignal(signum) is signal.SIG_IGN:
+            signal.signal(signum, default)
