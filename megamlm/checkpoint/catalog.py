@@ -11,7 +11,7 @@ import re
 import shutil
 from pathlib import Path
 
-from megamlm.checkpoint.integrity import MARKER, read_marker, verify
+from megamlm.checkpoint.integrity import MARKER, read_marker, verify, verify_unmarked
 
 LATEST = "latest_checkpointed_iteration.txt"
 TRAIN_STATE = "train_state.json"
@@ -53,15 +53,17 @@ def list_checkpoints(save_dir: str | Path) -> list[tuple[int, Path]]:
 def problem(folder: Path, deep: bool = True, rank: int = 0, world_size: int = 1) -> str | None:
     """Why ``folder`` cannot be loaded, or None.
 
-    A folder without a completion marker is accepted when its required files exist and it is not a
-    ``.tmp`` folder: checkpoints written before markers existed were renamed into place only when complete.
+    A folder without a completion marker is accepted when its required files exist, it is not a ``.tmp``
+    folder and its structure checks out (``verify_unmarked``): checkpoints written before markers existed were
+    renamed into place only when complete, but may have been damaged since.
     """
     if not (folder / MARKER).exists():
         missing = [name for name in REQUIRED if not (folder / name).exists()]
         if missing or folder.name.endswith(".tmp"):
             return (f"it is incomplete (missing {', '.join(missing or [MARKER])}); "
                     "it was probably interrupted while saving")
-        return None
+        reason = verify_unmarked(folder, readable=(CONFIG, TRAIN_STATE))
+        return f"{reason} (a checkpoint without a completion marker, checked by its structure)" if reason else None
     return verify(folder, deep=deep, rank=rank, world_size=world_size)
 
 

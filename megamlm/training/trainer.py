@@ -10,6 +10,7 @@ and tools observe steps through the ``on_step`` callback.
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -18,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from megamlm.checkpoint import load_model_weights, resolve_checkpoint
+from megamlm.checkpoint.lock import lock_save_folder
 from megamlm.checkpoint.manager import CheckpointManager
 from megamlm.config import Config
 from megamlm.data import GlobalBatchSampler, MicroBatchLoader, build_train_dataset
@@ -70,16 +72,17 @@ class RunResult:
 
 def pretrain(cfg: Config, on_step: Callable[[StepReport], None] | None = None) -> RunResult:
     """Train; SIGTERM/SIGUSR1 during the run save a checkpoint and return early (see training/signals.py)."""
-    with ExitSignalHandler() as signals:
-        return _pretrain(cfg, signals, on_step)
+    with ExitSignalHandler() as signals, ExitStack() as held:
+        return _pretrain(cfg, signals, held, on_step)
 
 
-def _pretrain(cfg: Config, signals: ExitSignalHandler, on_step) -> RunResult:
+def _pretrain(cfg: Config, signals: ExitSignalHandler, held: ExitStack, on_step) -> RunResult:
     t, c = cfg.training, cfg.checkpoint
     if c.init_from:  # a Hugging Face model is imported once and lends the run its shape and tokenizer
         adopt_hf_init_from(cfg)
     plan = plan_run(cfg)
     mesh, device = start_parallel(plan.dims, plan.device)
+    held.enter_context(lock_save_folder(c.save))  # one run per --save folder, before any checkpoint is read
     record = build_run_record(cfg, plan, plan.dims.world_size)
     resume = plan_resume(cfg, record)  # every difference from the checkpoint is honoured or refused here
     if c.init_from and resume is None:

@@ -186,8 +186,9 @@ def test_a_full_disk_during_a_periodic_save_stops_the_run_clearly_and_the_relaun
                                                   r"untouched"):
         tiny(*common)
     monkeypatch.undo()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["iter_0000002", "latest_checkpointed_iteration.txt",
-                                                          "run_record.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".megamlm.lock", "iter_0000002",
+                                                          "latest_checkpointed_iteration.txt", "run_record.json"]
+    assert (tmp_path / ".megamlm.lock").read_text() == ""  # released
     again = tiny(*common)
     assert again.start_step == 2 and sorted(again.losses) == [3, 4, 5, 6]
 
