@@ -87,9 +87,13 @@ def load_tokenizer(source: HFSource):
 
 
 def _read_weight_file(path: Path) -> dict[str, torch.Tensor]:
-    if path.suffix == ".safetensors":
-        return load_file(str(path))
-    return torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        if path.suffix == ".safetensors":
+            return load_file(str(path))
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # safetensors and torch raise many types for a truncated or damaged file
+        raise ConversionError(f"cannot read the weights in {path} ({type(error).__name__}: {error}); the file is "
+                              "truncated or damaged: download or copy it again") from None
 
 
 def load_state_dict(source: HFSource, config) -> dict[str, torch.Tensor]:

@@ -5,6 +5,7 @@ All of it happens (and every user error is raised) before a model is built or a 
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -18,6 +19,7 @@ from megamlm.config import (
     wsd_decay_iters,
 )
 from megamlm.data import load_tokenizer, prepare_embedded_corpus
+from megamlm.data.sidecar import check_dataset_files
 from megamlm.kernels import check_kernel_backend
 from megamlm.model.attention_backends import check_attention_backend
 from megamlm.model.config import Backends, ModelArgs, pad_vocab_size
@@ -88,9 +90,13 @@ def masking_spec_for(cfg: Config, tokenizer) -> MaskingSpec:
                        special_ids=tuple(tokenizer.special_ids), random_vocab_size=tokenizer.vocab_size)
 
 
-def backends_for(cfg: Config) -> Backends:
+def backends_for(cfg: Config, device: torch.device) -> Backends:
     """The model's kernel and attention backends, checked to run here."""
     perf = cfg.performance
+    if perf.kernel_backend == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ConfigError(f"--kernel-backend triton runs Triton kernels on a CUDA/ROCm GPU, and this run is on "
+                          f"{device.type}; use --kernel-backend auto (chunked LM-head loss on CPU), or set "
+                          "TRITON_INTERPRET=1 to run the kernels in Triton's interpreter (slow, for tests)")
     try:
         return Backends(attention=check_attention_backend(perf.attention_backend),
                         kernels=check_kernel_backend(perf.kernel_backend))
@@ -104,6 +110,7 @@ def plan_run(cfg: Config) -> RunPlan:
     device = resolve_device(cfg.training.device)
     data_path, tokenizer_path = resolve_data_sources(cfg)
     tokenizer = load_tokenizer(tokenizer_path)
+    check_dataset_files(data_path, tokenizer)  # readable, and made by this tokenizer where a sidecar says
     args = model_args_for(cfg, tokenizer.vocab_size)
     t = cfg.training
     schedule = ObjectiveSchedule(cfg.objective.objective, switch_step(cfg.objective, t.train_iters), t.train_iters,
@@ -111,4 +118,4 @@ def plan_run(cfg: Config) -> RunPlan:
     lr_schedule = LRSchedule(t.lr, t.min_lr, t.lr_decay_style, warmup_iters(t), wsd_decay_iters(t), t.train_iters)
     return RunPlan(model_args=args, data_path=data_path, tokenizer_path=tokenizer_path, tokenizer=tokenizer,
                    objective_schedule=schedule, lr_schedule=lr_schedule, dims=dims, device=device,
-                   backends=backends_for(cfg))
+                   backends=backends_for(cfg, device))

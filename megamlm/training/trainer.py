@@ -23,7 +23,7 @@ from megamlm.checkpoint.lock import lock_save_folder
 from megamlm.checkpoint.manager import CheckpointManager
 from megamlm.config import Config
 from megamlm.data import GlobalBatchSampler, MicroBatchLoader, build_train_dataset
-from megamlm.hf.init_from import adopt_hf_init_from
+from megamlm.hf.init_from import adopt_hf_init_from, warn_if_context_shorter
 from megamlm.log import log, rank
 from megamlm.model.attention_backends import detect_optional_extras
 from megamlm.model.transformer import Transformer, count_parameters
@@ -82,8 +82,8 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler, held: ExitStack, on_step)
         adopt_hf_init_from(cfg)
     plan = plan_run(cfg)
     mesh, device = start_parallel(plan.dims, plan.device)
-    held.enter_context(lock_save_folder(c.save))  # one run per --save folder, before any checkpoint is read
     record = build_run_record(cfg, plan, plan.dims.world_size)
+    held.enter_context(lock_save_folder(c.save))  # one run per --save folder, before its checkpoints are read
     resume = plan_resume(cfg, record)  # every difference from the checkpoint is honoured or refused here
     if c.init_from and resume is None:
         resolve_checkpoint(c.init_from)  # fail on a bad path before any work
@@ -119,8 +119,9 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler, held: ExitStack, on_step)
         set_hyperparameters(optimizer, t.weight_decay, (t.adam_beta1, t.adam_beta2), t.adam_eps)
         log(f"resumed from {resume.path} at step {progress.step} ({progress.consumed_samples} samples consumed)")
     elif c.init_from:
-        log(f"initialised weights from {load_model_weights(c.init_from, pm.model)} (fresh optimizer, schedule "
-            "and data position)")
+        source = load_model_weights(c.init_from, pm.model)
+        log(f"initialised weights from {source} (fresh optimizer, schedule and data position)")
+        warn_if_context_shorter(source, plan.model_args.max_seq_length)
     if c.save and rank() == 0:
         write_run_record(c.save, record)
 

@@ -78,3 +78,18 @@ def test_hf_models_are_told_apart_from_megamlm_checkpoints(tmp_path, kit, tiny_c
     assert is_hf_model(tmp_path / "llama") and is_hf_model(tmp_path / "q.gguf")
     assert not is_hf_model(save_dir) and not is_hf_model(save_dir / "iter_0000007")
     assert not is_hf_model(tmp_path / "missing")
+
+
+def test_init_from_a_model_made_for_fewer_positions_than_seq_length_warns(tmp_path, kit, capsys):
+    kit.save_tiny_llama(tmp_path / "llama")  # max_position_embeddings 64
+    _word_corpus(tmp_path / "words_text_document", kit, documents=80)
+    flags = ["--init-from", str(tmp_path / "llama"), "--data-path", str(tmp_path / "words_text_document"),
+             "--data-cache-path", str(tmp_path / "cache"), "--train-iters", "1", "--micro-batch-size", "1",
+             "--global-batch-size", "1", "--device", "cpu"]
+    pretrain(parse_args([*flags, "--seq-length", "64"]))
+    assert "positions beyond" not in capsys.readouterr().out
+    pretrain(parse_args([*flags, "--seq-length", "128"]))
+    out = capsys.readouterr().out
+    assert "warning: the --init-from model" in out and "made for at most 64 positions (max_position_embeddings) " \
+                                                       "and --seq-length is 128" in out
+    assert "pass --seq-length 64" in out
