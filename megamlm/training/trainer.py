@@ -38,6 +38,7 @@ from megamlm.training.resume import plan_resume
 from megamlm.training.run_record import build_run_record, write_run_record
 from megamlm.training.setup import RunPlan, plan_run
 from megamlm.training.signals import ExitSignalHandler
+from megamlm.training.startup_notes import first_step_note, memory_note
 from megamlm.training.step import train_step
 from megamlm.training.stopping import StopPolicy
 
@@ -132,6 +133,7 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler, held: ExitStack, on_step)
     log(f"data: {', '.join(plan.data_path)} | samples {progress.consumed_samples}-{end_sample - 1} of the stream "
         f"| tokenizer {plan.tokenizer_path} | device {device}")
     log(describe_performance(cfg))
+    log(memory_note(cfg, plan.dims, plan.model_args, device))
     result = RunResult(start_step=progress.step, last_step=progress.step, switch_step=schedule.switch_step,
                        resumed_from=resume.path if resume else None)
     loader = MicroBatchLoader(dataset, sampler, num_workers=cfg.data.num_workers, pin_memory=device.type == "cuda")
@@ -165,6 +167,8 @@ def _train(cfg: Config, pm: ParallelModel, optimizer, loader: MicroBatchLoader, 
     run_start = time.perf_counter()
     batches = iter(loader)
     pm.train()
+    if progress.step < t.train_iters:
+        log(first_step_note(cfg, progress.step + 1, t.train_iters))
     while progress.step < t.train_iters:
         step = progress.step + 1
         objective = schedule.objective_at(step)
