@@ -10,7 +10,9 @@ import signal
 import sys
 
 from megamlm.config import parse_args
+from megamlm.env_args import command_line
 from megamlm.errors import UserError
+from megamlm.log import log
 from megamlm.parallel.dims import dims_from_config
 from megamlm.parallel.dry_run import dry_run_report
 from megamlm.training.guards import NonFiniteError
@@ -20,7 +22,7 @@ from megamlm.training.trainer import pretrain
 def main(argv: list[str] | None = None) -> int:
     restore_stop_signals()
     try:
-        cfg = parse_args(argv)
+        cfg = parse_args(command_line("pretrain", argv, say=log))
         dims_from_config(cfg)  # the layout against the world size, before any work
         if cfg.parallel.dry_run:  # layout check and memory estimate only: no process group, no data, no GPU
             print(dry_run_report(cfg))

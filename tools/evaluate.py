@@ -18,6 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from megamlm.env_args import command_line  # noqa: E402
+
 
 def _floats(text: str) -> tuple[float, ...]:
     return tuple(float(x) for x in text.split(",") if x.strip())
@@ -73,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(command_line("evaluate", argv))
     from megamlm.checkpoint import CheckpointError
     from megamlm.eval.finetune import Hyperparameters
     from megamlm.eval.model_io import ModelFolderError

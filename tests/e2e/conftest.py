@@ -14,19 +14,6 @@ FAST = ["--seq-length", "64", "--global-batch-size", "8", "--micro-batch-size", 
 
 
 @pytest.fixture(scope="session")
-def cache_dir(tmp_path_factory):
-    """One tokenized copy of the bundled corpus for the whole session (MEGAMLM_CACHE)."""
-    path = str(tmp_path_factory.mktemp("megamlm-cache"))
-    previous = os.environ.get("MEGAMLM_CACHE")
-    os.environ["MEGAMLM_CACHE"] = path
-    yield path
-    if previous is None:
-        os.environ.pop("MEGAMLM_CACHE", None)
-    else:
-        os.environ["MEGAMLM_CACHE"] = previous
-
-
-@pytest.fixture(scope="session")
 def fast_flags():
     """The FAST settings every in-process run of these tests starts from."""
     return list(FAST)
