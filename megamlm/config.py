@@ -481,6 +481,8 @@ def validate(cfg: Config) -> None:
         if value and not (c.load or c.save) and not planning:
             raise ConfigError(f"{flag} only matters when resuming: pass --load DIR, or --save DIR of the run "
                               "to continue")
+    if c.overwrite_damaged and not c.save and not planning:
+        raise ConfigError("--overwrite-damaged concerns the checkpoints of --save DIR; pass the --save folder")
     if t.exit_interval is not None and t.exit_interval <= 0:
         raise ConfigError(f"--exit-interval must be positive, got {t.exit_interval}")
     if t.exit_duration_in_mins is not None and t.exit_duration_in_mins <= 0:

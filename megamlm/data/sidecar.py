@@ -34,11 +34,28 @@ def describe_tokenizer(tokenizer: Tokenizer) -> dict:
 
 def write_sidecar(prefix: str | os.PathLike, tokenizer: Tokenizer, settings: dict, documents: int,
                   tokens: int) -> Path:
+    return _write(prefix, {"format": SIDECAR_FORMAT, "tokenizer": describe_tokenizer(tokenizer),
+                           "settings": settings, "documents": documents, "tokens": tokens})
+
+
+def write_merged_sidecar(inputs: list[str], output: str | os.PathLike) -> Path | None:
+    """The sidecar of a merge of ``inputs``: written when every input has one and one tokenizer made them all."""
+    records = [read_sidecar(prefix) for prefix in inputs]
+    if not records or any(r is None for r in records):
+        return None
+    if len({r["tokenizer"].get("fingerprint") for r in records}) != 1:
+        return None
+    return _write(output, {"format": SIDECAR_FORMAT, "tokenizer": records[0]["tokenizer"],
+                           "settings": {"tool": "tools/merge_datasets.py",
+                                        "inputs": [os.path.basename(strip_suffix(p)) for p in inputs]},
+                           "documents": sum(r.get("documents", 0) for r in records),
+                           "tokens": sum(r.get("tokens", 0) for r in records)})
+
+
+def _write(prefix: str | os.PathLike, record: dict) -> Path:
     """Written to a temporary name, then renamed: a reader sees no sidecar or a whole one."""
     path = sidecar_path(prefix)
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    record = {"format": SIDECAR_FORMAT, "tokenizer": describe_tokenizer(tokenizer), "settings": settings,
-              "documents": documents, "tokens": tokens}
     tmp.write_text(json.dumps(record, indent=1, sort_keys=True))
     os.replace(tmp, path)
     return path

@@ -72,7 +72,8 @@ class RunResult:
 
 
 def pretrain(cfg: Config, on_step: Callable[[StepReport], None] | None = None) -> RunResult:
-    """Train; SIGTERM/SIGUSR1 during the run save a checkpoint and return early (see training/signals.py)."""
+    """Train; SIGTERM/SIGUSR1/SIGINT during the run save a checkpoint and return early (training/signals.py), and
+    the --save folder is locked for the run (checkpoint/lock.py)."""
     with ExitSignalHandler() as signals, ExitStack() as held:
         return _pretrain(cfg, signals, held, on_step)
 

@@ -171,6 +171,13 @@ def test_every_code_block_is_labelled_and_no_command_hides_in_an_indented_block(
     assert problems == []
 
 
+def test_the_readme_documents_the_variables_this_test_scales_with():
+    readme = (REPO / "README.md").read_text()
+    for variable in SCALE:
+        assert f"`{variable}`" in readme
+    assert f"`{SCALE['MEGAMLM_PRETRAIN_ARGS']}`" in readme
+
+
 def test_the_rules_find_the_commands_they_should():
     assert is_inline_command("pip install torch==2.13.0")
     assert is_inline_command('python -m pytest -m "not slow" -q')

@@ -18,6 +18,7 @@ from megamlm.config import ConfigError, parse_args
     (["--lr-warmup-iters", "200", "--train-iters", "100"], "exceed --train-iters"),
     (["--save-interval", "10"], "needs --save"),
     (["--load", "a", "--init-from", "b"], "exclude each other"),
+    (["--overwrite-damaged"], "--overwrite-damaged concerns the checkpoints of --save DIR"),
 ])
 def test_bad_flags_give_one_clear_error(argv, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
