@@ -28,8 +28,9 @@ How each is checked (the first rule that applies)
      validated) by the program's own parser.
   6. Commands whose local evaluation tasks read ``../shared/data`` (``tools/evaluate.py``, ``run_cpu.py``) run
      where that folder exists and are parsed (rule 5) where it does not.
-  7. Everything else runs as written, in a copy of the repository, and must exit 0. A ``...`` in a command
-     stands for "your other flags": the words before it are checked, by the rule that applies to them.
+  7. Everything else runs as written, in a copy of the repository, and must exit 0 (a pretrain.py command's
+     flags are also parsed as documented, since the scaling below overrides a few of them). A ``...`` in a
+     command stands for "your other flags": the words before it are checked, by the rule that applies to them.
 
 Scaled down, never edited
   Commands run with the environment variables the README's "Tests" section documents, which every run of these
@@ -191,6 +192,15 @@ def test_the_rules_find_the_commands_they_should():
     assert "pip install -e . && python pretrain.py --objective clm_then_mlm --switch 0.25" in readme
 
 
+def test_a_command_that_fails_as_written_fails_the_check(tmp_path, cache_dir):
+    env = environment(cache_dir)
+    for text in ("python pretrain.py --train-iters 0", "python pretrain.py --objective bert",
+                 "pip install -e '.[no-such-extra]'",
+                 "sbatch --nodes 2 examples/slurm/pretrain_nvidia.sbatch --model 610m --tp 4 --num-attention-heads 18"):
+        with pytest.raises(AssertionError):
+            check(Command(REPO / "README.md", 1, text), REPO, env)
+
+
 # ---- the copy of the repository the commands run in -----------------------------------------------------------
 
 
@@ -315,6 +325,16 @@ def plan_layout(flags: list[str], world: int, what: str) -> None:
 
 def parse_only(script: str, args: list[str], what: str) -> None:
     """The program's own parser takes the arguments (and pretrain.py's validation passes)."""
+    try:
+        _parse(script, args)
+    except SystemExit as err:  # argparse exits: 0 after --help, 2 on a bad argument
+        if err.code not in (0, None):
+            raise AssertionError(f"{what}: the arguments do not parse (exit {err.code})") from None
+    except Exception as err:  # megamlm raises ConfigError
+        raise AssertionError(f"{what}: the arguments do not parse ({type(err).__name__}: {err})") from None
+
+
+def _parse(script: str, args: list[str]) -> None:
     import importlib.util
 
     if script.endswith("pretrain.py"):
@@ -392,6 +412,8 @@ def check_part(words: list[str], command: Command, root: Path, env: dict) -> str
     if user_files or slow or needs_shared:  # rules 5 and 6
         parse_only(script, args, what)
         return "parsed"
+    if script and script.endswith(("pretrain.py", "run_local.sh")):  # the documented values of the scaled flags
+        parse_only("pretrain.py", args, what)
     result = run([*(f"{k}={v}" for k, v in extra_env.items()), *words], root, env)  # rule 7
     check_ok(result, what)
     return "ran"
