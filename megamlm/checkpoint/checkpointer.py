@@ -233,7 +233,7 @@ def save_state_checkpoint(save_dir: str | Path, step: int, state: dict, train_st
 
     if rank == 0 and keep_last:
         try:
-            for folder in retire_old_checkpoints(save_dir, keep_last, step):
+            for folder in retire_old_checkpoints(save_dir, keep_last, step, log=log):
                 log(f"deleted old checkpoint {folder} (--keep-last {keep_last})")
         except OSError as err:  # a checkpoint that cannot be deleted costs disk space, not the run
             log(f"warning: could not delete old checkpoints in {save_dir}: {describe_failure(err)}")

@@ -1,9 +1,11 @@
 """Reading a checkpoint of a save folder that a live run may be pruning (``--keep-last``).
 
-Retirement renames a checkpoint folder away before deleting it (``catalog.remove_folder``), and a checkpoint's
-files never change once it is committed. A reader that finds its folder gone part-way has therefore read
-nothing wrong, only too little: it resolves the save folder again and reads the newest whole checkpoint from the
-start. Every successful read comes from one folder, read while it was still in place.
+The reader holds a read lease on the folder it reads (``leases``), and retirement leaves leased folders for a
+later save. Retirement checks for leases, then renames a folder away before deleting it
+(``catalog.remove_folder``); a lease taken between the two finds the folder gone. And a checkpoint's files never
+change once committed, so a reader that finds its folder gone part-way has read nothing wrong, only too little:
+it resolves the save folder again and reads the newest whole checkpoint from the start. Every successful read
+comes from one folder, read while it was still in place.
 """
 
 from __future__ import annotations
@@ -11,8 +13,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable, TypeVar
 
+from torch.distributed.checkpoint.api import CheckpointException
+
 from megamlm.checkpoint.catalog import list_checkpoints, step_of
 from megamlm.checkpoint.checkpointer import CheckpointError, resolve_checkpoint
+from megamlm.checkpoint.leases import read_lease
 from megamlm.log import log
 
 T = TypeVar("T")
@@ -32,8 +37,9 @@ def read_newest(path: str | Path, read: Callable[[Path], T], attempts: int = ATT
                 raise
             continue  # the folder changed while it was checked: look again
         try:
-            return read(folder)
-        except Exception:
+            with read_lease(folder):
+                return read(folder)
+        except (Exception, CheckpointException):  # DCP's CheckpointException is a BaseException
             if folder.exists():
                 raise  # a problem of the checkpoint itself, not of its retirement
             if explicit:

@@ -70,8 +70,8 @@ def model_args_for(cfg: Config, tokenizer_vocab_size: int) -> ModelArgs:
     vocab = shape["vocab_size"] or pad_vocab_size(tokenizer_vocab_size, multiple)
     if tokenizer_vocab_size > vocab:
         raise ConfigError(f"the tokenizer has {tokenizer_vocab_size} ids but the model vocabulary is {vocab}; "
-                          f"pass --vocab-size {pad_vocab_size(tokenizer_vocab_size, 128)} or the tokenizer "
-                          "the preset was made for")
+                          f"pass the tokenizer the model was made for (--tokenizer-model, with data tokenized by it), "
+                          f"or grow the model with --vocab-size {pad_vocab_size(tokenizer_vocab_size, 128)}")
     return ModelArgs(
         vocab_size=vocab, num_layers=shape["num_layers"], hidden_size=shape["hidden_size"],
         ffn_hidden_size=shape["ffn_hidden_size"], num_attention_heads=shape["num_attention_heads"],
