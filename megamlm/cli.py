@@ -6,11 +6,14 @@ Exit codes: 0 done (or stopped cleanly by a signal / --exit-interval, with a che
 
 from __future__ import annotations
 
+import signal
 import sys
 
 from megamlm.config import parse_args
+from megamlm.env_args import command_line
 from megamlm.errors import UserError
 from megamlm.hf.init_from import adopt_hf_shape
+from megamlm.log import log
 from megamlm.parallel.dims import dims_from_config
 from megamlm.parallel.dry_run import dry_run_report
 from megamlm.parallel.runtime import stop_parallel
@@ -19,8 +22,9 @@ from megamlm.training.trainer import pretrain
 
 
 def main(argv: list[str] | None = None) -> int:
+    restore_stop_signals()
     try:
-        cfg = parse_args(argv)
+        cfg = parse_args(command_line("pretrain", argv, say=log))
         if cfg.parallel.dry_run:  # a Hugging Face --init-from model lends its shape (config and tokenizer only)
             adopt_hf_shape(cfg)
         dims_from_config(cfg)  # the layout against the world size, before any work
@@ -35,4 +39,18 @@ def main(argv: list[str] | None = None) -> int:
     except NonFiniteError as err:
         print(f"error: {err}", file=sys.stderr)
         return 3
+    except KeyboardInterrupt:  # Ctrl-C before training started (during it, the trainer saves and returns)
+        print("interrupted before training started; nothing was written to --save", file=sys.stderr)
+        return 130
     return 0
+
+
+def restore_stop_signals() -> None:
+    """Give SIGINT/SIGTERM/SIGUSR1 their default action where this process inherited them ignored (the launch
+    scripts start torchrun so; see examples/torchrun_forward_signals.sh): a stop request before training starts
+    then stops the process at once, and the trainer installs its saving handlers when training starts."""
+    defaults = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL,
+                signal.SIGUSR1: signal.SIG_DFL}
+    for signum, default in defaults.items():
+        if signal.getsignal(signum) is signal.SIG_IGN:
+            signal.signal(signum, default)

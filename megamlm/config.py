@@ -13,6 +13,7 @@ import dataclasses
 import importlib.util
 import inspect
 import json
+import math
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,17 +45,18 @@ class ModelConfig:
     model: str = "tiny"
     """Preset: tiny (CPU demos/tests), 210m, 610m or 1b (the paper's sizes)."""
     num_layers: int | None = None
-    """Transformer blocks (overrides the preset)."""
+    """Transformer blocks (default: the preset's)."""
     hidden_size: int | None = None
-    """Hidden width (overrides the preset)."""
+    """Hidden width (default: the preset's)."""
     ffn_hidden_size: int | None = None
-    """SwiGLU inner width (overrides the preset)."""
+    """SwiGLU inner width (default: the preset's)."""
     num_attention_heads: int | None = None
-    """Query heads (overrides the preset)."""
+    """Query heads (default: the preset's)."""
     num_query_groups: int | None = None
-    """Key/value heads for grouped-query attention (overrides the preset)."""
+    """Key/value heads for grouped-query attention (default: the preset's)."""
     seq_length: int | None = None
-    """Tokens per sample; also the longest sequence the model accepts (preset: tiny 128, others 2048)."""
+    """Tokens per sample; also the longest sequence the model accepts (default: the preset's, tiny 128, others
+    2048)."""
     vocab_size: int | None = None
     """Embedding rows; default: the preset's (Llama 3: 128,256) or, for tiny, the tokenizer's padded size."""
     make_vocab_size_divisible_by: int = 128
@@ -101,11 +103,15 @@ class ObjectiveConfig:
 @dataclass
 class DataConfig:
     data_path: list[str] = field(default_factory=list)
-    """Dataset prefixes (.bin/.idx), Megatron syntax: `prefix` or `0.7 a 0.3 b`; empty: the bundled Austen corpus."""
+    """Dataset prefixes (.bin/.idx), Megatron syntax: `prefix` or `0.7 a 0.3 b` (default: the bundled Austen
+    corpus)."""
     tokenizer_model: str | None = None
-    """Tokenizer of the data: tokenizer.json / HF folder, tiktoken BPE file or sentencepiece model."""
+    """Tokenizer of the data: tokenizer.json / HF folder, tiktoken BPE file or sentencepiece model (needed with
+    --data-path; default: the bundled corpus's)."""
     data_cache_path: str | None = None
-    """Where sample-index caches are written (default: beside the data)."""
+    """Folder for the sample-index cache (.npy files reused by later launches) and the tokenized bundled corpus
+    (default: no index cache, the indices are rebuilt in memory at each launch; the bundled corpus goes to
+    $MEGAMLM_CACHE or ~/.cache/megamlm)."""
     num_workers: int = 0
     """Data loader worker processes (never changes the sample order)."""
     split: str | None = None
@@ -120,10 +126,12 @@ class DataConfig:
 class TrainingConfig:
     train_iters: int = 300
     """Optimizer steps of the run."""
-    micro_batch_size: int = 16
-    """Samples per forward/backward pass."""
-    global_batch_size: int = 16
-    """Samples per optimizer step (gradient accumulation = global / (micro * data-parallel))."""
+    micro_batch_size: int | None = None
+    """Samples per forward/backward pass (default: fitted to the layout and logged; 16 on one process, 12 for the
+    paper presets)."""
+    global_batch_size: int | None = None
+    """Samples per optimizer step; gradient accumulation = global / (micro x data-parallel) (default: 16, or 1,152
+    for the paper presets, raised only where the layout needs more micro-batches; logged)."""
     lr: float = 3e-3
     """Peak learning rate."""
     min_lr: float = 0.0
@@ -135,7 +143,8 @@ class TrainingConfig:
     lr_warmup_fraction: float | None = None
     """Linear warmup as a fraction of --train-iters (instead of --lr-warmup-iters)."""
     lr_wsd_decay_iters: int | None = None
-    """WSD: steps of the final linear decay; default 5% of --train-iters (the paper: 2,000 of 42,000)."""
+    """WSD: steps of the final linear decay; default 5% of --train-iters, at least 1 in runs of 2+ steps (the paper:
+    2,000 of 42,000)."""
     lr_wsd_decay_fraction: float | None = None
     """WSD: the final decay as a fraction of --train-iters (instead of --lr-wsd-decay-iters)."""
     weight_decay: float = 0.1
@@ -155,9 +164,10 @@ class TrainingConfig:
     device: Device = "auto"
     """Where to train (auto: CUDA/ROCm when visible, else CPU)."""
     exit_interval: int | None = None
-    """Save a checkpoint and exit 0 after the first step divisible by N (Megatron's name)."""
+    """Save a checkpoint and exit 0 after the first step divisible by N (Megatron's name; default: never)."""
     exit_duration_in_mins: float | None = None
-    """Save a checkpoint and exit 0 after the first step that ends N minutes after the run started."""
+    """Save a checkpoint and exit 0 after the first step that ends N minutes after the run started (default:
+    never)."""
     max_skipped_steps: int = 10
     """Steps with a non-finite loss or gradient norm are skipped (no update); this many in a row stop the run."""
 
@@ -165,13 +175,16 @@ class TrainingConfig:
 @dataclass
 class CheckpointConfig:
     save: str | None = None
-    """Folder to write checkpoints to (iter_NNNNNNN/ plus a `latest` pointer); relaunching with it resumes there."""
+    """Folder to write checkpoints to (iter_NNNNNNN/ plus a `latest` pointer); relaunching with it resumes there
+    (default: no checkpoints)."""
     save_interval: int | None = None
-    """Save every N steps (also always at the objective switch and at the end when --save is set)."""
+    """Save every N steps (default: only at the objective switch and at the end, when --save is set)."""
     load: str | None = None
-    """Resume from this folder's newest whole checkpoint (or an iter_NNNNNNN folder); once --save holds checkpoints, they win."""
+    """Resume from this folder's newest whole checkpoint (or an iter_NNNNNNN folder); once --save holds checkpoints,
+    they win, and --load equal to --save starts fresh while that folder is still empty (default: none)."""
     init_from: str | None = None
-    """Load weights only (continued pretraining): a megamlm checkpoint, a Hugging Face model folder or a .gguf file; fresh optimizer, schedule and data."""
+    """Load weights only (continued pretraining): a megamlm checkpoint, a Hugging Face model folder or a .gguf file;
+    fresh optimizer, schedule and data (default: none)."""
     continue_from: str | None = None
     """Continued pretraining that continues the data: a megamlm checkpoint's weights, a fresh optimizer and LR
     schedule, steps counted from 0, and the sample stream continuing where that checkpoint stopped (its seed, data
@@ -186,6 +199,9 @@ class CheckpointConfig:
     """Continue a checkpoint whose history (objective and LR of every step so far, optimizer settings) differs from
     this launch's schedule, with this launch's values from the next step (each change is logged); without it
     such a resume is refused. A schedule that agrees up to the checkpoint's step (a branch) needs no override."""
+    overwrite_damaged: bool = False
+    """When every checkpoint in --save is damaged, start anyway (from scratch, --load or --init-from) and let this
+    run's checkpoints replace them; without it such a launch is refused."""
 
 
 @dataclass
@@ -193,7 +209,7 @@ class LoggingConfig:
     log_interval: int = 10
     """Print a log line every N steps."""
     tensorboard_dir: str | None = None
-    """Write TensorBoard scalars here."""
+    """Write TensorBoard scalars here (default: none written)."""
 
 
 @dataclass
@@ -223,7 +239,8 @@ class ParallelConfig:
     pipeline_schedule: PipelineSchedule = "1f1b"
     """Pipeline schedule: 1f1b or interleaved_1f1b (needs --num-layers-per-virtual-stage)."""
     num_layers_per_virtual_stage: int | None = None
-    """Interleaved 1F1B: layers in each virtual stage (each rank holds layers / (PP x this) stages)."""
+    """Interleaved 1F1B: layers in each virtual stage (each rank holds layers / (PP x this) stages; default: unset,
+    required by interleaved_1f1b)."""
     recompute: bool = False
     """Activation checkpointing per transformer block (recompute activations in the backward pass)."""
     world_size: int | None = None
@@ -275,17 +292,56 @@ class Config:
             if section_name not in SECTIONS:
                 raise ConfigError(f"unknown config section {section_name!r}; known: {', '.join(SECTIONS)}")
             section = getattr(cfg, section_name)
+            if values is not None and not isinstance(values, dict):
+                raise ConfigError(f"section {section_name} must be a mapping of keys to values, got {values!r}")
             known = {f.name for f in dataclasses.fields(section)}
+            hints = get_type_hints(type(section))
             for key, value in (values or {}).items():
                 if key not in known:
                     raise ConfigError(f"unknown key {section_name}.{key}; known: {', '.join(sorted(known))}")
                 if key in FORMER_SWITCHES and isinstance(value, bool):
                     value = FORMER_SWITCHES[key][value]
-                setattr(section, key, value)
+                setattr(section, key, _typed(f"{section_name}.{key}", hints[key], value))
         return cfg
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+def _typed(name: str, annotation, value):
+    """A value read from YAML, checked against (and for lists and whole floats, converted to) the field's type."""
+    if value is None:
+        if type(None) in get_args(annotation):
+            return None
+        raise ConfigError(f"{name} needs a value, got nothing (null)")
+    if get_origin(annotation) is list:
+        items = value if isinstance(value, list) else [value]
+        if get_args(annotation) == (int,):
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+                raise ConfigError(f"{name} must be a list of whole numbers (e.g. [10000, 21000]), got {value!r}")
+            return list(items)
+        if not all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in items):
+            raise ConfigError(f"{name} must be a list of strings, got {value!r}")
+        return [str(v) for v in items]
+    expected = _scalar_type(annotation)
+    if expected is bool:
+        ok = isinstance(value, bool)
+    elif expected is float:
+        if isinstance(value, str):  # PyYAML reads 5e-4 (no dot) as a string
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif expected is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, str)
+    if not ok:
+        kind = {bool: "true or false", float: "a number", int: "a whole number", str: "a string"}[expected]
+        raise ConfigError(f"{name} must be {kind}, got {value!r}")
+    return value
 
 
 SECTIONS = {f.name: f.type for f in dataclasses.fields(Config)}
@@ -352,6 +408,15 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(f"{message}; see pretrain.py --help")
 
 
+def help_text(f: dataclasses.Field, doc: str) -> str:
+    """The field's doc with its default named once: a doc that explains its default (every field whose default is
+    unset or empty does) is printed as written, any other gets "(default: VALUE)"."""
+    default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    if "default" not in doc and default not in (None, []):
+        doc = f"{doc} (default: {default})"
+    return doc.replace("%", "%%")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="pretrain.py",
@@ -364,9 +429,8 @@ def build_parser() -> argparse.ArgumentParser:
         hints = get_type_hints(cls)
         for f in dataclasses.fields(cls):
             flags = ["--" + f.name.replace("_", "-"), *FLAG_ALIASES.get(f.name, [])]
-            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-            help_text = f"{docs.get(f.name, '')} (default: {default})".replace("%", "%%")
-            kwargs: dict[str, Any] = dict(dest=f"{section}.{f.name}", help=help_text, default=argparse.SUPPRESS)
+            kwargs: dict[str, Any] = dict(dest=f"{section}.{f.name}", help=help_text(f, docs.get(f.name, "")),
+                                          default=argparse.SUPPRESS)
             hint = hints[f.name]
             if get_origin(hint) is list:
                 kwargs["nargs"], kwargs["metavar"] = "+", f.name.upper()
@@ -412,7 +476,22 @@ def load_yaml(path: str) -> Config:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file {path} not found; pass an existing YAML file to --config")
-    return Config.from_dict(yaml.safe_load(p.read_text()) or {})
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"config file {path} is not UTF-8 text (byte {err.start}); pass a YAML file") from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"config file {path} is not valid YAML{where}: {problem}; fix that line") from None
+    if data is not None and not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold sections ({', '.join(SECTIONS)}) as a mapping, "
+                          f"not a {type(data).__name__}")
+    try:
+        return Config.from_dict(data or {})
+    except ConfigError as err:
+        raise ConfigError(f"config file {path}: {err}") from None
 
 
 def _check_choices(cfg: Config) -> None:
@@ -433,6 +512,7 @@ def validate(cfg: Config) -> None:
     (The parallel layout is checked against the world size by ``megamlm.parallel.dims.dims_from_config``.)
     """
     m, o, t, c = cfg.model, cfg.objective, cfg.training, cfg.checkpoint
+    _check_numbers(cfg)
     if m.model not in PRESETS:
         raise ConfigError(f"unknown --model {m.model!r}; choose one of {', '.join(PRESETS)}")
     _check_choices(cfg)
@@ -477,9 +557,10 @@ def validate(cfg: Config) -> None:
 
     if t.train_iters <= 0:
         raise ConfigError(f"--train-iters must be positive, got {t.train_iters}")
-    if t.micro_batch_size <= 0 or t.global_batch_size <= 0:
-        raise ConfigError("--micro-batch-size and --global-batch-size must be positive")
-    if t.global_batch_size % t.micro_batch_size:
+    for flag, value in (("--micro-batch-size", t.micro_batch_size), ("--global-batch-size", t.global_batch_size)):
+        if value is not None and value <= 0:
+            raise ConfigError(f"{flag} must be positive, got {value}")
+    if t.micro_batch_size and t.global_batch_size and t.global_batch_size % t.micro_batch_size:
         raise ConfigError(f"--global-batch-size {t.global_batch_size} is not divisible by --micro-batch-size "
                           f"{t.micro_batch_size}; pick a global batch that is a multiple of the micro-batch")
     if t.lr_warmup_fraction is not None and not 0.0 <= t.lr_warmup_fraction < 1.0:
@@ -495,7 +576,8 @@ def validate(cfg: Config) -> None:
         raise ConfigError("--log-interval must be positive")
     if c.save_interval is not None and c.save_interval <= 0:
         raise ConfigError("--save-interval must be positive")
-    if c.save_interval is not None and not c.save:
+    planning = cfg.parallel.dry_run  # a dry run writes nothing: the flags that need --save are checked in the run
+    if c.save_interval is not None and not c.save and not planning:
         raise ConfigError("--save-interval needs --save DIR to know where to write checkpoints")
     starts = [f"--{name.replace('_', '-')}" for name in ("load", "init_from", "continue_from") if getattr(c, name)]
     if len(starts) > 1:
@@ -505,17 +587,19 @@ def validate(cfg: Config) -> None:
     validate_save_at(c, t.train_iters)
     if c.keep_last is not None and c.keep_last < 1:
         raise ConfigError(f"--keep-last must be at least 1 (the checkpoint to resume from), got {c.keep_last}")
-    if c.keep_last is not None and not c.save:
+    if c.keep_last is not None and not c.save and not planning:
         raise ConfigError("--keep-last needs --save DIR, the folder whose checkpoints it prunes")
     for flag, value in (("--override-data", c.override_data), ("--override-schedule", c.override_schedule)):
-        if value and not (c.load or c.save):
+        if value and not (c.load or c.save) and not planning:
             raise ConfigError(f"{flag} only matters when resuming: pass --load DIR, or --save DIR of the run "
                               "to continue")
+    if c.overwrite_damaged and not c.save and not planning:
+        raise ConfigError("--overwrite-damaged concerns the checkpoints of --save DIR; pass the --save folder")
     if t.exit_interval is not None and t.exit_interval <= 0:
         raise ConfigError(f"--exit-interval must be positive, got {t.exit_interval}")
     if t.exit_duration_in_mins is not None and t.exit_duration_in_mins <= 0:
         raise ConfigError(f"--exit-duration-in-mins must be positive, got {t.exit_duration_in_mins}")
-    if (t.exit_interval is not None or t.exit_duration_in_mins is not None) and not c.save:
+    if (t.exit_interval is not None or t.exit_duration_in_mins is not None) and not c.save and not planning:
         raise ConfigError("--exit-interval / --exit-duration-in-mins stop the run with a checkpoint: pass --save DIR")
     if t.max_skipped_steps < 1:
         raise ConfigError(f"--max-skipped-steps must be at least 1, got {t.max_skipped_steps}")
@@ -602,6 +686,50 @@ def switch_fraction(o: ObjectiveConfig) -> float:
     return o.switch if o.switch is not None else DEFAULT_SWITCH
 
 
+# Numeric flags with a range: (section, field, lowest, highest, lowest allowed, highest allowed); None: unbounded.
+_RANGES = (
+    ("model", "vocab_size", 1, None, True, True),
+    ("model", "make_vocab_size_divisible_by", 1, None, True, True),
+    ("model", "rope_theta", 0, None, False, True),
+    ("model", "norm_epsilon", 0, None, False, True),
+    ("model", "init_method_std", 0, None, False, True),
+    ("training", "lr", 0, None, False, True),
+    ("training", "min_lr", 0, None, True, True),
+    ("training", "lr_warmup_iters", 0, None, True, True),
+    ("training", "lr_wsd_decay_iters", 0, None, True, True),
+    ("training", "weight_decay", 0, None, True, True),
+    ("training", "adam_beta1", 0, 1, True, False),
+    ("training", "adam_beta2", 0, 1, True, False),
+    ("training", "adam_eps", 0, None, False, True),
+    ("training", "clip_grad", 0, None, True, True),
+    ("training", "seed", 0, 2**63 - 1, True, True),
+)
+
+
+def _check_numbers(cfg: Config) -> None:
+    """Every number finite, and the ones with a natural range inside it."""
+    for section, cls in SECTION_CLASSES.items():
+        for f in dataclasses.fields(cls):
+            value = getattr(getattr(cfg, section), f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"--{f.name.replace('_', '-')} must be a finite number, got {value}")
+    for section, name, low, high, low_ok, high_ok in _RANGES:
+        value = getattr(getattr(cfg, section), name)
+        if value is None:
+            continue
+        too_low = low is not None and (value < low if low_ok else value <= low)
+        too_high = high is not None and (value > high if high_ok else value >= high)
+        if too_low or too_high:
+            bounds = " and ".join(part for part in (
+                f"{'>=' if low_ok else '>'} {low}" if low is not None else "",
+                f"{'<=' if high_ok else '<'} {high}" if high is not None else "") if part)
+            raise ConfigError(f"--{name.replace('_', '-')} must be {bounds}, got {value}")
+    t = cfg.training
+    if t.min_lr > t.lr:
+        raise ConfigError(f"--min-lr {t.min_lr} is above the peak --lr {t.lr}; the decay ends at --min-lr, so lower "
+                          "it (or raise --lr)")
+
+
 def switch_step(o: ObjectiveConfig, train_iters: int) -> int | None:
     """The last step of the first objective of a two-phase schedule (None for one objective): --switch-step, else
     round(--switch x iters). The one place the switch step is computed."""
@@ -648,8 +776,11 @@ def warmup_iters(t: TrainingConfig) -> int:
 
 
 def wsd_decay_iters(t: TrainingConfig) -> int:
-    """--lr-wsd-decay-iters, else round(--lr-wsd-decay-fraction x iters), else 5% of --train-iters."""
-    return _steps(t.lr_wsd_decay_iters, t.lr_wsd_decay_fraction, t.train_iters)
+    """--lr-wsd-decay-iters, else round(--lr-wsd-decay-fraction x iters), else 5% of the run: at least one step, so
+    that a short WSD run decays too, but never the only step."""
+    if t.lr_wsd_decay_iters is not None or t.lr_wsd_decay_fraction is not None:
+        return _steps(t.lr_wsd_decay_iters, t.lr_wsd_decay_fraction, t.train_iters)
+    return min(max(1, round(0.05 * t.train_iters)), t.train_iters - 1)
 
 
 def validate_performance(p: PerformanceConfig) -> None:

@@ -19,6 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from megamlm.env_args import command_line  # noqa: E402
+
 
 def _floats(text: str) -> tuple[float, ...]:
     return tuple(float(x) for x in text.split(",") if x.strip())
@@ -101,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(command_line("evaluate", argv))
     from megamlm.errors import UserError
     from megamlm.eval.finetune import Hyperparameters
     from megamlm.eval.model_source import parse_model_specs, resolve_models

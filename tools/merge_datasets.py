@@ -18,6 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from megamlm.data.indexed import DataError, IndexedDataset, IndexedDatasetWriter, strip_suffix  # noqa: E402
+from megamlm.data.sidecar import write_merged_sidecar  # noqa: E402
 
 
 def input_prefixes(inputs: list[str]) -> list[str]:
@@ -46,6 +47,7 @@ def merge(prefixes: list[str], output_prefix: str) -> IndexedDataset:
     with IndexedDatasetWriter(output_prefix, datasets[0].dtype) as writer:
         for dataset in datasets:
             writer.add_index(dataset.prefix)
+    write_merged_sidecar([d.prefix for d in datasets], output_prefix)  # when one tokenizer made every input
     return IndexedDataset(output_prefix)
 
 

@@ -5,7 +5,9 @@
         --workers 8 --append-eod
 
 writes out/corpus_text_document.bin/.idx (one pair per --json-keys key), the same bytes Megatron's
-tool writes for the same tokenizer. Input: jsonl (plain, .gz or .zst) or parquet.
+tool writes for the same tokenizer, and out/corpus_text_document.megamlm.json beside them (the tokenizer's
+fingerprint and vocabulary size, the settings; pretrain.py refuses the data with another tokenizer).
+Input: jsonl (plain, .gz or .zst) or parquet, UTF-8; an input without any text is an error.
 """
 
 from __future__ import annotations

@@ -30,6 +30,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO))
 
+from megamlm.env_args import command_line  # noqa: E402
+
 OBJECTIVES = {"mlm": ["--objective", "mlm"], "clm": ["--objective", "clm"],
               "clm_then_mlm": ["--objective", "clm_then_mlm", "--switch", "0.25"]}
 LOCAL_TASKS = "rt-sentiment,brown-genre,brown-pos,austen-qa,austen-retrieval"
@@ -67,7 +69,7 @@ def parse_args(argv=None):
     p.add_argument("--cpt-lrs", type=_floats, default=(5e-5,))
     p.add_argument("--cpt-max-steps", type=int, default=20)
     p.add_argument("--cpt-batch-size", type=int, default=8)
-    return p.parse_args(argv)
+    return p.parse_args(command_line("run_cpu", argv))
 
 
 def pretrain(name: str, args, log_dir: Path) -> dict:

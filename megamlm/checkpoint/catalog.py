@@ -11,7 +11,8 @@ import re
 import shutil
 from pathlib import Path
 
-from megamlm.checkpoint.integrity import MARKER, read_marker, verify
+from megamlm.checkpoint.integrity import MARKER, read_marker, verify, verify_unmarked
+from megamlm.checkpoint.leases import live_readers
 
 LATEST = "latest_checkpointed_iteration.txt"
 TRAIN_STATE = "train_state.json"
@@ -53,15 +54,17 @@ def list_checkpoints(save_dir: str | Path) -> list[tuple[int, Path]]:
 def problem(folder: Path, deep: bool = True, rank: int = 0, world_size: int = 1) -> str | None:
     """Why ``folder`` cannot be loaded, or None.
 
-    A folder without a completion marker is accepted when its required files exist and it is not a
-    ``.tmp`` folder: checkpoints written before markers existed were renamed into place only when complete.
+    A folder without a completion marker is accepted when its required files exist, it is not a ``.tmp``
+    folder and its structure checks out (``verify_unmarked``): checkpoints written before markers existed were
+    renamed into place only when complete, but may have been damaged since.
     """
     if not (folder / MARKER).exists():
         missing = [name for name in REQUIRED if not (folder / name).exists()]
         if missing or folder.name.endswith(".tmp"):
             return (f"it is incomplete (missing {', '.join(missing or [MARKER])}); "
                     "it was probably interrupted while saving")
-        return None
+        reason = verify_unmarked(folder, readable=(CONFIG, TRAIN_STATE))
+        return f"{reason} (a checkpoint without a completion marker, checked by its structure)" if reason else None
     return verify(folder, deep=deep, rank=rank, world_size=world_size)
 
 
@@ -77,12 +80,13 @@ def remove_folder(folder: Path) -> None:
     shutil.rmtree(trash)
 
 
-def retire_old_checkpoints(save_dir: str | Path, keep_last: int, newest_step: int) -> list[Path]:
+def retire_old_checkpoints(save_dir: str | Path, keep_last: int, newest_step: int, log=None) -> list[Path]:
     """Delete checkpoints older than the ``keep_last`` newest whole ones; returns what was deleted.
 
     Pinned checkpoints (the objective switch) are always kept, and nothing is deleted unless
-    ``keep_last`` whole checkpoints remain, so the only good checkpoint is never removed. Leftover
-    ``.tmp`` folders of interrupted saves older than ``newest_step`` go too.
+    ``keep_last`` whole checkpoints remain, so the only good checkpoint is never removed. A checkpoint that
+    a reader holds a lease on (``leases``) waits for a later save. Leftover ``.tmp`` folders of interrupted
+    saves older than ``newest_step`` go too.
     """
     save_dir = Path(save_dir)
     whole = [(step, folder) for step, folder in list_checkpoints(save_dir) if problem(folder, deep=False) is None]
@@ -91,6 +95,10 @@ def retire_old_checkpoints(save_dir: str | Path, keep_last: int, newest_step: in
         oldest_kept = whole[keep_last - 1][0]
         for step, folder in list_checkpoints(save_dir):
             if step < oldest_kept and not is_pinned(folder):
+                if readers := live_readers(folder):
+                    if log is not None:
+                        log(f"kept {folder} for now: being read ({', '.join(readers)}); a later save retires it")
+                    continue
                 remove_folder(folder)
                 deleted.append(folder)
     for folder in save_dir.iterdir():

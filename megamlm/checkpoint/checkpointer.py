@@ -21,6 +21,7 @@ folder, leaves every earlier checkpoint as it was, and raises ``CheckpointSaveEr
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import random
@@ -95,14 +96,33 @@ def set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
-def describe_failure(err: BaseException) -> str:
-    """One line naming the cause, e.g. 'No space left on device (ENOSPC) at /ckpt/iter_0000008.tmp/__0_0.distcp'."""
+NEARLY_FULL_BYTES = 64 << 20
+"""A file system with less free space than this cannot take a checkpoint: a write error there is a full disk."""
+
+
+def describe_failure(err: BaseException, folder: Path | None = None) -> str:
+    """One line naming the cause, e.g. 'No space left on device (ENOSPC) at /ckpt/iter_0000008.tmp/__0_0.distcp'.
+
+    torch's serializer reports a failed write as a RuntimeError ("unexpected pos ..."); when ``folder``'s file
+    system is (nearly) full at that moment, the cause is named as the full disk it is.
+    """
     if isinstance(err, CheckpointException) and err.failures:
         err = next(iter(err.failures.values()))[0]
     if isinstance(err, OSError) and err.errno:
         where = f" at {err.filename}" if err.filename else ""
         return f"{os.strerror(err.errno)} ({errno.errorcode.get(err.errno, err.errno)}){where}"
+    free = _free_bytes(folder) if folder is not None else None
+    if free is not None and free < NEARLY_FULL_BYTES:
+        return (f"{os.strerror(errno.ENOSPC)} (ENOSPC): {free:,} bytes free on the file system of {folder} "
+                f"({type(err).__name__}: {err})")
     return f"{type(err).__name__}: {err}"
+
+
+def _free_bytes(folder: Path) -> int | None:
+    try:
+        return shutil.disk_usage(folder).free
+    except OSError:
+        return None
 
 
 def newest_whole(save_dir: str | Path) -> Path | None:
@@ -121,6 +141,18 @@ def _write_latest(save_dir: Path, step: int) -> None:
         os.fsync(f.fileno())
     os.replace(tmp, save_dir / LATEST)
     fsync_dir(save_dir)
+
+
+def _serialized(obj) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def _write_bytes(path: Path, data: bytes) -> None:
+    """A plain write, so that a full disk surfaces as OSError(ENOSPC) and not as a serializer error."""
+    with open(path, "wb") as f:
+        f.write(data)
 
 
 def save_checkpoint(save_dir: str | Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
@@ -171,11 +203,11 @@ def save_state_checkpoint(save_dir: str | Path, step: int, state: dict, train_st
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
             metadata = dcp.save(state, checkpoint_id=str(tmp))
-        torch.save(rng_state(), tmp / rng_file(rank))
+        _write_bytes(tmp / rng_file(rank), _serialized(rng_state()))
         shard_files = sorted({info.relative_path for info in metadata.storage_data.values()})
         write_rank_completion(tmp, rank, [*share_of(shard_files, rank, world), rng_file(rank)])
-    except (OSError, CheckpointException) as err:
-        error = describe_failure(err)
+    except (OSError, RuntimeError, CheckpointException) as err:
+        error = describe_failure(err, tmp)
     if error := ranks.first_error(error):
         raise fail(error)
 
@@ -201,7 +233,7 @@ def save_state_checkpoint(save_dir: str | Path, step: int, state: dict, train_st
 
     if rank == 0 and keep_last:
         try:
-            for folder in retire_old_checkpoints(save_dir, keep_last, step):
+            for folder in retire_old_checkpoints(save_dir, keep_last, step, log=log):
                 log(f"deleted old checkpoint {folder} (--keep-last {keep_last})")
         except OSError as err:  # a checkpoint that cannot be deleted costs disk space, not the run
             log(f"warning: could not delete old checkpoints in {save_dir}: {describe_failure(err)}")

@@ -12,6 +12,8 @@ import json
 import os
 from pathlib import Path
 
+from torch.distributed.checkpoint import FileSystemReader
+
 MARKER = "COMPLETE.json"
 MARKER_FORMAT = 1
 _RANK_DONE_PREFIX = ".done_rank"
@@ -104,13 +106,50 @@ def verify(folder: Path, deep: bool = True, rank: int = 0, world_size: int = 1) 
     files = marker["files"]
     for name, expected in sorted(files.items()):
         path = folder / name
-        if not path.is_file():
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
             return f"file {name} is missing"
-        size = path.stat().st_size
         if size != expected["bytes"]:
             return f"file {name} has {size} bytes where {expected['bytes']} were written (truncated or overwritten)"
     if deep:
         for name in share_of(list(files), rank, world_size):
-            if file_digest(folder / name) != files[name]["sha256"]:
+            try:
+                digest = file_digest(folder / name)
+            except FileNotFoundError:  # deleted while being checked (the run retired it)
+                return f"file {name} is missing"
+            if digest != files[name]["sha256"]:
                 return f"file {name} does not match its checksum (corrupt)"
     return None
+
+
+def verify_unmarked(folder: Path, readable: tuple[str, ...]) -> str | None:
+    """Why a checkpoint written before completion markers existed is damaged, or None.
+
+    Without checksums this checks the structure: DCP's ``.metadata`` reads, every shard file it names exists and
+    is long enough for every byte range it records, and the ``readable`` JSON files parse. (A flipped byte inside
+    a shard goes unnoticed: only a marker's checksums catch that.)
+    """
+    try:
+        metadata = FileSystemReader(str(folder)).read_metadata()
+    except Exception as err:  # a truncated or overwritten pickle raises many types
+        return f"its .metadata is unreadable ({type(err).__name__}: {err})"
+    needed: dict[str, int] = {}
+    for info in (metadata.storage_data or {}).values():
+        needed[info.relative_path] = max(needed.get(info.relative_path, 0), info.offset + info.length)
+    for name, size in sorted(needed.items()):
+        try:
+            actual = (folder / name).stat().st_size
+        except FileNotFoundError:
+            return f"file {name} is missing"
+        if actual < size:
+            return f"file {name} has {actual} bytes where its records need {size} (truncated)"
+    for name in readable:
+        try:
+            json.loads((folder / name).read_text())
+        except FileNotFoundError:
+            continue  # REQUIRED files are checked by the caller; a train state may be the older .pt
+        except (OSError, ValueError) as err:
+            return f"file {name} is unreadable ({err})"
+    return None
+

@@ -59,8 +59,9 @@ def check_vocab(dataset: IndexedDataset, vocab_size: int) -> None:
     if largest >= vocab_size:
         raise DataError(
             f"{dataset.prefix}.bin holds token id {largest} but the model vocabulary has {vocab_size} ids: the data "
-            f"was tokenized with another tokenizer; set the model's vocabulary size to the tokenizer's (at least "
-            f"{largest + 1}) or re-run tools/preprocess_data.py with the model's tokenizer"
+            f"was tokenized with another tokenizer than this run's. Re-tokenize it with tools/preprocess_data.py and "
+            f"this run's --tokenizer-model; or, if the data's own tokenizer is the one to train with, pass that one "
+            f"as --tokenizer-model (the vocabulary follows it; at least {largest + 1} ids)"
         )
 
 

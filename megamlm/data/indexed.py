@@ -227,6 +227,12 @@ class IndexedDataset:
                     f"dataset file {path} not found; --data-path takes the prefix shared by the .bin and .idx "
                     f"files (e.g. out/corpus_text_document), made by tools/preprocess_data.py"
                 )
+            try:
+                open(path, "rb").close()
+            except OSError as err:
+                raise DataError(f"cannot read dataset file {path}: {err.strerror or err}; give this user read access "
+                                "(e.g. chmod a+r) or copy the data somewhere readable") from None
+
         idx_size = os.path.getsize(idx_file)
         if idx_size < HEADER_BYTES:
             raise DataError(f"{idx_file} is truncated ({idx_size} bytes, the header alone is {HEADER_BYTES}); {_REBUILD_HINT}")

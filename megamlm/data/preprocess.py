@@ -29,7 +29,8 @@ from typing import Iterator
 import numpy as np
 from tqdm import tqdm
 
-from megamlm.data.indexed import DataError, IndexedDatasetWriter, best_dtype
+from megamlm.data.indexed import DataError, IndexedDataset, IndexedDatasetWriter, best_dtype
+from megamlm.data.sidecar import write_sidecar
 from megamlm.data.tokenizer import load_tokenizer
 
 # --tokenizer-type names accepted, and the tokenizer kind each maps to (see the module docstring).
@@ -116,14 +117,23 @@ def output_prefix(base: str, key: str, shard: int | None) -> str:
 # ---- reading --------------------------------------------------------------------------------
 
 
-def _open_text(path: str):
+def _open_binary(path: str):
     if path.endswith(".gz"):
-        return gzip.open(path, "rt", encoding="utf-8")
+        return gzip.open(path, "rb")
     if path.endswith(".zst"):
         import zstandard
 
-        return io.TextIOWrapper(zstandard.open(path, "rb"), encoding="utf-8")
-    return open(path, "r", encoding="utf-8")
+        return io.BufferedReader(zstandard.open(path, "rb"))
+    return open(path, "rb")
+
+
+def _decode(path: str, number: int, line: bytes) -> str:
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path} line {number} is not UTF-8 text (byte 0x{line[err.start]:02x} at column "
+                        f"{err.start + 1}); re-encode the file as UTF-8 (e.g. iconv -f latin1 -t utf-8) or drop "
+                        "that line") from None
 
 
 def read_chunks(paths: list[str], json_keys: list[str]) -> Iterator[tuple[str, int, list]]:
@@ -143,9 +153,10 @@ def read_chunks(paths: list[str], json_keys: list[str]) -> Iterator[tuple[str, i
                 yield path, row, records
                 row += len(records)
             continue
-        with _open_text(path) as f:
+        with _open_binary(path) as f:
             chunk, first = [], 1
-            for number, line in enumerate(f, 1):
+            for number, raw in enumerate(f, 1):
+                line = _decode(path, number, raw)
                 if not line.strip():
                     continue
                 if not chunk:
@@ -215,6 +226,13 @@ def _encode_chunk(task):
 
 
 # ---- driver -----------------------------------------------------------------------------------
+
+
+def sidecar_settings(settings: PreprocessSettings) -> dict:
+    """What the sidecar records of the run that made a dataset (megamlm.data.sidecar)."""
+    return {"tool": "tools/preprocess_data.py", "inputs": [os.path.basename(p) for p in settings.inputs],
+            "tokenizer_type": settings.tokenizer_type, "json_keys": list(settings.json_keys),
+            "append_eod": settings.append_eod, "prepend_bos": settings.prepend_bos}
 
 
 @dataclass
@@ -318,6 +336,10 @@ def preprocess(settings: PreprocessSettings) -> Summary:
                 in_shard += 1
                 summary.empty_documents += all(len(ids) == 0 for ids, _ in document.values())
             progress.update(len(documents), summary)
+        if summary.tokens == 0:
+            raise DataError(f"{', '.join(settings.inputs)} gave no tokens ({summary.documents} documents, all empty or "
+                            f"without text in --json-keys {' '.join(settings.json_keys)}): nothing to train on; "
+                            "check the input files and --json-keys")
         for writer in writers.values():
             writer.finalize()
         finished.extend(writers.values())
@@ -330,6 +352,10 @@ def preprocess(settings: PreprocessSettings) -> Summary:
         if pool is not None:
             pool.terminate()
             pool.join()
+    tokenizer = _worker["tokenizer"]
+    for writer in finished:
+        dataset = IndexedDataset(writer.prefix)
+        write_sidecar(writer.prefix, tokenizer, sidecar_settings(settings), dataset.num_documents, dataset.num_tokens)
     summary.seconds = time.perf_counter() - start
     summary.outputs = [w.prefix for w in finished]
     summary.output_bytes = sum(os.path.getsize(w.prefix + ".bin") + os.path.getsize(w.prefix + ".idx") for w in finished)

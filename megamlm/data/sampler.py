@@ -11,6 +11,7 @@ another global batch size continues the same stream with no repeat and no gap.
 
 from __future__ import annotations
 
+import signal
 from typing import Iterator
 
 import numpy as np
@@ -135,6 +136,13 @@ class _MicroBatchIds:
         return len(self.sampler.batch_starts(self.start)) * self.sampler.num_micro_batches
 
 
+def _ignore_stop_signals(worker_id: int) -> None:
+    """Loader workers leave stop signals to the trainer: Ctrl-C and SLURM reach every process of a group, and a
+    worker that died of one would fail the step the trainer finishes before it saves."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(signum, signal.SIG_IGN)
+
+
 class MicroBatchLoader:
     """Yields, per global batch, this rank's micro-batches as dicts of tensors:
     `tokens` int64 (mbs, seq_length), `document_ids` int32 (mbs, seq_length), `sample_ids` int64 (mbs,).
@@ -168,6 +176,7 @@ class MicroBatchLoader:
             collate_fn=_collate,
             pin_memory=self.pin_memory,
             persistent_workers=False,
+            worker_init_fn=_ignore_stop_signals if self.num_workers else None,
         )
         pending = []
         delivered = 0

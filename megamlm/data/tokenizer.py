@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import base64
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -78,6 +79,18 @@ class Tokenizer(abc.ABC):
         return None
 
     @abc.abstractmethod
+    def tokens_by_id(self) -> dict[int, str | bytes]:
+        """Every id of the vocabulary with its token (text, or bytes for tiktoken ranks)."""
+
+    def fingerprint(self) -> str:
+        """A hash of the vocabulary (every id with its token): the same vocabulary gives the same fingerprint
+        whatever file holds it, another vocabulary (size, order, tokens) another one."""
+        digest = hashlib.sha256()
+        for token_id, token in sorted(self.tokens_by_id().items()):
+            digest.update(b"%d\0%s\0" % (token_id, token if isinstance(token, bytes) else token.encode("utf-8")))
+        return digest.hexdigest()[:32]
+
+    @abc.abstractmethod
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         """Token ids of `text`. `add_special_tokens` applies a tokenizer.json post-processor
         (what Megatron's HuggingFaceTokenizer does); tiktoken and sentencepiece files have none."""
@@ -124,6 +137,9 @@ class HFTokenizer(Tokenizer):
     def token_to_id(self, token: str) -> int | None:
         return self._tok.token_to_id(token)
 
+    def tokens_by_id(self) -> dict[int, str | bytes]:
+        return {token_id: token for token, token_id in self._tok.get_vocab(with_added_tokens=True).items()}
+
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
 
@@ -162,6 +178,10 @@ class TiktokenTokenizer(Tokenizer):
         if token in self.special_tokens:
             return self.special_tokens[token]
         return self._ranks.get(token.encode("utf-8"))
+
+    def tokens_by_id(self) -> dict[int, str | bytes]:
+        return {**{rank: token for token, rank in self._ranks.items()},
+                **{token_id: token for token, token_id in self.special_tokens.items()}}
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return self._enc.encode_ordinary(text)
@@ -214,6 +234,9 @@ class SentencePieceTokenizer(Tokenizer):
         ids = set(self.special_ids)
         ids.update(i for i in (self.bos_id, self.eos_id, self.pad_id, self.mask_id) if i is not None)
         self.special_ids = sorted(ids)
+
+    def tokens_by_id(self) -> dict[int, str | bytes]:
+        return {i: self._sp.id_to_piece(i) for i in range(self._sp.get_piece_size())}
 
     def token_to_id(self, token: str) -> int | None:
         token_id = self._sp.piece_to_id(token)

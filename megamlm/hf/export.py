@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from megamlm.checkpoint.reading import read_newest
 from megamlm.hf.errors import ConversionError
 from megamlm.hf.hf_config import ExportBiases, SpecialIds, export_biases, hf_config_for
 from megamlm.hf.keymaps import EXPORT_ARCHS, KeyMap
@@ -39,6 +40,11 @@ def hf_state_dict(model: torch.nn.Module, keymap: KeyMap, dtype: torch.dtype,
     return {keymap.to_hf(name): t.detach().to(dtype).contiguous() for name, t in state.items()}
 
 
+def _read_checkpoint(folder: Path):
+    record = read_record(folder)
+    return record, load_model(record)
+
+
 def export_checkpoint(input_path: str | Path, output: str | Path, arch: str = "eurobert", dtype: str = "fp32",
                       force: bool = False, tokenizer: str | Path | None = None, log=print) -> Path:
     """Convert; every user error is raised before anything is written."""
@@ -48,7 +54,7 @@ def export_checkpoint(input_path: str | Path, output: str | Path, arch: str = "e
         raise ConversionError(f"unsupported --dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     target = AtomicFolder(output, force)
     target.check()
-    record = read_record(input_path)
+    record, model = read_newest(input_path, _read_checkpoint)  # retried if --keep-last retires it meanwhile
     tokenizer_json = find_tokenizer_json(tokenizer if tokenizer is not None else record.tokenizer_path())
     ids = {key: record.tokenizer.get(key) for key in ("bos_id", "eos_id", "pad_id", "mask_id")}
     if arch == "eurobert" and ids["mask_id"] is None:
@@ -57,8 +63,7 @@ def export_checkpoint(input_path: str | Path, output: str | Path, arch: str = "e
     keymap = EXPORT_ARCHS[arch]
     config = hf_config_for(arch, record.model_args, SpecialIds(**ids))
 
-    log(f"loading {record.path}")
-    model = load_model(record)
+    log(f"loaded {record.path}")
     with target as tmp:
         write_export_tokenizer(tokenizer_json, tmp, ids, record.model_args.vocab_size, record.model_args.max_seq_length)
         config.dtype = DTYPES[dtype]

@@ -106,6 +106,11 @@ def _weight_files(source: HFSource) -> list[Path]:
     raise ConversionError(f"{source.folder} has no weights ({' or '.join(WEIGHT_FILES)})")
 
 
+def _damaged(path: Path, error: Exception) -> ConversionError:
+    return ConversionError(f"cannot read the weights in {path} ({type(error).__name__}: {error}); the file is "
+                           "truncated or damaged: download or copy it again")
+
+
 def _hf_name(name: str) -> str:
     """A base model's tensor names (``embed_tokens.weight``) under the full model's (``model.embed_tokens.weight``)."""
     if name.startswith(("embed_tokens.", "layers.", "norm.")):
@@ -125,16 +130,36 @@ def iter_tensors(source: HFSource) -> Iterator[tuple[str, torch.Tensor]]:
         return
     for path in _weight_files(source):
         if path.suffix == ".safetensors":
-            with safe_open(str(path), framework="pt") as shard:
-                for name in shard.keys():
-                    yield _hf_name(name), shard.get_tensor(name)
+            yield from _safetensors_tensors(path)
         else:
-            try:
-                state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
-            except RuntimeError:  # a legacy (pre-zip) pickle cannot be memory-mapped
-                state = torch.load(path, map_location="cpu", weights_only=True)
+            state = _torch_state(path)
             for name in list(state):
                 yield _hf_name(name), state.pop(name)
+
+
+def _safetensors_tensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
+    try:
+        shard_context = safe_open(str(path), framework="pt")
+    except Exception as error:  # safetensors raises several types for a truncated or damaged header
+        raise _damaged(path, error) from None
+    with shard_context as shard:
+        for name in shard.keys():
+            try:
+                tensor = shard.get_tensor(name)
+            except Exception as error:  # the data section ends before this tensor
+                raise _damaged(path, error) from None
+            yield _hf_name(name), tensor
+
+
+def _torch_state(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except RuntimeError:  # a legacy (pre-zip) pickle cannot be memory-mapped; a damaged file fails again below
+        pass
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # torch raises many types for a truncated or damaged file
+        raise _damaged(path, error) from None
 
 
 def check_gguf(source: HFSource) -> None:

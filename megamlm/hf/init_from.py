@@ -12,6 +12,7 @@ import json
 import os
 from pathlib import Path
 
+from megamlm.checkpoint.catalog import CONFIG
 from megamlm.config import Config, ConfigError
 from megamlm.data.embedded import default_cache_root
 from megamlm.hf.hf_source import is_hf_model
@@ -92,3 +93,14 @@ def adopt_hf_init_from(cfg: Config) -> None:
     cfg.checkpoint.init_from = str(ckpt)
     log(f"--init-from {source}: using its import {ckpt} ({args.num_layers} layers, hidden {args.hidden_size}, "
         f"vocab {args.vocab_size}); tokenizer {cfg.data.tokenizer_model}")
+
+
+def warn_if_context_shorter(checkpoint: Path, seq_length: int) -> None:
+    """Warn when the --init-from model (its resolved checkpoint folder) was made for fewer positions than this
+    run's --seq-length."""
+    made_for = json.loads((Path(checkpoint) / CONFIG).read_text()).get("model_args", {}).get("max_seq_length")
+    if made_for is not None and made_for < seq_length:
+        log(f"warning: the --init-from model ({checkpoint}) was made for at most {made_for} positions "
+            f"(max_position_embeddings) and --seq-length is {seq_length}: positions beyond {made_for} were never "
+            f"trained (rotary embeddings extrapolate to them); expect a higher loss at first, or pass --seq-length "
+            f"{made_for}")

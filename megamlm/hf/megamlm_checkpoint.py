@@ -125,6 +125,7 @@ class AtomicFolder:
         if exc_type is not None:
             shutil.rmtree(self.tmp, ignore_errors=True)
             return
+        readable_like_the_rest(self.tmp)
         if self.destination.exists():
             old = self.destination.with_name(f".{self.destination.name}.old{os.getpid()}")
             os.replace(self.destination, old)
@@ -132,3 +133,13 @@ class AtomicFolder:
             shutil.rmtree(old)
         else:
             os.replace(self.tmp, self.destination)
+
+
+def readable_like_the_rest(folder: Path) -> None:
+    """Give every file in ``folder`` the mode a newly created file gets (0644 under the usual umask 022): some
+    writers (safetensors) create theirs private (0600) through a temporary file."""
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in folder.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            os.chmod(path, 0o666 & ~umask)

@@ -26,7 +26,8 @@ class LRSchedule:
             decay_start = self.train_iters - self.decay_iters
             if step <= decay_start:
                 return self.peak_lr
-            return self.peak_lr - span * (step - decay_start) / self.decay_iters
+            decayed = min((step - decay_start) / self.decay_iters, 1.0)
+            return self.min_lr + span * (1.0 - decayed)  # exactly min_lr at the end: never below it
         progress = (step - self.warmup_iters) / max(1, self.train_iters - self.warmup_iters)
         progress = min(max(progress, 0.0), 1.0)
         if self.style == "cosine":

@@ -31,6 +31,7 @@ from typing import Literal
 from megamlm.checkpoint.catalog import CONFIG, list_checkpoints
 from megamlm.checkpoint.checkpointer import (
     CHECKPOINT_FORMAT,
+    CheckpointError,
     find_checkpoint,
     read_train_state,
     resolve_checkpoint,
@@ -118,12 +119,22 @@ def checkpoint_to_resume(cfg: Config) -> Path | None:
         # The run's own checkpoints win over --load/--init-from/--continue-from: a requeued job must not restart.
         path = find_checkpoint(c.save)
         start = c.load or c.init_from or c.continue_from
+        if path is None and not c.overwrite_damaged:
+            raise CheckpointError(
+                f"every checkpoint in --save {c.save} is damaged (see the warnings above); starting from "
+                f"{start or 'scratch'} would replace them as this run saves. Pass --overwrite-damaged to do that, "
+                "or another --save to keep them")
         if path is None:
             log(f"no complete checkpoint in --save {c.save} (see the warnings above): starting from "
-                f"{start or 'scratch'}")
+                f"{start or 'scratch'}; --overwrite-damaged lets this run's checkpoints replace them")
         elif start:
             log(f"--save {c.save} already holds checkpoints of this run: resuming from {path} "
                 f"instead of starting from {start}")
+    if path is None and c.load and c.save and Path(c.load).resolve() == Path(c.save).resolve():
+        # Megatron's launch-and-requeue command (--save X --load X): its first launch starts the run.
+        log(f"--load {c.load} is this run's --save folder and holds no checkpoint to resume yet: starting from "
+            f"{c.init_from or 'scratch'}")
+        return None
     if path is None and c.load:
         path = resolve_checkpoint(c.load)
     return path

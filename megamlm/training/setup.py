@@ -6,6 +6,7 @@ All of it happens (and every user error is raised) before a model is built or a 
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 
 import torch
@@ -23,6 +24,7 @@ from megamlm.config import (
     wsd_decay_iters,
 )
 from megamlm.data import load_tokenizer, prepare_embedded_corpus
+from megamlm.data.sidecar import check_dataset_files
 from megamlm.kernels import check_kernel_backend
 from megamlm.model.attention_backends import check_attention_backend
 from megamlm.model.attention_probe import resolve_auto_attention
@@ -79,8 +81,8 @@ def model_args_for(cfg: Config, tokenizer_vocab_size: int) -> ModelArgs:
     vocab = shape["vocab_size"] or pad_vocab_size(tokenizer_vocab_size, multiple)
     if tokenizer_vocab_size > vocab:
         raise ConfigError(f"the tokenizer has {tokenizer_vocab_size} ids but the model vocabulary is {vocab}; "
-                          f"pass --vocab-size {pad_vocab_size(tokenizer_vocab_size, 128)} or the tokenizer "
-                          "the preset was made for")
+                          f"pass the tokenizer the model was made for (--tokenizer-model, with data tokenized by it), "
+                          f"or grow the model with --vocab-size {pad_vocab_size(tokenizer_vocab_size, 128)}")
     return ModelArgs(
         vocab_size=vocab, num_layers=shape["num_layers"], hidden_size=shape["hidden_size"],
         ffn_hidden_size=shape["ffn_hidden_size"], num_attention_heads=shape["num_attention_heads"],
@@ -100,9 +102,13 @@ def masking_spec_for(cfg: Config, tokenizer) -> MaskingSpec:
                        special_ids=tuple(tokenizer.special_ids), random_vocab_size=tokenizer.vocab_size)
 
 
-def backends_for(cfg: Config) -> Backends:
+def backends_for(cfg: Config, device: torch.device) -> Backends:
     """The model's kernel and attention backends, checked to run here."""
     perf = cfg.performance
+    if perf.kernel_backend == "triton" and device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ConfigError(f"--kernel-backend triton runs Triton kernels on a CUDA/ROCm GPU, and this run is on "
+                          f"{device.type}; use --kernel-backend auto (chunked LM-head loss on CPU), or set "
+                          "TRITON_INTERPRET=1 to run the kernels in Triton's interpreter (slow, for tests)")
     try:
         return Backends(attention=check_attention_backend(perf.attention_backend),
                         kernels=check_kernel_backend(perf.kernel_backend))
@@ -139,6 +145,7 @@ def plan_run(cfg: Config) -> RunPlan:
         check_float8(dims)
     data_path, tokenizer_path = resolve_data_sources(cfg)
     tokenizer = load_tokenizer(tokenizer_path)
+    check_dataset_files(data_path, tokenizer)  # readable, and made by this tokenizer where a sidecar says
     args = model_args_for(cfg, tokenizer.vocab_size)
     t = cfg.training
     schedule = ObjectiveSchedule(cfg.objective.objective, switch_step(cfg.objective, t.train_iters), t.train_iters,
@@ -146,4 +153,4 @@ def plan_run(cfg: Config) -> RunPlan:
     lr_schedule = lr_schedule_for(t)
     return RunPlan(model_args=args, data_path=data_path, tokenizer_path=tokenizer_path, tokenizer=tokenizer,
                    objective_schedule=schedule, lr_schedule=lr_schedule, dims=dims, device=device,
-                   backends=backends_for(cfg))
+                   backends=backends_for(cfg, device))

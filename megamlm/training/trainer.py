@@ -11,6 +11,7 @@ logged step and validation goes to ``metrics.jsonl``.
 from __future__ import annotations
 
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -19,10 +20,11 @@ import torch
 import torch.distributed as dist
 
 from megamlm.checkpoint import load_model_weights
+from megamlm.checkpoint.lock import lock_save_folder
 from megamlm.checkpoint.manager import CheckpointManager
 from megamlm.config import Config, split_weights
 from megamlm.data import GlobalBatchSampler, MicroBatchLoader, build_train_dataset
-from megamlm.hf.init_from import adopt_hf_init_from
+from megamlm.hf.init_from import adopt_hf_init_from, warn_if_context_shorter
 from megamlm.log import log, rank
 from megamlm.model.attention_backends import detect_optional_extras
 from megamlm.model.transformer import Transformer, count_parameters
@@ -38,6 +40,7 @@ from megamlm.training.resume import Start, plan_start
 from megamlm.training.run_record import build_run_record, write_run_record
 from megamlm.training.setup import RunPlan, backends_on_device, plan_run
 from megamlm.training.signals import ExitSignalHandler
+from megamlm.training.startup_notes import first_step_note, memory_note
 from megamlm.training.step import train_step
 from megamlm.training.stopping import StopPolicy
 from megamlm.training.validation import ValidationSet, load_validation_set
@@ -74,18 +77,20 @@ class RunResult:
 
 
 def pretrain(cfg: Config, on_step: Callable[[StepReport], None] | None = None) -> RunResult:
-    """Train; SIGTERM/SIGUSR1 during the run save a checkpoint and return early (see training/signals.py)."""
-    with ExitSignalHandler() as signals:
-        return _pretrain(cfg, signals, on_step)
+    """Train; SIGTERM/SIGUSR1/SIGINT during the run save a checkpoint and return early (training/signals.py), and
+    the --save folder is locked for the run (checkpoint/lock.py)."""
+    with ExitSignalHandler() as signals, ExitStack() as held:
+        return _pretrain(cfg, signals, held, on_step)
 
 
-def _pretrain(cfg: Config, signals: ExitSignalHandler, on_step) -> RunResult:
+def _pretrain(cfg: Config, signals: ExitSignalHandler, held: ExitStack, on_step) -> RunResult:
     t, c = cfg.training, cfg.checkpoint
     if c.init_from:  # a Hugging Face model is imported once and lends the run its shape and tokenizer
         adopt_hf_init_from(cfg)
     plan = plan_run(cfg)
     mesh, device = start_parallel(plan.dims, plan.device)
     record = build_run_record(cfg, plan, plan.dims.world_size)
+    held.enter_context(lock_save_folder(c.save))  # one run per --save folder, before its checkpoints are read
     start = plan_start(cfg, record)  # every difference from a checkpoint is honoured or refused here
     record["lineage"] = start.lineage
     for note in start.notes:
@@ -116,7 +121,7 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler, on_step) -> RunResult:
                                  "history": start.history}, record,
                                 last_step=t.train_iters, interval=c.save_interval, keep_last=c.keep_last,
                                 pinned=pinned_steps(cfg, schedule.switch_step))
-    restore(start, manager, cfg)
+    restore(start, manager, cfg, seq_length)
     if c.save and rank() == 0:
         write_run_record(c.save, record)
 
@@ -130,6 +135,7 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler, on_step) -> RunResult:
         log(f"validation: {validation.num_samples} held-out samples every {validation.interval} steps, at the "
             "switch and at the end (MLM loss and accuracy, CLM loss)")
     log(describe_performance(cfg))
+    log(memory_note(cfg, plan.dims, plan.model_args, device))
     result = RunResult(start_step=progress.step, last_step=progress.step, switch_step=schedule.switch_step,
                        resumed_from=start.path if start.restores_state else None, start=start.kind)
     loader = MicroBatchLoader(dataset, sampler, num_workers=cfg.data.num_workers, pin_memory=device.type == "cuda")
@@ -146,7 +152,7 @@ def pinned_steps(cfg: Config, switch_step: int | None) -> dict[int, str]:
     return pinned
 
 
-def restore(start: Start, manager: CheckpointManager, cfg: Config) -> None:
+def restore(start: Start, manager: CheckpointManager, cfg: Config, seq_length: int) -> None:
     """Load what ``start`` takes from its checkpoint: the whole state, or the weights only."""
     t = cfg.training
     if start.restores_state:
@@ -164,6 +170,7 @@ def restore(start: Start, manager: CheckpointManager, cfg: Config) -> None:
     elif start.kind == "init":
         load_model_weights(start.path, manager.model, verify=False)  # plan_start checked it
         log(f"initialised weights from {start.path} (fresh optimizer, schedule and data position)")
+        warn_if_context_shorter(start.path, seq_length)
 
 
 def build_parallel_model(cfg: Config, plan: RunPlan, mesh, device: torch.device) -> ParallelModel:
@@ -196,6 +203,8 @@ def _train(cfg: Config, pm: ParallelModel, optimizer, loader: MicroBatchLoader, 
     run_start = time.perf_counter()
     batches = iter(loader)
     pm.train()
+    if progress.step < t.train_iters:
+        log(first_step_note(cfg, progress.step + 1, t.train_iters))
     while progress.step < t.train_iters:
         step = progress.step + 1
         objective = schedule.objective_at(step)

@@ -1,13 +1,15 @@
 """The launch scripts: valid bash, and the torchrun / mpirun commands they generate parse and plan a valid layout.
 
-The slow tests really launch: torchrun through examples/run_local.sh, and two plain `pretrain.py` processes
-given the environment Open MPI's mpirun would give them.
+Two tests really launch torchrun through examples/run_local.sh (one stopped by SIGINT and SIGTERM: exit code 0
+after the save); the slow one starts two plain `pretrain.py` processes given the environment Open MPI's mpirun
+would give them.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
+import signal
 import stat
 import subprocess
 import sys
@@ -18,13 +20,14 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = [REPO / "examples" / "run_local.sh", REPO / "examples" / "run_mpirun.sh",
            REPO / "examples" / "slurm" / "pretrain_nvidia.sbatch", REPO / "examples" / "slurm" / "pretrain_rocm.sbatch"]
+FORWARDER = REPO / "examples" / "torchrun_forward_signals.sh"
 LAYOUT = ["--model", "610m", "--tp", "2", "--pp", "2", "--micro-batch-size", "2", "--global-batch-size", "64"]
 TINY_RUN = ["--model", "tiny", "--hidden-size", "64", "--ffn-hidden-size", "128", "--seq-length", "32",
             "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters", "2", "--lr-warmup-iters", "0",
             "--lr-wsd-decay-iters", "1", "--log-interval", "1", "--objective", "clm_then_mlm", "--switch", "0.5"]
 
 
-@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+@pytest.mark.parametrize("script", [*SCRIPTS, FORWARDER], ids=lambda p: p.name)
 def test_script_is_valid_bash_and_executable(script):
     subprocess.run(["bash", "-n", str(script)], check=True)
     assert script.stat().st_mode & stat.S_IXUSR
@@ -63,7 +66,7 @@ def test_sbatch_discovers_the_head_node_and_builds_srun_torchrun(script, tmp_pat
     out = subprocess.run(["bash", str(script), *LAYOUT], env={**env_clean, **env, "PRINT_CMD": "1"},
                          capture_output=True, text=True, check=True)
     cmd = shlex.split(out.stdout)
-    assert cmd[:2] == ["srun", "torchrun"]
+    assert cmd[:2] == ["srun", str(FORWARDER)]
     assert option(cmd, "--nnodes") == "2" and option(cmd, "--nproc-per-node") == "8"
     assert option(cmd, "--rdzv-endpoint") == "gpu012:29500" and option(cmd, "--rdzv-id") == "4242"
     flags = pretrain_flags(cmd)
@@ -73,7 +76,7 @@ def test_sbatch_discovers_the_head_node_and_builds_srun_torchrun(script, tmp_pat
 
 def test_run_local_builds_a_standalone_torchrun():
     cmd = printed_command(SCRIPTS[0], {"NPROC": "4"}, LAYOUT)
-    assert cmd[:2] == ["torchrun", "--standalone"] and option(cmd, "--nproc-per-node") == "4"
+    assert cmd[:2] == [str(FORWARDER), "--standalone"] and option(cmd, "--nproc-per-node") == "4"
     assert pretrain_flags(cmd) == LAYOUT
     check_layout_plans(pretrain_flags(cmd), world=4)
 
@@ -106,6 +109,38 @@ def test_run_local_trains_with_torchrun_on_cpu_and_logs_once_per_run(cache):
     # Both ranks print into this stream: start-up and progress lines come from rank 0 alone.
     for line in ("] model: ", "] objective clm_then_mlm", "] data: ", "] kernels ", "] step 2/"):
         assert out.stdout.count(line) == 1, (line, out.stdout)
+
+
+def launch_until_step(args: list[str], env: dict, step: int, signum: int) -> tuple[int, str, str]:
+    """Run examples/run_local.sh, send ``signum`` to the script once rank 0 logged ``step``; (status, out, err)."""
+    proc = subprocess.Popen(["bash", str(SCRIPTS[0]), *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if f"] step {step}/" in line:
+            proc.send_signal(signum)
+            break
+    out, err = proc.communicate(timeout=600)
+    return proc.returncode, "".join(lines) + out, err
+
+
+def test_a_stop_signal_under_torchrun_saves_and_the_launch_script_exits_0(cache, tmp_path):
+    """Ctrl-C (SIGINT) and SIGTERM reach the ranks, not torchrun's agent: a clean save, exit code 0, no traceback,
+    and the same command resumes from that checkpoint."""
+    save = tmp_path / "run"
+    args = [*TINY_RUN, "--train-iters", "400", "--save", str(save)]
+    env = {**launch_env(cache), "NPROC": "2"}
+    status, out, err = launch_until_step(args, env, 2, signal.SIGINT)
+    assert status == 0, err[-3000:]
+    assert "received SIGINT" in out and "Traceback" not in err and "SignalException" not in err
+    first = int((save / "latest_checkpointed_iteration.txt").read_text())
+    assert first >= 2 and f"stopping after step {first} (signal SIGINT)" in out
+
+    status, out, err = launch_until_step(args, env, first + 1, signal.SIGTERM)
+    assert status == 0, err[-3000:]
+    assert f"resumed from {save / f'iter_{first:07d}'} at step {first}" in out and "Traceback" not in err
+    assert int((save / "latest_checkpointed_iteration.txt").read_text()) > first
 
 
 @pytest.mark.slow

@@ -74,3 +74,269 @@ def test_error_classes_are_user_errors_and_value_errors():
     for cls in (ConfigError, DataError, CheckpointError, ResumeError, LayoutError):
         assert issubclass(cls, ValueError) and issubclass(cls, UserError)
     assert issubclass(LaunchError, UserError)
+
+
+# ---- issue 17: every bad input below ends in one line and exit code 2, and leaves the files on disk as they were --
+
+import builtins  # noqa: E402
+import errno  # noqa: E402
+import hashlib  # noqa: E402
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from megamlm.checkpoint.integrity import MARKER  # noqa: E402
+from megamlm.data.embedded import TOKENIZER_FILE  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+SMALL = ["--num-layers", "1", "--hidden-size", "32", "--ffn-hidden-size", "64", "--num-attention-heads", "2",
+         "--num-query-groups", "2", "--seq-length", "32", "--global-batch-size", "4", "--micro-batch-size", "2",
+         "--log-interval", "1"]
+
+
+def snapshot(folder: Path) -> dict:
+    """Every file under ``folder``: its bytes' hash and mode (what 'untouched' means here)."""
+    return {str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mode)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def tool_main(name):
+    spec = importlib.util.spec_from_file_location(f"tool_{name}", REPO / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.main
+
+
+def expect_one_line(capsys, status, message):
+    assert status == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_non_utf8_bytes_in_a_jsonl_name_the_line(capsys, tmp_path, workers):
+    corpus = tmp_path / "in" / "corpus.jsonl"
+    corpus.parent.mkdir()
+    corpus.write_bytes(b'{"text": "fine"}\n{"text": "also fine"}\n{"text": "caf\xe9"}\n')
+    before = snapshot(tmp_path)
+    status = tool_main("preprocess_data")(["--input", str(corpus), "--output-prefix", str(tmp_path / "out" / "c"),
+                                           "--tokenizer-model", str(TOKENIZER_FILE), "--workers", workers,
+                                           "--no-progress"])
+    expect_one_line(capsys, status, f"{corpus} line 3 is not UTF-8 text (byte 0xe9 at column 14)")
+    assert snapshot(tmp_path) == before
+
+
+def test_an_empty_input_is_an_error_not_an_empty_dataset(capsys, tmp_path):
+    for name, content in (("empty.jsonl", ""), ("blank.jsonl", '{"text": ""}\n\n{"text": ""}\n')):
+        (tmp_path / name).write_text(content)
+        before = snapshot(tmp_path)
+        status = tool_main("preprocess_data")(["--input", str(tmp_path / name), "--output-prefix",
+                                               str(tmp_path / "c"), "--tokenizer-model", str(TOKENIZER_FILE),
+                                               "--no-progress"])
+        expect_one_line(capsys, status, "gave no tokens")
+        assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("suffix", [".bin", ".idx"])
+def test_an_unreadable_dataset_file_is_named(capsys, tmp_path, cache_dir, monkeypatch, suffix):
+    prefix, tokenizer = prepare_embedded_corpus()
+    data = tmp_path / "data"
+    for part in (".bin", ".idx"):
+        shutil.copy(prefix + part, str(data) + part)
+    before = snapshot(tmp_path)
+    unreadable = str(data) + suffix
+    os.chmod(unreadable, 0)
+    if os.geteuid() == 0:  # root reads any file: make open() answer as it would for anyone else
+        real_open = builtins.open
+
+        def denying_open(file, *args, **kwargs):
+            if os.fspath(file) == unreadable:
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), unreadable)
+            return real_open(file, *args, **kwargs)
+
+        monkeypatch.setattr(builtins, "open", denying_open)
+    status = main([*SMALL, "--data-path", str(data), "--tokenizer-model", tokenizer, "--save", str(tmp_path / "ck")])
+    expect_one_line(capsys, status, f"cannot read dataset file {unreadable}: Permission denied")
+    monkeypatch.undo()
+    os.chmod(unreadable, before[Path(unreadable).name][1] & 0o777)
+    assert snapshot(tmp_path) == before and not (tmp_path / "ck").exists()
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--lr", "-1"], "--lr must be > 0, got -1.0"),
+    (["--lr", "nan"], "--lr must be a finite number, got nan"),
+    (["--min-lr", "inf"], "--min-lr must be a finite number"),
+    (["--adam-beta2", "1.5"], "--adam-beta2 must be >= 0 and < 1, got 1.5"),
+    (["--adam-eps", "0"], "--adam-eps must be > 0"),
+    (["--weight-decay", "-0.1"], "--weight-decay must be >= 0"),
+    (["--clip-grad", "-1"], "--clip-grad must be >= 0"),
+    (["--seed", "-1"], "--seed must be >= 0"),
+    (["--lr-warmup-iters", "-5"], "--lr-warmup-iters must be >= 0"),
+    (["--vocab-size", "0"], "--vocab-size must be >= 1"),
+    (["--init-method-std", "0"], "--init-method-std must be > 0"),
+    (["--min-lr", "0.1", "--lr", "0.01"], "--min-lr 0.1 is above the peak --lr 0.01"),
+    (["--micro-batch-size", "0"], "--micro-batch-size must be positive, got 0"),
+    (["--train-iters", "abc"], "argument --train-iters: invalid int value: 'abc'"),
+])
+def test_numeric_flags_out_of_range(capsys, argv, message):
+    expect_cli_error(capsys, argv, message)
+
+
+@pytest.mark.parametrize("text,message", [
+    ("training:\n  lr: [0.1\n", "is not valid YAML at line 3, column 1"),
+    ("training:\n\tlr: 0.1\n", "is not valid YAML at line 2"),
+    ("- a\n- b\n", "must hold sections"),
+    ("training: 5\n", "section training must be a mapping"),
+    ("training:\n  lr: fast\n", "training.lr must be a number, got 'fast'"),
+    ("training:\n  train_iters: 1.5\n", "training.train_iters must be a whole number, got 1.5"),
+    ("model:\n  model: null\n", "model.model needs a value"),
+])
+def test_a_malformed_yaml_config_is_named_with_its_line(capsys, tmp_path, text, message):
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    expect_cli_error(capsys, ["--config", path], f"config file {path}")
+    expect_cli_error(capsys, ["--config", path], message)
+
+
+def test_yaml_floats_without_a_dot_are_numbers(tmp_path):
+    from megamlm.config import parse_args
+
+    path = tmp_path / "run.yaml"
+    path.write_text("training:\n  lr: 5e-4\n  min_lr: 0\n")
+    cfg = parse_args(["--config", str(path)])
+    assert cfg.training.lr == 5e-4 and cfg.training.min_lr == 0.0 and isinstance(cfg.training.min_lr, float)
+
+
+def test_triton_kernels_without_a_gpu_are_refused_before_any_work(capsys, tmp_path, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    expect_cli_error(capsys, ["--kernel-backend", "triton", "--save", tmp_path / "ck"],
+                     "--kernel-backend triton runs Triton kernels on a CUDA/ROCm GPU, and this run is on cpu")
+    assert not (tmp_path / "ck").exists()
+
+
+def tiny_run(tmp_path, *argv) -> int:
+    return main([*SMALL, "--save", str(tmp_path), *map(str, argv)])
+
+
+def test_a_full_disk_during_a_save_says_no_space_left_on_device(tmp_path, cache_dir):
+    """A real full file system: a tmpfs too small for the checkpoint, mounted in a private mount namespace."""
+    if shutil.which("unshare") is None or shutil.which("mount") is None:
+        pytest.skip("needs unshare and mount (util-linux) for a private tmpfs")
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mount = "mount -t tmpfs -o size=256k tmpfs \"$1\" && shift && exec \"$@\""
+    namespace = ["unshare", "-m"] if os.geteuid() == 0 else ["unshare", "-rm"]
+    probe = subprocess.run([*namespace, "sh", "-c", mount, "sh", str(disk), "true"], capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a private tmpfs here ({probe.stderr.decode().strip()})")
+    code = ("import sys; from megamlm.cli import main; sys.exit(main(sys.argv[1:]))")
+    out = subprocess.run([*namespace, "sh", "-c", mount, "sh", str(disk), sys.executable, "-c", code, *SMALL,
+                          "--train-iters", "2", "--save", str(disk / "run")], cwd=REPO, capture_output=True,
+                         text=True, env={**os.environ, "MEGAMLM_CACHE": cache_dir}, timeout=600)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith("error: could not save the checkpoint of step 2") and out.stderr.count("\n") == 1
+    assert "No space left on device (ENOSPC)" in out.stderr, out.stderr
+
+
+def test_an_old_checkpoint_without_marker_and_damaged_shards_is_skipped_for_the_previous_one(tmp_path, cache_dir,
+                                                                                           capsys):
+    assert tiny_run(tmp_path, "--train-iters", "4", "--save-interval", "2") == 0
+    for folder in tmp_path.glob("iter_*"):
+        (folder / MARKER).unlink()  # as saved before completion markers existed
+    newest = tmp_path / "iter_0000004"
+    shard = sorted(newest.glob("*.distcp"))[0]
+    shard.write_bytes(shard.read_bytes()[:1000])
+    capsys.readouterr()
+    assert tiny_run(tmp_path, "--train-iters", "6", "--save-interval", "2", "--override-schedule") == 0
+    out = capsys.readouterr().out
+    assert f"skipping checkpoint {newest}" in out and "checked by its structure" in out
+    assert f"resumed from {tmp_path / 'iter_0000002'} at step 2" in out
+
+
+def test_every_checkpoint_damaged_is_refused_unless_overwrite_damaged(tmp_path, cache_dir, capsys):
+    assert tiny_run(tmp_path, "--train-iters", "2") == 0
+    shard = sorted((tmp_path / "iter_0000002").glob("*.distcp"))[0]
+    shard.write_bytes(shard.read_bytes()[:1000])
+    before = snapshot(tmp_path)
+    capsys.readouterr()
+    status = tiny_run(tmp_path, "--train-iters", "2")
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1
+    assert f"every checkpoint in --save {tmp_path} is damaged" in err and "--overwrite-damaged" in err
+    assert snapshot(tmp_path) == before
+    assert tiny_run(tmp_path, "--train-iters", "2", "--overwrite-damaged") == 0
+    assert snapshot(tmp_path)["iter_0000002/" + shard.name] != before["iter_0000002/" + shard.name]
+
+
+def test_the_same_folder_as_save_and_load_starts_a_run_then_resumes_it(tmp_path, cache_dir, capsys):
+    folder = tmp_path / "ckpt" / "tiny"
+    argv = ["--train-iters", "4", "--exit-interval", "2", "--load", folder]
+    assert main([*SMALL, "--save", str(folder), *map(str, argv)]) == 0
+    assert "holds no checkpoint to resume yet: starting from scratch" in capsys.readouterr().out
+    assert main([*SMALL, "--save", str(folder), *map(str, argv)]) == 0
+    assert f"resumed from {folder / 'iter_0000002'} at step 2" in capsys.readouterr().out
+
+
+HOLD = """
+import sys, time
+from megamlm.checkpoint.lock import SaveFolderLock
+SaveFolderLock(sys.argv[1]).acquire()
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_second_launch_on_a_folder_in_use_is_refused_and_a_killed_run_leaves_a_stale_lock(tmp_path, cache_dir,
+                                                                                         capsys):
+    assert tiny_run(tmp_path, "--train-iters", "2") == 0
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = snapshot(tmp_path)
+        capsys.readouterr()
+        expect_one_line(capsys, tiny_run(tmp_path, "--train-iters", "4", "--override-schedule"),
+                        f"--save {tmp_path} is in use by another run (pid {holder.pid} on host ")
+        assert snapshot(tmp_path) == before
+    finally:
+        holder.kill()
+        holder.wait()
+    assert tiny_run(tmp_path, "--train-iters", "4", "--override-schedule") == 0
+    out = capsys.readouterr().out
+    assert f"held a stale lock of pid {holder.pid}" in out and "resumed from" in out
+
+
+def test_data_tokenized_by_another_tokenizer_is_refused_when_its_sidecar_says_so(capsys, tmp_path, cache_dir):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = ["<|bos|>", "<|eos|>", "<|pad|>", "<|mask|>", "the", "a", "of"]
+    small = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="the"))
+    small.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    small.save(str(tmp_path / "small.json"))
+    (tmp_path / "c.jsonl").write_text('{"text": "the a of the a"}\n' * 50)
+    assert tool_main("preprocess_data")(["--input", str(tmp_path / "c.jsonl"), "--output-prefix",
+                                         str(tmp_path / "c"), "--tokenizer-model", str(tmp_path / "small.json"),
+                                         "--append-eod", "--no-progress"]) == 0
+    sidecar = json.loads((tmp_path / "c_text_document.megamlm.json").read_text())
+    assert sidecar["tokenizer"]["vocab_size"] == 7 and sidecar["settings"]["append_eod"] is True
+    before = snapshot(tmp_path)
+    capsys.readouterr()
+    expect_cli_error(capsys, [*SMALL, "--data-path", tmp_path / "c_text_document", "--tokenizer-model",
+                              TOKENIZER_FILE, "--save", tmp_path / "ck"],
+                     f"{tmp_path / 'c_text_document'} was tokenized by {tmp_path / 'small.json'} (7 ids")
+    assert snapshot(tmp_path) == before
+
+
+def test_the_vocabulary_message_first_suggests_retokenizing(capsys, tmp_path, cache_dir):
+    _, tokenizer = prepare_embedded_corpus()
+    prefix = tmp_path / "wide"
+    with IndexedDatasetWriter(prefix, dtype=np.int32) as writer:
+        writer.add_document(np.arange(9000, 9500))
+    assert main(["--data-path", str(prefix), "--tokenizer-model", tokenizer]) == 2
+    err = capsys.readouterr().err
+    assert err.index("Re-tokenize it with tools/preprocess_data.py") < err.index("pass that one as --tokenizer-model")
+    assert "--vocab-size" not in err

@@ -98,17 +98,19 @@ def test_the_same_command_with_exit_interval_resumes_each_time_and_matches_one_r
         "iter_0000003", "iter_0000004", "iter_0000006", "iter_0000008"]  # 4: the objective switch
 
 
-def test_sigterm_during_a_step_saves_after_it_and_the_relaunch_continues_bitwise(tiny, tmp_path, monkeypatch):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_during_a_step_saves_after_it_and_the_relaunch_continues_bitwise(tiny, tmp_path, monkeypatch,
+                                                                                     signum):
     common = ["--train-iters", "6", "--save", tmp_path / "run"]
     full = tiny("--train-iters", "6")
-    handler_before = signal.getsignal(signal.SIGTERM)
-    StepHook(monkeypatch, on_step=lambda step: step == 2 and os.kill(os.getpid(), signal.SIGTERM))
+    handler_before = signal.getsignal(signum)
+    StepHook(monkeypatch, on_step=lambda step: step == 2 and os.kill(os.getpid(), signum))
     first = tiny(*common)
     monkeypatch.undo()
-    assert first.stop_reason == "signal SIGTERM" and sorted(first.losses) == [1, 2]
+    assert first.stop_reason == f"signal {signum.name}" and sorted(first.losses) == [1, 2]
     assert first.last_checkpoint.name == "iter_0000002"
     assert [p.name for p in (tmp_path / "run").glob("iter_*")] == ["iter_0000002"]
-    assert signal.getsignal(signal.SIGTERM) == handler_before  # handlers restored after the run
+    assert signal.getsignal(signum) == handler_before  # handlers restored after the run
     second = tiny(*common)
     assert second.start_step == 2
     assert {**first.losses, **second.losses} == full.losses
@@ -166,8 +168,9 @@ def test_a_full_disk_during_a_periodic_save_stops_the_run_clearly_and_the_relaun
                                                   r"untouched"):
         tiny(*common)
     monkeypatch.undo()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["iter_0000002", "latest_checkpointed_iteration.txt",
-                                                          "run_record.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".megamlm.lock", "iter_0000002",
+                                                          "latest_checkpointed_iteration.txt", "run_record.json"]
+    assert (tmp_path / ".megamlm.lock").read_text() == ""  # released
     again = tiny(*common)
     assert again.start_step == 2 and sorted(again.losses) == [3, 4, 5, 6]
 

@@ -46,6 +46,7 @@ from megamlm.config import ConfigError, parse_args, switch_step, warmup_iters, w
     (["--eval-iters", "3"], "--eval-iters needs a validation set"),
     (["--split", "99,1", "--eval-interval", "0"], "--eval-interval must be positive"),
     (["--split", "99,1", "--eval-mask-ratio", "1.0"], "--eval-mask-ratio must be strictly between 0 and 1"),
+    (["--overwrite-damaged"], "--overwrite-damaged concerns the checkpoints of --save DIR"),
 ])
 def test_bad_flags_give_one_clear_error(argv, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -181,3 +182,60 @@ def test_layering_config_imports_no_parallel_and_parallel_no_training():
         out = subprocess.run([sys.executable, "-c", code, module, forbidden], capture_output=True, text=True,
                              check=True).stdout.split()
         assert out == [], f"{module} imports {out}"
+
+
+def help_entries(capsys) -> dict[str, str]:
+    """--help, one entry per flag: the flag line and its (rewrapped) help text."""
+    import re
+
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    out = capsys.readouterr().out.split("\noptions:", 1)[1]
+    entries, current = {}, None
+    for line in out.splitlines():
+        match = re.match(r"^  (--[a-z0-9-]+)", line)
+        if match:
+            current = match.group(1)
+            entries[current] = line
+        elif current and line.startswith("    "):
+            entries[current] += " " + line.strip()
+    return {flag: " ".join(text.split()) for flag, text in entries.items()}
+
+
+def test_help_names_each_default_once_and_never_none(capsys):
+    entries = help_entries(capsys)
+    assert len(entries) > 60
+    for flag, text in entries.items():
+        if flag in ("--help", "--config"):
+            continue
+        assert text.count("default") == 1, (flag, text)
+        assert "default: None" not in text and "default: []" not in text, (flag, text)
+    assert "(default: 300)" in entries["--train-iters"]
+    assert "beside the data" not in entries["--data-cache-path"]
+    assert "no index cache" in entries["--data-cache-path"]
+
+
+def test_every_unset_default_is_explained_in_its_doc():
+    import dataclasses
+
+    from megamlm.config import SECTION_CLASSES, field_docs
+
+    for cls in SECTION_CLASSES.values():
+        docs = field_docs(cls)
+        for f in dataclasses.fields(cls):
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            if default in (None, []):
+                assert "default" in docs[f.name], (cls.__name__, f.name)
+
+
+def test_the_data_cache_path_default_is_what_happens(tmp_path, monkeypatch):
+    """No --data-cache-path: no sample-index cache is written anywhere (the help says so)."""
+    from megamlm.data import build_train_dataset, prepare_embedded_corpus
+
+    monkeypatch.setenv("MEGAMLM_CACHE", str(tmp_path / "cache"))
+    prefix, _ = prepare_embedded_corpus()
+    before = sorted(p.name for p in (tmp_path / "cache").rglob("*"))
+    build_train_dataset([prefix], seq_length=32, num_samples=64, seed=1)
+    assert sorted(p.name for p in (tmp_path / "cache").rglob("*")) == before
+    build_train_dataset([prefix], seq_length=32, num_samples=64, seed=1, cache_dir=str(tmp_path / "idx"))
+    assert list((tmp_path / "idx").glob("*.npy"))

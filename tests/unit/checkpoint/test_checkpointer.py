@@ -211,6 +211,25 @@ def test_checkpoint_without_marker_from_older_versions_still_loads(tmp_path):
     assert torch.equal(loaded_weight(tmp_path), make_model(1)[0][0].weight)
 
 
+@pytest.mark.parametrize("damage", ["truncated shard", "missing shard", "unreadable metadata", "unreadable state"])
+def test_a_damaged_checkpoint_without_marker_is_checked_by_its_structure_and_skipped(tmp_path, capsys, damage):
+    for step in (1, 2):
+        (save(tmp_path, step) / MARKER).unlink()  # as written before completion markers existed
+    newest = iteration_dir(tmp_path, 2)
+    if damage == "truncated shard":
+        shard(newest).write_bytes(shard(newest).read_bytes()[:100])
+    elif damage == "missing shard":
+        shard(newest).unlink()
+    elif damage == "unreadable metadata":
+        (newest / ".metadata").write_bytes(b"not a pickle")
+    else:
+        (newest / "train_state.json").write_text("{half")
+    assert resolve_checkpoint(tmp_path) == iteration_dir(tmp_path, 1)
+    out = capsys.readouterr().out
+    assert f"skipping checkpoint {newest}" in out and "checked by its structure" in out
+    assert torch.equal(loaded_weight(tmp_path), make_model(1)[0][0].weight)
+
+
 class Killed(BaseException):
     """Stands for the process dying at this point (nothing after it runs, no cleanup)."""
 

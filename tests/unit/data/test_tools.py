@@ -79,6 +79,12 @@ def test_shards_then_merge_equal_one_file(corpus, tmp_path):
     assert merge.main(["--input", str(tmp_path / "shards"), "--output-prefix", str(tmp_path / "merged")]) == 0
     for suffix in (".bin", ".idx"):
         assert (tmp_path / f"merged{suffix}").read_bytes() == (tmp_path / f"one_text_document{suffix}").read_bytes()
+    # each shard's sidecar names the tokenizer, and the merge of shards made by one tokenizer keeps it
+    one = json.loads((tmp_path / "one_text_document.megamlm.json").read_text())
+    merged = json.loads((tmp_path / "merged.megamlm.json").read_text())
+    assert merged["tokenizer"] == one["tokenizer"] and (merged["documents"], merged["tokens"]) == (
+        one["documents"], one["tokens"])
+    assert one["tokenizer"]["vocab_size"] == 8192 and len(one["tokenizer"]["fingerprint"]) == 32
 
 
 def test_merge_refuses_mixed_dtypes_and_overwriting_an_input(tmp_path, capsys):

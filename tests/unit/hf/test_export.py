@@ -64,6 +64,17 @@ def test_config_and_files(exported):
     assert not list(out.parent.glob(".*tmp*")), "temporary folder left behind"
 
 
+def test_exported_files_are_readable_like_any_new_file(exported):
+    import os
+
+    out, _ = exported
+    umask = os.umask(0)
+    os.umask(umask)
+    modes = {p.name: p.stat().st_mode & 0o777 for p in out.iterdir()}
+    assert "model.safetensors" in modes
+    assert set(modes.values()) == {0o666 & ~umask}, modes  # 0644 under umask 022; safetensors alone wrote 0600
+
+
 def test_fill_mask_pipeline_and_tokenizer(exported):
     out, _ = exported
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(out))

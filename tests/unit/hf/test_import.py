@@ -163,6 +163,31 @@ def test_sliding_window_longer_than_the_run_is_refused(tmp_path, kit):
     assert json.loads(next((tmp_path / "ckpt").glob("iter_*/config.json")).read_text())["seq_length"] == 16
 
 
+@pytest.mark.parametrize("weights", ["model.safetensors", "pytorch_model.bin"])
+def test_truncated_weights_are_one_line_and_nothing_is_written(tmp_path, kit, capsys, weights):
+    import hashlib
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("convert_from_hf", Path(__file__).resolve().parents[3] / "tools" /
+                                                  "convert_from_hf.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    model = kit.save_tiny_llama(tmp_path / "llama")
+    if weights == "pytorch_model.bin":
+        (tmp_path / "llama" / "model.safetensors").unlink()
+        torch.save(model.state_dict(), tmp_path / "llama" / weights)
+    path = tmp_path / "llama" / weights
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (tmp_path / "llama").iterdir()}
+    capsys.readouterr()
+    assert tool.main(["--input", str(tmp_path / "llama"), "--output", str(tmp_path / "ckpt")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: cannot read the weights in {path}") and err.count("\n") == 1
+    assert "truncated or damaged: download or copy it again" in err
+    assert before == {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (tmp_path / "llama").iterdir()}
+    assert not (tmp_path / "ckpt").exists() and not list(tmp_path.glob(".ckpt*"))
+
+
 def test_unsupported_model_type_names_the_supported(tmp_path):
     from transformers import GPT2Config, GPT2LMHeadModel
 

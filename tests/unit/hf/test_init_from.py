@@ -111,3 +111,18 @@ def test_pretrain_init_from_a_qwen2_folder_keeps_its_features_and_exports_as_eur
     ids = word_ids(family, 2, 24, seed=99)
     with torch.no_grad():
         assert (hf.eval()(input_ids=ids).logits - trained.logits(trained(ids, causal=False))).abs().max() < 1e-4
+
+
+def test_init_from_a_model_made_for_fewer_positions_than_seq_length_warns(tmp_path, kit, capsys):
+    kit.save_tiny_llama(tmp_path / "llama")  # max_position_embeddings 64
+    _word_corpus(tmp_path / "words_text_document", kit, documents=80)
+    flags = ["--init-from", str(tmp_path / "llama"), "--data-path", str(tmp_path / "words_text_document"),
+             "--data-cache-path", str(tmp_path / "cache"), "--train-iters", "1", "--micro-batch-size", "1",
+             "--global-batch-size", "1", "--device", "cpu"]
+    pretrain(parse_args([*flags, "--seq-length", "64"]))
+    assert "positions beyond" not in capsys.readouterr().out
+    pretrain(parse_args([*flags, "--seq-length", "128"]))
+    out = capsys.readouterr().out
+    assert "warning: the --init-from model" in out and "made for at most 64 positions (max_position_embeddings) " \
+                                                       "and --seq-length is 128" in out
+    assert "pass --seq-length 64" in out

@@ -71,7 +71,7 @@ def test_a_triton_run_is_refused_while_planning_when_triton_does_not_import(monk
 
     monkeypatch.setattr(K, "triton_available", lambda: False)
     with pytest.raises(ConfigError, match="kernel backend 'triton' needs the triton package"):
-        backends_for(parse_args(["--kernel-backend", "triton"]))
+        backends_for(parse_args(["--kernel-backend", "triton"]), torch.device("cuda"))
     assert Transformer(ARGS, backends=Backends(kernels="auto")).backends.kernels == "auto"
 
 

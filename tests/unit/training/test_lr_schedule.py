@@ -29,3 +29,25 @@ def test_schedule_continues_unchanged_across_an_objective_switch():
     s = LRSchedule(1.0, 0.0, "wsd", warmup_iters=10, decay_iters=10, train_iters=100)
     values = [s.lr_at(k) for k in range(1, 101)]
     assert values[24] == values[25] == 1.0  # steps 25 and 26 around a 0.25 switch
+
+
+@pytest.mark.parametrize("style", ["wsd", "cosine", "linear"])
+def test_the_lr_never_goes_below_min_lr_and_ends_on_it(style):
+    from megamlm.config import TrainingConfig, warmup_iters, wsd_decay_iters
+
+    for iters in range(1, 400):
+        for min_lr in (0.0, 1e-5):
+            t = TrainingConfig(train_iters=iters, lr_decay_style=style, min_lr=min_lr)
+            schedule = LRSchedule(3e-3, min_lr, style, warmup_iters(t), wsd_decay_iters(t), iters)
+            lrs = [schedule.lr_at(step) for step in range(1, iters + 1)]
+            assert min(lrs) >= min_lr, (iters, min_lr, min(lrs))
+            if iters > 1:
+                assert lrs[-1] == min_lr, (iters, lrs[-1])
+
+
+def test_a_short_wsd_run_decays():
+    from megamlm.config import TrainingConfig, wsd_decay_iters
+
+    assert [wsd_decay_iters(TrainingConfig(train_iters=n)) for n in (1, 2, 8, 9, 20, 30, 300)] == [0, 1, 1, 1, 1, 2, 15]
+    schedule = LRSchedule(3e-3, 0.0, "wsd", 0, wsd_decay_iters(TrainingConfig(train_iters=8)), 8)
+    assert [schedule.lr_at(step) for step in range(1, 9)] == [3e-3] * 7 + [0.0]

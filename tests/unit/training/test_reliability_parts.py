@@ -3,6 +3,8 @@
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,26 @@ def test_first_signal_sets_the_flag_and_handlers_are_restored():
         assert handler.received == "SIGUSR1"
         assert StopPolicy(handler).reason_to_stop(1) == "signal SIGUSR1"
     assert signal.getsignal(signal.SIGUSR1) == previous
+
+
+def test_one_request_delivered_twice_is_one_request_and_a_later_second_signal_exits_at_once():
+    code = """
+import os, signal, sys, time
+from megamlm.training import signals
+with signals.ExitSignalHandler() as handler:
+    os.kill(os.getpid(), signal.SIGINT)
+    os.kill(os.getpid(), signal.SIGTERM)  # within SAME_REQUEST_S: the same request
+    print("still running after", handler.received, flush=True)
+    time.sleep(signals.SAME_REQUEST_S + 0.2)
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(5)
+print("not reached")
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[3])
+    assert "still running after SIGINT" in out.stdout and "not reached" not in out.stdout
+    assert out.returncode == 128 + signal.SIGINT
+    assert "received a second signal (SIGINT) after SIGINT: exiting now without saving" in out.stderr
 
 
 def test_stop_policy_exit_interval_and_duration():

@@ -1,0 +1,41 @@
+#!/bin/bash
+# torchrun with its arguments, except that stop signals go to the training processes and not to torchrun's agent:
+#
+#   examples/torchrun_forward_signals.sh --standalone --nproc-per-node 2 pretrain.py --save ckpt/run ...
+#
+# torchrun's agent turns SIGINT/SIGTERM into a SignalException: it passes the signal on, waits for the workers and
+# exits 1 with a traceback even when every worker saved its checkpoint and exited 0, so requeue logic and schedulers
+# read a clean stop as a failure. Here the agent ignores SIGINT, SIGTERM and SIGUSR1 (it still handles SIGHUP and
+# SIGQUIT), and this script passes each of them to the workers (torchrun's child processes, each in a session of
+# its own), which finish their step, save and exit 0; torchrun then exits 0 and so does this script (with the
+# workers' status otherwise). (SLURM may also signal every process of a job step directly: a megamlm worker takes
+# a signal arriving within a second of the first as the same request.)
+set -uo pipefail
+
+# The agent's own list (torchrun --signals-to-handle); the signals left out stay ignored, as set below.
+export PET_SIGNALS_TO_HANDLE=${PET_SIGNALS_TO_HANDLE:-SIGHUP,SIGQUIT}
+trap '' INT TERM USR1    # torchrun inherits "ignored"; megamlm's workers install their own handlers
+torchrun "$@" </dev/null &
+pid=$!
+forward() {
+    pkill "-$1" -P "${pid}" || true
+}
+trap 'forward INT' INT
+trap 'forward TERM' TERM
+trap 'forward USR1' USR1
+
+# `wait` returns early when a trapped signal arrives; wait again until torchrun itself has exited.
+while true; do
+    wait "${pid}"
+    status=$?
+    if ! kill -0 "${pid}" 2>/dev/null; then
+        break
+    fi
+done
+wait "${pid}" 2>/dev/null
+last=$?
+# The status of a finished job stays known to bash; prefer it over a status of an interrupted `wait`.
+if (( last != 127 )); then
+    status=${last}
+fi
+exit "${status}"

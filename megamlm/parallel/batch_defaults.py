@@ -1,0 +1,88 @@
+"""Batch sizes the user did not set, chosen to fit the parallel layout.
+
+A batch flag left unset (``None`` in the config: neither on the command line nor in the YAML file) is derived
+here, so adding ``--pp 2``, ``--tp 2`` or a ``--world-size`` to a working command keeps it working. The
+starting point is the preset's recipe (``RECIPE_BATCH``: the paper's sizes train with global 1,152 and
+micro 12, as ``examples/configs/paper_*.yaml`` say) or global 16 / micro 16. Then:
+
+- the global batch stays at the starting point whenever some micro-batch fits, and only grows (to the
+  smallest size that fits) where data parallel x the pipeline's micro-batches need more samples;
+- the micro-batch is the largest one up to the starting point that splits the global batch over the
+  data-parallel ranks into enough micro-batches for the pipeline (at least PP, a multiple of PP for
+  interleaved 1F1B).
+
+Flags the user did set are never changed: a layout they do not fit is refused by ``resolve_parallel_dims``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from megamlm.config import Config
+
+DEFAULT_BATCH = (16, 16)
+"""(micro, global) of presets without a recipe."""
+RECIPE_BATCH = {"210m": (12, 1152), "610m": (12, 1152), "1b": (12, 1152)}
+"""(micro, global) of the paper's recipe per preset (examples/configs/paper_<preset>_clm_then_mlm.yaml)."""
+
+
+@dataclass(frozen=True)
+class BatchChoice:
+    micro: int
+    global_: int
+    chosen: tuple[str, ...]
+    """The flags this choice filled in (empty when the user set both)."""
+
+    def describe(self, dp: int, pp: int, preset: str) -> str:
+        micro_batches = self.global_ // (self.micro * dp)
+        start_micro, start_global = batch_start(preset)
+        origin = f"the {preset} recipe's" if preset in RECIPE_BATCH else "the default"
+        return (f"{' and '.join(self.chosen)} not given: global {self.global_} = micro {self.micro} x DP {dp} x "
+                f"{micro_batches} micro-batches per step ({origin} global {start_global} / micro {start_micro}, "
+                f"fitted to DP {dp}{f', PP {pp}' if pp > 1 else ''}); set the flags to choose")
+
+
+def batch_start(preset: str) -> tuple[int, int]:
+    return RECIPE_BATCH.get(preset, DEFAULT_BATCH)
+
+
+def _fits(global_: int, micro: int, dp: int, min_micro_batches: int, multiple: int) -> bool:
+    if global_ % (micro * dp):
+        return False
+    micro_batches = global_ // (micro * dp)
+    return micro_batches >= min_micro_batches and micro_batches % multiple == 0
+
+
+def fit_batch(micro: int | None, global_: int | None, dp: int, pp: int, interleaved: bool,
+              start: tuple[int, int] = DEFAULT_BATCH) -> BatchChoice:
+    """Fill the unset one(s) of (micro, global) for ``dp`` data-parallel ranks and a ``pp``-stage pipeline."""
+    chosen = tuple(flag for flag, value in (("--micro-batch-size", micro), ("--global-batch-size", global_))
+                   if value is None)
+    min_micro_batches = pp if pp > 1 else 1
+    multiple = pp if (pp > 1 and interleaved) else 1
+    start_micro, start_global = start
+    if micro is not None and global_ is not None:
+        return BatchChoice(micro, global_, chosen)
+    if micro is not None:  # the smallest global batch at or above the starting one that this micro-batch fits
+        unit = micro * dp * multiple
+        needed = max(start_global, micro * dp * min_micro_batches)
+        return BatchChoice(micro, -(-needed // unit) * unit, chosen)
+    if global_ is None:  # the starting global batch, or the smallest above it that the layout can split
+        unit = dp * multiple
+        global_ = -(-max(start_global, dp * min_micro_batches) // unit) * unit
+    for candidate in range(min(start_micro, global_), 0, -1):
+        if _fits(global_, candidate, dp, min_micro_batches, multiple):
+            return BatchChoice(candidate, global_, chosen)
+    # No micro-batch fits the given global batch: keep the start and let the layout check name the fix.
+    return BatchChoice(start_micro, global_, chosen)
+
+
+def apply_batch_defaults(cfg: Config, dp: int, pp: int) -> str | None:
+    """Write the chosen sizes into ``cfg.training`` where unset; returns the line to log, or None if both were set."""
+    t = cfg.training
+    choice = fit_batch(t.micro_batch_size, t.global_batch_size, dp, pp,
+                       cfg.parallel.pipeline_schedule == "interleaved_1f1b", batch_start(cfg.model.model))
+    if not choice.chosen:
+        return None
+    t.micro_batch_size, t.global_batch_size = choice.micro, choice.global_
+    return choice.describe(dp, pp, cfg.model.model)

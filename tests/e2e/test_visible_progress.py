@@ -1,0 +1,13 @@
+"""A run's log before its first step: the batch sizes it chose, the memory estimate, then step 1 starting."""
+
+
+def test_the_log_names_the_chosen_batch_the_memory_and_step_1_before_the_first_step(cache_dir, capsys):
+    from megamlm.cli import main
+
+    assert main(["--num-layers", "1", "--hidden-size", "32", "--ffn-hidden-size", "64", "--num-attention-heads",
+                 "2", "--num-query-groups", "2", "--seq-length", "32", "--train-iters", "2", "--log-interval", "1"]) == 0
+    out = capsys.readouterr().out
+    order = [out.index(line) for line in (
+        "--micro-batch-size and --global-batch-size not given: global 16 = micro 16 x DP 1 x 1 micro-batches",
+        "] estimated memory per device: ", "] step 1/2 starting", "] step 1/2 | objective mlm")]
+    assert order == sorted(order)
