@@ -36,6 +36,15 @@ def _global_sum(pm: ParallelModel, value: float, replicas: int, device: torch.de
     return float(t) / replicas
 
 
+def _global_loss(pm: ParallelModel, local_sum: torch.Tensor, replicas: int) -> torch.Tensor:
+    """``_global_sum`` of a loss sum kept on the device (fp64, 0-d): nothing is read by the host."""
+    total = local_sum.double().reshape(())
+    if pm.mesh is not None:
+        dist.all_reduce(total)
+        total = total / replicas
+    return total
+
+
 def global_grad_norm(pm: ParallelModel) -> torch.Tensor:
     """The L2 norm of every rank's gradients together (DTensor shards and pipeline stages), in fp32.
 
@@ -70,20 +79,21 @@ def _gradient_sync(part: torch.nn.Module, sync: bool):
     return contextlib.nullcontext()
 
 
-def _forward_backward_plain(pm: ParallelModel, micro_batches: list[Batch], scale: float, device, precision) -> float:
+def _forward_backward_plain(pm: ParallelModel, micro_batches: list[Batch], scale: float, device,
+                            precision) -> torch.Tensor:
     part = pm.parts[0]
     loss_sum = torch.zeros((), dtype=torch.float32, device=device)
     for i, batch in enumerate(micro_batches):
         input_ids = batch.input_ids.to(device, non_blocking=True)
         targets = batch.targets.to(device, non_blocking=True)
-        document_ids = batch.document_ids.to(device) if batch.document_ids is not None else None
+        document_ids = batch.document_ids.to(device, non_blocking=True) if batch.document_ids is not None else None
         with _gradient_sync(part, i == len(micro_batches) - 1):
             with autocast_context(device, precision):
                 hidden = part(input_ids, causal=batch.causal, document_ids=document_ids)
                 loss, _ = parallel_sparse_lm_loss(hidden, pm.head_weight(), targets, pm.model.backends.kernels)
             (loss * scale).backward()
         loss_sum += loss.detach()
-    return float(loss_sum)
+    return loss_sum
 
 
 class PipelineRunner:
@@ -122,20 +132,22 @@ class PipelineRunner:
         # The attention mode (and document ids) reach every stage as keyword arguments of the schedule.
         kwargs: dict = {"causal": causal}
         if micro_batches[0].document_ids is not None:
-            kwargs["document_ids"] = torch.cat([b.document_ids for b in micro_batches]).to(device)
+            kwargs["document_ids"] = torch.cat([b.document_ids for b in micro_batches]).to(device, non_blocking=True)
         pm = self.pm
-        args = (torch.cat([b.input_ids for b in micro_batches]).to(device),) if pm.has_first_stage else ()
-        target = torch.cat([b.targets for b in micro_batches]).to(device) if pm.has_last_stage else None
+        args = ((torch.cat([b.input_ids for b in micro_batches]).to(device, non_blocking=True),)
+                if pm.has_first_stage else ())
+        target = (torch.cat([b.targets for b in micro_batches]).to(device, non_blocking=True)
+                  if pm.has_last_stage else None)
         return args, target, kwargs
 
-    def run(self, micro_batches: list[Batch], scale: float, device, precision) -> float:
+    def run(self, micro_batches: list[Batch], scale: float, device, precision) -> torch.Tensor:
         args, target, kwargs = self._inputs(micro_batches, device)
         self.scale, self.sums = scale, []
         with autocast_context(device, precision):
             self.schedule.step(*args, target=target, losses=[], return_outputs=False, **kwargs)
         # On its first run the schedule infers shapes with one extra call of the loss on placeholder tensors.
         real = self.sums[len(self.sums) - self.n_microbatches:] if self.sums else []
-        return float(sum(real)) if real else 0.0
+        return sum(real) if real else torch.zeros((), device=device)
 
     def evaluate(self, micro_batches: list[Batch], measure, device, precision) -> list[tuple[float, int, int]]:
         """Forward only (the schedule's ``eval``): ``measure(output, targets)`` of each micro-batch, on the last
@@ -159,6 +171,14 @@ def _pipeline(pm: ParallelModel, n_microbatches: int, device: torch.device) -> P
 def forward_backward(pm: ParallelModel, micro_batches: list[Batch], device: torch.device,
                      precision: str = "auto") -> tuple[float, int]:
     """Accumulate this step's gradients on every rank; returns (global mean loss, global predicted tokens)."""
+    loss, total_tokens = forward_backward_on_device(pm, micro_batches, device, precision)
+    return float(loss), total_tokens
+
+
+def forward_backward_on_device(pm: ParallelModel, micro_batches: list[Batch], device: torch.device,
+                               precision: str = "auto") -> tuple[torch.Tensor, int]:
+    """``forward_backward`` with the loss left on the device (a 0-d fp64 tensor, the same value): the host does
+    not wait for the step. The predicted-token count comes from the host's copy of the targets."""
     dims = pm.dims
     local_tokens = sum(int((b.targets != IGNORE_INDEX).sum()) for b in micro_batches)
     # Every TP and PP rank of a data-parallel replica computes the same count.
@@ -170,7 +190,7 @@ def forward_backward(pm: ParallelModel, micro_batches: list[Batch], device: torc
     else:
         local_loss = _forward_backward_plain(pm, micro_batches, scale, device, precision)
     # Losses live on the last pipeline stage, repeated on each of its TP ranks.
-    return _global_sum(pm, local_loss, dims.tp, device) / max(total_tokens, 1), total_tokens
+    return _global_loss(pm, local_loss, dims.tp) / max(total_tokens, 1), total_tokens
 
 
 def forward_metrics(pm: ParallelModel, micro_batches: list[Batch], device: torch.device, precision: str = "auto",

@@ -22,17 +22,21 @@ def nonfinite_flag(loss: torch.Tensor, grad_norm: torch.Tensor) -> torch.Tensor:
 
 
 def guarded_update(pm: ParallelModel, optimizer: torch.optim.Optimizer, loss: torch.Tensor,
-                   grad_norm: torch.Tensor, lr: float, clip_grad: float) -> torch.Tensor:
+                   grad_norm: torch.Tensor, lr: float, clip_grad: float,
+                   hold: torch.Tensor | None = None) -> torch.Tensor:
     """Clip and apply one AdamW update unless ``loss`` or ``grad_norm`` is not finite, deciding on the device.
 
     ``loss`` and ``grad_norm`` are the step's global values as 0-d tensors (nothing is read from them here).
     Returns ``applied``, a 0-d bool tensor on the device. Gradients are dropped either way. ``optimizer`` must be
-    torch's fused AdamW, the one whose kernel honours ``found_inf``.
+    torch's fused AdamW, the one whose kernel honours ``found_inf``. A true ``hold`` (0-d bool) skips the update
+    whatever the numbers (see ``SkipStreak``).
     """
     if not optimizer.defaults.get("fused"):
         raise ValueError("guarded_update needs torch.optim.AdamW(fused=True): only the fused kernel skips an update "
                          "on the device")
     found_inf = nonfinite_flag(loss, grad_norm)
+    if hold is not None:
+        found_inf = torch.maximum(found_inf, hold.to(torch.float32))
     if clip_grad > 0:
         # A non-finite norm turns the gradients into zeros or NaNs here; the update that would read them is skipped.
         clip_gradients_(pm, clip_grad, grad_norm)
@@ -45,3 +49,22 @@ def guarded_update(pm: ParallelModel, optimizer: torch.optim.Optimizer, loss: to
         del optimizer.found_inf
     optimizer.zero_grad(set_to_none=True)
     return found_inf == 0
+
+
+class SkipStreak:
+    """The --max-skipped-steps limit watched on the device, between two reads of the step flags by the host.
+
+    ``count`` is the number of skipped steps in a row (it starts from a resumed run's streak); once a skip brings
+    it to the limit, ``stopped`` latches and every later update is held back (``hold`` of ``guarded_update``)
+    until the host reads the flags and stops the run (training/step_metrics.py): the run's state is still that of
+    its last good step, as when the synchronous loop stops at once.
+    """
+
+    def __init__(self, in_a_row: int, max_in_a_row: int, device: torch.device):
+        self.count = torch.tensor(in_a_row, dtype=torch.int64, device=device)
+        self.max_in_a_row = max_in_a_row
+        self.stopped = torch.zeros((), dtype=torch.bool, device=device)
+
+    def record(self, applied: torch.Tensor) -> None:
+        self.count = torch.where(applied, 0, self.count + 1)
+        self.stopped = self.stopped | (self.count >= self.max_in_a_row)

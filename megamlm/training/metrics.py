@@ -16,28 +16,32 @@ from megamlm.model.config import ModelArgs
 class IntervalSummary:
     loss: float
     grad_norm: float
-    tokens_per_second: float
+    tokens: int
+    predicted: int
+    """Tokens that carried a loss (the LM head's work)."""
+    seconds: float
 
 
 class IntervalMeter:
-    """Averages loss and grad norm over the steps since the last log line and measures throughput."""
+    """Averages loss and grad norm over the steps since the last log line and counts the work done in them."""
 
     def __init__(self):
         self._reset()
 
     def _reset(self) -> None:
         self.start = time.perf_counter()
-        self.losses, self.grad_norms, self.tokens = [], [], 0
+        self.losses, self.grad_norms, self.tokens, self.predicted = [], [], 0, 0
 
-    def add(self, loss: float, grad_norm: float, tokens: int) -> None:
+    def add(self, loss: float, grad_norm: float, tokens: int, predicted: int) -> None:
         self.losses.append(loss)
         self.grad_norms.append(grad_norm)
         self.tokens += tokens
+        self.predicted += predicted
 
     def flush(self) -> IntervalSummary:
-        elapsed = max(time.perf_counter() - self.start, 1e-9)
         n = max(len(self.losses), 1)
-        summary = IntervalSummary(sum(self.losses) / n, sum(self.grad_norms) / n, self.tokens / elapsed)
+        summary = IntervalSummary(sum(self.losses) / n, sum(self.grad_norms) / n, self.tokens, self.predicted,
+                                  time.perf_counter() - self.start)
         self._reset()
         return summary
 
@@ -110,15 +114,18 @@ def peak_device_memory_mib(device: torch.device) -> float | None:
 class Throughput:
     tokens_per_second: float
     mfu: float | None
-    """Model FLOPs per second over the device's dense bf16 peak; None where the peak is unknown."""
+    """Model FLOPs per second over the devices' dense bf16 peak; None where the peak is unknown."""
     peak_memory_mib: float | None
+    """This process's device, since the last reset of torch's peak statistics."""
 
 
 def throughput(args: ModelArgs, tokens: int, predicted: int, causal: bool, seconds: float, device: torch.device,
-               peak_tflops: float | None = None) -> Throughput:
+               peak_tflops: float | None = None, devices: int = 1) -> Throughput:
     """Tokens/s, MFU and peak device memory of ``tokens`` trained in ``seconds`` (one step or an interval
-    of steps of one objective); the benchmark and the trainer's log line both report this."""
+    of steps of one objective) on ``devices`` devices like ``device``; the benchmark and the trainer's log line
+    both report this."""
     seconds = max(seconds, 1e-9)
     peak = device_peak_flops(device, peak_tflops)
     flops = model_flops(args, tokens, predicted, causal)
-    return Throughput(tokens / seconds, flops / seconds / peak if peak else None, peak_device_memory_mib(device))
+    return Throughput(tokens / seconds, flops / seconds / (peak * devices) if peak else None,
+                      peak_device_memory_mib(device))

@@ -4,7 +4,10 @@ Every record has ``kind``, ``step``, ``samples`` and ``tokens`` (consumed so far
 ``--continue-from`` run counts its parent's too, so runs of a study line up on a tokens axis), then:
 
 - ``"train"`` (every logged step): ``objective``, ``loss`` and ``grad_norm`` (means over the steps since the
-  previous record, as in the log line), ``lr``, ``tokens_per_second``;
+  previous record, as in the log line), ``lr``, ``tokens_per_second``, ``mfu`` (model FLOPs utilisation over the
+  devices' dense bf16 peak; ``null`` where the device's peak is unknown, as on CPU) and ``peak_memory_mib``
+  (rank 0's peak device memory so far; ``null`` off GPU), both as ``metrics.throughput`` computes them for the
+  benchmark;
 - ``"validation"``: ``mlm_loss``, ``mlm_accuracy``, ``clm_loss``, ``validation_samples`` and the tokens scored
   (``mlm_tokens``: the masked positions, ``clm_tokens``).
 

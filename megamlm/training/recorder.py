@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from megamlm.training.trainer import StepReport
+from megamlm.training.step_metrics import StepReport
 
 
 class StepRecorder:

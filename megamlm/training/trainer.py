@@ -5,14 +5,15 @@ surface here, before any work), builds this rank's share of the model in the run
 the trivial layout), restores what it takes from the checkpoint, then ``_train`` runs one optimizer step per
 global batch, switching objective where the ObjectiveSchedule says so and scoring the validation set when due.
 The loop keeps no per-step history: tests and tools observe steps through the ``on_step`` callback, and every
-logged step and validation goes to ``metrics.jsonl``.
+logged step and validation goes to ``metrics.jsonl``. On a GPU the host does not wait for the steps: the
+non-finite guard is decided on the device and the step numbers are read at log lines (training/step_metrics.py).
 """
 
 from __future__ import annotations
 
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -28,7 +29,7 @@ from megamlm.hf.init_from import adopt_hf_init_from, warn_if_context_shorter
 from megamlm.log import log, rank
 from megamlm.model.attention_backends import detect_optional_extras
 from megamlm.model.transformer import Transformer, count_parameters
-from megamlm.objectives import ObjectiveSchedule
+from megamlm.objectives import Batch, ObjectiveSchedule
 from megamlm.parallel.parallelize import ParallelModel, parallelize
 from megamlm.parallel.runtime import start_parallel
 from megamlm.training.guards import NonFiniteGuard
@@ -41,23 +42,11 @@ from megamlm.training.run_record import build_run_record, write_run_record
 from megamlm.training.setup import RunPlan, backends_on_device, plan_run
 from megamlm.training.signals import ExitSignalHandler
 from megamlm.training.startup_notes import first_step_note, memory_note
+from megamlm.training.device_guard import SkipStreak
 from megamlm.training.step import train_step
+from megamlm.training.step_metrics import FinishedStep, StepLedger, StepReport
 from megamlm.training.stopping import StopPolicy
 from megamlm.training.validation import ValidationSet, load_validation_set
-
-
-@dataclass
-class StepReport:
-    """One finished step, as the ``on_step`` callback sees it."""
-
-    step: int
-    objective: str
-    loss: float
-    grad_norm: float
-    lr: float
-    applied: bool
-    sample_ids: list[int]
-    """The global sample ids this rank trained on."""
 
 
 @dataclass
@@ -76,14 +65,19 @@ class RunResult:
     total_skipped: int = 0
 
 
-def pretrain(cfg: Config, on_step: Callable[[StepReport], None] | None = None) -> RunResult:
+def pretrain(cfg: Config, on_step: Callable[[StepReport], None] | None = None,
+             read_on_device: bool | None = None) -> RunResult:
     """Train; SIGTERM/SIGUSR1/SIGINT during the run save a checkpoint and return early (training/signals.py), and
-    the --save folder is locked for the run (checkpoint/lock.py)."""
+    the --save folder is locked for the run (checkpoint/lock.py).
+
+    ``read_on_device``: decide the non-finite skip on the device and read the step numbers only when needed
+    (training/step_metrics.py). None: where it pays, on a GPU with the fused AdamW; True also on CPU (tests).
+    """
     with ExitSignalHandler() as signals, ExitStack() as held:
-        return _pretrain(cfg, signals, held, on_step)
+        return _pretrain(cfg, signals, held, on_step, read_on_device)
 
 
-def _pretrain(cfg: Config, signals: ExitSignalHandler, held: ExitStack, on_step) -> RunResult:
+def _pretrain(cfg: Config, signals: ExitSignalHandler, held: ExitStack, on_step, read_on_device) -> RunResult:
     t, c = cfg.training, cfg.checkpoint
     if c.init_from:  # a Hugging Face model is imported once and lends the run its shape and tokenizer
         adopt_hf_init_from(cfg)
@@ -139,9 +133,21 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler, held: ExitStack, on_step)
     result = RunResult(start_step=progress.step, last_step=progress.step, switch_step=schedule.switch_step,
                        resumed_from=start.path if start.restores_state else None, start=start.kind)
     loader = MicroBatchLoader(dataset, sampler, num_workers=cfg.data.num_workers, pin_memory=device.type == "cuda")
-    _train(cfg, pm, optimizer, loader, progress, schedule, lr_schedule, guard, manager, validation,
+    streak = skip_streak(guard, optimizer, device, read_on_device)
+    _train(cfg, plan, pm, optimizer, loader, progress, schedule, lr_schedule, guard, streak, manager, validation,
            StopPolicy(signals, t.exit_interval, t.exit_duration_in_mins), on_step, device, result)
     return result
+
+
+def skip_streak(guard: NonFiniteGuard, optimizer, device: torch.device,
+                read_on_device: bool | None) -> SkipStreak | None:
+    """The device-side streak when the steps decide their skip on the device: on a GPU (the host would wait
+    there), and only with torch's fused AdamW (the one that can skip an update on the device)."""
+    if read_on_device is None:
+        read_on_device = device.type == "cuda"
+    if not (read_on_device and optimizer.defaults.get("fused")):
+        return None
+    return SkipStreak(len(guard.in_a_row), guard.max_in_a_row, device)
 
 
 def pinned_steps(cfg: Config, switch_step: int | None) -> dict[int, str]:
@@ -193,13 +199,14 @@ def describe_performance(cfg: Config) -> str:
             f" | compile {perf.compile}{' | fp8 linears' if perf.fp8 else ''} | optional extras: {extras}")
 
 
-def _train(cfg: Config, pm: ParallelModel, optimizer, loader: MicroBatchLoader, progress: TrainProgress,
-           schedule: ObjectiveSchedule, lr_schedule, guard: NonFiniteGuard, manager: CheckpointManager,
-           validation: ValidationSet | None, stop: StopPolicy, on_step, device: torch.device,
-           result: RunResult) -> None:
+def _train(cfg: Config, plan: RunPlan, pm: ParallelModel, optimizer, loader: MicroBatchLoader,
+           progress: TrainProgress, schedule: ObjectiveSchedule, lr_schedule, guard: NonFiniteGuard,
+           streak: SkipStreak | None, manager: CheckpointManager, validation: ValidationSet | None, stop: StopPolicy,
+           on_step, device: torch.device, result: RunResult) -> None:
     t = cfg.training
     reporter = RunReporter(cfg.checkpoint.save, cfg.logging.tensorboard_dir, cfg.logging.log_interval,
-                           t.train_iters, result.start_step, loader.dataset.seq_length)
+                           t.train_iters, result.start_step, plan.model_args, device, plan.dims.world_size)
+    ledger = StepLedger(guard, reporter, t.global_batch_size, on_step)
     run_start = time.perf_counter()
     batches = iter(loader)
     pm.train()
@@ -211,33 +218,26 @@ def _train(cfg: Config, pm: ParallelModel, optimizer, loader: MicroBatchLoader, 
         micro_batches = [schedule.make_batch(step, mb["tokens"].numpy(), mb["sample_ids"].tolist(),
                                              mb["document_ids"].numpy() if cfg.performance.document_mask else None)
                          for mb in next(batches)]
+        if device.type == "cuda":  # pinned: the copies to the device do not make the host wait
+            micro_batches = [pin_batch(b) for b in micro_batches]
         lr = lr_schedule.lr_at(step)
-        out = train_step(pm, optimizer, micro_batches, lr, t.clip_grad, device, t.precision)
+        out = train_step(pm, optimizer, micro_batches, lr, t.clip_grad, device, t.precision, streak=streak)
         progress.advance(t.global_batch_size)
         result.last_step = step
-        sample_ids = [k for b in micro_batches for k in b.sample_ids]
-        if on_step is not None:
-            on_step(StepReport(step, objective, out.loss, out.grad_norm, lr, out.applied, sample_ids))
-        if not out.applied:
-            log(f"warning: step {step} skipped (update not applied): loss {out.loss}, grad-norm {out.grad_norm}; "
-                f"{len(guard.in_a_row) + 1} in a row, the run stops at {t.max_skipped_steps}")
-        must_stop = guard.record(step, out.applied, out.loss, out.grad_norm, sample_ids)
-        result.total_skipped = guard.total_skipped
-        if must_stop:
-            saved = "No checkpoint was written (no --save)."
-            if manager.save_dir is not None:
-                saved = (f"Checkpoint {manager.save(step)} holds the weights and optimizer state of step "
-                         f"{guard.last_good_step} (the last good state) with the data position after step {step}.")
-            raise guard.error(saved)
-        reporter.step(step, objective, out, lr, t.global_batch_size, progress.consumed_samples,
-                      schedule.is_switch_step(step))
+        ledger.add(FinishedStep(step, objective, lr, [k for b in micro_batches for k in b.sample_ids],
+                                progress.consumed_samples, schedule.is_switch_step(step), out))
+        validating = validation is not None and validation.due(step, t.train_iters, schedule.switch_step)
+        if (streak is None or on_step is not None or validating or manager.due(step)
+                or reporter.logs_at(step, schedule.is_switch_step(step))):
+            settle(ledger, guard, manager, step, result)
         if schedule.is_switch_step(step):
             log(f"objective switch after step {step}: {objective} -> {schedule.objective_at(step + 1)}")
-        if validation is not None and validation.due(step, t.train_iters, schedule.switch_step):
+        if validating:
             reporter.validation(validation.evaluate(pm, step, device, t.precision), progress.consumed_samples)
         if manager.due(step):
             result.last_checkpoint = manager.save(step)
         if step < t.train_iters and (reason := stop.reason_to_stop(step)):
+            settle(ledger, guard, manager, step, result)
             result.last_checkpoint = manager.save(step) or result.last_checkpoint
             result.stop_reason = reason
             log(f"stopping after step {step} ({reason}); " + ("relaunch the same command to continue from here"
@@ -245,3 +245,27 @@ def _train(cfg: Config, pm: ParallelModel, optimizer, loader: MicroBatchLoader, 
             break
     reporter.close()
     log(f"done: {progress.step - result.start_step} steps in {format_duration(time.perf_counter() - run_start)}")
+
+
+def pin_batch(batch: Batch) -> Batch:
+    document_ids = batch.document_ids.pin_memory() if batch.document_ids is not None else None
+    return replace(batch, input_ids=batch.input_ids.pin_memory(), targets=batch.targets.pin_memory(),
+                   document_ids=document_ids)
+
+
+def settle(ledger: StepLedger, guard: NonFiniteGuard, manager: CheckpointManager, step: int,
+           result: RunResult) -> None:
+    """Account for the steps up to ``step`` (training/step_metrics.py); raise NonFiniteError, after saving a
+    checkpoint of the last good state, when the guard's streak is complete."""
+    stopped_at = ledger.settle()
+    result.total_skipped = guard.total_skipped
+    if stopped_at is None:
+        return
+    saved = "No checkpoint was written (no --save)."
+    if manager.save_dir is not None:
+        saved = (f"Checkpoint {manager.save(step)} holds the weights and optimizer state of step "
+                 f"{guard.last_good_step} (the last good state) with the data position after step {step}.")
+    if step > stopped_at:
+        saved += (f" Steps {stopped_at + 1}-{step} ran before the host read the step flags; their updates were held "
+                  "back.")
+    raise guard.error(saved)

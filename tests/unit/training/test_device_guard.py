@@ -12,7 +12,7 @@ from megamlm.objectives import MaskingSpec, ObjectiveSchedule
 from megamlm.parallel.dims import ParallelDims
 from megamlm.parallel.forward_backward import forward_backward, global_grad_norm
 from megamlm.parallel.parallelize import parallelize
-from megamlm.training.device_guard import guarded_update, nonfinite_flag
+from megamlm.training.device_guard import SkipStreak, guarded_update, nonfinite_flag
 from megamlm.training.optimizer import build_optimizer
 from megamlm.training.step import train_step
 
@@ -117,3 +117,48 @@ def test_an_optimizer_that_cannot_skip_on_the_device_is_refused(trained):
     unfused = torch.optim.AdamW(model.parameters(), lr=1e-3)
     with pytest.raises(ValueError, match="needs torch.optim.AdamW\\(fused=True\\)"):
         guarded_update(pm, unfused, torch.tensor(1.0), torch.tensor(1.0), 1e-3, 1.0)
+
+
+def test_train_step_on_the_device_returns_the_synchronous_values_as_unread_tensors(trained):
+    """train_step with a SkipStreak: loss, norm and applied are 0-d tensors equal to the synchronous step's."""
+    model, pm, optimizer = trained
+    sync_model = copy.deepcopy(model)
+    sync_pm = parallelize(sync_model, ParallelDims(world_size=1), None, CPU)
+    sync_optimizer = fused_adamw(sync_model)
+    sync_optimizer.load_state_dict(copy.deepcopy(optimizer.state_dict()))
+    streak = SkipStreak(0, 3, CPU)
+    for step in (2, 3, 4):
+        hooks = [overflow(m) for m in (model, sync_model)] if step == 3 else []
+        want = train_step(sync_pm, sync_optimizer, batches(step), 1e-3, 1.0, CPU)
+        got = train_step(pm, optimizer, batches(step), 1e-3, 1.0, CPU, streak=streak)
+        for h in hooks:
+            h.remove()
+        assert all(isinstance(v, torch.Tensor) and v.dim() == 0 for v in (got.loss, got.grad_norm, got.applied))
+        assert (got.loss.item(), got.grad_norm.item(), bool(got.applied)) == (want.loss, want.grad_norm, want.applied)
+        assert got.predicted_tokens == want.predicted_tokens
+        assert_same(snapshot(model, optimizer)[0], snapshot(sync_model, sync_optimizer)[0])
+    assert int(streak.count) == 0 and not bool(streak.stopped)  # the skip at step 3 was followed by a good step
+
+
+def test_a_complete_streak_holds_back_every_later_update_until_the_host_stops_the_run(trained):
+    model, pm, optimizer = trained
+    streak = SkipStreak(1, 2, CPU)  # a resumed run one skip into its streak: the next skip completes it
+    hook = overflow(model)
+    assert not bool(train_step(pm, optimizer, batches(2), 1e-3, 1.0, CPU, streak=streak).applied)
+    hook.remove()
+    assert int(streak.count) == 2 and bool(streak.stopped)
+    params, state = snapshot(model, optimizer)
+    held = train_step(pm, optimizer, batches(3), 1e-3, 1.0, CPU, streak=streak)  # finite, but held back
+    assert torch.isfinite(held.loss) and torch.isfinite(held.grad_norm) and not bool(held.applied)
+    after_params, after_state = snapshot(model, optimizer)
+    assert_same(params, after_params)
+    for name in state:
+        assert_same(state[name], after_state[name])
+
+
+def test_a_resumed_complete_streak_does_not_hold_back_a_good_step(trained):
+    """A relaunch after the stop (its checkpoint's streak is complete) trains on when the next step is finite."""
+    _, pm, optimizer = trained
+    streak = SkipStreak(2, 2, CPU)
+    assert bool(train_step(pm, optimizer, batches(2), 1e-3, 1.0, CPU, streak=streak).applied)
+    assert int(streak.count) == 0
