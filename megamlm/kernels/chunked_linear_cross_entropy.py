@@ -53,9 +53,7 @@ def torch_chunk_cross_entropy(
     losses.masked_fill_(~valid, 0.0)
     if compute_grad:
         probs.scatter_add_(1, safe_targets, torch.full_like(losses[:, None], -1.0))
-        ignored_rows = (~valid).nonzero().squeeze(1)
-        if ignored_rows.numel():
-            probs.index_fill_(0, ignored_rows, 0.0)
+        probs.masked_fill_(~valid[:, None], 0.0)  # not index_fill_ of nonzero(): that makes the host wait
         if probs is not logits:
             logits.copy_(probs)
     return losses

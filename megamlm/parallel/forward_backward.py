@@ -17,6 +17,7 @@ from torch.distributed.tensor import DTensor, Shard
 from torch.nn.parallel import DistributedDataParallel
 
 from megamlm.objectives import IGNORE_INDEX, Batch
+from megamlm.objectives.loss import predicted_positions
 from megamlm.parallel.parallelize import ParallelModel
 from megamlm.parallel.pipeline import build_schedule
 from megamlm.parallel.tied_embeddings import sync_gradients
@@ -86,11 +87,14 @@ def _forward_backward_plain(pm: ParallelModel, micro_batches: list[Batch], scale
     for i, batch in enumerate(micro_batches):
         input_ids = batch.input_ids.to(device, non_blocking=True)
         targets = batch.targets.to(device, non_blocking=True)
+        # Selected by indices the host computes: a boolean selection on the device would make the host wait.
+        positions = predicted_positions(batch.targets).to(device, non_blocking=True)
         document_ids = batch.document_ids.to(device, non_blocking=True) if batch.document_ids is not None else None
         with _gradient_sync(part, i == len(micro_batches) - 1):
             with autocast_context(device, precision):
                 hidden = part(input_ids, causal=batch.causal, document_ids=document_ids)
-                loss, _ = parallel_sparse_lm_loss(hidden, pm.head_weight(), targets, pm.model.backends.kernels)
+                loss, _ = parallel_sparse_lm_loss(hidden, pm.head_weight(), targets, pm.model.backends.kernels,
+                                                  positions)
             (loss * scale).backward()
         loss_sum += loss.detach()
     return loss_sum

@@ -12,6 +12,7 @@ import torch.distributed as dist
 from torch.distributed.tensor import DTensor, Partial, Replicate
 
 from megamlm.objectives import IGNORE_INDEX, sparse_lm_loss
+from megamlm.objectives.loss import select_predicted
 
 
 class _VocabParallelCrossEntropy(torch.autograd.Function):
@@ -57,8 +58,9 @@ def replicate_hidden(hidden: torch.Tensor) -> torch.Tensor:
 
 
 def parallel_sparse_lm_loss(hidden: torch.Tensor, head_weight: torch.Tensor, targets: torch.Tensor,
-                            kernel_backend: str = "auto") -> tuple[torch.Tensor, int]:
-    """``sparse_lm_loss`` for any layout: (fp32 sum of token losses, predicted tokens).
+                            kernel_backend: str = "auto",
+                            positions: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+    """``sparse_lm_loss`` for any layout: (fp32 sum of token losses, predicted tokens); ``positions`` as there.
 
     Without tensor parallelism this is ``sparse_lm_loss`` itself, with ``kernel_backend`` (pass the model's
     ``backends.kernels``). With a vocabulary-sharded head (a DTensor on the TP mesh) only the selected rows
@@ -67,18 +69,16 @@ def parallel_sparse_lm_loss(hidden: torch.Tensor, head_weight: torch.Tensor, tar
     if not isinstance(head_weight, DTensor):
         if isinstance(hidden, DTensor):
             hidden = replicate_hidden(hidden)
-        return sparse_lm_loss(hidden, head_weight, targets, kernel_backend=kernel_backend)
+        return sparse_lm_loss(hidden, head_weight, targets, kernel_backend=kernel_backend, positions=positions)
     if isinstance(hidden, DTensor):
         hidden = replicate_hidden(hidden)
     mesh = head_weight.device_mesh
     weight = head_weight.to_local()
     vocab_start = mesh.get_local_rank() * weight.shape[0]
-    flat_targets = targets.reshape(-1)
-    keep = flat_targets != IGNORE_INDEX
-    selected = hidden.reshape(-1, hidden.shape[-1])[keep]
+    selected, selected_targets, predicted = select_predicted(hidden, targets, positions)
     logits = selected @ weight.t()
-    losses = vocab_parallel_cross_entropy(logits, flat_targets[keep], vocab_start, mesh.get_group())
-    return losses.sum(), int(keep.sum())
+    losses = vocab_parallel_cross_entropy(logits, selected_targets, vocab_start, mesh.get_group())
+    return losses.sum(), predicted
 
 
 def parallel_top1_correct(hidden: torch.Tensor, head_weight: torch.Tensor, targets: torch.Tensor,
