@@ -40,7 +40,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from megamlm.config import CompileMode  # noqa: E402
 from megamlm.model.config import PRESETS, AttentionBackend, ModelArgs  # noqa: E402
 from megamlm.objectives import MaskingSpec, ObjectiveSchedule  # noqa: E402
+from megamlm.training.guards import NonFiniteGuard  # noqa: E402
 from megamlm.training.metrics import peak_device_memory_mib, throughput  # noqa: E402
+from megamlm.training.step import train_step  # noqa: E402
+from megamlm.training.trainer import skip_streak  # noqa: E402
 
 # CPU-sized configuration of the issue's target: hidden 384, Llama 3 vocabulary, sequence 512.
 BENCH_PRESETS = {
@@ -153,9 +156,10 @@ def build_hf(args: ModelArgs, device, objective: str, weights_from=None):
 
 
 def megamlm_step(pm, optimizer, batch, device):
-    from megamlm.training.step import train_step
-
-    train_step(pm, optimizer, [batch[0]], 1e-4, 1.0, device, "auto")
+    """The trainer's step: on a GPU with the fused AdamW the non-finite skip is decided on the device, so the
+    host does not wait in the middle of the step."""
+    streak = skip_streak(NonFiniteGuard(max_in_a_row=1), optimizer, device, None)
+    train_step(pm, optimizer, [batch[0]], 1e-4, 1.0, device, "auto", streak=streak)
 
 
 def hf_step(model, optimizer, batch, device):

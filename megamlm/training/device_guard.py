@@ -61,7 +61,7 @@ class SkipStreak:
     """
 
     def __init__(self, in_a_row: int, max_in_a_row: int, device: torch.device):
-        self.count = torch.tensor(in_a_row, dtype=torch.int64, device=device)
+        self.count = torch.full((), in_a_row, dtype=torch.int64, device=device)  # a fill: no blocking copy
         self.max_in_a_row = max_in_a_row
         self.stopped = torch.zeros((), dtype=torch.bool, device=device)
 
