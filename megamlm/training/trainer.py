@@ -32,6 +32,7 @@ from megamlm.model.transformer import Transformer, count_parameters
 from megamlm.objectives import Batch, ObjectiveSchedule
 from megamlm.parallel.parallelize import ParallelModel, parallelize
 from megamlm.parallel.runtime import start_parallel
+from megamlm.training.device_guard import SkipStreak
 from megamlm.training.guards import NonFiniteGuard
 from megamlm.training.metrics import format_duration
 from megamlm.training.optimizer import build_optimizer, set_hyperparameters
@@ -42,7 +43,6 @@ from megamlm.training.run_record import build_run_record, write_run_record
 from megamlm.training.setup import RunPlan, backends_on_device, plan_run
 from megamlm.training.signals import ExitSignalHandler
 from megamlm.training.startup_notes import first_step_note, memory_note
-from megamlm.training.device_guard import SkipStreak
 from megamlm.training.step import train_step
 from megamlm.training.step_metrics import FinishedStep, StepLedger, StepReport
 from megamlm.training.stopping import StopPolicy
@@ -133,9 +133,8 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler, held: ExitStack, on_step,
     result = RunResult(start_step=progress.step, last_step=progress.step, switch_step=schedule.switch_step,
                        resumed_from=start.path if start.restores_state else None, start=start.kind)
     loader = MicroBatchLoader(dataset, sampler, num_workers=cfg.data.num_workers, pin_memory=device.type == "cuda")
-    streak = skip_streak(guard, optimizer, device, read_on_device)
-    _train(cfg, plan, pm, optimizer, loader, progress, schedule, lr_schedule, guard, streak, manager, validation,
-           StopPolicy(signals, t.exit_interval, t.exit_duration_in_mins), on_step, device, result)
+    _train(cfg, plan, pm, optimizer, loader, progress, schedule, lr_schedule, guard, manager, validation,
+           StopPolicy(signals, t.exit_interval, t.exit_duration_in_mins), on_step, read_on_device, device, result)
     return result
 
 
@@ -201,9 +200,10 @@ def describe_performance(cfg: Config) -> str:
 
 def _train(cfg: Config, plan: RunPlan, pm: ParallelModel, optimizer, loader: MicroBatchLoader,
            progress: TrainProgress, schedule: ObjectiveSchedule, lr_schedule, guard: NonFiniteGuard,
-           streak: SkipStreak | None, manager: CheckpointManager, validation: ValidationSet | None, stop: StopPolicy,
-           on_step, device: torch.device, result: RunResult) -> None:
+           manager: CheckpointManager, validation: ValidationSet | None, stop: StopPolicy, on_step,
+           read_on_device: bool | None, device: torch.device, result: RunResult) -> None:
     t = cfg.training
+    streak = skip_streak(guard, optimizer, device, read_on_device)
     reporter = RunReporter(cfg.checkpoint.save, cfg.logging.tensorboard_dir, cfg.logging.log_interval,
                            t.train_iters, result.start_step, plan.model_args, device, plan.dims.world_size)
     ledger = StepLedger(guard, reporter, t.global_batch_size, on_step)
