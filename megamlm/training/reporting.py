@@ -8,7 +8,12 @@ import torch
 
 from megamlm.log import log
 from megamlm.model.config import ModelArgs
-from megamlm.training.metrics import IntervalMeter, TensorBoardWriter, format_duration, throughput
+from megamlm.training.metrics import (
+    IntervalMeter,
+    TensorBoardWriter,
+    format_duration,
+    throughput,
+)
 from megamlm.training.metrics_file import MetricsFile
 from megamlm.training.step import StepResult
 from megamlm.training.validation import ValidationResult
