@@ -76,7 +76,7 @@ class ModelConfig:
     rope_scaling: str | None = None
     """RoPE frequency scaling as JSON, Hugging Face's rope_parameters keys: '{"rope_type": "llama3", "factor": 32,
     "low_freq_factor": 1, "high_freq_factor": 4, "original_max_position_embeddings": 8192}'; types linear, llama3,
-    yarn; set by --init-from."""
+    yarn; set by --init-from (default: no scaling)."""
     tie_word_embeddings: bool = False
     """One matrix for the embedding and the LM head (kept tied under TP, PP and FSDP); set by --init-from."""
 
@@ -89,7 +89,8 @@ class ObjectiveConfig:
     """Fraction of --train-iters spent in the first objective of a two-phase schedule; switch step =
     round(F * iters); default 0.25 unless --switch-step is given."""
     switch_step: int | None = None
-    """The last step of the first objective, as a step (instead of --switch): branches never depend on rounding."""
+    """The last step of the first objective, as a step (instead of --switch): branches never depend on rounding
+    (default: from --switch)."""
     mask_ratio: float = 0.4
     """MLM: probability that a non-special token is selected for prediction."""
     mask_replace_prob: float = 1.0
@@ -117,9 +118,9 @@ class DataConfig:
     split: str | None = None
     """Megatron's train,validation,test weights, e.g. 969,30,1: each corpus's documents are split in file order
     into contiguous ranges; training samples come from the first range only, validation samples from the second
-    (the third is left unused)."""
+    (the third is left unused; default: no split, every document trains)."""
     valid_data_path: list[str] = field(default_factory=list)
-    """Validation data (prefixes or a blend, like --data-path), instead of --split."""
+    """Validation data (prefixes or a blend, like --data-path), instead of --split (default: none)."""
 
 
 @dataclass
@@ -141,12 +142,13 @@ class TrainingConfig:
     lr_warmup_iters: int | None = None
     """Linear warmup steps; default 5% of --train-iters (the paper: 2,000 of 42,000)."""
     lr_warmup_fraction: float | None = None
-    """Linear warmup as a fraction of --train-iters (instead of --lr-warmup-iters)."""
+    """Linear warmup as a fraction of --train-iters (instead of --lr-warmup-iters; default: unset)."""
     lr_wsd_decay_iters: int | None = None
     """WSD: steps of the final linear decay; default 5% of --train-iters, at least 1 in runs of 2+ steps (the paper:
     2,000 of 42,000)."""
     lr_wsd_decay_fraction: float | None = None
-    """WSD: the final decay as a fraction of --train-iters (instead of --lr-wsd-decay-iters)."""
+    """WSD: the final decay as a fraction of --train-iters (instead of --lr-wsd-decay-iters;
+    default: unset)."""
     weight_decay: float = 0.1
     """AdamW weight decay, applied to matrices only."""
     adam_beta1: float = 0.9
@@ -188,9 +190,10 @@ class CheckpointConfig:
     continue_from: str | None = None
     """Continued pretraining that continues the data: a megamlm checkpoint's weights, a fresh optimizer and LR
     schedule, steps counted from 0, and the sample stream continuing where that checkpoint stopped (its seed, data
-    and --split must be this run's)."""
+    and --split must be this run's; default: none)."""
     save_at: list[int] = field(default_factory=list)
-    """Steps whose checkpoints --keep-last never deletes (branch points), e.g. 10000,21000."""
+    """Steps whose checkpoints --keep-last never deletes (branch points), e.g. 10000,21000
+    (default: none)."""
     keep_last: int | None = None
     """Keep only the N newest complete checkpoints (and the objective-switch and --save-at ones); default: keep all."""
     override_data: bool = False
@@ -337,6 +340,8 @@ def _typed(name: str, annotation, value):
     elif expected is int:
         ok = isinstance(value, int) and not isinstance(value, bool)
     else:
+        if isinstance(value, dict):  # a JSON-valued setting (--rope-scaling) written as a YAML mapping
+            value = json.dumps(value)
         ok = isinstance(value, str)
     if not ok:
         kind = {bool: "true or false", float: "a number", int: "a whole number", str: "a string"}[expected]

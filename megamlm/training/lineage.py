@@ -114,8 +114,9 @@ class History:
                 if segment.objective_at(step) != launch.objective_at(step):
                     return _objective_difference(segment, launch, step, upto)
                 if trained_lr.lr_at(step) != planned_lr.lr_at(step):
-                    return (f"the learning rate of step {step} is {trained_lr.lr_at(step)!r} in the checkpoint's "
-                            f"history and {planned_lr.lr_at(step)!r} here ("
+                    trained, planned = distinct_numbers(trained_lr.lr_at(step), planned_lr.lr_at(step))
+                    return (f"the learning rate of step {step} is {trained} in the checkpoint's "
+                            f"history and {planned} here ("
                             f"{describe_changes(segment.lr_schedule, launch.lr_schedule, LR_FLAGS)})")
         return None
 
@@ -152,3 +153,12 @@ def lineage_event(kind: str, checkpoint: Path, step: int, consumed_samples: int,
     """One entry of a run record's lineage."""
     return {"kind": kind, "parent_run": str(Path(checkpoint).parent), "checkpoint": str(checkpoint), "step": step,
             "consumed_samples": consumed_samples, "changes": list(changes)}
+
+
+def distinct_numbers(a: float, b: float) -> tuple[str, str]:
+    """Two different numbers printed with the fewest significant digits that still tell them apart."""
+    for digits in range(6, 18):
+        shown = f"{a:.{digits}g}", f"{b:.{digits}g}"
+        if shown[0] != shown[1]:
+            return shown
+    return repr(a), repr(b)

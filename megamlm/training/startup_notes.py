@@ -41,8 +41,10 @@ def memory_note(cfg: Config, dims: ParallelDims, args: ModelArgs, device: torch.
             "lower --micro-batch-size, add --recompute, or spread the model wider (--tp, --pp, more FSDP ranks)")
 
 
-def first_step_note(cfg: Config, step: int, train_iters: int) -> str:
+def first_step_note(compile_mode: str, step: int, train_iters: int) -> str:
+    """``compile_mode``: the resolved ``--compile`` mode (``ParallelModel.compile_mode``)."""
     note = f"step {step}/{train_iters} starting"
-    if cfg.performance.compile:
-        return note + ": torch.compile compiles every block during this first step, which can take minutes"
+    if compile_mode != "none":
+        what = "every block" if compile_mode == "blocks" else "the model"
+        return note + f": torch.compile compiles {what} during this first step, which can take minutes"
     return note + " (the first step also warms up the kernels and allocator)"

@@ -211,7 +211,7 @@ def _train(cfg: Config, plan: RunPlan, pm: ParallelModel, optimizer, loader: Mic
     batches = iter(loader)
     pm.train()
     if progress.step < t.train_iters:
-        log(first_step_note(cfg, progress.step + 1, t.train_iters))
+        log(first_step_note(pm.compile_mode, progress.step + 1, t.train_iters))
     while progress.step < t.train_iters:
         step = progress.step + 1
         objective = schedule.objective_at(step)

@@ -40,7 +40,7 @@ def test_host_memory_is_shared_by_the_ranks_of_a_node(monkeypatch):
 
 
 def test_the_first_step_note_says_when_compilation_runs():
-    assert first_step_note(parse_args([]), 1, 300) == ("step 1/300 starting (the first step also warms up the kernels "
-                                                       "and allocator)")
-    assert "torch.compile compiles every block during this first step" in first_step_note(
-        parse_args(["--compile"]), 11, 300)
+    assert first_step_note("none", 1, 300) == ("step 1/300 starting (the first step also warms up the kernels "
+                                               "and allocator)")
+    assert "torch.compile compiles every block during this first step" in first_step_note("blocks", 11, 300)
+    assert "torch.compile compiles the model during this first step" in first_step_note("model", 11, 300)
