@@ -84,7 +84,11 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler, held: ExitStack, on_step,
     plan = plan_run(cfg)
     mesh, device = start_parallel(plan.dims, plan.device)
     record = build_run_record(cfg, plan, plan.dims.world_size)
-    held.enter_context(lock_save_folder(c.save))  # one run per --save folder, before its checkpoints are read
+    # One run per --save folder: an existing folder is locked before its checkpoints are read, a new one only before
+    # the first write, so that a refused launch leaves nothing behind.
+    save_exists = bool(c.save) and Path(c.save).exists()
+    if save_exists:
+        held.enter_context(lock_save_folder(c.save))
     start = plan_start(cfg, record)  # every difference from a checkpoint is honoured or refused here
     record["lineage"] = start.lineage
     for note in start.notes:
@@ -116,6 +120,8 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler, held: ExitStack, on_step,
                                 last_step=t.train_iters, interval=c.save_interval, keep_last=c.keep_last,
                                 pinned=pinned_steps(cfg, schedule.switch_step))
     restore(start, manager, cfg, seq_length)
+    if not save_exists:
+        held.enter_context(lock_save_folder(c.save))
     if c.save and rank() == 0:
         write_run_record(c.save, record)
 

@@ -254,7 +254,7 @@ def test_an_old_checkpoint_without_marker_and_damaged_shards_is_skipped_for_the_
     assert tiny_run(tmp_path, "--train-iters", "6", "--save-interval", "2", "--override-schedule") == 0
     out = capsys.readouterr().out
     assert f"skipping checkpoint {newest}" in out and "checked by its structure" in out
-    assert f"resumed from {tmp_path / 'iter_0000002'} at step 2" in out
+    assert f"branched from {tmp_path / 'iter_0000002'} at step 2" in out  # its 4-step schedule agrees up to step 2
 
 
 def test_every_checkpoint_damaged_is_refused_unless_overwrite_damaged(tmp_path, cache_dir, capsys):
@@ -307,7 +307,7 @@ def test_a_second_launch_on_a_folder_in_use_is_refused_and_a_killed_run_leaves_a
         holder.wait()
     assert tiny_run(tmp_path, "--train-iters", "4", "--override-schedule") == 0
     out = capsys.readouterr().out
-    assert f"held a stale lock of pid {holder.pid}" in out and "resumed from" in out
+    assert f"held a stale lock of pid {holder.pid}" in out and f"from {tmp_path / 'iter_0000002'} at step 2" in out
 
 
 def test_data_tokenized_by_another_tokenizer_is_refused_when_its_sidecar_says_so(capsys, tmp_path, cache_dir):
