@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-length", type=_int_or_protocol, default="protocol",
                    help="longest input in tokens; protocol = 99%% of the model's max_position_embeddings")
     p.add_argument("--max-query-length", type=int, default=ts.max_query_length, help="QA question tokens")
-    p.add_argument("--doc-stride", type=int, default=ts.doc_stride, help="QA window overlap in tokens")
+    p.add_argument("--doc-stride", type=int, default=ts.doc_stride, help="QA window overlap in tokens (default: 128, or half the room a window leaves for context where less)")
     p.add_argument("--max-answer-length", type=int, default=ts.max_answer_length, help="QA answer tokens")
     p.add_argument("--no-answer-threshold", type=float, default=ts.no_answer_threshold,
                    help="QA: answer nothing when null score > best span score + this")

@@ -20,8 +20,9 @@ class TaskSettings:
     round(0.99 x the model's max_position_embeddings), e.g. 2,028 for a 2,048-position model."""
     max_query_length: int = 64
     """QA: longest question in tokens."""
-    doc_stride: int = 128
-    """QA: tokens of overlap between consecutive windows of a long context."""
+    doc_stride: int | None = None
+    """QA: tokens of overlap between consecutive windows of a long context; None = 128, or half the room a window
+    leaves for context where that is less (short windows)."""
     max_answer_length: int = 30
     """QA: longest predicted answer in tokens."""
     no_answer_threshold: float = 0.0

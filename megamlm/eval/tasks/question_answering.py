@@ -19,6 +19,7 @@ from megamlm.eval.readers import TaskDataError
 from megamlm.eval.tasks.base import Task, encode_batch
 
 TOP_CANDIDATES = 20
+DOC_STRIDE = 128  # the protocol's window overlap (the SQuAD scripts' default)
 
 
 @dataclass
@@ -49,10 +50,11 @@ class QuestionAnswering(Task):
             raise TaskDataError(f"task {self.name}: windows of {self.settings.max_length} tokens leave no room for context "
                                 f"after questions of up to {self.settings.max_query_length} tokens; use a larger "
                                 f"--max-length or a smaller --max-query-length")
-        if self.settings.doc_stride >= room:
+        if self.settings.doc_stride is not None and self.settings.doc_stride >= room:
             raise TaskDataError(f"task {self.name}: doc_stride {self.settings.doc_stride} leaves no room for new context in "
                                 f"windows of {self.settings.max_length} tokens with questions of up to "
                                 f"{self.settings.max_query_length}; use --doc-stride below {room} or a larger --max-length")
+        self.doc_stride = self.settings.doc_stride if self.settings.doc_stride is not None else min(DOC_STRIDE, room // 2)
         self.with_no_answer = any(not e.answers for s in self.data.splits.values() for e in s)
         self._windows: dict[str, list[Window]] = {}
 
@@ -67,7 +69,7 @@ class QuestionAnswering(Task):
             return self._windows[split]
         examples, s = self.data.splits[split], self.settings
         enc = self.tokenizer([self._question(e.question) for e in examples], [e.context for e in examples],
-                             truncation="only_second", max_length=s.max_length, stride=s.doc_stride,
+                             truncation="only_second", max_length=s.max_length, stride=self.doc_stride,
                              return_overflowing_tokens=True, return_offsets_mapping=True)
         windows = []
         for i, ids in enumerate(enc["input_ids"]):

@@ -116,3 +116,20 @@ def test_retrieval(tiny_models, arch):
     assert scores["score"] == scores["ndcg@10"] and scores["queries"] == 3 and scores["documents"] == 4
     # With 4 documents every relevant one is in the top 10: MRR >= 1/4 and NDCG > 0 for each query.
     assert scores["mrr@10"] >= 25.0 and scores["ndcg@10"] > 0
+
+
+
+def test_the_default_doc_stride_fits_short_windows(tiny_models):
+    """The protocol's 128-token overlap where a window has room for it, half the room left for context otherwise;
+    a stride given that leaves no room is refused."""
+    from megamlm.eval.readers import TaskDataError
+
+    tokenizer = load_tokenizer(tiny_models["bert"])
+    special = tokenizer.num_special_tokens_to_add(pair=True)
+    short = build_task(qa_task(), tokenizer, TaskSettings(max_length=64, max_query_length=16))
+    assert short.doc_stride == (64 - 16 - 1 - special) // 2
+    assert short._windows_of("test")
+    long = build_task(qa_task(), tokenizer, TaskSettings(max_length=512, max_query_length=64))
+    assert long.doc_stride == 128
+    with pytest.raises(TaskDataError, match="use --doc-stride below"):
+        build_task(qa_task(), tokenizer, TaskSettings(max_length=64, max_query_length=16, doc_stride=60))
