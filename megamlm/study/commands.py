@@ -41,15 +41,22 @@ def all_evaluated_models(plan: Plan) -> list[EvaluatedModel]:
     return [m for run in plan.runs for m in evaluated_models(plan, run)]
 
 
-def pretrain_command(plan: Plan, run: Run, python: str = "python", nproc_per_node: int = 1) -> list[str]:
-    launcher = [python, "pretrain.py"] if nproc_per_node == 1 else \
-        ["torchrun", "--standalone", "--nproc-per-node", str(nproc_per_node), "pretrain.py"]
+def _script(repo: str, name: str) -> str:
+    return f"{repo}/{name}" if repo else name
+
+
+def pretrain_command(plan: Plan, run: Run, python: str = "python", nproc_per_node: int = 1, repo: str = "") -> list[str]:
+    """``repo``: the folder holding pretrain.py and tools/ when commands do not run from the repository root."""
+    script = _script(repo, "pretrain.py")
+    launcher = [python, script] if nproc_per_node == 1 else \
+        ["torchrun", "--standalone", "--nproc-per-node", str(nproc_per_node), script]
     return launcher + plan.flags(run)
 
 
-def export_command(plan: Plan, model: EvaluatedModel, python: str = "python") -> list[str]:
+def export_command(plan: Plan, model: EvaluatedModel, python: str = "python", repo: str = "") -> list[str]:
     arch = plan.study.evaluation.export_arch
-    return [python, "tools/convert_to_hf.py", "--input", model.checkpoint, "--output", model.hf_path, "--arch", arch]
+    return [python, _script(repo, "tools/convert_to_hf.py"), "--input", model.checkpoint, "--output", model.hf_path,
+            "--arch", arch]
 
 
 def _flag(key: str) -> str:
@@ -57,11 +64,11 @@ def _flag(key: str) -> str:
 
 
 def evaluate_command(plan: Plan, run: Run, python: str = "python", num_workers: int = 1,
-                     devices: str | None = None) -> list[str]:
+                     devices: str | None = None, repo: str = "") -> list[str]:
     """Fine-tune every evaluated checkpoint of ``run`` (exported first) with the study's protocol."""
     e = plan.study.evaluation
     models = ",".join(f"{m.name}={m.hf_path}" for m in evaluated_models(plan, run))
-    command = [python, "tools/evaluate.py", "--model", models, "--tasks", ",".join(e.tasks),
+    command = [python, _script(repo, "tools/evaluate.py"), "--model", models, "--tasks", ",".join(e.tasks),
                "--output", str(Path(plan.root) / "eval"), "--lrs", ",".join(f"{lr:g}" for lr in e.lrs),
                "--seeds", ",".join(map(str, e.seeds)), "--retrieval-corpus", e.retrieval_corpus, "--no-plots"]
     for key, value in {**e.hyperparameters, **e.task_settings}.items():

@@ -20,7 +20,7 @@ from typing import Callable
 
 from megamlm.checkpoint.catalog import iteration_dir, list_checkpoints, problem
 from megamlm.eval.results import write_json_atomic
-from megamlm.study.commands import (evaluate_command, evaluated_models, export_command, log_file, pretrain_command,
+from megamlm.study.commands import (REPO, evaluate_command, evaluated_models, export_command, log_file, pretrain_command,
                                     status_file)
 from megamlm.study.plan import Plan, Run
 
@@ -75,10 +75,13 @@ class LocalRunner:
         self.eval_workers, self.eval_devices = eval_workers, eval_devices
 
     def commands(self, run: Run) -> dict:
-        commands = {"pretrain": pretrain_command(self.plan, run, self.python, self.nproc_per_node)}
+        repo = str(REPO)
+        commands = {"pretrain": pretrain_command(self.plan, run, self.python, self.nproc_per_node, repo)}
         if self.plan.study.evaluation is not None:
-            commands["export"] = [export_command(self.plan, m, self.python) for m in evaluated_models(self.plan, run)]
-            commands["evaluate"] = evaluate_command(self.plan, run, self.python, self.eval_workers, self.eval_devices)
+            commands["export"] = [export_command(self.plan, m, self.python, repo)
+                                  for m in evaluated_models(self.plan, run)]
+            commands["evaluate"] = evaluate_command(self.plan, run, self.python, self.eval_workers, self.eval_devices,
+                                                    repo)
         return commands
 
     def run(self) -> list[Outcome]:

@@ -20,6 +20,9 @@ from megamlm.study.commands import REPO, evaluate_command, evaluated_models, exp
 from megamlm.study.plan import Plan, Run
 
 
+_REPO = "__REPO__"  # placeholder replaced by "$REPO" in the scripts
+
+
 def segments(plan: Plan, run: Run) -> list[int]:
     """The steps at which the jobs of ``run`` end: its children's branch steps, then its last step."""
     branch_steps = {plan.run(child).branch_step for child in run.children}
@@ -31,15 +34,15 @@ def job_variable(run_name: str, segment: int | None = None) -> str:
     return name if segment is None else f"{name}_{segment}"
 
 
-def _quote(command: list[str]) -> str:
-    return " ".join(shlex.quote(part) for part in command)
+def _shell(command: list[str]) -> list[str]:
+    """Each argument quoted for bash; the repository placeholder becomes "$REPO"."""
+    return [shlex.quote(part).replace(_REPO, '"$REPO"') for part in command]
 
 
-def _wrap(text: str, width: int = 116) -> str:
-    """A long command split over lines with backslashes, between its flags."""
-    parts, lines, line = shlex.split(text), [], ""
-    for part in parts:
-        token = shlex.quote(part) if not part.startswith("${") else part
+def _wrap(tokens: list[str], width: int = 116) -> str:
+    """Shell-ready tokens as one command split over lines with backslashes, before flags."""
+    lines, line = [], ""
+    for token in tokens:
         if line and len(line) + len(token) + 1 > width and token.startswith("--"):
             lines.append(line + " \\")
             line = "    " + token
@@ -72,7 +75,6 @@ def pretrain_script(plan: Plan, run: Run, workdir: Path, logs: Path) -> str:
     else:
         origin = f"continuing the finished {run.parent} (--continue-from)"
     save = plan.save_dir(run)
-    flags = _quote(plan.flags(run))
     return "\n".join(_header(plan, f"{plan.study.name}-{run.name}", s.nodes, s.gpus_per_node, s.time, logs, True) + [
         f"# Study {plan.study.name}, run {run.name}: {run.schedule()}, {origin}.",
         "# Submitted by submit.sh once per segment: with TARGET_STEP=N the job stops at step N with a checkpoint",
@@ -84,21 +86,23 @@ def pretrain_script(plan: Plan, run: Run, workdir: Path, logs: Path) -> str:
         "2>/dev/null || echo 0) >= TARGET_STEP )); then",
         "    echo \"" + run.name + ": step $TARGET_STEP reached before\"; exit 0",
         "fi",
-        _wrap("bash \"$REPO/examples/slurm/pretrain_nvidia.sbatch\" " + flags)
-        + " ${TARGET_STEP:+--exit-interval \"$TARGET_STEP\"}", ""])
+        _wrap(["bash", '"$REPO/examples/slurm/pretrain_nvidia.sbatch"', *_shell(plan.flags(run)),
+               '${TARGET_STEP:+--exit-interval "$TARGET_STEP"}']), ""])
 
 
 def evaluation_script(plan: Plan, run: Run, workdir: Path, logs: Path) -> str:
     s = plan.study.slurm
     exports = []
     for model in evaluated_models(plan, run):
-        exports.append(f"[[ -f {shlex.quote(model.hf_path)}/config.json ]] || " + _quote(export_command(plan, model)))
-    evaluate = _quote(evaluate_command(plan, run, num_workers=s.eval_gpus))
+        exports.append(f"[[ -f {shlex.quote(model.hf_path)}/config.json ]] || "
+                       + " ".join(_shell(export_command(plan, model, repo=_REPO))))
+    evaluate = _shell(evaluate_command(plan, run, num_workers=s.eval_gpus, repo=_REPO))
     return "\n".join(_header(plan, f"{plan.study.name}-eval-{run.name}", 1, s.eval_gpus, s.eval_time, logs, True) + [
         f"# Study {plan.study.name}: export and fine-tune {run.name} "
         f"({', '.join(m.name for m in evaluated_models(plan, run))}); finished fine-tuning runs are skipped.",
         "set -euo pipefail",
         f"cd {shlex.quote(str(workdir))}",
+        f"export REPO={shlex.quote(str(REPO))}",
         "export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}",
         *exports,
         _wrap(evaluate), ""])
