@@ -12,6 +12,7 @@ evaluation is reported but does not stop the children, which need only the check
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -36,7 +37,8 @@ def subprocess_executor(cwd: str | Path = ".", echo: bool = True) -> Executor:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         print("$", " ".join(command), flush=True)
         with open(log_path, "a") as log:
-            process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                       env={**os.environ, "PYTHONUNBUFFERED": "1"})  # the log shows progress
             for line in process.stdout:
                 log.write(line)
                 if echo:

@@ -223,9 +223,9 @@ def figure_validation(plan: Plan, path: Path) -> Path | None:
     drawn = False
     for i, arm in enumerate(arms(plan)):
         for k, run in enumerate(arm.runs):
+            if not any(r.get("kind") == "validation" for r in _metrics(plan, run)):
+                continue  # not started: its curve would only repeat its parent's
             curve = validation_curve(plan, run)
-            if not curve:
-                continue
             drawn = True
             for ax, (metric, title, _) in zip(axes, VALIDATION_METRICS):
                 points = [(r["step"], r[metric]) for r in curve if r.get(metric) is not None]

@@ -490,3 +490,19 @@ def _nonempty_unique(values: list, where: str) -> None:
 def _positive(values: list, where: str) -> None:
     if any(v <= 0 for v in values):
         raise StudyError(f"{where} must be positive, got {values}")
+
+
+# ---- documentation -------------------------------------------------------------------------------------------
+
+
+def key_reference() -> str:
+    """Every study key with its documentation, as a Markdown table (examples/studies/README.md prints it)."""
+    lines = ["| key | meaning |", "|---|---|"]
+    sections = (("", Study), ("grids[].", Grid), ("continued_pretraining[].", Continuation),
+                ("evaluation.", Evaluation), ("cost.", Cost), ("slurm.", Slurm))
+    for prefix, cls in sections:
+        docs = field_docs(cls)
+        for name in _fields(cls):
+            text = " ".join(docs.get(name, "").split()).replace("|", "\\|")
+            lines.append(f"| `{prefix}{name}` | {text} |")
+    return "\n".join(lines) + "\n"
