@@ -17,6 +17,8 @@ current folder (run this from the repository root). See examples/studies/README.
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -60,9 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
 def local_script(plan, study_path: str) -> str:
     lines = ["#!/bin/bash", f"# Study {plan.study.name}: its pretraining runs in dependency order (each resumes when "
              "relaunched).", f"# Exports, fine-tuning, skip-finished and failure handling: "
-             f"python tools/plan_study.py {study_path} --run", "set -euo pipefail", f"cd {REPO}"]
+             f"python tools/plan_study.py {study_path} --run", "set -euo pipefail", f"cd {shlex.quote(os.getcwd())}"]
     for run in plan.runs:
-        lines.append(" ".join(pretrain_command(plan, run)))
+        lines.append(" ".join(shlex.quote(part) for part in pretrain_command(plan, run, repo=str(REPO))))
     return "\n".join(lines) + "\n"
 
 

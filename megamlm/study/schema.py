@@ -381,7 +381,7 @@ def _check_pretrain_sections(settings: dict, where: str) -> None:
 
 
 def _check_dict_fields(values: dict, cls, where: str) -> None:
-    known = {f.name for f in dataclasses.fields(cls)} - {"lr", "seed"}
+    known = {f.name for f in dataclasses.fields(cls)} - {"lr", "seed", "eurobert_inputs"}  # tools/evaluate.py flags
     for key in values:
         if key not in known:
             raise StudyError(f"{where}.{key} is not a setting here; known: {', '.join(sorted(known))}")
