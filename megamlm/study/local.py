@@ -4,8 +4,8 @@ For each run, in plan order (a parent always comes before its children): pretrai
 last checkpoint is whole; relaunched with the same command when the run holds earlier checkpoints, which
 pretrain.py resumes from), the export of each evaluated checkpoint (skipped when exported), the fine-tuning
 (tools/evaluate.py skips the fine-tuning runs it has finished), then ``ROOT/status/RUN.json`` records the
-commands that finished it, so a later launch with the same commands skips the run entirely. A run whose
-pretraining fails stops its descendants (they are reported as blocked, and not started); a failed export or
+commands that finished it (and the seconds each stage took), so a later launch with the same commands skips the
+run entirely. A run whose pretraining fails stops its descendants (they are reported as blocked, and not started); a failed export or
 evaluation is reported but does not stop the children, which need only the checkpoint.
 """
 
@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -104,18 +105,16 @@ class LocalRunner:
     def run_one(self, run: Run) -> Outcome:
         commands = self.commands(run)
         status = status_file(self.plan, run)
-        if status.is_file() and json.loads(status.read_text()) == {"commands": commands}:
+        if status.is_file() and json.loads(status.read_text()).get("commands") == commands:
             return Outcome(run.name, "finished before")
         save = self.plan.save_dir(run)
-        state = "trained"
+        state, note, seconds = "trained", "", {}
         if not finished_step(save, run.train_iters):
             resumed_from = newest_step(save)
             if resumed_from:
                 state, note = "resumed", f"from step {resumed_from}"
                 self.log(f"[study] {run.name}: resuming from step {resumed_from}")
-            else:
-                note = ""
-            code = self.execute(commands["pretrain"], log_file(self.plan, run, "pretrain"))
+            code = self._timed("pretrain", seconds, commands["pretrain"], run)
             if code != 0:
                 return Outcome(run.name, "failed", f"pretrain.py exited {code}; log "
                                                    f"{log_file(self.plan, run, 'pretrain')}")
@@ -127,17 +126,23 @@ class LocalRunner:
         for model, command in zip(evaluated_models(self.plan, run), commands.get("export", [])):
             if (Path(model.hf_path) / "config.json").is_file():
                 continue
-            code = self.execute(command, log_file(self.plan, run, "export"))
+            code = self._timed("export", seconds, command, run)
             if code != 0:
                 return Outcome(run.name, "failed", f"evaluation: export of {model.name} exited {code}; log "
                                                    f"{log_file(self.plan, run, 'export')}")
         if "evaluate" in commands:
-            code = self.execute(commands["evaluate"], log_file(self.plan, run, "evaluate"))
+            code = self._timed("evaluate", seconds, commands["evaluate"], run)
             if code != 0:
                 return Outcome(run.name, "failed", f"evaluation: tools/evaluate.py exited {code}; log "
                                                    f"{log_file(self.plan, run, 'evaluate')}")
-        write_json_atomic(status, {"commands": commands})
+        write_json_atomic(status, {"commands": commands, "seconds": seconds})
         return Outcome(run.name, state, note)
+
+    def _timed(self, stage: str, seconds: dict, command: list[str], run: Run) -> int:
+        start = time.perf_counter()
+        code = self.execute(command, log_file(self.plan, run, stage))
+        seconds[stage] = seconds.get(stage, 0.0) + time.perf_counter() - start
+        return code
 
 
 def outcome_table(outcomes: list[Outcome]) -> str:

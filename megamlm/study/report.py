@@ -13,6 +13,9 @@ from the evaluated intermediate checkpoints.
 
 from __future__ import annotations
 
+import json
+import os
+import platform
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +26,7 @@ from megamlm.eval.registry import task_display_name
 from megamlm.eval.report import markdown_table
 from megamlm.eval.results import RunKey, write_text_atomic
 from megamlm.errors import UserError
-from megamlm.study.commands import all_evaluated_models, evaluated_models
+from megamlm.study.commands import all_evaluated_models, evaluated_models, status_file
 from megamlm.study.cost import throughput_for
 from megamlm.study.local import finished_step
 from megamlm.study.plan import Plan, Run
@@ -137,7 +140,11 @@ def _separation_table(values: dict[str, dict[str, list[float]]], metrics: list[s
             rows.append(f"| {a} − {b} | " + " | ".join(cells) + " |")
     if not rows:
         return ""
-    return ("Differences between arms (mean of A − mean of B); **beyond** = the seeds' ranges do not overlap, "
+    beyond = [r.split(" |")[0].lstrip("| ") + f" ({m})" for r in rows for m, cell in zip(metrics, r.split(" | ")[1:])
+              if "**beyond**" in cell]
+    summary = ("Beyond the seed spread: " + ("; ".join(beyond) if beyond else "none") + ". Every other difference "
+               "below lies within it.\n\n")
+    return summary + ("Differences between arms (mean of A − mean of B); **beyond** = the seeds' ranges do not overlap, "
             "within = they do (not distinguishable from seed variation at this number of seeds):\n\n"
             "| A − B | " + " | ".join(metrics) + " |\n|---|" + "---|" * len(metrics) + "\n" + "\n".join(rows) + "\n")
 
@@ -297,6 +304,27 @@ def figure_score_vs_steps(plan: Plan, scores: dict, tasks: list[str], path: Path
     return out
 
 
+def time_section(plan: Plan) -> str:
+    """Seconds per stage from the local runner's status files (absent for runs launched otherwise)."""
+    totals: dict[str, float] = defaultdict(float)
+    runs = 0
+    for run in plan.runs:
+        path = status_file(plan, run)
+        if not path.is_file():
+            continue
+        seconds = json.loads(path.read_text()).get("seconds") or {}
+        runs += bool(seconds)
+        for stage, value in seconds.items():
+            totals[stage] += value
+    if not totals:
+        return ""
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
+    rows = "\n".join(f"| {stage} | {value / 60:.1f} |" for stage, value in totals.items())
+    return (f"Wall time of the {runs} runs the local runner timed (`tools/plan_study.py --run`), on "
+            f"{os.cpu_count()} CPU cores ({platform.machine()}; load average {load} when this report was written):"
+            f"\n\n| stage | minutes |\n|---|---:|\n{rows}\n| total | {sum(totals.values()) / 60:.1f} |\n")
+
+
 def report_path(plan: Plan) -> Path:
     study = plan.study
     return study.resolve(study.report) if study.report else Path(plan.root) / "report" / "REPORT.md"
@@ -333,6 +361,9 @@ def write_report(plan: Plan, path: str | Path | None = None, figures: bool = Tru
         parts += ["## Downstream", "", downstream_text, "### Per model, one table per task family", "",
                   "Best LR on validation, test mean ± 95% CI over fine-tuning seeds:", "", family_tables(summaries)]
         parts += [f"![{title}](figures/{p.name})\n" for title, p in images if p.name != "validation.png"]
+    timing = time_section(plan)
+    if timing:
+        parts += ["## Time", "", timing]
     if note:
         parts.append(note)
     text = "\n".join(part for part in parts if part is not None)

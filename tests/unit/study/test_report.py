@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from megamlm.eval.results import RunKey, write_json_atomic
+from megamlm.study.commands import status_file
 from megamlm.study.report import arms, final_validation, separated, validation_curve, write_report
 
 from test_local import make_checkpoint
@@ -79,12 +80,23 @@ def test_report_tables_and_figures(finished, tmp_path):
     assert "| tiny-clm100-m40 − tiny-mlm100-m40 | +2.050 **beyond** |" in text
     assert "| tiny-mlm100-m40 − tiny-clm50-mlm50-m40 | -0.075 within |" in text
     assert "#### token classification" in text and "#### sequence classification" in text
+    assert ("Beyond the seed spread: tiny-clm100-m40 − tiny-mlm100-m40 (mlm_loss); "
+            "tiny-clm100-m40 − tiny-clm50-mlm50-m40 (mlm_loss).") in text
     # brown-pos per arm over pretraining seeds: MLM 81.25 and 82.25 (means over fine-tuning seeds)
     assert "| tiny-mlm100-m40 | brown-pos | 2 |" in text and "81.25, 82.25" in text
     for figure in ("validation.png", "score_vs_clm_fraction.png", "score_vs_steps.png"):
         assert (tmp_path / "report" / "figures" / figure).stat().st_size > 0
         assert f"(figures/{figure})" in text
     assert (Path(finished.root) / "results.md").is_file()
+
+
+def test_time_comes_from_the_local_runners_status_files(finished, tmp_path):
+    for run, seconds in zip(finished.runs[:2], (60.0, 120.0)):
+        write_json_atomic(status_file(finished, run), {"commands": {}, "seconds": {"pretrain": seconds,
+                                                                                 "evaluate": 30.0}})
+    text = write_report(finished, tmp_path / "R.md", figures=False).read_text()
+    assert "Wall time of the 2 runs the local runner timed" in text
+    assert "| pretrain | 3.0 |" in text and "| evaluate | 1.0 |" in text and "| total | 4.0 |" in text
 
 
 def test_report_of_a_study_that_has_not_started(small_plan, tmp_path):
