@@ -1,4 +1,4 @@
-"""The CPU miniature of the paper's study, scaled down (--scale 0.1: 20-step runs, 6 steps of continued
+"""The CPU miniature of the paper's study, scaled down (--scale 0.1: 40-step runs, 10 steps of continued
 pretraining, 5 fine-tuning steps) and run end to end through the documented command: plan, pretraining with
 branches and a continuation, validation, export, fine-tuning, report; a second launch does nothing again."""
 
@@ -23,11 +23,11 @@ def test_cpu_miniature_scaled_down_end_to_end(tmp_path):
     assert first.stdout.count(": trained") == 10
     report = (tmp_path / "REPORT.md").read_text()
     assert "10 of 10 runs have finished" in report
-    assert "| tiny-clm15-mlm5-m40 | 2 |" in report  # both seeds' branch reached the final validation
+    assert "| tiny-clm30-mlm10-m40 | 2 |" in report  # both seeds' branch reached the final validation
     assert "#### token classification" in report
-    status = json.loads((tmp_path / "runs" / "status" / "tiny-clm10-mlm10-m40-s1.json").read_text())
+    status = json.loads((tmp_path / "runs" / "status" / "tiny-clm20-mlm20-m40-s1.json").read_text())
     assert "--load" in status["commands"]["pretrain"]
-    branch = json.loads((tmp_path / "runs" / "tiny-clm10-mlm10-m40-s1" / "run_record.json").read_text())
+    branch = json.loads((tmp_path / "runs" / "tiny-clm20-mlm20-m40-s1" / "run_record.json").read_text())
     assert "branch" in json.dumps(branch.get("lineage"))
 
     second = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
