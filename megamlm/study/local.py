@@ -37,7 +37,7 @@ def subprocess_executor(cwd: str | Path = ".", echo: bool = True) -> Executor:
     def execute(command: list[str], log_path: Path) -> int:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         print("$", " ".join(command), flush=True)
-        with open(log_path, "a") as log:
+        with open(log_path, "a", buffering=1) as log:  # line-buffered: the log follows the run
             process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                        env={**os.environ, "PYTHONUNBUFFERED": "1"})  # the log shows progress
             for line in process.stdout:
