@@ -26,7 +26,7 @@ from megamlm.eval.registry import task_display_name
 from megamlm.eval.report import markdown_table
 from megamlm.eval.results import RunKey, write_text_atomic
 from megamlm.errors import UserError
-from megamlm.study.commands import all_evaluated_models, evaluated_models, status_file
+from megamlm.study.commands import REPO, all_evaluated_models, evaluated_models, status_file
 from megamlm.study.cost import throughput_for
 from megamlm.study.local import finished_step
 from megamlm.study.plan import Plan, Run
@@ -330,7 +330,15 @@ def report_path(plan: Plan) -> Path:
     return study.resolve(study.report) if study.report else Path(plan.root) / "report" / "REPORT.md"
 
 
-def write_report(plan: Plan, path: str | Path | None = None, figures: bool = True, preamble: str = "") -> Path:
+def _shown(path: Path) -> str:
+    """A path as a command from the repository root would write it."""
+    try:
+        return str(path.resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
+def write_report(plan: Plan, path: str | Path | None = None, figures: bool = True) -> Path:
     """Write the report (and its figures into ``figures/`` beside it); returns its path."""
     path = Path(path) if path else report_path(plan)
     summaries = evaluation_summaries(plan)
@@ -353,8 +361,11 @@ def write_report(plan: Plan, path: str | Path | None = None, figures: bool = Tru
                              plan, scores, tasks, folder / "score_vs_steps.png"))]
             images = [(title, p) for title, p in made if p is not None]
     finished = sum(finished_step(plan.save_dir(r), r.train_iters) for r in plan.runs)
-    parts = [f"# Study `{plan.study.name}`: report", "", preamble.strip(), "",
-             f"{finished} of {len(plan.runs)} runs have finished (under `{plan.root}`).", "",
+    study_file = _shown(plan.study.source)
+    parts = [f"# Study `{plan.study.name}`: report", "",
+             f"Written from the runs under `{plan.root}` (study file `{study_file}`) by `python tools/plan_study.py "
+             f"{study_file} --run` at its end, or at any time by `python tools/study_report.py {study_file}`. "
+             f"{finished} of {len(plan.runs)} runs have finished.", "",
              "## The plan", "", plan_table(plan, throughput_for(plan.study)), "## Validation", "", validation_text]
     parts += [f"![{title}](figures/{p.name})\n" for title, p in images if p.name == "validation.png"]
     if summaries:

@@ -22,7 +22,7 @@ def test_cpu_miniature_scaled_down_end_to_end(tmp_path):
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]
     assert first.stdout.count(": trained") == 10
     report = (tmp_path / "REPORT.md").read_text()
-    assert "10 of 10 runs have finished" in report
+    assert "10 of 10 runs have finished." in report
     assert "| tiny-clm30-mlm10-m40 | 2 |" in report  # both seeds' branch reached the final validation
     assert "#### token classification" in report
     status = json.loads((tmp_path / "runs" / "status" / "tiny-clm20-mlm20-m40-s1.json").read_text())

@@ -75,7 +75,7 @@ def test_report_tables_and_figures(finished, tmp_path):
     pytest.importorskip("matplotlib")
     path = write_report(finished, tmp_path / "report" / "REPORT.md")
     text = path.read_text()
-    assert "6 of 6 runs have finished" in text
+    assert "6 of 6 runs have finished." in text
     assert [a.label for a in arms(finished)] == ["tiny-clm100-m40", "tiny-mlm100-m40", "tiny-clm50-mlm50-m40"]
     assert "| tiny-clm100-m40 − tiny-mlm100-m40 | +2.050 **beyond** |" in text
     assert "| tiny-mlm100-m40 − tiny-clm50-mlm50-m40 | -0.075 within |" in text
@@ -101,4 +101,4 @@ def test_time_comes_from_the_local_runners_status_files(finished, tmp_path):
 
 def test_report_of_a_study_that_has_not_started(small_plan, tmp_path):
     path = write_report(small_plan(STUDY), tmp_path / "R.md", figures=False)
-    assert "0 of 6 runs have finished" in path.read_text() and "No run has finished yet." in path.read_text()
+    assert "0 of 6 runs have finished." in path.read_text() and "No run has finished yet." in path.read_text()
