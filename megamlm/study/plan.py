@@ -214,9 +214,11 @@ def shared_steps(a: np.ndarray, b: np.ndarray) -> int:
 
 
 def _placement_order(run: Run) -> tuple:
-    """Longest runs first; at equal length one objective before two, CLM first, later switches first."""
-    return (run.size, run.seed, run.mask_ratio, -run.train_iters, run.switch_step is not None, run.objective != "clm",
-            -(run.switch_step or 0))
+    """Longest runs first; at equal length one objective before two, CLM first, later switches first; the seeds of
+    an arm side by side (runs of different seeds never branch from each other, and a study run in this order has
+    every seed of its first arms early)."""
+    return (run.size, run.mask_ratio, -run.train_iters, run.switch_step is not None, run.objective != "clm",
+            -(run.switch_step or 0), run.seed)
 
 
 def _place(runs: list[Run]) -> list[Run]:

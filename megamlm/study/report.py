@@ -33,9 +33,8 @@ from megamlm.study.plan import Plan, Run
 from megamlm.study.table import plan_table
 from megamlm.training.metrics_file import read_metrics
 
-VALIDATION_METRICS = (("mlm_loss", "validation MLM loss", "lower"), ("mlm_accuracy", "validation MLM accuracy",
-                                                                     "higher"), ("clm_loss", "validation CLM loss",
-                                                                                 "lower"))
+VALIDATION_METRICS = (("mlm_loss", "validation MLM loss"), ("mlm_accuracy", "validation MLM accuracy"),
+                      ("clm_loss", "validation CLM loss"))
 
 
 @dataclass
@@ -104,15 +103,15 @@ def separated(a: list[float], b: list[float]) -> bool:
 
 def validation_section(plan: Plan) -> tuple[str, dict[str, dict[str, list[float]]]]:
     values: dict[str, dict[str, list[float]]] = {}
-    lines = ["| arm | seeds | " + " | ".join(title for _, title, _ in VALIDATION_METRICS) + " |",
+    lines = ["| arm | seeds | " + " | ".join(title for _, title in VALIDATION_METRICS) + " |",
              "|---|---|" + "---|" * len(VALIDATION_METRICS)]
     for arm in arms(plan):
         finals = [f for f in (final_validation(plan, run) for run in arm.runs) if f is not None]
         if not finals:
             continue
-        values[arm.label] = {m: [f[m] for f in finals if f.get(m) is not None] for m, _, _ in VALIDATION_METRICS}
+        values[arm.label] = {m: [f[m] for f in finals if f.get(m) is not None] for m, _ in VALIDATION_METRICS}
         cells = []
-        for metric, _, _ in VALIDATION_METRICS:
+        for metric, _ in VALIDATION_METRICS:
             seeds = values[arm.label][metric]
             mean, ci = mean_confidence_interval(seeds)
             cells.append(f"{_fmt(mean, ci, 3)} ({', '.join(f'{v:.3f}' for v in seeds)})")
@@ -120,7 +119,7 @@ def validation_section(plan: Plan) -> tuple[str, dict[str, dict[str, list[float]
     if not values:
         return "No run has finished yet.\n", values
     text = ("Final validation scores: mean ± 95% t-interval over seeds (each seed's value in parentheses):\n\n"
-            + "\n".join(lines) + "\n\n" + _separation_table(values, [m for m, _, _ in VALIDATION_METRICS], 3))
+            + "\n".join(lines) + "\n\n" + _separation_table(values, [m for m, _ in VALIDATION_METRICS], 3))
     return text, values
 
 
@@ -234,7 +233,7 @@ def figure_validation(plan: Plan, path: Path) -> Path | None:
                 continue  # not started: its curve would only repeat its parent's
             curve = validation_curve(plan, run)
             drawn = True
-            for ax, (metric, title, _) in zip(axes, VALIDATION_METRICS):
+            for ax, (metric, title) in zip(axes, VALIDATION_METRICS):
                 points = [(r["step"], r[metric]) for r in curve if r.get(metric) is not None]
                 ax.plot([p[0] for p in points], [p[1] for p in points], color=colors[i % len(colors)],
                         linestyle=("-", "--", ":", "-.")[k % 4], marker="o", markersize=2.5,
