@@ -135,16 +135,17 @@ def _separation_table(values: dict[str, dict[str, list[float]]], metrics: list[s
                     cells.append("–")
                     continue
                 diff = sum(va) / len(va) - sum(vb) / len(vb)
-                cells.append(f"{diff:+.{digits}f} " + ("**beyond**" if separated(va, vb) else "within"))
+                spread = "one seed" if min(len(va), len(vb)) < 2 else "**beyond**" if separated(va, vb) else "within"
+                cells.append(f"{diff:+.{digits}f} {spread}")
             rows.append(f"| {a} − {b} | " + " | ".join(cells) + " |")
     if not rows:
         return ""
     beyond = [r.split(" |")[0].lstrip("| ") + f" ({m})" for r in rows for m, cell in zip(metrics, r.split(" | ")[1:])
               if "**beyond**" in cell]
     summary = ("Beyond the seed spread: " + ("; ".join(beyond) if beyond else "none") + ". Every other difference "
-               "below lies within it.\n\n")
+               "below lies within it (or has one seed, which measures no spread).\n\n")
     return summary + ("Differences between arms (mean of A − mean of B); **beyond** = the seeds' ranges do not overlap, "
-            "within = they do (not distinguishable from seed variation at this number of seeds):\n\n"
+            "within = they do (not distinguishable from seed variation at this number of seeds), one seed = no spread to compare with:\n\n"
             "| A − B | " + " | ".join(metrics) + " |\n|---|" + "---|" * len(metrics) + "\n" + "\n".join(rows) + "\n")
 
 

@@ -81,13 +81,21 @@ def test_report_tables_and_figures(finished, tmp_path):
     assert "| tiny-mlm100-m40 − tiny-clm50-mlm50-m40 | -0.075 within |" in text
     assert "#### token classification" in text and "#### sequence classification" in text
     assert ("Beyond the seed spread: tiny-clm100-m40 − tiny-mlm100-m40 (mlm_loss); "
-            "tiny-clm100-m40 − tiny-clm50-mlm50-m40 (mlm_loss).") in text
+            "tiny-clm100-m40 − tiny-clm50-mlm50-m40 (mlm_loss). Every other") in text
     # brown-pos per arm over pretraining seeds: MLM 81.25 and 82.25 (means over fine-tuning seeds)
     assert "| tiny-mlm100-m40 | brown-pos | 2 |" in text and "81.25, 82.25" in text
     for figure in ("validation.png", "score_vs_clm_fraction.png", "score_vs_steps.png"):
         assert (tmp_path / "report" / "figures" / figure).stat().st_size > 0
         assert f"(figures/{figure})" in text
     assert (Path(finished.root) / "results.md").is_file()
+
+
+def test_one_seed_measures_no_spread(finished, tmp_path):
+    import shutil
+
+    shutil.rmtree(finished.save_dir(finished.run("tiny-mlm100-m40-s2")))
+    text = write_report(finished, tmp_path / "R.md", figures=False).read_text()
+    assert "| tiny-clm100-m40 − tiny-mlm100-m40 | +2.100 one seed |" in text
 
 
 def test_time_comes_from_the_local_runners_status_files(finished, tmp_path):
