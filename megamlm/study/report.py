@@ -143,7 +143,8 @@ def _separation_table(values: dict[str, dict[str, list[float]]], metrics: list[s
     beyond = [r.split(" |")[0].lstrip("| ") + f" ({m})" for r in rows for m, cell in zip(metrics, r.split(" | ")[1:])
               if "**beyond**" in cell]
     summary = ("Beyond the seed spread: " + ("; ".join(beyond) if beyond else "none") + ". Every other difference "
-               "below lies within it (or has one seed, which measures no spread).\n\n")
+               "below lies within it (or has one seed, which measures no spread). Disjoint ranges of 2 seeds are "
+               "weak evidence for a difference much smaller than the 95% intervals above.\n\n")
     return summary + ("Differences between arms (mean of A − mean of B); **beyond** = the seeds' ranges do not overlap, "
             "within = they do (not distinguishable from seed variation at this number of seeds), one seed = no spread to compare with:\n\n"
             "| A − B | " + " | ".join(metrics) + " |\n|---|" + "---|" * len(metrics) + "\n" + "\n".join(rows) + "\n")
