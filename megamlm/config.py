@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import functools
 import importlib.util
 import inspect
 import json
@@ -366,8 +367,9 @@ DEFAULT_EVAL_INTERVAL, DEFAULT_EVAL_ITERS = 1000, 10
 FORMER_SWITCHES = {"compile": {True: "blocks", False: "none"}}
 
 
+@functools.cache
 def field_docs(cls: type) -> dict[str, str]:
-    """The string literal under each field of a dataclass (attribute docstrings)."""
+    """The string literal under each field of a dataclass (attribute docstrings); read once per class."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     body = tree.body[0].body
     docs = {}

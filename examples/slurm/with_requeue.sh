@@ -26,7 +26,9 @@ fi
 # The run's length as the checkpoint recorded it (flags or a --config file alike).
 train_iters=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["config"]["training"]["train_iters"])' \
               "$save/$(printf 'iter_%07d' "$after")/config.json" 2>/dev/null || echo 0)
-if (( after > before && after < train_iters && ${SLURM_RESTART_COUNT:-0} < ${MAX_REQUEUES:-50} )); then
+# TARGET_STEP (a study's segment job, tools/plan_study.py --emit slurm) ends the job at that step instead.
+target=${TARGET_STEP:-$train_iters}
+if (( after > before && after < target && ${SLURM_RESTART_COUNT:-0} < ${MAX_REQUEUES:-50} )); then
     echo "megamlm: stopped at step $after of $train_iters with a checkpoint; requeueing job $SLURM_JOB_ID"
     scontrol requeue "$SLURM_JOB_ID"
     exit 0

@@ -1,0 +1,39 @@
+"""Run names, one readable scheme: ``{size}-{phases}-m{mask %}[-s{seed}]``.
+
+``610m-clm42k-m40`` (CLM for 42,000 steps), ``610m-clm10k-mlm32k-m40`` (CLM then MLM, switching after step
+10,000), ``610m-mlm42k-m20`` (MLM at 20% masking), ``610m-clm42k-m40-cpt-mlm2k`` (2,000 steps of continued MLM
+pretraining from ``610m-clm42k-m40``). The seed is added only when the study has several.
+"""
+
+from __future__ import annotations
+
+
+def steps_label(steps: int) -> str:
+    """12000 -> 12k, 10500 -> 10.5k, 150 -> 150."""
+    if steps >= 1000 and steps % 100 == 0:
+        return f"{steps / 1000:g}k"
+    return str(steps)
+
+
+def mask_label(mask_ratio: float) -> str:
+    return f"m{round(mask_ratio * 100)}"
+
+
+def phases_label(objective: str, train_iters: int, switch_step: int | None) -> str:
+    if switch_step is None:
+        return f"{objective}{steps_label(train_iters)}"
+    first, second = objective.split("_then_")
+    return f"{first}{steps_label(switch_step)}-{second}{steps_label(train_iters - switch_step)}"
+
+
+def arm_label(objective: str, train_iters: int, switch_step: int | None, mask_ratio: float) -> str:
+    """The name of an arm without size and seed, as study files refer to it: ``clm10k-mlm32k-m40``."""
+    return f"{phases_label(objective, train_iters, switch_step)}-{mask_label(mask_ratio)}"
+
+
+def continuation_label(parent_label: str, objective: str, steps: int) -> str:
+    return f"{parent_label}-cpt-{objective}{steps_label(steps)}"
+
+
+def run_name(size: str, label: str, seed: int, several_seeds: bool) -> str:
+    return f"{size}-{label}" + (f"-s{seed}" if several_seeds else "")

@@ -1,0 +1,49 @@
+"""The plan as a Markdown table: one row per run, then the totals against running every model from scratch."""
+
+from __future__ import annotations
+
+from megamlm.study.cost import Throughput, run_cost, totals
+from megamlm.study.plan import Plan
+
+
+def _hours(value: float | None) -> str:
+    if value is None:
+        return "?"
+    return f"{value:,.1f}" if value >= 10 else f"{value:.3g}"
+
+
+def _tokens(value: int) -> str:
+    return f"{value / 1e9:,.1f}B" if value >= 1e8 else f"{value / 1e6:,.2f}M"
+
+
+def plan_table(plan: Plan, throughput: Throughput) -> str:
+    lines = [f"Plan of study `{plan.study.name}`: {len(plan.runs)} runs under `{plan.root}`.", "",
+             "| run | starts from | schedule | trains steps | tokens | GPU-hours | kept checkpoints |",
+             "|---|---|---|---:|---:|---:|---|"]
+    for run in plan.runs:
+        if run.parent is None:
+            start = "scratch"
+        elif run.branch_step:
+            start = f"{run.parent} @ {run.branch_step:,}"
+        else:
+            start = f"{run.parent} (continued)"
+        cost = run_cost(run, throughput)
+        first = run.branch_step + 1
+        trained = f"{first:,}-{run.train_iters:,}" if run.steps_trained else "none"
+        kept = ", ".join(f"{s:,}" for s in run.save_at) or "-"
+        lines.append(f"| {run.name} | {start} | {run.schedule()} | {trained} ({cost.steps:,}) | "
+                     f"{_tokens(cost.tokens)} | {_hours(cost.gpu_hours)} | {kept} |")
+    t = totals(plan, throughput)
+    lines += ["", "| | steps | tokens | GPU-hours |", "|---|---:|---:|---:|",
+              f"| this plan | {t.plan.steps:,} | {_tokens(t.plan.tokens)} | {_hours(t.plan.gpu_hours)} |",
+              f"| every model from scratch | {t.independent.steps:,} | {_tokens(t.independent.tokens)} | "
+              f"{_hours(t.independent.gpu_hours)} |",
+              f"| saved | {t.independent.steps - t.plan.steps:,} | {_tokens(t.independent.tokens - t.plan.tokens)} "
+              f"| {_hours(None if t.plan.gpu_hours is None else t.independent.gpu_hours - t.plan.gpu_hours)} "
+              f"({t.saving_fraction:.0%}) |", ""]
+    if throughput.sources:
+        lines.append("GPU-hours from " + "; ".join(throughput.sources) + " (training only: no validation, "
+                     "checkpointing, evaluation or queueing).")
+    else:
+        lines.append("GPU-hours: give --tokens-per-second N (or SIZE=N), --benchmark FILE, or cost in the study file.")
+    return "\n".join(lines) + "\n"

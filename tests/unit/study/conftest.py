@@ -1,0 +1,26 @@
+import sys
+from pathlib import Path
+
+import pytest
+
+from megamlm.study.plan import build_plan
+from megamlm.study.schema import load_study
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # small_study, the tests' shared study
+
+from small_study import SMALL, write_study  # noqa: E402
+
+
+@pytest.fixture
+def small_study(tmp_path):
+    def make(changes: dict | None = None, overrides=()):
+        data = {**SMALL, **(changes or {})}
+        return load_study(write_study(tmp_path, data), list(overrides))
+    return make
+
+
+@pytest.fixture
+def small_plan(small_study, tmp_path):
+    def make(changes: dict | None = None, overrides=()):
+        return build_plan(small_study(changes, overrides), str(tmp_path / "runs"))
+    return make

@@ -1,0 +1,59 @@
+"""Each run's commands are ones the tools accept: the planned pretrain.py flags parse to the run's config, and the
+evaluation command parses with tools/evaluate.py's own parser to the study's protocol."""
+
+import runpy
+import subprocess
+from pathlib import Path
+
+from megamlm.study.commands import evaluate_command, evaluated_models, export_command
+
+REPO = Path(__file__).resolve().parents[3]
+EVALUATION = {"tasks": ["brown-pos", "austen-qa"], "lrs": [1e-4, 5e-4], "seeds": [0, 1, 2], "checkpoint_steps": [50],
+              "hyperparameters": {"batch_size": 16, "max_steps": 30, "warmup_ratio": 0.2},
+              "task_settings": {"doc_stride": 32, "max_length": 120}, "max_train_examples": 64}
+
+
+def test_evaluation_command_parses_with_the_tools_parser(small_plan):
+    plan = small_plan({"evaluation": EVALUATION})
+    run = plan.run("tiny-clm100-m40")
+    command = evaluate_command(plan, run)
+    assert command[:2] == ["python", "tools/evaluate.py"]
+    args = runpy.run_path(str(REPO / "tools" / "evaluate.py"), run_name="evaluate")["build_parser"]().parse_args(
+        command[2:])
+    assert args.model == [f"tiny-clm100-m40-step50={plan.root}/hf/tiny-clm100-m40-step50,"
+                          f"tiny-clm100-m40={plan.root}/hf/tiny-clm100-m40"]
+    assert (args.tasks, str(args.output)) == ("brown-pos,austen-qa", f"{plan.root}/eval")
+    assert (args.lrs, args.seeds) == ((1e-4, 5e-4), (0, 1, 2))
+    assert (args.batch_size, args.max_steps, args.warmup_ratio) == (16, 30, 0.2)
+    assert (args.doc_stride, args.max_length, args.max_train_examples) == (32, 120, 64)
+
+
+def test_evaluated_checkpoints_are_the_runs_own_steps(small_plan):
+    plan = small_plan({"evaluation": EVALUATION})
+    assert [m.name for m in evaluated_models(plan, plan.run("tiny-clm100-m40"))] == ["tiny-clm100-m40-step50",
+                                                                                     "tiny-clm100-m40"]
+    # A branch from step 50 does not train step 50 itself: only its last checkpoint is its own.
+    assert [m.step for m in evaluated_models(plan, plan.run("tiny-clm50-mlm50-m40"))] == [100]
+    assert [m.step for m in evaluated_models(plan, plan.run("tiny-clm25-mlm75-m40"))] == [50, 100]
+    export = export_command(plan, evaluated_models(plan, plan.run("tiny-clm100-m40"))[0])
+    assert export[export.index("--input") + 1] == f"{plan.root}/tiny-clm100-m40/iter_0000050"
+
+
+def test_emit_local_lists_the_pretraining_commands_in_order(small_study, tmp_path):
+    study_file = small_study().source
+    result = subprocess.run(["python", str(REPO / "tools" / "plan_study.py"), str(study_file), "--emit", "local",
+                             str(tmp_path / "run.sh"), "--root", "runs/small"], cwd=tmp_path, capture_output=True,
+                            text=True)
+    assert result.returncode == 0, result.stderr
+    script = (tmp_path / "run.sh").read_text()
+    assert subprocess.run(["bash", "-n", str(tmp_path / "run.sh")]).returncode == 0
+    saves = [line.split("--save ")[1].split()[0] for line in script.splitlines() if "pretrain.py" in line]
+    assert saves[:2] == ["runs/small/tiny-clm100-m40", "runs/small/tiny-mlm100-m40"] and len(saves) == 9
+
+
+def test_bad_command_lines_are_one_error(small_study):
+    study_file = small_study().source
+    for extra, message in ((["--emit", "slurm"], "--emit slurm DIR"), (["--scale", "3"], "--scale must be in")):
+        result = subprocess.run(["python", str(REPO / "tools" / "plan_study.py"), str(study_file), *extra],
+                                capture_output=True, text=True)
+        assert result.returncode == 2 and result.stderr.startswith("error:") and message in result.stderr
