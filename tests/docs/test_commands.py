@@ -24,10 +24,13 @@ How each is checked (the first rule that applies)
      of an MPI job): the script prints its command with ``PRINT_CMD=1`` where it has one, and the ``pretrain.py``
      flags plan a valid layout with ``--dry-run --world-size N``.
   5. Files only the reader has (absolute paths such as /data/... or /models/...: their corpus, a Hugging Face
-     model), or minutes of work on a 135M model (``run_cpu.py --cpt``): the arguments are parsed (and
-     validated) by the program's own parser.
-  6. Commands whose local evaluation tasks read ``../shared/data`` (``tools/evaluate.py``, ``run_cpu.py``) run
-     where that folder exists and are parsed (rule 5) where it does not.
+     model): the arguments are parsed (and validated) by the program's own parser.
+  6. Commands whose local evaluation tasks read ``../shared/data`` (``tools/evaluate.py``) run where that folder
+     exists and are parsed (rule 5) where it does not.
+  6b. A study run (``tools/plan_study.py ... --run``: every run of a study, an hour or more) is planned: the same
+     command without ``--run`` runs and must exit 0 (the study file loads and expands into a plan); the slow test
+     ``tests/e2e/test_study_miniature.py`` runs the miniature. A ``submit.sh`` written by ``--emit slurm`` (needs
+     SLURM) must be valid bash (``bash -n``).
   7. Everything else runs as written, in a copy of the repository, and must exit 0 (a pretrain.py command's
      flags are also parsed as documented, since the scaling below overrides a few of them). A ``...`` in a
      command stands for "your other flags": the words before it are checked, by the rule that applies to them.
@@ -35,7 +38,7 @@ How each is checked (the first rule that applies)
 Scaled down, never edited
   Commands run with the environment variables the README's "Tests" section documents, which every run of these
   programs honours: ``MEGAMLM_PRETRAIN_ARGS`` (every pretrain.py launch, torchrun's ranks included),
-  ``MEGAMLM_EVALUATE_ARGS`` and ``MEGAMLM_RUN_CPU_ARGS``; their flags come after the command's own.
+  and ``MEGAMLM_EVALUATE_ARGS``; their flags come after the command's own.
 
 The reader's files
   Commands of one document run in order in one copy of the repository (so README's ``ckpt/tiny`` feeds its
@@ -71,11 +74,8 @@ SCALE = {
     "MEGAMLM_PRETRAIN_ARGS": "--train-iters 4 --seq-length 32 --log-interval 1",
     "MEGAMLM_EVALUATE_ARGS": "--lrs 1e-4 --seeds 0 --max-steps 2 --batch-size 4 --max-train-examples 16 "
                              "--max-eval-examples 8",
-    "MEGAMLM_RUN_CPU_ARGS": "--train-iters 4 --tasks austen-qa --lrs 1e-4 --seeds 0 --max-steps 2 --batch-size 4 "
-                            "--max-train-examples 16 --max-eval-examples 8",
 }
-NEEDS_SHARED_DATA = ("tools/evaluate.py", "examples/paper_recipe/run_cpu.py")
-SLOW_FLAGS = ("--cpt",)
+NEEDS_SHARED_DATA = ("tools/evaluate.py",)
 
 
 @dataclass
@@ -407,9 +407,15 @@ def check_part(words: list[str], command: Command, root: Path, env: dict) -> str
             plan_layout(args, processes, what)
         return f"dry run at world {processes}"
     user_files = any(a.startswith("/") and not a.startswith(("/tmp/", str(root))) for a in args)
-    slow = any(flag in args for flag in SLOW_FLAGS)
+    if script == "tools/plan_study.py" and "--run" in args:  # rule 6b
+        result = run([words[0], script, *(a for a in args if a != "--run")], root, env)
+        check_ok(result, f"{what} (planned, without --run)")
+        return "planned"
+    if words[0] == "bash" and script and script.endswith("submit.sh"):
+        check_ok(run(["bash", "-n", script], root, env), f"{what} (bash -n)")
+        return "bash -n"
     needs_shared = script in NEEDS_SHARED_DATA and not (root.parent / "shared" / "data").is_dir()
-    if user_files or slow or needs_shared:  # rules 5 and 6
+    if user_files or needs_shared:  # rules 5 and 6
         parse_only(script, args, what)
         return "parsed"
     if script and script.endswith(("pretrain.py", "run_local.sh")):  # the documented values of the scaled flags
