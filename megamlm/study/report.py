@@ -321,7 +321,7 @@ def time_section(plan: Plan) -> str:
         return ""
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
     rows = "\n".join(f"| {stage} | {value / 60:.1f} |" for stage, value in totals.items())
-    return (f"Wall time of the {runs} runs the local runner timed (`tools/plan_study.py --run`), on "
+    return (f"Wall time of the {runs} runs the local runner timed (`--run` of `tools/plan_study.py`), on "
             f"{os.cpu_count()} CPU cores ({platform.machine()}; load average {load} when this report was written):"
             f"\n\n| stage | minutes |\n|---|---:|\n{rows}\n| total | {sum(totals.values()) / 60:.1f} |\n")
 

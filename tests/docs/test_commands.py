@@ -24,7 +24,8 @@ How each is checked (the first rule that applies)
      of an MPI job): the script prints its command with ``PRINT_CMD=1`` where it has one, and the ``pretrain.py``
      flags plan a valid layout with ``--dry-run --world-size N``.
   5. Files only the reader has (absolute paths such as /data/... or /models/...: their corpus, a Hugging Face
-     model): the arguments are parsed (and validated) by the program's own parser.
+     model), a GPU (``--device cuda`` where torch sees none) or the network (``tools/fetch_eval_datasets.py``):
+     the arguments are parsed (and validated) by the program's own parser.
   6. Commands whose local evaluation tasks read ``../shared/data`` (``tools/evaluate.py``) run where that folder
      exists and are parsed (rule 5) where it does not.
   6b. A study run (``tools/plan_study.py ... --run``: every run of a study, an hour or more) is planned: the same
@@ -62,6 +63,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared"
@@ -76,6 +78,7 @@ SCALE = {
                              "--max-eval-examples 8",
 }
 NEEDS_SHARED_DATA = ("tools/evaluate.py",)
+NEEDS_NETWORK = ("tools/fetch_eval_datasets.py",)
 
 
 @dataclass
@@ -408,14 +411,15 @@ def check_part(words: list[str], command: Command, root: Path, env: dict) -> str
         return f"dry run at world {processes}"
     user_files = any(a.startswith("/") and not a.startswith(("/tmp/", str(root))) for a in args)
     if script == "tools/plan_study.py" and "--run" in args:  # rule 6b
-        result = run([words[0], script, *(a for a in args if a != "--run")], root, env)
+        result = run([*words[:words.index(script) + 1], *(a for a in args if a != "--run")], root, env)
         check_ok(result, f"{what} (planned, without --run)")
         return "planned"
     if words[0] == "bash" and script and script.endswith("submit.sh"):
         check_ok(run(["bash", "-n", script], root, env), f"{what} (bash -n)")
         return "bash -n"
     needs_shared = script in NEEDS_SHARED_DATA and not (root.parent / "shared" / "data").is_dir()
-    if user_files or needs_shared:  # rules 5 and 6
+    needs_gpu = option(args, "--device") == "cuda" and not torch.cuda.is_available()
+    if user_files or needs_shared or needs_gpu or script in NEEDS_NETWORK:  # rules 5 and 6
         parse_only(script, args, what)
         return "parsed"
     if script and script.endswith(("pretrain.py", "run_local.sh")):  # the documented values of the scaled flags
