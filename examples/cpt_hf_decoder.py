@@ -125,8 +125,12 @@ def fill_mask(hf_dir: Path) -> list[dict]:
             for p in fill(SENTENCE.format(mask=tokenizer.mask_token), top_k=5)]
 
 
-def build_parser(description: str = __doc__.split("\n\n")[0]) -> argparse.ArgumentParser:
+def build_parser(description: str = __doc__.split("\n\n")[0], model: bool = True) -> argparse.ArgumentParser:
+    """This script's flags; ``model=False`` leaves out --model (examples/cpt_smollm2.py fixes the model)."""
     parser = argparse.ArgumentParser(description=description)
+    if model:
+        parser.add_argument("--model", required=True,
+                            help="Hugging Face model folder (config.json, safetensors, tokenizer) or a .gguf file")
     parser.add_argument("--workdir", required=True, help="folder for the checkpoints, data and export")
     parser.add_argument("--steps", type=int, default=20, help="MLM continued-pretraining steps")
     parser.add_argument("--seq-length", type=int, default=64)
@@ -183,10 +187,7 @@ def run(model: Path, args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    parser.add_argument("--model", required=True,
-                        help="Hugging Face model folder (config.json, safetensors, tokenizer) or a .gguf file")
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     run(Path(args.model), args)
     return 0
 

@@ -23,7 +23,7 @@ __all__ = ["MODEL_DIR", "continued_pretraining", "main", "tokenize_corpus"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser(__doc__.split("\n\n")[0]).parse_args(argv)
+    args = build_parser(__doc__.split("\n\n")[0], model=False).parse_args(argv)
     gguf = next(MODEL_DIR.glob("*.gguf"), None)
     if gguf is None:
         raise SystemExit(f"no GGUF model in {MODEL_DIR}; see ../shared/ASSETS.md")

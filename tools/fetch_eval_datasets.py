@@ -14,14 +14,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from megamlm.eval.paper_datasets import PAPER_DATASETS  # noqa: E402
 
-def main(argv: list[str] | None = None) -> int:
-    from megamlm.eval.paper_datasets import PAPER_DATASETS
 
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("names", help=f"comma-separated dataset names, or all ({', '.join(PAPER_DATASETS)})")
     p.add_argument("--save-to", type=Path, help="also write save_to_disk copies here, one folder per Hub dataset/config")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     names = list(PAPER_DATASETS) if args.names == "all" else [n.strip() for n in args.names.split(",") if n.strip()]
     unknown = [n for n in names if n not in PAPER_DATASETS]
     if unknown:
