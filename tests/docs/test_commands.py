@@ -409,7 +409,8 @@ def check_part(words: list[str], command: Command, root: Path, env: dict) -> str
         else:
             plan_layout(args, processes, what)
         return f"dry run at world {processes}"
-    user_files = any(a.startswith("/") and not a.startswith(("/tmp/", str(root))) for a in args)
+    paths = [piece.split("=", 1)[-1] for a in args for piece in a.split(",")]  # NAME=PATH lists too
+    user_files = any(p.startswith("/") and not p.startswith(("/tmp/", str(root))) for p in paths)
     if script == "tools/plan_study.py" and "--run" in args:  # rule 6b
         result = run([*words[:words.index(script) + 1], *(a for a in args if a != "--run")], root, env)
         check_ok(result, f"{what} (planned, without --run)")
