@@ -4,16 +4,20 @@ resumes an interrupted one, and stops the descendants of a failed one (and only 
 from pathlib import Path
 
 from megamlm.checkpoint.catalog import iteration_dir
+from megamlm.checkpoint.integrity import write_marker, write_rank_completion
 from megamlm.study.local import LocalRunner
 
 EVALUATION = {"tasks": ["brown-pos"], "lrs": [1e-3], "seeds": [0], "checkpoint_steps": [50]}
 
 
 def make_checkpoint(save: str | Path, step: int) -> None:
+    """A folder that passes the checkpoint catalog's quick check: its files and the completion marker."""
     folder = iteration_dir(save, step)
     folder.mkdir(parents=True)
     (folder / ".metadata").write_text("")
     (folder / "config.json").write_text("{}")
+    write_rank_completion(folder, 0, [".metadata", "config.json"])
+    write_marker(folder, step, 1, [], {})
 
 
 class FakeCommands:
