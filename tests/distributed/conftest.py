@@ -1,4 +1,3 @@
-import os
 import sys
 from pathlib import Path
 
@@ -11,14 +10,7 @@ if HERE not in sys.path:
 
 
 @pytest.fixture(scope="session")
-def cache(tmp_path_factory):
-    """One MEGAMLM_CACHE (the tokenized bundled corpus, index files) for every trainer test; spawned ranks inherit
-    it."""
-    path = str(tmp_path_factory.mktemp("megamlm-cache"))
-    previous = os.environ.get("MEGAMLM_CACHE")
-    os.environ["MEGAMLM_CACHE"] = path
-    yield path
-    if previous is None:
-        os.environ.pop("MEGAMLM_CACHE", None)
-    else:
-        os.environ["MEGAMLM_CACHE"] = previous
+def cache(cache_dir):
+    """One MEGAMLM_CACHE (the tokenized bundled corpus, index files) for every trainer test, tests/conftest.py's;
+    spawned ranks inherit it."""
+    return cache_dir

@@ -21,7 +21,9 @@ pytestmark = pytest.mark.distributed
 transformers = pytest.importorskip("transformers")
 
 
-def _families_in_layouts(tmp_path, families: list[str], world: int, layouts: dict) -> None:
+def _families_in_layouts(tmp_path, families: list[str], world: int, layouts: dict) -> list[tuple[str, str]]:
+    """Trains every family in every layout and compares each with one process; returns the (family, layout)
+    pairs compared."""
     from megamlm.checkpoint import load_model_weights
     from megamlm.hf.importer import import_hf
     from megamlm.hf.megamlm_checkpoint import load_model, read_record
@@ -38,6 +40,7 @@ def _families_in_layouts(tmp_path, families: list[str], world: int, layouts: dic
                       str(tmp_path / "layouts")))
     spawn(check_families, world, layouts, cases)
 
+    compared = []
     for name in families:
         for layout in layouts:
             saved = tmp_path / "layouts" / f"{name}-{layout}"
@@ -51,14 +54,19 @@ def _families_in_layouts(tmp_path, families: list[str], world: int, layouts: dic
                 # normalised updates a little; a copy that missed an update would be a whole step off).
                 diff = float((tensor - expected_weights[name][tensor_name]).abs().max())
                 assert diff < 2e-4, (name, layout, tensor_name, diff)
+            compared.append((name, layout))
+    return compared
 
 
 def test_imported_decoders_train_alike_in_every_layout(tmp_path):
     """TP=2, PP=2 and FSDP2 DP=2 for all four families, in one 2-rank world."""
-    _families_in_layouts(tmp_path, list(FAMILIES), 2, LAYOUTS)
+    compared = _families_in_layouts(tmp_path, list(FAMILIES), 2, LAYOUTS)
+    assert compared == [(name, layout) for name in FAMILIES for layout in LAYOUTS]
 
 
 @pytest.mark.slow
 def test_imported_decoders_train_alike_with_tp_and_fsdp_under_a_pipeline(tmp_path):
     """TP=2 x PP=2 and PP=2 x FSDP2 DP=2 (the tied matrix sharded on both stages), in one 4-rank world."""
-    _families_in_layouts(tmp_path, ["llama3.2", "qwen2.5"], 4, FOUR_RANK_LAYOUTS)
+    families = ["llama3.2", "qwen2.5"]
+    compared = _families_in_layouts(tmp_path, families, 4, FOUR_RANK_LAYOUTS)
+    assert compared == [(name, layout) for name in families for layout in FOUR_RANK_LAYOUTS]
