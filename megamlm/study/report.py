@@ -73,6 +73,13 @@ def validation_curve(plan: Plan, run: Run) -> list[dict]:
     return before + [{**r, "step": r["step"] + offset} for r in own if r["step"] > 0]
 
 
+def drawn_curve(plan: Plan, run: Run) -> list[dict]:
+    """The part of ``validation_curve`` a figure draws: a branch or continuation from the parent's record where it
+    leaves the parent on (the parent's own line stays visible instead of being drawn over)."""
+    start = run.branch_step or (plan.run(run.parent).train_iters if run.parent else 0)
+    return [r for r in validation_curve(plan, run) if r["step"] >= start]
+
+
 def _metrics(plan: Plan, run: Run) -> list[dict]:
     folder = Path(plan.save_dir(run))
     if not (folder / "metrics.jsonl").is_file():
@@ -233,7 +240,7 @@ def figure_validation(plan: Plan, path: Path) -> Path | None:
         for k, run in enumerate(arm.runs):
             if not any(r.get("kind") == "validation" for r in _metrics(plan, run)):
                 continue  # not started: its curve would only repeat its parent's
-            curve = validation_curve(plan, run)
+            curve = drawn_curve(plan, run)
             drawn = True
             for ax, (metric, title) in zip(axes, VALIDATION_METRICS):
                 points = [(r["step"], r[metric]) for r in curve if r.get(metric) is not None]
@@ -250,6 +257,18 @@ def figure_validation(plan: Plan, path: Path) -> Path | None:
     out = _save(fig, path)
     plt.close(fig)
     return out
+
+
+def _score_axis(ax, points: list[tuple]) -> None:
+    """Keep the y axis within the scores' 0-100 range: with 2 seeds a 95% t-interval is 12.7 standard errors
+    wide and would otherwise stretch the axis far below 0 (the bars then run off the plot)."""
+    if not points:
+        return
+    low = min(p[1] - p[2] for p in points)
+    high = max(p[1] + p[2] for p in points)
+    means = [p[1] for p in points]
+    if 0 <= min(means) and max(means) <= 100 and (low < 0 or high > 100):
+        ax.set_ylim(max(0.0, low - 2), min(100.0, high + 2))
 
 
 def figure_score_vs_fraction(plan: Plan, scores: dict, tasks: list[str], path: Path) -> Path | None:
@@ -270,7 +289,8 @@ def figure_score_vs_fraction(plan: Plan, scores: dict, tasks: list[str], path: P
             drawn = True
             ax.errorbar([p[0] for p in points], [p[1] for p in points], yerr=[p[2] for p in points], marker="o",
                         capsize=3, label=f"{budget:,} steps, {round(mask * 100)}% masking")
-        ax.set(xlabel="CLM fraction of the budget", ylabel="test score", title=task)
+        _score_axis(ax, [p for points in series.values() for p in points])
+        ax.set(xlabel="CLM fraction of the budget", ylabel="test score (mean, 95% CI over seeds)", title=task)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     if not drawn:
@@ -286,15 +306,18 @@ def figure_score_vs_steps(plan: Plan, scores: dict, tasks: list[str], path: Path
     fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.8), squeeze=False)
     drawn = False
     for ax, task in zip(axes[0], tasks):
+        shown: list[tuple] = []
         for arm in arms(plan):
             points = sorted((step, *mean_confidence_interval(v)) for (label, t, step), v in scores.items()
                             if label == arm.label and t == task)
             if len(points) < 2:
                 continue
             drawn = True
+            shown.extend(points)
             ax.errorbar([p[0] for p in points], [p[1] for p in points], yerr=[p[2] for p in points], marker="o",
                         capsize=3, label=arm.label)
-        ax.set(xlabel="pretraining step", ylabel="test score", title=task)
+        _score_axis(ax, shown)
+        ax.set(xlabel="pretraining step", ylabel="test score (mean, 95% CI over seeds)", title=task)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     if not drawn:

@@ -1,5 +1,5 @@
-"""The CPU miniature of the paper's study, scaled down (--scale 0.1: 40-step runs, 10 steps of continued
-pretraining, 5 fine-tuning steps) and run end to end through the documented command: plan, pretraining with
+"""The CPU miniature of the paper's study, scaled down (--scale 0.04: 40-step runs, 10 steps of continued
+pretraining, 2 fine-tuning steps) and run end to end through the documented command: plan, pretraining with
 branches and a continuation, validation, export, fine-tuning, report; a second launch does nothing again."""
 
 import json
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.slow
 @pytest.mark.skipif(not (REPO.parent / "shared" / "data" / "brown").is_dir(),
                     reason="needs ../shared/data (Brown POS) for the fine-tuning task")
 def test_cpu_miniature_scaled_down_end_to_end(tmp_path):
-    command = [sys.executable, "tools/plan_study.py", "examples/studies/cpu_miniature.yaml", "--scale", "0.1",
+    command = [sys.executable, "tools/plan_study.py", "examples/studies/cpu_miniature.yaml", "--scale", "0.04",
                "--root", str(tmp_path / "runs"), "--set", f"report={tmp_path / 'REPORT.md'}", "--run", "--quiet"]
     first = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=3000)
     assert first.returncode == 0, first.stdout[-4000:] + first.stderr[-4000:]

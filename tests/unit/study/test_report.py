@@ -8,7 +8,7 @@ import pytest
 
 from megamlm.eval.results import RunKey, write_json_atomic
 from megamlm.study.commands import status_file
-from megamlm.study.report import arms, final_validation, separated, validation_curve, write_report
+from megamlm.study.report import arms, drawn_curve, final_validation, separated, validation_curve, write_report
 
 from test_local import make_checkpoint
 
@@ -63,6 +63,12 @@ def test_a_branch_curve_is_its_parents_up_to_the_branch_step(finished):
     parent = {r["step"]: r["mlm_loss"] for r in validation_curve(plan, plan.run("tiny-clm100-m40-s1"))}
     assert all(r["mlm_loss"] == parent[r["step"]] for r in curve if r["step"] <= 50)
     assert final_validation(plan, run)["mlm_loss"] == pytest.approx(5.05)
+
+
+def test_a_branch_is_drawn_from_its_branch_step_so_its_parent_stays_visible(finished):
+    plan = finished
+    assert [r["step"] for r in drawn_curve(plan, plan.run("tiny-clm50-mlm50-m40-s1"))] == list(range(50, 101, 10))
+    assert [r["step"] for r in drawn_curve(plan, plan.run("tiny-clm100-m40-s1"))] == list(range(10, 101, 10))
 
 
 def test_separation_means_disjoint_seed_ranges():
