@@ -18,6 +18,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from megamlm.objectives import IGNORE_INDEX, Batch
 from megamlm.objectives.loss import predicted_positions
+from megamlm.parallel.launch import host_collective_device
 from megamlm.parallel.parallelize import ParallelModel
 from megamlm.parallel.pipeline import build_schedule
 from megamlm.parallel.tied_embeddings import sync_gradients
@@ -28,11 +29,12 @@ from megamlm.parallel.vocab_parallel_loss import (
 from megamlm.precision import autocast_context
 
 
-def _global_sum(pm: ParallelModel, value: float, replicas: int, device: torch.device) -> float:
-    """Sum over the layout's ranks of a per-rank number held identically by ``replicas`` ranks each."""
+def _global_sum(pm: ParallelModel, value: float, replicas: int) -> float:
+    """Sum over the layout's ranks of a per-rank number held identically by ``replicas`` ranks each (a host number:
+    reduced on the CPU where the group can, so the host does not wait for the device's queued work)."""
     if pm.mesh is None:
         return value
-    t = torch.tensor([value], dtype=torch.float64, device=device)
+    t = torch.tensor([value], dtype=torch.float64, device=host_collective_device())
     dist.all_reduce(t)
     return float(t) / replicas
 
@@ -186,7 +188,7 @@ def forward_backward_on_device(pm: ParallelModel, micro_batches: list[Batch], de
     dims = pm.dims
     local_tokens = sum(int((b.targets != IGNORE_INDEX).sum()) for b in micro_batches)
     # Every TP and PP rank of a data-parallel replica computes the same count.
-    total_tokens = round(_global_sum(pm, local_tokens, dims.tp * dims.pp, device))
+    total_tokens = round(_global_sum(pm, local_tokens, dims.tp * dims.pp))
     scale = dims.dp / max(total_tokens, 1)
     if dims.pp > 1:
         local_loss = _pipeline(pm, len(micro_batches), device).run(micro_batches, scale, device, precision)

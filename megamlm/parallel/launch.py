@@ -109,8 +109,23 @@ def launcher_env(environ: Mapping[str, str] | None = None, resolve_master=_mpi_m
 
 
 def backend_for(device_type: str) -> str:
-    """nccl on CUDA (RCCL on ROCm builds of torch answers to the same name), gloo on CPU."""
-    return "nccl" if device_type == "cuda" else "gloo"
+    """gloo on CPU; on CUDA, nccl for the device's tensors (RCCL on ROCm builds of torch answers to the same name)
+    and gloo for the numbers the host already holds (the global predicted-token count, the stop and skip
+    agreements): reduced between hosts, they do not make the host wait for the device's queued work."""
+    return "cuda:nccl,cpu:gloo" if device_type == "cuda" else "gloo"
+
+
+def host_collective_device(group=None) -> torch.device:
+    """Where to put a tensor of host-side numbers for a collective over ``group`` (the default group when None):
+    the CPU when the group reduces CPU tensors (gloo, or the nccl + gloo group ``backend_for`` makes), else the
+    current CUDA device (a group someone else started with nccl alone; the host then waits for the device)."""
+    return collective_device_for(str(dist.get_backend(group)), torch.cuda.is_available())
+
+
+def collective_device_for(backend: str, cuda_available: bool) -> torch.device:
+    if "gloo" in backend or "mpi" in backend or not cuda_available:
+        return torch.device("cpu")
+    return torch.device("cuda", torch.cuda.current_device())
 
 
 def init_distributed(device_type: str, timeout_minutes: float = 30.0) -> tuple[int, int, int]:

@@ -5,12 +5,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-
-def _collective_device(group) -> torch.device:
-    backend = dist.get_backend(group)
-    if backend in ("nccl", "xccl") and torch.cuda.is_available():
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+from megamlm.parallel.launch import host_collective_device
 
 
 def any_rank(flags: list[bool], group=None) -> list[bool]:
@@ -18,6 +13,6 @@ def any_rank(flags: list[bool], group=None) -> list[bool]:
     torch.distributed."""
     if not (dist.is_available() and dist.is_initialized()):
         return list(flags)
-    tensor = torch.tensor([1 if f else 0 for f in flags], dtype=torch.int32, device=_collective_device(group))
+    tensor = torch.tensor([1 if f else 0 for f in flags], dtype=torch.int32, device=host_collective_device(group))
     dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=group)
     return [bool(v) for v in tensor.tolist()]

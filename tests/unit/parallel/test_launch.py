@@ -1,8 +1,18 @@
-"""Rank, world size and master address from torchrun, SLURM and MPI launchers."""
+"""Rank, world size and master address from torchrun, SLURM and MPI launchers; the process group's backends."""
 
 import pytest
+import torch
+import torch.distributed as dist
+from torch.distributed.distributed_c10d import BackendConfig
 
-from megamlm.parallel.launch import LaunchError, first_slurm_host, launcher_env, world_size_from_env
+from megamlm.parallel.launch import (
+    LaunchError,
+    backend_for,
+    collective_device_for,
+    first_slurm_host,
+    launcher_env,
+    world_size_from_env,
+)
 
 
 def no_mpi4py():
@@ -58,3 +68,17 @@ def test_a_batch_script_outside_srun_is_a_single_process():
 
 def test_rank_without_size_is_not_a_launcher():
     assert world_size_from_env({"OMPI_COMM_WORLD_SIZE": "4"}) == 1
+
+
+def test_a_gpu_job_reduces_device_tensors_with_nccl_and_host_numbers_with_gloo():
+    assert BackendConfig(dist.Backend(backend_for("cuda"))).get_device_backend_map() == {"cuda": "nccl", "cpu": "gloo"}
+    assert backend_for("cpu") == "gloo"
+
+
+def test_host_numbers_stay_on_the_cpu_unless_the_group_has_no_cpu_backend(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    assert collective_device_for(backend_for("cuda"), cuda_available=True) == torch.device("cpu")
+    assert collective_device_for("gloo", cuda_available=True) == torch.device("cpu")
+    assert collective_device_for("nccl", cuda_available=False) == torch.device("cpu")
+    # A group started elsewhere with nccl alone reduces only CUDA tensors (the host then waits for the device).
+    assert collective_device_for("nccl", cuda_available=True) == torch.device("cuda", 3)
