@@ -19,6 +19,7 @@ import torch
 from megamlm.checkpoint import resolve_checkpoint
 from megamlm.config import parse_args
 from megamlm.training.recorder import StepRecorder
+from megamlm.training.signals import SAME_REQUEST_S
 from megamlm.training.trainer import pretrain
 
 REPO = Path(__file__).resolve().parents[2]
@@ -184,6 +185,7 @@ def test_a_second_sigterm_during_the_save_exits_at_once_and_corrupts_nothing(tmp
     run.wait_for_pause()  # the save of step 6 is half-written
     run.proc.send_signal(signal.SIGTERM)  # first: asks to save and stop after the step
     run.wait_for_line("received SIGTERM")
+    time.sleep(SAME_REQUEST_S + 0.2)  # sooner, it counts as the first delivered twice
     run.proc.send_signal(signal.SIGTERM)  # second: exits at once
     assert run.finish(timeout=30) == 128 + signal.SIGTERM
     assert "exiting now without saving" in run.log
