@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from megamlm.errors import UserError  # noqa: E402
 from megamlm.study.plan import build_plan  # noqa: E402
-from megamlm.study.report import write_report  # noqa: E402
-from megamlm.study.schema import load_study  # noqa: E402
+from megamlm.study.report import has_results, report_path, write_report  # noqa: E402
+from megamlm.study.schema import StudyError, load_study  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -36,7 +36,13 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     try:
         plan = build_plan(load_study(args.study, args.overrides, args.scale), args.root)
-        print(write_report(plan, args.output, figures=not args.no_figures))
+        output = Path(args.output) if args.output else report_path(plan)
+        if output.exists() and not has_results(plan):
+            # e.g. the committed report of a study, asked for in a fresh clone where none of its runs exist
+            raise StudyError(f"no run of study {plan.study.name!r} has results under {plan.root}, and {output} "
+                             "already holds a report: not replacing it with an empty one. Pass --root where the "
+                             "runs are (and the --set/--scale they were planned with), or --output elsewhere")
+        print(write_report(plan, output, figures=not args.no_figures))
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

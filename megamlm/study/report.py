@@ -349,6 +349,11 @@ def time_section(plan: Plan) -> str:
             f"\n\n| stage | minutes |\n|---|---:|\n{rows}\n| total | {sum(totals.values()) / 60:.1f} |\n")
 
 
+def has_results(plan: Plan) -> bool:
+    """Whether any run of the plan has written metrics or any fine-tuning result exists: something to report."""
+    return any(_metrics(plan, run) for run in plan.runs) or bool(evaluation_summaries(plan))
+
+
 def report_path(plan: Plan) -> Path:
     study = plan.study
     return study.resolve(study.report) if study.report else Path(plan.root) / "report" / "REPORT.md"

@@ -31,7 +31,9 @@ How each is checked (the first rule that applies)
   6b. A study run (``tools/plan_study.py ... --run``: every run of a study, an hour or more) is planned: the same
      command without ``--run`` runs and must exit 0 (the study file loads and expands into a plan); the slow test
      ``tests/e2e/test_study_miniature.py`` runs the miniature. A ``submit.sh`` written by ``--emit slurm`` (needs
-     SLURM) must be valid bash (``bash -n``).
+     SLURM) must be valid bash (``bash -n``). A study report (``tools/study_report.py STUDY``) reports the runs
+     of that study run, which the copy does not have: it runs with ``--output`` in a scratch folder (written
+     where the study file says, it would refuse to replace the committed report with an empty one).
   7. Everything else runs as written, in a copy of the repository, and must exit 0 (a pretrain.py command's
      flags are also parsed as documented, since the scaling below overrides a few of them). A ``...`` in a
      command stands for "your other flags": the words before it are checked, by the rule that applies to them.
@@ -415,6 +417,10 @@ def check_part(words: list[str], command: Command, root: Path, env: dict) -> str
         result = run([*words[:words.index(script) + 1], *(a for a in args if a != "--run")], root, env)
         check_ok(result, f"{what} (planned, without --run)")
         return "planned"
+    if script == "tools/study_report.py" and "--output" not in args:  # rule 6b
+        result = run([*words, "--output", str(root / "scratch" / "study_report" / "REPORT.md")], root, env)
+        check_ok(result, f"{what} (--output in a scratch folder)")
+        return "ran with --output elsewhere"
     if words[0] == "bash" and script and script.endswith("submit.sh"):
         check_ok(run(["bash", "-n", script], root, env), f"{what} (bash -n)")
         return "bash -n"

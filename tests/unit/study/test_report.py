@@ -2,6 +2,7 @@
 summarised, differences beyond the seed spread named, a table per task family, the figures."""
 
 import json
+import runpy
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,8 @@ from megamlm.study.commands import status_file
 from megamlm.study.report import arms, drawn_curve, final_validation, separated, validation_curve, write_report
 
 from test_local import make_checkpoint
+
+REPO = Path(__file__).resolve().parents[3]
 
 STUDY = {"seeds": [1, 2], "continued_pretraining": [],
          "grids": [{"budgets": [100], "clm_fractions": [0, 0.5, 1]}],
@@ -116,3 +119,20 @@ def test_time_comes_from_the_local_runners_status_files(finished, tmp_path):
 def test_report_of_a_study_that_has_not_started(small_plan, tmp_path):
     path = write_report(small_plan(STUDY), tmp_path / "R.md", figures=False)
     assert "0 of 6 runs have finished." in path.read_text() and "No run has finished yet." in path.read_text()
+
+
+def report_tool(*argv) -> int:
+    return runpy.run_path(str(REPO / "tools" / "study_report.py"), run_name="study_report")["main"](list(argv))
+
+
+def test_the_report_tool_does_not_replace_a_report_with_an_empty_one(small_plan, tmp_path, capsys):
+    plan = small_plan(STUDY)
+    report = tmp_path / "REPORT.md"
+    report.write_text("committed results\n")
+    args = [str(plan.study.source), "--root", plan.root, "--output", str(report), "--no-figures"]
+    assert report_tool(*args) == 2
+    assert report.read_text() == "committed results\n"
+    assert "not replacing it with an empty one" in capsys.readouterr().err
+    write_run(plan, plan.runs[0], [10, 20])  # one run with metrics: something to report
+    assert report_tool(*args) == 0
+    assert "# Study" in report.read_text()
