@@ -15,7 +15,7 @@ PY="${PYTHON:-python3}"
 import torch, sys
 assert torch.cuda.is_available()
 print("gpu:", torch.cuda.get_device_name(), "| torch", torch.__version__, "| python", sys.version.split()[0])
-from megamlm.model.attention_backends import detect_optional_extras
+from megamlm.extras import detect_optional_extras
 print("optional extras:", detect_optional_extras())
 PY
 

@@ -39,9 +39,9 @@ fi
 
 {
   if [ "$SMOKE" = 1 ]; then echo "smoke run on CPU"; else nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader; fi
-  "$PY" -c "import torch, transformers; from megamlm.model.attention_backends import detect_optional_extras as d; print('torch', torch.__version__, '| transformers', transformers.__version__, '| extras', d())"
+  "$PY" -c "import torch, transformers; from megamlm.extras import detect_optional_extras as d; print('torch', torch.__version__, '| transformers', transformers.__version__, '| extras', d())"
 } 2>&1 | tee "$OUT/device.txt"
-HAS_TORCHAO=$("$PY" -c "import importlib.util as u; print(int(u.find_spec('torchao') is not None))")
+HAS_TORCHAO=$("$PY" -c "from megamlm.extras import installed; print(int(installed('torchao')))")
 
 part() {  # name, time limit (s, at GPU scale), command...: skipped when the deadline leaves too little time
   local name=$1 limit=$(($2 * SCALE)); shift 2

@@ -31,6 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from megamlm import kernels  # noqa: E402
+from megamlm.model import attention_backends as ab  # noqa: E402
 
 VOCAB = 128_256
 
@@ -169,8 +170,6 @@ def benches_for(device: torch.device, quick: bool, ce_chunks: list[int]) -> list
 
 def _document_attention_bench(device, leaf, batch, seq, heads, head_dim, quick) -> Bench:
     """Document-masked attention: dense boolean mask through SDPA (reference) vs FlexAttention block masks."""
-    from megamlm.model import attention_backends as ab
-
     kv_heads = heads // 4
     # Packed windows of documents 300-900 tokens long (a fixed pattern, so every run sees the same mask).
     lengths = torch.tensor([300, 900, 500, 700, 400, 800], device=device).repeat(seq // 300 + 1)

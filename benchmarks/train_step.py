@@ -24,10 +24,12 @@ host gaps (see ``megamlm.training.profiling``):
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import get_args
@@ -38,12 +40,21 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from megamlm.config import CompileMode  # noqa: E402
-from megamlm.model.config import PRESETS, AttentionBackend, ModelArgs  # noqa: E402
+from megamlm.hf.export import hf_state_dict  # noqa: E402
+from megamlm.hf.hf_config import SpecialIds, hf_config_for  # noqa: E402
+from megamlm.hf.keymaps import EXPORT_ARCHS  # noqa: E402
+from megamlm.model.attention_probe import resolve_auto_attention  # noqa: E402
+from megamlm.model.config import PRESETS, AttentionBackend, Backends, ModelArgs  # noqa: E402
+from megamlm.model.transformer import Transformer  # noqa: E402
 from megamlm.objectives import MaskingSpec, ObjectiveSchedule  # noqa: E402
-from megamlm.training.guards import NonFiniteGuard  # noqa: E402
+from megamlm.parallel.dims import ParallelDims  # noqa: E402
+from megamlm.parallel.parallelize import parallelize  # noqa: E402
+from megamlm.precision import uses_bf16  # noqa: E402
 from megamlm.training.metrics import peak_device_memory_mib, throughput  # noqa: E402
+from megamlm.training.nonfinite import NonFiniteGuard, skip_streak  # noqa: E402
+from megamlm.training.optim import build_optimizer  # noqa: E402
+from megamlm.training.profiling import profile_steps, summarize_trace  # noqa: E402
 from megamlm.training.step import train_step  # noqa: E402
-from megamlm.training.trainer import skip_streak  # noqa: E402
 
 # CPU-sized configuration of the issue's target: hidden 384, Llama 3 vocabulary, sequence 512.
 BENCH_PRESETS = {
@@ -117,14 +128,6 @@ def make_batches(args: ModelArgs, opts, count: int, micro_batch: int):
 
 def build_megamlm(args: ModelArgs, device, opts):
     """The trainer's own single-process layout (a ParallelModel with one part) and its optimizer."""
-    from megamlm.model.attention_probe import resolve_auto_attention
-    from megamlm.model.config import Backends
-    from megamlm.model.transformer import Transformer
-    from megamlm.parallel.dims import ParallelDims
-    from megamlm.parallel.parallelize import parallelize
-    from megamlm.precision import uses_bf16
-    from megamlm.training.optimizer import build_optimizer
-
     backends = resolve_auto_attention(Backends(attention=opts.attention, kernels=opts.kernels), device, args,
                                       opts.micro_batch_size,
                                       dtype=torch.bfloat16 if uses_bf16(device, "auto") else torch.float32)
@@ -137,11 +140,6 @@ def build_megamlm(args: ModelArgs, device, opts):
 
 def build_hf(args: ModelArgs, device, objective: str, weights_from=None):
     import transformers
-
-    from megamlm.hf.export import hf_state_dict
-    from megamlm.hf.hf_config import SpecialIds, hf_config_for
-    from megamlm.hf.keymaps import EXPORT_ARCHS
-    from megamlm.training.optimizer import build_optimizer
 
     arch = "eurobert" if objective == "mlm" else "llama"
     config = hf_config_for(arch, args, SpecialIds(bos_id=0, eos_id=1, pad_id=2, mask_id=4))
@@ -208,9 +206,6 @@ def _rss_mib() -> float:
 def run_child(opts):
     """Build one side, then run its steps while a thread samples the resident set every 2 ms; print the
     peak above the RSS right after the build (ru_maxrss would include the build's own peak)."""
-    import gc
-    import threading
-
     device = torch.device("cpu")
     args = model_args(opts)
     batches = make_batches(args, opts, opts.warmup + opts.steps, opts.micro_batch_size)
@@ -326,8 +321,6 @@ def time_sides(sides: dict, args: ModelArgs, opts, device) -> dict:
 
 def profile_megamlm(pm, optimizer, args: ModelArgs, opts, device) -> dict:
     """A profiler trace of megamlm's steps at ``opts.micro_batch_size``; prints the summary and returns it."""
-    from megamlm.training.profiling import profile_steps, summarize_trace
-
     batch = make_batches(args, opts, 1, opts.micro_batch_size)[0]
     megamlm_step(pm, optimizer, batch, device)  # warm (a new shape may compile)
     trace = profile_steps(lambda: megamlm_step(pm, optimizer, batch, device), opts.profile_steps,

@@ -9,25 +9,21 @@ from __future__ import annotations
 import signal
 import sys
 
-from megamlm.config import parse_args
+from megamlm.config import Config, parse_args
 from megamlm.env_args import command_line
 from megamlm.errors import UserError
-from megamlm.hf.init_from import adopt_hf_shape
+from megamlm.hf.init_from import adopt_init_from
 from megamlm.log import log
-from megamlm.parallel.dims import dims_from_config
 from megamlm.parallel.dry_run import dry_run_report
 from megamlm.parallel.runtime import stop_parallel
-from megamlm.training.guards import NonFiniteError
+from megamlm.training.nonfinite import NonFiniteError
 from megamlm.training.trainer import pretrain
 
 
 def main(argv: list[str] | None = None) -> int:
     restore_stop_signals()
     try:
-        cfg = parse_args(command_line("pretrain", argv, say=log))
-        if cfg.parallel.dry_run:  # a Hugging Face --init-from model lends its shape (config and tokenizer only)
-            adopt_hf_shape(cfg)
-        dims_from_config(cfg)  # the layout against the world size, before any work
+        cfg = load_config(command_line("pretrain", argv, say=log))
         if cfg.parallel.dry_run:  # layout check and memory estimate only: no process group, no data, no GPU
             print(dry_run_report(cfg))
             return 0
@@ -43,6 +39,12 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted before training started; nothing was written to --save", file=sys.stderr)
         return 130
     return 0
+
+
+def load_config(argv: list[str] | None = None) -> Config:
+    """pretrain.py's flags -> the resolved, validated, frozen Config; a Hugging Face --init-from model lends its
+    shape and tokenizer first (megamlm/config/resolve.py)."""
+    return parse_args(argv, adopt=adopt_init_from)
 
 
 def restore_stop_signals() -> None:

@@ -11,3 +11,7 @@ class UserError(Exception):
 
 class ResumeError(UserError, ValueError):
     """A checkpoint whose history does not fit this launch; the message names both values and the flag to pass."""
+
+
+class ConfigError(UserError, ValueError):
+    """A bad flag, flag combination or input path; the message names the fix."""

@@ -7,7 +7,7 @@ import time
 
 import torch.distributed as dist
 
-from megamlm.parallel.launch import rank_from_env
+from megamlm.launcher_env import rank_from_env
 
 
 def rank() -> int:

@@ -7,10 +7,12 @@ from pathlib import Path
 import pytest
 
 # Shared test helpers are imported by module name from every test folder (and by spawned ranks, which inherit
-# sys.path): tests/unit/hf/decoder_families.py, the tiny decoder families.
-HELPERS = str(Path(__file__).resolve().parent / "unit" / "hf")
-if HELPERS not in sys.path:
-    sys.path.insert(0, HELPERS)
+# sys.path): tests/helpers.py, the tiny shapes, models, batches, datasets and flags; tests/step_recorder.py, every
+# step of a run; tests/unit/hf/decoder_families.py, the tiny decoder families.
+TESTS = Path(__file__).resolve().parent
+for HELPERS in (str(TESTS), str(TESTS / "unit" / "hf")):
+    if HELPERS not in sys.path:
+        sys.path.insert(0, HELPERS)
 
 
 @pytest.fixture(scope="session")

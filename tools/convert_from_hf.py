@@ -16,6 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from megamlm.checkpoint import CheckpointError  # noqa: E402
+from megamlm.hf.importer import import_hf  # noqa: E402
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -36,9 +39,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from megamlm.checkpoint import CheckpointError
-    from megamlm.hf.importer import import_hf
-
     try:
         if args.seq_length is not None and args.seq_length <= 0:
             raise CheckpointError(f"--seq-length must be positive, got {args.seq_length}")

@@ -16,6 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from megamlm.checkpoint import CheckpointError  # noqa: E402
+from megamlm.hf.export import export_checkpoint  # noqa: E402
 from megamlm.hf.keymaps import EXPORT_ARCHS  # noqa: E402
 
 
@@ -34,9 +36,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from megamlm.checkpoint import CheckpointError
-    from megamlm.hf.export import export_checkpoint
-
     try:
         export_checkpoint(args.input, args.output, arch=args.arch, dtype=args.dtype, force=args.force,
                           tokenizer=args.tokenizer)

@@ -17,9 +17,18 @@ import argparse
 import sys
 from pathlib import Path
 
+import torch
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from megamlm.env_args import command_line  # noqa: E402
+from megamlm.errors import UserError  # noqa: E402
+from megamlm.eval.finetune import PRECISIONS, Hyperparameters  # noqa: E402
+from megamlm.eval.heads import POOLINGS  # noqa: E402
+from megamlm.eval.model_source import CHECKPOINT_CHOICES, parse_model_specs, resolve_models  # noqa: E402
+from megamlm.eval.paper_datasets import RETRIEVAL_CORPORA  # noqa: E402
+from megamlm.eval.runner import PAPER_LRS, PAPER_SEEDS, EvalPlan, PlanError, evaluate  # noqa: E402
+from megamlm.eval.tasks import TaskSettings  # noqa: E402
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -36,13 +45,6 @@ def _int_or_protocol(text: str) -> int | None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from megamlm.eval.finetune import PRECISIONS, Hyperparameters
-    from megamlm.eval.heads import POOLINGS
-    from megamlm.eval.model_source import CHECKPOINT_CHOICES
-    from megamlm.eval.paper_datasets import RETRIEVAL_CORPORA
-    from megamlm.eval.runner import PAPER_LRS, PAPER_SEEDS
-    from megamlm.eval.tasks import TaskSettings
-
     hp, ts = Hyperparameters(), TaskSettings()
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
@@ -104,17 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(command_line("evaluate", argv))
-    from megamlm.errors import UserError
-    from megamlm.eval.finetune import Hyperparameters
-    from megamlm.eval.model_source import parse_model_specs, resolve_models
-    from megamlm.eval.runner import EvalPlan, PlanError, evaluate
-    from megamlm.eval.tasks import TaskSettings
-
     if args.devices:
         devices = tuple(d.strip() for d in args.devices.split(",") if d.strip())
     else:
-        import torch
-
         devices = tuple(f"cuda:{i}" for i in range(torch.cuda.device_count())) or ("cpu",)
     try:
         models = [entry for name, path in parse_model_specs(args.model)

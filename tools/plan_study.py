@@ -29,6 +29,7 @@ from megamlm.study.commands import REPO, pretrain_command  # noqa: E402
 from megamlm.study.cost import throughput_for  # noqa: E402
 from megamlm.study.local import LocalRunner, outcome_table, subprocess_executor  # noqa: E402
 from megamlm.study.plan import build_plan  # noqa: E402
+from megamlm.study.report import write_report  # noqa: E402
 from megamlm.study.schema import StudyError, load_study  # noqa: E402
 from megamlm.study.slurm import emit_slurm  # noqa: E402
 from megamlm.study.table import plan_table  # noqa: E402
@@ -98,8 +99,6 @@ def main(argv=None) -> int:
 
 
 def run_plan(plan, args) -> int:
-    from megamlm.study.report import write_report
-
     runner = LocalRunner(plan, subprocess_executor(echo=not args.quiet), nproc_per_node=args.nproc_per_node,
                          eval_workers=args.eval_workers, eval_devices=args.eval_devices)
     outcomes = runner.run()

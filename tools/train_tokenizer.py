@@ -14,6 +14,8 @@ import os
 import sys
 from pathlib import Path
 
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
 SPECIAL_TOKENS = ["<|bos|>", "<|eos|>", "<|pad|>", "<|mask|>"]
 
 
@@ -31,8 +33,6 @@ def read_texts(paths: list[str], key: str):
 
 
 def train(paths: list[str], vocab_size: int, key: str = "text", min_frequency: int = 2):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()

@@ -3,35 +3,17 @@ rate for each task (the paper's fine-tuning-stability view). Files are written a
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from megamlm import figures
 from megamlm.eval.aggregate import LrScores, TaskSummary
 
 
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=120, bbox_inches="tight")
-    os.replace(tmp, path)
-    return path
-
-
 def plot_score_per_model(summaries: list[TaskSummary], path: Path) -> Path:
-    plt = _pyplot()
     tasks = sorted({s.task for s in summaries}, key=lambda t: (next(s.family for s in summaries if s.task == t), t))
     models = sorted({s.model for s in summaries})
     width = 0.8 / len(models)
-    fig, ax = plt.subplots(figsize=(max(5, 1.6 * len(tasks) * max(1, len(models) / 3)), 3.8))
+    fig, ax = figures.figure(figsize=(max(5, 1.6 * len(tasks) * max(1, len(models) / 3)), 3.8))
     for i, model in enumerate(models):
         xs, ys, errs = [], [], []
         for j, task in enumerate(tasks):
@@ -46,19 +28,15 @@ def plot_score_per_model(summaries: list[TaskSummary], path: Path) -> Path:
     ax.set_ylabel("test score at best LR (mean ± 95% CI)")
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
-    try:
-        return _save(fig, path)
-    finally:
-        plt.close(fig)
+    return figures.save(fig, path)
 
 
 def plot_score_vs_lr(rows: list[LrScores], path: Path) -> Path:
-    plt = _pyplot()
     tasks = sorted({r.task for r in rows})
     models = sorted({r.model for r in rows})
     columns = min(3, len(tasks))
     lines = (len(tasks) + columns - 1) // columns
-    fig, axes = plt.subplots(lines, columns, figsize=(4.2 * columns, 3.2 * lines), squeeze=False)
+    fig, axes = figures.figure(lines, columns, figsize=(4.2 * columns, 3.2 * lines), squeeze=False)
     for ax, task in zip(axes.flat, tasks):
         for model in models:
             points = sorted((r for r in rows if r.task == task and r.model == model), key=lambda r: r.lr)
@@ -78,7 +56,4 @@ def plot_score_vs_lr(rows: list[LrScores], path: Path) -> Path:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
     fig.tight_layout()
-    try:
-        return _save(fig, path)
-    finally:
-        plt.close(fig)
+    return figures.save(fig, path)

@@ -23,7 +23,7 @@ from typing import Iterable
 
 import torch
 
-from megamlm.config import Config
+from megamlm.config import Config, model_section_values
 from megamlm.data import load_tokenizer as load_megamlm_tokenizer
 from megamlm.hf.errors import ConversionError
 from megamlm.hf.hf_config import (
@@ -190,15 +190,7 @@ def pretrain_flags(args: ModelArgs, checkpoint: Path) -> list[str]:
 
 def _run_config(args: ModelArgs) -> dict:
     cfg = Config()
-    m = cfg.model
-    m.num_layers, m.hidden_size, m.ffn_hidden_size = args.num_layers, args.hidden_size, args.ffn_hidden_size
-    m.num_attention_heads, m.num_query_groups = args.num_attention_heads, args.num_query_groups
-    m.seq_length, m.vocab_size, m.rope_theta = args.max_seq_length, args.vocab_size, args.rope_theta
-    m.norm_epsilon, m.init_method_std = args.norm_epsilon, args.init_method_std
-    m.head_dim, m.attention_bias, m.attention_out_bias = args.head_dim, args.attention_bias, args.attention_out_bias
-    m.rope_scaling = json.dumps(args.rope_scaling.to_dict()) if args.rope_scaling is not None else None
-    m.tie_word_embeddings = args.tie_word_embeddings
-    return cfg.to_dict()
+    return replace(cfg, model=replace(cfg.model, **model_section_values(args))).to_dict()
 
 
 def import_hf(input_path: str | Path, output: str | Path, force: bool = False, max_seq_length: int | None = None,

@@ -7,13 +7,14 @@ tokenizer (which now holds the mask token). The run's own --seq-length is kept.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
 from pathlib import Path
 
 from megamlm.checkpoint.catalog import CONFIG
-from megamlm.config import Config, ConfigError
+from megamlm.config import SHAPE_FIELDS, Config, ConfigError, model_section_values
 from megamlm.data.embedded import default_cache_root
 from megamlm.hf.hf_source import is_hf_model
 from megamlm.hf.importer import import_hf, plan_import
@@ -21,34 +22,38 @@ from megamlm.hf.megamlm_checkpoint import TOKENIZER_DIR, read_record
 from megamlm.log import log
 from megamlm.model.config import ModelArgs
 
-# ModelConfig field <- ModelArgs field: an explicit flag that contradicts the model is refused.
-SHAPE_FIELDS = {"num_layers": "num_layers", "hidden_size": "hidden_size", "ffn_hidden_size": "ffn_hidden_size",
-                "num_attention_heads": "num_attention_heads", "num_query_groups": "num_query_groups",
-                "vocab_size": "vocab_size", "head_dim": "head_dim"}
-# Settings with a default rather than None, taken from the model whatever the flags say.
-ADOPTED_FIELDS = ("rope_theta", "norm_epsilon", "attention_bias", "attention_out_bias", "tie_word_embeddings")
+# The model flags --init-from adopts: all but the run's own sequence length and init std (the weights are loaded).
+# An explicit flag among the ones that are the preset's until set (the shape, --head-dim) that contradicts the model
+# is refused; the others take the model's values.
+_KEPT = ("seq_length", "init_method_std")
+_CHECKED = (*(name for name in SHAPE_FIELDS if name not in _KEPT), "head_dim")
 
 
-def apply_shape(cfg: Config, args: ModelArgs, source) -> None:
-    """Make ``cfg.model`` build ``args`` (the shape of the --init-from model); a contradicting flag is refused."""
-    for field, arg in SHAPE_FIELDS.items():
-        wanted, explicit = getattr(args, arg), getattr(cfg.model, field)
-        if explicit is not None and explicit != wanted:
-            raise ConfigError(f"--{field.replace('_', '-')} {explicit} contradicts the --init-from model, which has "
-                              f"{wanted} ({source}); drop the flag (the shape comes from the model)")
-        setattr(cfg.model, field, wanted)
-    for field in ADOPTED_FIELDS:
-        setattr(cfg.model, field, getattr(args, field))
-    cfg.model.rope_scaling = json.dumps(args.rope_scaling.to_dict()) if args.rope_scaling is not None else None
+def apply_shape(cfg: Config, args: ModelArgs, source) -> Config:
+    """``cfg`` building ``args`` (the shape of the --init-from model); a contradicting flag is refused."""
+    adopted = {name: value for name, value in model_section_values(args).items() if name not in _KEPT}
+    for name in _CHECKED:
+        explicit = getattr(cfg.model, name)
+        if explicit is not None and explicit != adopted[name]:
+            raise ConfigError(f"--{name.replace('_', '-')} {explicit} contradicts the --init-from model, which has "
+                              f"{adopted[name]} ({source}); drop the flag (the shape comes from the model)")
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, **adopted))
 
 
-def adopt_hf_shape(cfg: Config) -> None:
+def adopt_init_from(cfg: Config) -> Config:
+    """``resolve``'s adopter for pretrain.py: a Hugging Face --init-from model lends the run its shape and, unless
+    --tokenizer-model is given, its tokenizer (a dry run reads its config only, a run imports it once); a megamlm
+    checkpoint leaves ``cfg`` as it is."""
+    return adopt_hf_shape(cfg) if cfg.parallel.dry_run else adopt_hf_init_from(cfg)
+
+
+def adopt_hf_shape(cfg: Config) -> Config:
     """For --dry-run: the shape of a Hugging Face --init-from model, read from its config and tokenizer only
     (no weights are read or imported; the folder need not even hold them)."""
     source = cfg.checkpoint.init_from
     if not source or not is_hf_model(source):
-        return
-    apply_shape(cfg, plan_import(source, cfg.model.seq_length, require_weights=False).model_args, source)
+        return cfg
+    return apply_shape(cfg, plan_import(source, cfg.model.seq_length, require_weights=False).model_args, source)
 
 
 def _fingerprint(source: Path) -> str:
@@ -76,23 +81,25 @@ def imported_copy(source: str | Path, cache_dir: str | Path | None = None) -> Pa
     return import_hf(source, target, log=log)
 
 
-def adopt_hf_init_from(cfg: Config) -> None:
-    """Rewrite ``cfg`` in place when --init-from names a Hugging Face model; a megamlm checkpoint is left as is."""
+def adopt_hf_init_from(cfg: Config) -> Config:
+    """``cfg`` for a Hugging Face --init-from model, imported once: its shape, its tokenizer unless
+    --tokenizer-model is given, and --init-from pointing at the import; a megamlm checkpoint is left as is."""
     source = cfg.checkpoint.init_from
     if not source or not is_hf_model(source):
-        return
+        return cfg
     if not cfg.data.data_path:
         raise ConfigError(f"--init-from {source}: the bundled corpus is tokenized with megamlm's own tokenizer, not "
                           "this model's; tokenize your data with the model's tokenizer (tools/preprocess_data.py) "
                           "and pass --data-path")
     ckpt = imported_copy(source, cfg.data.data_cache_path)
     args = read_record(ckpt).model_args
-    apply_shape(cfg, args, source)
-    if not cfg.data.tokenizer_model:
-        cfg.data.tokenizer_model = str(ckpt / TOKENIZER_DIR / "tokenizer.json")
-    cfg.checkpoint.init_from = str(ckpt)
+    cfg = apply_shape(cfg, args, source)
+    tokenizer = cfg.data.tokenizer_model or str(ckpt / TOKENIZER_DIR / "tokenizer.json")
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, tokenizer_model=tokenizer),
+                              checkpoint=dataclasses.replace(cfg.checkpoint, init_from=str(ckpt)))
     log(f"--init-from {source}: using its import {ckpt} ({args.num_layers} layers, hidden {args.hidden_size}, "
-        f"vocab {args.vocab_size}); tokenizer {cfg.data.tokenizer_model}")
+        f"vocab {args.vocab_size}); tokenizer {tokenizer}")
+    return cfg
 
 
 def warn_if_context_shorter(checkpoint: Path, seq_length: int) -> None:

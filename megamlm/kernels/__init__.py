@@ -32,6 +32,7 @@ from typing import get_args
 
 import torch
 
+from megamlm import extras
 from megamlm.kernels import reference
 from megamlm.kernels.chunked_linear_cross_entropy import chunked_linear_cross_entropy
 from megamlm.model.config import KernelBackend
@@ -49,7 +50,6 @@ __all__ = [
 
 KERNEL_BACKENDS = get_args(KernelBackend)
 
-_triton_ok: bool | None = None
 _OP_MODULES = {
     "rms_norm": "megamlm.kernels.triton_rms_norm",
     "apply_rotary": "megamlm.kernels.triton_rotary",
@@ -60,15 +60,7 @@ _OP_MODULES = {
 
 def triton_available() -> bool:
     """True when triton imports (checked once; a broken install counts as absent)."""
-    global _triton_ok
-    if _triton_ok is None:
-        try:
-            importlib.import_module("triton")
-            importlib.import_module("triton.language")
-            _triton_ok = True
-        except Exception:  # missing, or an install that fails to import: both count as absent
-            _triton_ok = False
-    return _triton_ok
+    return extras.usable("triton")
 
 
 def check_kernel_backend(name: str) -> str:

@@ -5,38 +5,71 @@ and k/v (batch, seq, kv_heads, dim) (grouped-query when kv_heads < heads) and re
 (batch, seq, heads, dim). With ``document_ids`` (batch, seq) a token attends only to tokens of its
 own document (a maximal run of equal ids in its row), causally or not.
 
-backend:
-- ``"sdpa"``: ``scaled_dot_product_attention``, torch choosing its kernel. With documents it uses a
+backend (``ATTENTION_TABLE`` declares them, once: whether each runs on a GPU only, the optional package it
+needs and the SDPA kernel it holds SDPA to; the ``AttentionBackend`` choice, the dispatch below, the ``auto``
+probe and the flag checks all read it):
+- ``sdpa``: ``scaled_dot_product_attention``, torch choosing its kernel. With documents it uses a
   block-diagonal boolean mask on CPU, and FlexAttention block masks on GPU (head dim >= 16), where a dense
   mask would rule out the fused flash kernel and the block mask skips the blocks between documents.
-- ``"sdpa_flash"`` / ``"sdpa_cudnn"``: the same, restricted to SDPA's flash or cuDNN kernel (GPU only).
-- ``"flex"``: FlexAttention (GPU), with or without documents.
-- ``"flash"``: flash-attn (``flash_attn_func``; ``flash_attn_varlen_func`` with documents).
-- ``"auto"`` is not a kernel: ``Backends.attention_for`` resolves it to the backend measured fastest for the
+- ``sdpa_flash`` / ``sdpa_cudnn``: the same, restricted to SDPA's flash or cuDNN kernel (GPU only).
+- ``flex``: FlexAttention (GPU), with or without documents.
+- ``flash``: flash-attn (``flash_attn_func``; ``flash_attn_varlen_func`` with documents).
+- ``auto`` is not a kernel: ``Backends.attention_for`` resolves it to the backend measured fastest for the
   attention mode (``megamlm.model.attention_probe``) before any call gets here.
 
 The caller passes the backend on every call (the model passes the one it was built with, see
-``megamlm.model.config.Backends``); ``check_attention_backend`` validates a name up front.
+``megamlm.model.config.Backends``); ``check_attention_backend`` validates a name up front, and
+``attention_backend_problem`` says in one line why a name cannot run (a package missing, or a GPU backend on
+another device) for the flag checks.
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.metadata
-import importlib.util
+from dataclasses import dataclass
 from functools import lru_cache
-from typing import get_args
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from megamlm.model.config import AttentionBackend
+from megamlm import extras
 
-ATTENTION_BACKENDS = get_args(AttentionBackend)
-# SDPA restricted to one of its GPU kernels (the others are torch's own choice).
-_SDPA_KERNELS = {"sdpa_flash": SDPBackend.FLASH_ATTENTION, "sdpa_cudnn": SDPBackend.CUDNN_ATTENTION}
+
+@dataclass(frozen=True)
+class AttentionBackendSpec:
+    """One attention backend: how it computes, where it runs, what it needs."""
+
+    implementation: Literal["sdpa", "flex", "flash"]
+    """The function that computes it: SDPA (``_sdpa``), FlexAttention or flash-attn."""
+    gpu_only: bool
+    """Runs on a CUDA/ROCm GPU only."""
+    package: str | None = None
+    """The optional package it needs (a ``megamlm.extras`` name), None when torch is enough."""
+    sdpa_kernel: SDPBackend | None = None
+    """The one SDPA kernel SDPA is held to; None: torch chooses (or not SDPA)."""
+    half_precision_only: bool = False
+    """Takes fp16/bf16 inputs only."""
+    summary: str = ""
+    """A few words for --help."""
+
+
+ATTENTION_TABLE: dict[str, AttentionBackendSpec] = {
+    "sdpa": AttentionBackendSpec("sdpa", gpu_only=False, summary="scaled_dot_product_attention"),
+    "sdpa_flash": AttentionBackendSpec("sdpa", gpu_only=True, sdpa_kernel=SDPBackend.FLASH_ATTENTION,
+                                       summary="SDPA held to its flash kernel"),
+    "sdpa_cudnn": AttentionBackendSpec("sdpa", gpu_only=True, sdpa_kernel=SDPBackend.CUDNN_ATTENTION,
+                                       summary="SDPA held to its cuDNN kernel"),
+    "flex": AttentionBackendSpec("flex", gpu_only=True, summary="FlexAttention"),
+    "flash": AttentionBackendSpec("flash", gpu_only=True, package="flash_attn", half_precision_only=True,
+                                  summary="flash-attn"),
+}
+"""The attention backends, declared once (in the order ``--help`` and the ``auto`` probe list them)."""
+ATTENTION_BACKENDS: tuple[str, ...] = ("auto", *ATTENTION_TABLE)
+"""The ``--attention-backend`` choices: ``auto`` (resolved per attention mode before any call) and the table's."""
 FLEX_MIN_HEAD_DIM = 16  # FlexAttention's compiled kernels refuse smaller head dims
+_FLASH_MISSING = ("attention backend 'flash' needs the flash-attn package, which is not installed "
+                  f"({extras.install_command('flash_attn')} --no-build-isolation), or use --attention-backend sdpa")
 
 # The last mask built, reused while the same document_ids tensor comes back (every layer of a step).
 _mask_cache: dict[str, tuple] = {}
@@ -45,13 +78,37 @@ _mask_cache: dict[str, tuple] = {}
 def check_attention_backend(name: str) -> str:
     """``name`` if it is one of ``ATTENTION_BACKENDS`` whose package is installed; else a clear error."""
     if name not in ATTENTION_BACKENDS:
-        raise ValueError(f"unknown attention backend {name!r}; choose one of {', '.join(ATTENTION_BACKENDS)}")
-    if name == "flash" and importlib.util.find_spec("flash_attn") is None:
-        raise ImportError(
-            "attention backend 'flash' needs the flash-attn package, which is not installed "
-            "(pip install flash-attn --no-build-isolation), or use --attention-backend sdpa"
-        )
+        raise ValueError(_unknown(name))
+    package = ATTENTION_TABLE[name].package if name in ATTENTION_TABLE else None
+    if package is not None and not extras.installed(package):
+        raise ImportError(_FLASH_MISSING if name == "flash" else attention_backend_problem(name, None))
     return name
+
+
+def attention_backend_problem(name: str, device_type: str | None = None) -> str | None:
+    """Why ``--attention-backend name`` cannot run, in one line naming the fix, or None when it can.
+
+    Checks that the package it needs is installed (looked up, never imported) and, with ``device_type``
+    (``"cpu"``, ``"cuda"``), that a GPU-only backend runs on a GPU; ``device_type=None`` checks the package only.
+    ``auto`` always can (it measures what runs here, ``sdpa`` on CPU).
+    """
+    if name not in ATTENTION_BACKENDS:
+        return _unknown(name)
+    spec = ATTENTION_TABLE.get(name)
+    if spec is None:  # auto
+        return None
+    if spec.package is not None and not extras.installed(spec.package):
+        extra = extras.extra(spec.package)
+        return (f"--attention-backend {name} needs the {extra.distribution} package, which is not installed; "
+                f"{extra.pip}, or use --attention-backend sdpa")
+    if device_type is not None and device_type != "cuda" and spec.gpu_only:
+        return (f"--attention-backend {name} runs on a GPU, and this run is on {device_type}; "
+                "use --attention-backend sdpa or auto")
+    return None
+
+
+def _unknown(name: str) -> str:
+    return f"unknown attention backend {name!r}; choose one of {', '.join(ATTENTION_BACKENDS)}"
 
 
 def attention(
@@ -67,17 +124,18 @@ def attention(
     if backend == "auto":
         raise ValueError("attention backend 'auto' must be resolved per attention mode first "
                          "(Backends.attention_for); pass a concrete backend")
-    if backend == "flash":
+    spec = ATTENTION_TABLE[backend]
+    if spec.implementation == "flash":
         return _flash_attention(q, k, v, causal, document_ids)
-    if backend in _SDPA_KERNELS:
+    if spec.sdpa_kernel is not None:
         if q.device.type != "cuda":
             raise ValueError(f"attention backend {backend!r} selects a GPU kernel of SDPA, got a {q.device.type} "
                              "tensor; use backend 'sdpa'")
         if document_ids is None:
-            with sdpa_kernel(_SDPA_KERNELS[backend]):
+            with sdpa_kernel(spec.sdpa_kernel):
                 return _sdpa(q, k, v, attn_mask=None, causal=causal)
         # With documents every SDPA variant takes the block-mask path below (a dense mask rules out both kernels).
-    if backend == "flex":
+    if spec.implementation == "flex":
         if q.device.type != "cuda" or q.shape[-1] < FLEX_MIN_HEAD_DIM:
             raise ValueError(
                 f"attention backend 'flex' needs a CUDA/ROCm device (FlexAttention has no CPU backward) and a "
@@ -183,10 +241,7 @@ def _flash_attention(q, k, v, causal, document_ids):
     try:
         import flash_attn
     except ImportError as e:
-        raise ImportError(
-            "attention backend 'flash' needs the flash-attn package, which is not installed "
-            "(pip install flash-attn --no-build-isolation), or use --attention-backend sdpa"
-        ) from e
+        raise ImportError(_FLASH_MISSING) from e
     if q.device.type != "cuda" or q.dtype not in (torch.float16, torch.bfloat16):
         raise ValueError(
             f"attention backend 'flash' runs on CUDA/ROCm in fp16/bf16, got {q.dtype} on {q.device.type}; "
@@ -203,7 +258,7 @@ def _flash_attention(q, k, v, causal, document_ids):
 
 def _check_inputs(q, k, v, document_ids, backend):
     if backend not in ATTENTION_BACKENDS:
-        raise ValueError(f"unknown attention backend {backend!r}; choose one of {', '.join(ATTENTION_BACKENDS)}")
+        raise ValueError(_unknown(backend))
     if q.dim() != 4 or k.shape != v.shape or k.dim() != 4 or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
         raise ValueError(
             f"attention: expected q (batch, seq, heads, dim) and k, v (batch, seq, kv_heads, dim), got "
@@ -217,33 +272,3 @@ def _check_inputs(q, k, v, document_ids, backend):
             f"{document_ids.dtype} {tuple(document_ids.shape)}"
         )
 
-
-# Import name -> distribution names to read the version from (first found wins).
-_EXTRAS = {
-    "flash_attn": ("flash-attn", "flash_attn"),
-    "transformer_engine": ("transformer-engine", "transformer_engine", "transformer-engine-cu12"),
-    "apex": ("apex",),
-    "torchao": ("torchao",),
-    "triton": ("triton", "pytorch-triton-rocm", "pytorch-triton"),
-}
-
-
-def detect_optional_extras() -> dict[str, str | None]:
-    """{flash_attn, transformer_engine, apex, torchao, triton: installed version or None}, importing none of them."""
-    found: dict[str, str | None] = {}
-    for module, distributions in _EXTRAS.items():
-        try:
-            present = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):
-            present = False
-        version = None
-        if present:
-            for dist in distributions:
-                try:
-                    version = importlib.metadata.version(dist)
-                    break
-                except importlib.metadata.PackageNotFoundError:
-                    continue
-            version = version or "unknown version"
-        found[module] = version
-    return found

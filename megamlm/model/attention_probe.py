@@ -11,27 +11,33 @@ plus FlexAttention's first compilation). On CPU only ``sdpa`` runs, and nothing 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import statistics
 import time
 
 import torch
 
-from megamlm.model.attention_backends import FLEX_MIN_HEAD_DIM, attention
+from megamlm import extras
+from megamlm.model.attention_backends import ATTENTION_TABLE, FLEX_MIN_HEAD_DIM, AttentionBackendSpec, attention
 from megamlm.model.config import Backends, ModelArgs
 
 
 def candidate_backends(device: torch.device, head_dim: int, dtype: torch.dtype, documents: bool) -> list[str]:
-    """The backends that can run these inputs here. With documents, SDPA's variants all use FlexAttention's
-    block masks on GPU, so FlexAttention stands for them."""
+    """The backends that can run these inputs here, in ``ATTENTION_TABLE``'s order. With documents, SDPA's
+    variants all use FlexAttention's block masks on GPU, so FlexAttention stands for them."""
     if device.type != "cuda":
-        return ["sdpa"]
-    names = ["flex"] if documents else ["sdpa", "sdpa_flash", "sdpa_cudnn", "flex"]
-    if head_dim < FLEX_MIN_HEAD_DIM:
-        names = [n for n in names if n != "flex"] or ["sdpa"]
-    if importlib.util.find_spec("flash_attn") is not None and dtype in (torch.float16, torch.bfloat16):
-        names.append("flash")
-    return names
+        return [name for name, spec in ATTENTION_TABLE.items() if not spec.gpu_only]
+    half = dtype in (torch.float16, torch.bfloat16)
+
+    def runs(spec: AttentionBackendSpec) -> bool:
+        if spec.package is not None:
+            return extras.installed(spec.package) and (half or not spec.half_precision_only)
+        if documents and spec.implementation == "sdpa":
+            return False
+        return spec.implementation != "flex" or head_dim >= FLEX_MIN_HEAD_DIM
+
+    names = [name for name, spec in ATTENTION_TABLE.items() if runs(spec)]
+    # Documents at a head dim too small for FlexAttention: plain SDPA (with its dense mask) still runs.
+    return names if any(ATTENTION_TABLE[n].package is None for n in names) else ["sdpa", *names]
 
 
 def synthetic_documents(batch: int, seq: int, device: torch.device, mean_length: int = 512) -> torch.Tensor:

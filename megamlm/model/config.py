@@ -5,12 +5,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Literal, get_args
 
+from megamlm.model.attention_backends import ATTENTION_BACKENDS
 from megamlm.model.rope import RopeScaling
 
 KernelBackend = Literal["auto", "triton", "chunked", "reference"]
 """auto: Triton on GPU tensors, the chunked LM-head loss on CPU; see ``megamlm.kernels``."""
-AttentionBackend = Literal["auto", "sdpa", "sdpa_flash", "sdpa_cudnn", "flex", "flash"]
-"""See ``megamlm.model.attention_backends``; ``auto`` is resolved per attention mode before the model is built."""
+AttentionBackend = Literal[ATTENTION_BACKENDS]
+"""``auto`` and the names of ``megamlm.model.attention_backends.ATTENTION_TABLE``; ``auto`` is resolved per attention
+mode before the model is built."""
 
 
 @dataclass(frozen=True)
@@ -22,15 +24,25 @@ class ModelArgs:
     """
 
     vocab_size: int
+    """Embedding rows (the tokenizer's ids, padded)."""
     num_layers: int
+    """Transformer blocks."""
     hidden_size: int
+    """Hidden width."""
     ffn_hidden_size: int
+    """SwiGLU inner width."""
     num_attention_heads: int
+    """Query heads."""
     num_query_groups: int
+    """Key/value heads for grouped-query attention."""
     max_seq_length: int
+    """Tokens per sample; also the longest sequence the model accepts."""
     rope_theta: float = 10_000.0
+    """Rotary embedding base."""
     norm_epsilon: float = 1e-5
+    """RMSNorm epsilon."""
     init_method_std: float = 0.02
+    """Std of the normal weight init (output projections scaled by 1/sqrt(2*layers))."""
     head_dim: int | None = None
     """Width of one attention head; None: hidden_size / num_attention_heads (resolved on construction)."""
     attention_bias: bool = False

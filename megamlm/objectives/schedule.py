@@ -11,16 +11,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from megamlm.config import Objective
+from megamlm.config import OBJECTIVE_PHASES, Objective
 from megamlm.errors import ResumeError
 from megamlm.objectives.masking import MaskingSpec, clm_targets, mlm_mask
 
-PHASES: dict[Objective, tuple[str, ...]] = {
-    "mlm": ("mlm",),
-    "clm": ("clm",),
-    "clm_then_mlm": ("clm", "mlm"),
-    "mlm_then_clm": ("mlm", "clm"),
-}
+PHASES: dict[Objective, tuple[str, ...]] = OBJECTIVE_PHASES
+"""Each objective's phases in order (declared in ``megamlm.config``; this name stays for existing callers)."""
 
 
 def objective_at_step(objective: Objective, switch_step: int | None, step: int) -> str:

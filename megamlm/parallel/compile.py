@@ -20,13 +20,16 @@ data-dependent shape), and on GPU it is already one fused Triton kernel.
 
 from __future__ import annotations
 
+from typing import get_args
+
 import torch
 import torch.nn as nn
 
-from megamlm.config import ConfigError
+from megamlm.config import CompileMode, ConfigError
 from megamlm.parallel.dims import ParallelDims
 
-COMPILE_MODES = ("none", "blocks", "model", "cudagraphs")
+COMPILE_MODES = tuple(mode for mode in get_args(CompileMode) if mode != "auto")
+"""The concrete modes (``--compile``'s choices but ``auto``, which resolves to one of them)."""
 COMPILER_BACKEND = "inductor"
 """torch.compile's backend. Tests that check how compilation composes with a layout set ``aot_eager`` (the same
 graph capture and autograd, without generating kernels) to stay fast on CPU."""

@@ -13,11 +13,8 @@ from typing import get_args
 
 from torch.distributed.device_mesh import init_device_mesh
 
-from megamlm.config import Config, DataParallelImpl, PipelineSchedule, resolved_shape
+from megamlm.config import Config, DataParallelImpl, PipelineSchedule, launch_world_size, resolved_shape
 from megamlm.errors import UserError
-from megamlm.log import log
-from megamlm.parallel.batch_defaults import apply_batch_defaults
-from megamlm.parallel.launch import world_size_from_env
 
 MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "tp")
 
@@ -167,19 +164,14 @@ def resolve_parallel_dims(world_size: int, tp: int = 1, pp: int = 1, dp_replicat
 def dims_from_config(cfg: Config, world_size: int | None = None) -> ParallelDims:
     """The run's checked layout (world size: the argument, --world-size, else the launcher's environment).
 
-    Batch sizes the user left unset are chosen for the layout first (``batch_defaults``), written into ``cfg``
-    and logged.
+    ``cfg`` is resolved (megamlm/config/resolve.py): its batch sizes are set, fitted to this layout where the user
+    left them unset.
     """
     p, t = cfg.parallel, cfg.training
     shape = resolved_shape(cfg.model)
-    world = world_size or p.world_size or world_size_from_env()
-    tp, pp = p.tensor_model_parallel_size, p.pipeline_model_parallel_size
-    if tp >= 1 and pp >= 1 and world % (tp * pp) == 0:  # (an impossible layout is refused below)
-        if note := apply_batch_defaults(cfg, world // (tp * pp), pp):
-            log(note)
     return resolve_parallel_dims(
-        world, p.tensor_model_parallel_size, p.pipeline_model_parallel_size, p.dp_replicate, p.dp_shard,
-        p.data_parallel_impl, p.pipeline_schedule, p.num_layers_per_virtual_stage,
+        world_size or launch_world_size(cfg), p.tensor_model_parallel_size, p.pipeline_model_parallel_size,
+        p.dp_replicate, p.dp_shard, p.data_parallel_impl, p.pipeline_schedule, p.num_layers_per_virtual_stage,
         num_layers=shape["num_layers"], num_attention_heads=shape["num_attention_heads"],
         num_query_groups=shape["num_query_groups"], ffn_hidden_size=shape["ffn_hidden_size"],
         seq_length=shape["seq_length"], vocab_size=shape["vocab_size"], micro_batch_size=t.micro_batch_size,

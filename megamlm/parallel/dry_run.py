@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import torch
 
-from megamlm.config import Config, model_features, resolved_shape
+from megamlm.config import Config, model_args_for, resolved_shape
 from megamlm.data import load_tokenizer
 from megamlm.data.embedded import TOKENIZER_FILE
-from megamlm.model.config import ModelArgs, pad_vocab_size
+from megamlm.model.config import ModelArgs
 from megamlm.model.transformer import Transformer
 from megamlm.parallel.dims import ParallelDims, dims_from_config
 from megamlm.parallel.pipeline import prune_to_stages, rank_stages
@@ -27,16 +27,10 @@ GIB = 1024 ** 3
 
 
 def dry_run_model_args(cfg: Config) -> ModelArgs:
-    shape = resolved_shape(cfg.model)
-    vocab = shape["vocab_size"]
-    if vocab is None:  # tokenizer-sized (tiny): read just the tokenizer, not the corpus
-        tokenizer = load_tokenizer(str(cfg.data.tokenizer_model or TOKENIZER_FILE))
-        vocab = pad_vocab_size(tokenizer.vocab_size,
-                               cfg.model.make_vocab_size_divisible_by * cfg.parallel.tensor_model_parallel_size)
-    return ModelArgs(vocab_size=vocab, num_layers=shape["num_layers"], hidden_size=shape["hidden_size"],
-                     ffn_hidden_size=shape["ffn_hidden_size"], num_attention_heads=shape["num_attention_heads"],
-                     num_query_groups=shape["num_query_groups"], max_seq_length=shape["seq_length"],
-                     **model_features(cfg.model))
+    if resolved_shape(cfg.model)["vocab_size"] is not None:
+        return model_args_for(cfg, 0)
+    # Tokenizer-sized (tiny): read just the tokenizer, not the corpus.
+    return model_args_for(cfg, load_tokenizer(str(cfg.data.tokenizer_model or TOKENIZER_FILE)).vocab_size)
 
 
 def _split_counts(model: Transformer, tp: int) -> tuple[int, int]:

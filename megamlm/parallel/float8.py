@@ -14,10 +14,9 @@ with ``--tp`` is refused. torchao is an optional extra, imported only here.
 
 from __future__ import annotations
 
-import importlib.util
-
 import torch.nn as nn
 
+from megamlm import extras
 from megamlm.config import ConfigError
 from megamlm.parallel.dims import ParallelDims
 
@@ -27,8 +26,9 @@ _FP8_ALIGNMENT = 16
 
 def check_float8(dims: ParallelDims) -> None:
     """Raise ConfigError naming the fix when ``--fp8`` cannot run in this layout or installation."""
-    if importlib.util.find_spec("torchao") is None:
-        raise ConfigError("--fp8 needs torchao, which is not installed; pip install torchao, or drop --fp8")
+    if not extras.installed("torchao"):
+        raise ConfigError(f"--fp8 needs torchao, which is not installed; {extras.install_command('torchao')}, "
+                          "or drop --fp8")
     if dims.tp > 1:
         raise ConfigError("--fp8 with --tp > 1 is not supported (torchao's float8 tensor-parallel layouts are not "
                           "wired in); use --tp 1 with FSDP2 data parallelism, or drop --fp8")

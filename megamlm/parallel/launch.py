@@ -1,9 +1,9 @@
 """Where a process learns its rank: torchrun, SLURM (srun) or an MPI launcher, and the process group.
 
 torchrun sets RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT itself. Under ``mpirun`` (Open MPI,
-MPICH, Intel MPI, MVAPICH) or a bare ``srun`` the same facts live in launcher-specific variables;
-``launcher_env`` maps them to torch's names so ``init_process_group("env://")`` works everywhere.
-The master address comes from MASTER_ADDR, the first host of SLURM's node list, or (with mpi4py
+MPICH, Intel MPI, MVAPICH) or a bare ``srun`` the same facts live in launcher-specific variables (read by
+``megamlm.launcher_env``); ``launcher_env`` maps them to torch's names so ``init_process_group("env://")`` works
+everywhere. The master address comes from MASTER_ADDR, the first host of SLURM's node list, or (with mpi4py
 installed) rank 0's host name broadcast over MPI.
 """
 
@@ -19,50 +19,18 @@ import torch
 import torch.distributed as dist
 
 from megamlm.errors import UserError
+from megamlm.launcher_env import (  # noqa: F401  (rank_from_env, world_size_from_env: also importable from here)
+    detect_launcher,
+    launcher_variables,
+    rank_from_env,
+    world_size_from_env,
+)
 
 DEFAULT_MASTER_PORT = "29500"
-
-# (rank, world size, local rank) variables of each launcher, most specific first.
-_LAUNCHERS = (
-    ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
-    ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
-    ("mvapich", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_LOCAL_RANK"),
-    ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
-    # SLURM_STEP_NUM_TASKS is set by srun for the tasks of a step, not in the batch script itself, so a plain
-    # `python pretrain.py` inside an allocation stays a single process.
-    ("slurm", "SLURM_PROCID", "SLURM_STEP_NUM_TASKS", "SLURM_LOCALID"),
-)
 
 
 class LaunchError(UserError, RuntimeError):
     """The launcher's environment is incomplete; the message names the variable to set."""
-
-
-def detect_launcher(environ: Mapping[str, str] | None = None) -> str | None:
-    env = os.environ if environ is None else environ
-    for name, rank, size, _ in _LAUNCHERS:
-        if rank in env and size in env:
-            return name
-    return None
-
-
-def _announced(environ: Mapping[str, str] | None, column: int, plain: int) -> int:
-    """Column 1 (rank) or 2 (world size) of the detected launcher's variables; ``plain`` without a launcher."""
-    env = os.environ if environ is None else environ
-    launcher = detect_launcher(env)
-    if launcher is None:
-        return plain
-    return int(env[next(entry for entry in _LAUNCHERS if entry[0] == launcher)[column]])
-
-
-def world_size_from_env(environ: Mapping[str, str] | None = None) -> int:
-    """The world size the launcher announced (1 when started as a plain process)."""
-    return _announced(environ, 2, plain=1)
-
-
-def rank_from_env(environ: Mapping[str, str] | None = None) -> int:
-    """This process's global rank as the launcher announced it (0 for a plain process)."""
-    return _announced(environ, 1, plain=0)
 
 
 def first_slurm_host(nodelist: str) -> str:
@@ -91,7 +59,7 @@ def launcher_env(environ: Mapping[str, str] | None = None, resolve_master=_mpi_m
     launcher = detect_launcher(env)
     if launcher is None:
         return {}
-    _, rank, size, local = next(entry for entry in _LAUNCHERS if entry[0] == launcher)
+    rank, size, local = launcher_variables(launcher)
     out = {"RANK": env[rank], "WORLD_SIZE": env[size], "LOCAL_RANK": env.get(local, "0")}
     master = env.get("MASTER_ADDR")
     if master is None and "SLURM_JOB_NODELIST" in env:

@@ -7,6 +7,8 @@ pretraining from ``610m-clm42k-m40``). The seed is added only when the study has
 
 from __future__ import annotations
 
+from megamlm.config import OBJECTIVE_PHASES
+
 
 def steps_label(steps: int) -> str:
     """12000 -> 12k, 10500 -> 10.5k, 150 -> 150."""
@@ -22,7 +24,7 @@ def mask_label(mask_ratio: float) -> str:
 def phases_label(objective: str, train_iters: int, switch_step: int | None) -> str:
     if switch_step is None:
         return f"{objective}{steps_label(train_iters)}"
-    first, second = objective.split("_then_")
+    first, second = OBJECTIVE_PHASES[objective]
     return f"{first}{steps_label(switch_step)}-{second}{steps_label(train_iters - switch_step)}"
 
 

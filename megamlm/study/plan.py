@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from megamlm.config import Config, ConfigError, parse_args
+from megamlm.config import OBJECTIVE_PHASES, Config, ConfigError, parse_flags, validate
 from megamlm.model.config import PRESETS
 from megamlm.study.naming import arm_label, continuation_label, run_name
 from megamlm.study.schema import Study, StudyError, grid_arms, merge_settings, pretrain_settings
@@ -80,7 +80,7 @@ class Run:
         first, switch = (0 if independent else self.branch_step), self.switch_step
         if switch is None:
             return {self.objective: self.train_iters - first}
-        before, after = self.objective.split("_then_")
+        before, after = OBJECTIVE_PHASES[self.objective]
         counts = {before: max(0, switch - first), after: self.train_iters - max(first, switch)}
         return {k: v for k, v in counts.items() if v}
 
@@ -88,7 +88,7 @@ class Run:
         """``clm 1-10,000 -> mlm 10,001-42,000``."""
         if self.switch_step is None:
             return f"{self.objective} 1-{self.train_iters:,}"
-        before, after = self.objective.split("_then_")
+        before, after = OBJECTIVE_PHASES[self.objective]
         return f"{before} 1-{self.switch_step:,} -> {after} {self.switch_step + 1:,}-{self.train_iters:,}"
 
 
@@ -161,8 +161,12 @@ def settings_flags(settings: dict[str, dict]) -> list[str]:
 
 
 def _parse(flags: list[str], where: str) -> Config:
+    """A run's flags as a validated Config, without a launch's fill-ins (the batch sizes fitted to a world size are
+    the launch's: the plan does not know where each run will run)."""
     try:
-        return parse_args(flags)
+        cfg = parse_flags(flags)
+        validate(cfg)
+        return cfg
     except ConfigError as err:
         raise StudyError(f"{where}: {err}") from None
 

@@ -20,6 +20,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from megamlm import extras
+from megamlm import figures as figs  # `figures` is write_report's flag
 from megamlm.eval.aggregate import TaskSummary, collect, summarize
 from megamlm.eval.metrics import mean_confidence_interval
 from megamlm.eval.registry import task_display_name
@@ -214,27 +216,9 @@ def downstream_section(plan: Plan, summaries: list[TaskSummary]) -> tuple[str, d
 # ---- figures (matplotlib, optional) --------------------------------------------------------------------------
 
 
-def _plt():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110, bbox_inches="tight")
-    tmp.replace(path)
-    return path
-
-
 def figure_validation(plan: Plan, path: Path) -> Path | None:
-    plt = _plt()
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.2))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig, axes = figs.figure(1, 3, figsize=(16, 4.2))
+    colors = figs.colors()
     drawn = False
     for i, arm in enumerate(arms(plan)):
         for k, run in enumerate(arm.runs):
@@ -250,13 +234,11 @@ def figure_validation(plan: Plan, path: Path) -> Path | None:
                 ax.set(xlabel="step (continuations after their parent's last step)", title=title)
                 ax.grid(alpha=0.3)
     if not drawn:
-        plt.close(fig)
+        figs.close(fig)
         return None
     axes[0].legend(fontsize=7)
     fig.suptitle("validation on held-out documents; one color per arm, one line style per seed", fontsize=9)
-    out = _save(fig, path)
-    plt.close(fig)
-    return out
+    return figs.save(fig, path)
 
 
 def _score_axis(ax, points: list[tuple]) -> None:
@@ -272,8 +254,7 @@ def _score_axis(ax, points: list[tuple]) -> None:
 
 
 def figure_score_vs_fraction(plan: Plan, scores: dict, tasks: list[str], path: Path) -> Path | None:
-    plt = _plt()
-    fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.8), squeeze=False)
+    fig, axes = figs.figure(1, len(tasks), figsize=(5 * len(tasks), 3.8), squeeze=False)
     drawn = False
     for ax, task in zip(axes[0], tasks):
         series: dict[tuple[int, float], list] = defaultdict(list)
@@ -294,16 +275,13 @@ def figure_score_vs_fraction(plan: Plan, scores: dict, tasks: list[str], path: P
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     if not drawn:
-        plt.close(fig)
+        figs.close(fig)
         return None
-    out = _save(fig, path)
-    plt.close(fig)
-    return out
+    return figs.save(fig, path)
 
 
 def figure_score_vs_steps(plan: Plan, scores: dict, tasks: list[str], path: Path) -> Path | None:
-    plt = _plt()
-    fig, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 3.8), squeeze=False)
+    fig, axes = figs.figure(1, len(tasks), figsize=(5 * len(tasks), 3.8), squeeze=False)
     drawn = False
     for ax, task in zip(axes[0], tasks):
         shown: list[tuple] = []
@@ -321,11 +299,9 @@ def figure_score_vs_steps(plan: Plan, scores: dict, tasks: list[str], path: Path
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     if not drawn:
-        plt.close(fig)
+        figs.close(fig)
         return None
-    out = _save(fig, path)
-    plt.close(fig)
-    return out
+    return figs.save(fig, path)
 
 
 def time_section(plan: Plan) -> str:
@@ -376,10 +352,8 @@ def write_report(plan: Plan, path: str | Path | None = None, figures: bool = Tru
     tasks = sorted({s.task for s in summaries})
     images, note = [], ""
     if figures:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            note = "Figures left out: matplotlib is not installed (pip install matplotlib).\n"
+        if not figs.available():
+            note = f"Figures left out: matplotlib is not installed ({extras.install_command('matplotlib')}).\n"
         else:
             folder = path.parent / "figures"
             made = [("validation curves", figure_validation(plan, folder / "validation.png"))]

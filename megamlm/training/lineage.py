@@ -23,7 +23,7 @@ from pathlib import Path
 
 from megamlm.config import Config, switch_step
 from megamlm.objectives.schedule import objective_at_step, schedule_state
-from megamlm.training.lr_schedule import LRSchedule
+from megamlm.training.optim import LRSchedule
 from megamlm.training.setup import lr_schedule_for
 
 OPTIMIZER_FLAGS = {"weight_decay": "--weight-decay", "adam_beta1": "--adam-beta1", "adam_beta2": "--adam-beta2",

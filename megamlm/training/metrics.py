@@ -1,49 +1,14 @@
-"""Interval averages for the log line, TensorBoard scalars, and throughput: tokens/s, MFU, peak device memory."""
+"""Throughput: tokens/s, MFU and peak device memory (the trainer's log line and the benchmark's), and durations.
+
+The interval averages behind the log line and the TensorBoard scalars are training/accounting.py's."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import torch
-from torch.utils.tensorboard import SummaryWriter
 
-from megamlm.log import rank
 from megamlm.model.config import ModelArgs
-
-
-@dataclass
-class IntervalSummary:
-    loss: float
-    grad_norm: float
-    tokens: int
-    predicted: int
-    """Tokens that carried a loss (the LM head's work)."""
-    seconds: float
-
-
-class IntervalMeter:
-    """Averages loss and grad norm over the steps since the last log line and counts the work done in them."""
-
-    def __init__(self):
-        self._reset()
-
-    def _reset(self) -> None:
-        self.start = time.perf_counter()
-        self.losses, self.grad_norms, self.tokens, self.predicted = [], [], 0, 0
-
-    def add(self, loss: float, grad_norm: float, tokens: int, predicted: int) -> None:
-        self.losses.append(loss)
-        self.grad_norms.append(grad_norm)
-        self.tokens += tokens
-        self.predicted += predicted
-
-    def flush(self) -> IntervalSummary:
-        n = max(len(self.losses), 1)
-        summary = IntervalSummary(sum(self.losses) / n, sum(self.grad_norms) / n, self.tokens, self.predicted,
-                                  time.perf_counter() - self.start)
-        self._reset()
-        return summary
 
 
 def format_duration(seconds: float) -> str:
@@ -51,24 +16,6 @@ def format_duration(seconds: float) -> str:
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
-
-
-class TensorBoardWriter:
-    """TensorBoard scalars when a folder is given (rank 0 only); a no-op otherwise."""
-
-    def __init__(self, log_dir: str | None):
-        self.writer = None
-        if log_dir and rank() == 0:
-            self.writer = SummaryWriter(log_dir=log_dir)
-
-    def scalars(self, step: int, values: dict[str, float]) -> None:
-        if self.writer is not None:
-            for name, value in values.items():
-                self.writer.add_scalar(name, value, step)
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
 
 
 # Dense bf16 peak of common accelerators, FLOP/s (vendor data sheets, without sparsity). Looked up by a

@@ -48,7 +48,6 @@ from megamlm.training.lineage import (
     describe_changes,
     lineage_event,
 )
-from megamlm.training.progress import TrainProgress
 
 # Settings that fix the sample stream, the masks or the meaning of the weights: (record path, flag).
 _STREAM = (
@@ -67,6 +66,24 @@ _SHAPE_FLAGS = {"max_seq_length": "--seq-length"}
 _MISSING = object()
 
 StartKind = Literal["fresh", "init", "continue", "resume", "branch", "override"]
+
+
+@dataclass
+class TrainProgress:
+    """Where a run is: the last finished step and how many samples of the stream it has consumed."""
+
+    step: int = 0
+    consumed_samples: int = 0
+
+    def advance(self, global_batch_size: int) -> None:
+        self.step += 1
+        self.consumed_samples += global_batch_size
+
+    def state_dict(self) -> dict:
+        return {"step": self.step, "consumed_samples": self.consumed_samples}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step, self.consumed_samples = int(state["step"]), int(state["consumed_samples"])
 
 
 @dataclass

@@ -8,10 +8,10 @@
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from megamlm import figures
 from megamlm.training.metrics_file import MetricsError, read_metrics
 from megamlm.training.run_record import RUN_RECORD
 
@@ -38,30 +38,6 @@ def load_run(folder: str | Path) -> RunMetrics:
     return RunMetrics(folder.name, train, [r for r in records if r.get("kind") == "validation"], switch)
 
 
-def _pyplot():
-    try:
-        import matplotlib
-    except ImportError:
-        raise MetricsError("plotting needs matplotlib, which is not installed; pip install matplotlib") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _engineering():
-    from matplotlib.ticker import EngFormatter
-
-    return EngFormatter(sep="")  # 250k, 1.5M, 2G: token counts stay readable
-
-
-def _save(fig, path: Path) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=120, bbox_inches="tight")
-    os.replace(tmp, path)
-    return path
-
-
 def _series(records: list[dict], x: str, y: str) -> tuple[list, list]:
     points = [(r[x], r[y]) for r in records if r.get(x) is not None and r.get(y) is not None]
     return [p[0] for p in points], [p[1] for p in points]
@@ -70,22 +46,22 @@ def _series(records: list[dict], x: str, y: str) -> tuple[list, list]:
 def plot_runs(folders: list[str | Path], output: str | Path) -> list[Path]:
     """Write the three figures for these run folders into ``output``; returns their paths."""
     runs = [load_run(folder) for folder in folders]
-    plt = _pyplot()
+    if not figures.available():
+        raise MetricsError(figures.MISSING)
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     written = []
     for x, label, name in (("step", "step", FIGURES[0]), ("tokens", "tokens seen", FIGURES[1])):
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+        fig, axes = figures.figure(1, 2, figsize=(11, 4))
         for ax, metric, title in zip(axes, ("mlm_loss", "clm_loss"), ("validation MLM loss", "validation CLM loss")):
             for run in runs:
                 ax.plot(*_series(run.validation, x, metric), marker="o", markersize=3, label=run.name)
             ax.set(xlabel=label, ylabel="loss", title=title)
-            ax.xaxis.set_major_formatter(_engineering())
+            ax.xaxis.set_major_formatter(figures.engineering_formatter())  # token counts stay readable
             ax.grid(alpha=0.3)
         axes[0].legend(fontsize=8)
-        written.append(_save(fig, output / name))
-        plt.close(fig)
-    fig, ax = plt.subplots(figsize=(7, 4))
+        written.append(figures.save(fig, output / name))
+    fig, ax = figures.figure(figsize=(7, 4))
     for run in runs:
         (line,) = ax.plot(*_series(run.train, "step", "loss"), label=run.name)
         if run.switch_step is not None:
@@ -93,6 +69,5 @@ def plot_runs(folders: list[str | Path], output: str | Path) -> list[Path]:
     ax.set(xlabel="step", ylabel="training loss", title="training loss (dashed: objective switch)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    written.append(_save(fig, output / FIGURES[2]))
-    plt.close(fig)
+    written.append(figures.save(fig, output / FIGURES[2]))
     return written

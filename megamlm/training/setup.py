@@ -16,8 +16,7 @@ from megamlm.config import (
     Config,
     ConfigError,
     TrainingConfig,
-    model_features,
-    resolved_shape,
+    model_args_for,
     switch_step,
     validation_enabled,
     warmup_iters,
@@ -26,18 +25,15 @@ from megamlm.config import (
 from megamlm.data import load_tokenizer, prepare_embedded_corpus
 from megamlm.data.sidecar import check_dataset_files
 from megamlm.kernels import check_kernel_backend
-from megamlm.model.attention_backends import check_attention_backend
+from megamlm.model.attention_backends import attention_backend_problem, check_attention_backend
 from megamlm.model.attention_probe import resolve_auto_attention
-from megamlm.model.config import Backends, ModelArgs, pad_vocab_size
+from megamlm.model.config import Backends, ModelArgs
 from megamlm.objectives import MaskingSpec, ObjectiveSchedule
 from megamlm.parallel.compile import resolve_compile_mode
 from megamlm.parallel.dims import ParallelDims, dims_from_config
 from megamlm.parallel.float8 import check_float8
 from megamlm.precision import uses_bf16
-from megamlm.training.lr_schedule import LRSchedule
-
-_GPU_ATTENTION = ("sdpa_flash", "sdpa_cudnn", "flex")
-
+from megamlm.training.optim import LRSchedule
 
 @dataclass
 class RunPlan:
@@ -72,23 +68,6 @@ def resolve_data_sources(cfg: Config) -> tuple[list[str], str]:
         raise ConfigError("--data-path needs --tokenizer-model (the tokenizer the data was preprocessed with): "
                           "it gives the mask, padding and special-token ids")
     return list(cfg.data.data_path), cfg.data.tokenizer_model
-
-
-def model_args_for(cfg: Config, tokenizer_vocab_size: int) -> ModelArgs:
-    shape = resolved_shape(cfg.model)
-    # Megatron pads to a multiple of (divisible-by x TP) so each tensor-parallel rank gets an equal vocabulary slice.
-    multiple = cfg.model.make_vocab_size_divisible_by * cfg.parallel.tensor_model_parallel_size
-    vocab = shape["vocab_size"] or pad_vocab_size(tokenizer_vocab_size, multiple)
-    if tokenizer_vocab_size > vocab:
-        raise ConfigError(f"the tokenizer has {tokenizer_vocab_size} ids but the model vocabulary is {vocab}; "
-                          f"pass the tokenizer the model was made for (--tokenizer-model, with data tokenized by it), "
-                          f"or grow the model with --vocab-size {pad_vocab_size(tokenizer_vocab_size, 128)}")
-    return ModelArgs(
-        vocab_size=vocab, num_layers=shape["num_layers"], hidden_size=shape["hidden_size"],
-        ffn_hidden_size=shape["ffn_hidden_size"], num_attention_heads=shape["num_attention_heads"],
-        num_query_groups=shape["num_query_groups"], max_seq_length=shape["seq_length"],
-        rope_theta=cfg.model.rope_theta, norm_epsilon=cfg.model.norm_epsilon,
-        init_method_std=cfg.model.init_method_std, **model_features(cfg.model))
 
 
 def masking_spec_for(cfg: Config, tokenizer) -> MaskingSpec:
@@ -138,9 +117,8 @@ def plan_run(cfg: Config) -> RunPlan:
     dims = dims_from_config(cfg)
     device = resolve_device(cfg.training.device)
     resolve_compile_mode(cfg.performance.compile, device, dims)  # an impossible mode fails here, before any work
-    if device.type != "cuda" and cfg.performance.attention_backend in _GPU_ATTENTION:
-        raise ConfigError(f"--attention-backend {cfg.performance.attention_backend} runs on a GPU, and this run is on "
-                          f"{device.type}; use --attention-backend sdpa or auto")
+    if problem := attention_backend_problem(cfg.performance.attention_backend, device.type):
+        raise ConfigError(problem)
     if cfg.performance.fp8:
         check_float8(dims)
     data_path, tokenizer_path = resolve_data_sources(cfg)

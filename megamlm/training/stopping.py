@@ -1,16 +1,88 @@
 """When a run stops early, cleanly and with a checkpoint: a pre-emption signal, --exit-duration-in-mins,
---exit-interval. Every rank takes the same decision after the same step."""
+--exit-interval. Every rank takes the same decision after the same step (``any_rank``, one tiny all-reduce).
+
+Stop signals: the first SIGTERM/SIGUSR1/SIGINT asks the run to save and stop; a second one exits at once.
+
+SLURM sends SIGUSR1 ahead of a time limit (``--signal=USR1@120``) and SIGTERM on pre-emption; Ctrl-C sends
+SIGINT. The handler only sets a flag; the training loop finishes the step in progress, saves a checkpoint and
+exits 0. Exiting at once on the second signal cannot corrupt anything: a checkpoint only counts once its
+completion marker is written, and the ``latest`` pointer is replaced by an atomic rename.
+
+One request often arrives twice within milliseconds: SLURM signals every process of a job step while the launch
+script forwards the signal to the workers too, and Ctrl-C reaches a whole process group. A signal within
+``SAME_REQUEST_S`` of the first is therefore the same request, not the second one.
+"""
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
+import threading
 import time
 
-from megamlm.training.agreement import any_rank
-from megamlm.training.signals import ExitSignalHandler
+import torch
+import torch.distributed as dist
+
+from megamlm.log import log
+from megamlm.parallel.launch import host_collective_device
 
 # --exit-duration-in-mins counts from about process start (this module is imported with the trainer), so the
 # minutes spent loading data and building the model count against a job's time limit too.
 PROCESS_START = time.monotonic()
+
+DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+SAME_REQUEST_S = 1.0
+
+
+class ExitSignalHandler:
+    """Context manager that installs the handlers and restores the previous ones on exit."""
+
+    def __init__(self, signals: tuple[int, ...] = DEFAULT_SIGNALS):
+        self.signals = signals
+        self.received: str | None = None
+        self._received_at = 0.0
+        self._previous: dict[int, object] = {}
+
+    @property
+    def requested(self) -> bool:
+        return self.received is not None
+
+    def _handle(self, signum: int, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.received is not None and time.monotonic() - self._received_at < SAME_REQUEST_S:
+            return  # the same request delivered twice (see the module docstring)
+        if self.received is not None:
+            print(f"received a second signal ({name}) after {self.received}: exiting now without saving",
+                  file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            os._exit(128 + signum)
+        self.received, self._received_at = name, time.monotonic()
+        log(f"received {name}: finishing this step, then saving a checkpoint and exiting "
+            "(send it again to exit at once without saving)")
+
+    def __enter__(self) -> "ExitSignalHandler":
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.signals:
+                self._previous[signum] = signal.signal(signum, self._handle)
+        else:
+            log("warning: not on the main thread, so SIGTERM/SIGUSR1/SIGINT keep their default action (no save on exit)")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous.clear()
+
+
+def any_rank(flags: list[bool], group=None) -> list[bool]:
+    """Element-wise OR of ``flags`` over the ranks of ``group`` (the whole job when None); local without
+    torch.distributed."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return list(flags)
+    tensor = torch.tensor([1 if f else 0 for f in flags], dtype=torch.int32, device=host_collective_device(group))
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=group)
+    return [bool(v) for v in tensor.tolist()]
 
 
 class StopPolicy:

@@ -1,19 +1,23 @@
-"""The training loop: plan -> (start check) -> build -> (restore) -> steps -> validations -> checkpoints.
+"""The training loop: plan -> (start check) -> build -> (restore) -> announce -> steps -> validations -> checkpoints.
 
-Read top to bottom: ``_pretrain`` resolves the run and checks any checkpoint it starts from (all user errors
-surface here, before any work), builds this rank's share of the model in the run's layout (one process is
-the trivial layout), restores what it takes from the checkpoint, then ``_train`` runs one optimizer step per
-global batch, switching objective where the ObjectiveSchedule says so and scoring the validation set when due.
-The loop keeps no per-step history: tests and tools observe steps through the ``on_step`` callback, and every
-logged step and validation goes to ``metrics.jsonl``. On a GPU the host does not wait for the steps: the
-non-finite guard is decided on the device and the step numbers are read at log lines (training/step_metrics.py).
+Read top to bottom: ``pretrain`` builds the run (``build_trainer``: resolves the run and checks any checkpoint it
+starts from, so that all user errors surface there, before any work; builds this rank's share of the model in the
+run's layout, one process being the trivial layout; restores what it takes from the checkpoint), announces it
+(``announce``: the start-up lines) and runs it. ``Trainer.train`` runs one optimizer step per global batch: the
+step is ``train_step`` (training/step.py) over ``forward_backward`` (parallel/forward_backward.py), switching
+objective where the ObjectiveSchedule says so, then ``Trainer.after_step`` scores the validation set and saves
+checkpoints when due. The loop keeps no per-step history: tests and tools observe steps through the ``on_step``
+callback (a ``StepOutcome`` per step), and every logged step and validation goes to ``metrics.jsonl``. On a GPU
+the host does not wait for the steps: the non-finite skip is decided on the device (training/nonfinite.py) and
+the step numbers are read at log lines (training/accounting.py).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -23,29 +27,28 @@ import torch.distributed as dist
 from megamlm.checkpoint import load_model_weights
 from megamlm.checkpoint.lock import lock_save_folder
 from megamlm.checkpoint.manager import CheckpointManager
-from megamlm.config import Config, split_weights
+from megamlm.config import Config, ConfigError, split_weights
 from megamlm.data import GlobalBatchSampler, MicroBatchLoader, build_train_dataset
-from megamlm.hf.init_from import adopt_hf_init_from, warn_if_context_shorter
+from megamlm.hf.hf_source import is_hf_model
+from megamlm.hf.init_from import warn_if_context_shorter
 from megamlm.log import log, rank
-from megamlm.model.attention_backends import detect_optional_extras
+from megamlm.extras import detect_optional_extras
+from megamlm.model.config import ModelArgs
 from megamlm.model.transformer import Transformer, count_parameters
 from megamlm.objectives import Batch, ObjectiveSchedule
+from megamlm.parallel.dims import ParallelDims
+from megamlm.parallel.dry_run import GIB, rank_estimates
 from megamlm.parallel.parallelize import ParallelModel, parallelize
 from megamlm.parallel.runtime import start_parallel
-from megamlm.training.device_guard import SkipStreak
-from megamlm.training.guards import NonFiniteGuard
+from megamlm.training.accounting import RunReporter, StepLedger
 from megamlm.training.metrics import format_duration
-from megamlm.training.optimizer import build_optimizer, set_hyperparameters
-from megamlm.training.progress import TrainProgress
-from megamlm.training.reporting import RunReporter
-from megamlm.training.resume import Start, plan_start
+from megamlm.training.nonfinite import NonFiniteGuard, SkipStreak, skip_streak
+from megamlm.training.optim import LRSchedule, build_optimizer, set_hyperparameters
+from megamlm.training.resume import Start, TrainProgress, plan_start
 from megamlm.training.run_record import build_run_record, write_run_record
 from megamlm.training.setup import RunPlan, backends_on_device, plan_run
-from megamlm.training.signals import ExitSignalHandler
-from megamlm.training.startup_notes import first_step_note, memory_note
-from megamlm.training.step import train_step
-from megamlm.training.step_metrics import FinishedStep, StepLedger, StepReport
-from megamlm.training.stopping import StopPolicy
+from megamlm.training.step import StepOutcome, train_step
+from megamlm.training.stopping import ExitSignalHandler, StopPolicy
 from megamlm.training.validation import ValidationSet, load_validation_set
 
 
@@ -65,22 +68,153 @@ class RunResult:
     total_skipped: int = 0
 
 
-def pretrain(cfg: Config, on_step: Callable[[StepReport], None] | None = None,
+def pretrain(cfg: Config, on_step: Callable[[StepOutcome], None] | None = None,
              read_on_device: bool | None = None) -> RunResult:
-    """Train; SIGTERM/SIGUSR1/SIGINT during the run save a checkpoint and return early (training/signals.py), and
+    """Train; SIGTERM/SIGUSR1/SIGINT during the run save a checkpoint and return early (training/stopping.py), and
     the --save folder is locked for the run (checkpoint/lock.py).
 
     ``read_on_device``: decide the non-finite skip on the device and read the step numbers only when needed
-    (training/step_metrics.py). None: where it pays, on a GPU with the fused AdamW; True also on CPU (tests).
+    (training/accounting.py). None: where it pays, on a GPU with the fused AdamW; True also on CPU (tests).
     """
     with ExitSignalHandler() as signals, ExitStack() as held:
-        return _pretrain(cfg, signals, held, on_step, read_on_device)
+        trainer = build_trainer(cfg, signals, held, on_step, read_on_device)
+        announce(trainer)
+        trainer.train()
+        return trainer.result
 
 
-def _pretrain(cfg: Config, signals: ExitSignalHandler, held: ExitStack, on_step, read_on_device) -> RunResult:
+@dataclass
+class Trainer:
+    """One run, built and restored by ``build_trainer``: what its loop reads and the state the loop advances."""
+
+    cfg: Config
+    plan: RunPlan
+    pm: ParallelModel
+    optimizer: torch.optim.Optimizer
+    loader: MicroBatchLoader
+    progress: TrainProgress
+    guard: NonFiniteGuard
+    manager: CheckpointManager
+    validation: ValidationSet | None
+    stop: StopPolicy
+    device: torch.device
+    result: RunResult
+    end_sample: int
+    """The run's samples end here (the sample stream itself does not depend on it)."""
+    on_step: Callable[[StepOutcome], None] | None = None
+    read_on_device: bool | None = None
+    streak: SkipStreak | None = field(default=None, init=False)
+    """The guard's streak mirrored on the device, when the skip is decided there (training/nonfinite.py)."""
+    reporter: RunReporter | None = field(default=None, init=False)
+    ledger: StepLedger | None = field(default=None, init=False)
+    """The finished steps the host has not read yet (training/accounting.py)."""
+
+    @property
+    def schedule(self) -> ObjectiveSchedule:
+        return self.plan.objective_schedule
+
+    @property
+    def lr_schedule(self) -> LRSchedule:
+        return self.plan.lr_schedule
+
+    def train(self) -> None:
+        """One optimizer step per global batch up to --train-iters, or until a stop (``after_step``)."""
+        t, log_cfg = self.cfg.training, self.cfg.logging
+        self.streak = skip_streak(self.guard, self.optimizer, self.device, self.read_on_device)
+        self.reporter = RunReporter(self.cfg.checkpoint.save, log_cfg.tensorboard_dir, log_cfg.log_interval,
+                                    t.train_iters, self.result.start_step, self.plan.model_args, self.device,
+                                    self.plan.dims.world_size)
+        self.ledger = StepLedger(self.guard, self.reporter, t.global_batch_size, self.on_step)
+        run_start = time.perf_counter()
+        batches = iter(self.loader)
+        self.pm.train()
+        if self.progress.step < t.train_iters:
+            log(first_step_note(self.pm.compile_mode, self.progress.step + 1, t.train_iters))
+        while self.progress.step < t.train_iters:
+            self.ledger.add(self.run_step(next(batches)))
+            if self.after_step(self.progress.step):
+                break
+        self.reporter.close()
+        log(f"done: {self.progress.step - self.result.start_step} steps in "
+            f"{format_duration(time.perf_counter() - run_start)}")
+
+    def run_step(self, loaded: list[dict]) -> StepOutcome:
+        """One optimizer step on the next global batch (``loaded``: this rank's micro-batches from the loader)."""
+        t, schedule = self.cfg.training, self.schedule
+        step = self.progress.step + 1
+        objective = schedule.objective_at(step)
+        document_mask = self.cfg.performance.document_mask
+        micro_batches = [schedule.make_batch(step, mb["tokens"].numpy(), mb["sample_ids"].tolist(),
+                                             mb["document_ids"].numpy() if document_mask else None)
+                         for mb in loaded]
+        if self.device.type == "cuda":  # pinned: the copies to the device do not make the host wait
+            micro_batches = [pin_batch(b) for b in micro_batches]
+        lr = self.lr_schedule.lr_at(step)
+        out = train_step(self.pm, self.optimizer, micro_batches, lr, t.clip_grad, self.device, t.precision,
+                         streak=self.streak)
+        self.progress.advance(t.global_batch_size)
+        self.result.last_step = step
+        return replace(out, step=step, objective=objective, consumed_samples=self.progress.consumed_samples,
+                       is_switch_step=schedule.is_switch_step(step))
+
+    def after_step(self, step: int) -> bool:
+        """What is due after ``step``: its accounting, the switch, a validation, a checkpoint; True to stop here."""
+        t, schedule, manager, result = self.cfg.training, self.schedule, self.manager, self.result
+        validating = self.validation is not None and self.validation.due(step, t.train_iters, schedule.switch_step)
+        if (self.streak is None or self.on_step is not None or validating or manager.due(step)
+                or self.reporter.logs_at(step, schedule.is_switch_step(step))):
+            self.settle(step)
+        if schedule.is_switch_step(step):
+            log(f"objective switch after step {step}: {schedule.objective_at(step)} -> "
+                f"{schedule.objective_at(step + 1)}")
+        if validating:
+            self.reporter.validation(self.validation.evaluate(self.pm, step, self.device, t.precision),
+                                     self.progress.consumed_samples)
+        if manager.due(step):
+            result.last_checkpoint = manager.save(step)
+        if step < t.train_iters and (reason := self.stop.reason_to_stop(step)):
+            self.settle(step)
+            result.last_checkpoint = manager.save(step) or result.last_checkpoint
+            result.stop_reason = reason
+            log(f"stopping after step {step} ({reason}); " + ("relaunch the same command to continue from here"
+                                                           if manager.save_dir else "nothing saved (no --save)"))
+            return True
+        return False
+
+    def settle(self, step: int) -> None:
+        """Account for the steps up to ``step`` (training/accounting.py); raise NonFiniteError, after saving a
+        checkpoint of the last good state, when the guard's streak is complete."""
+        guard, manager = self.guard, self.manager
+        stopped_at = self.ledger.settle()
+        self.result.total_skipped = guard.total_skipped
+        if stopped_at is None:
+            return
+        saved = "No checkpoint was written (no --save)."
+        if manager.save_dir is not None:
+            saved = (f"Checkpoint {manager.save(step)} holds the weights and optimizer state of step "
+                     f"{guard.last_good_step} (the last good state) with the data position after step {step}.")
+        if step > stopped_at:
+            saved += (f" Steps {stopped_at + 1}-{step} ran before the host read the step flags; their updates were "
+                      "held back.")
+        raise guard.error(saved)
+
+
+def pin_batch(batch: Batch) -> Batch:
+    document_ids = batch.document_ids.pin_memory() if batch.document_ids is not None else None
+    return replace(batch, input_ids=batch.input_ids.pin_memory(), targets=batch.targets.pin_memory(),
+                   document_ids=document_ids)
+
+
+def build_trainer(cfg: Config, signals: ExitSignalHandler, held: ExitStack,
+                  on_step: Callable[[StepOutcome], None] | None = None,
+                  read_on_device: bool | None = None) -> Trainer:
+    """Resolve the run and check the checkpoint it starts from (every user error surfaces here, before any work),
+    then build this rank's share of the model, data and optimizer and restore what the run takes from the
+    checkpoint. ``held`` keeps the --save folder locked for the run."""
     t, c = cfg.training, cfg.checkpoint
-    if c.init_from:  # a Hugging Face model is imported once and lends the run its shape and tokenizer
-        adopt_hf_init_from(cfg)
+    if c.init_from and is_hf_model(c.init_from):  # load_config imports it and adopts its shape and tokenizer
+        raise ConfigError(f"--init-from {c.init_from} is a Hugging Face model that this config has not adopted: "
+                          "build the config with megamlm.cli.load_config, which imports it")
     plan = plan_run(cfg)
     mesh, device = start_parallel(plan.dims, plan.device)
     record = build_run_record(cfg, plan, plan.dims.world_size)
@@ -95,6 +229,39 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler, held: ExitStack, on_step,
         log(note)
 
     progress = start.progress()
+    validation, dataset, end_sample = load_data(cfg, plan, progress)
+    pm = build_parallel_model(cfg, plan, mesh, device)
+    optimizer = build_optimizer(pm.model, t.lr, t.weight_decay, (t.adam_beta1, t.adam_beta2), t.adam_eps,
+                                impl=cfg.performance.optimizer_impl)
+    sampler = GlobalBatchSampler(total_samples=end_sample, global_batch_size=t.global_batch_size,
+                                 micro_batch_size=t.micro_batch_size, dp_rank=pm.dp_rank, dp_size=pm.dp_size,
+                                 consumed_samples=progress.consumed_samples)
+    guard = NonFiniteGuard(t.max_skipped_steps)
+    schedule = plan.objective_schedule
+    manager = CheckpointManager(c.save, pm.model, optimizer,
+                                {"progress": progress, "sampler": sampler, "guard": guard,
+                                 "objective_schedule": schedule, "lr_schedule": plan.lr_schedule,
+                                 "history": start.history}, record,
+                                last_step=t.train_iters, interval=c.save_interval, keep_last=c.keep_last,
+                                pinned=pinned_steps(cfg, schedule.switch_step))
+    restore(start, manager, cfg, plan.model_args.max_seq_length)
+    if not save_exists:
+        held.enter_context(lock_save_folder(c.save))
+    if c.save and rank() == 0:
+        write_run_record(c.save, record)
+
+    result = RunResult(start_step=progress.step, last_step=progress.step, switch_step=schedule.switch_step,
+                       resumed_from=start.path if start.restores_state else None, start=start.kind)
+    loader = MicroBatchLoader(dataset, sampler, num_workers=cfg.data.num_workers, pin_memory=device.type == "cuda")
+    return Trainer(cfg, plan, pm, optimizer, loader, progress, guard, manager, validation,
+                   StopPolicy(signals, t.exit_interval, t.exit_duration_in_mins), device, result, end_sample,
+                   on_step, read_on_device)
+
+
+def load_data(cfg: Config, plan: RunPlan, progress: TrainProgress):
+    """The validation set, then the training samples up to the run's last; returns (validation, dataset,
+    end_sample)."""
+    t = cfg.training
     # The run's samples end here; the sample stream itself does not depend on it.
     end_sample = progress.consumed_samples + max(t.train_iters - progress.step, 0) * t.global_batch_size
     group = dist.group.WORLD if plan.dims.is_parallel else None
@@ -105,54 +272,19 @@ def _pretrain(cfg: Config, signals: ExitSignalHandler, held: ExitStack, on_step,
     dataset = build_train_dataset(plan.data_path, seq_length=seq_length, num_samples=end_sample, seed=t.seed,
                                   cache_dir=cfg.data.data_cache_path, vocab_size=vocab_size, group=group,
                                   split=split_weights(cfg.data))
-    pm = build_parallel_model(cfg, plan, mesh, device)
-    optimizer = build_optimizer(pm.model, t.lr, t.weight_decay, (t.adam_beta1, t.adam_beta2), t.adam_eps,
-                                impl=cfg.performance.optimizer_impl)
-    sampler = GlobalBatchSampler(total_samples=end_sample, global_batch_size=t.global_batch_size,
-                                 micro_batch_size=t.micro_batch_size, dp_rank=pm.dp_rank, dp_size=pm.dp_size,
-                                 consumed_samples=progress.consumed_samples)
-    guard = NonFiniteGuard(t.max_skipped_steps)
-    schedule, lr_schedule = plan.objective_schedule, plan.lr_schedule
-    manager = CheckpointManager(c.save, pm.model, optimizer,
-                                {"progress": progress, "sampler": sampler, "guard": guard,
-                                 "objective_schedule": schedule, "lr_schedule": lr_schedule,
-                                 "history": start.history}, record,
-                                last_step=t.train_iters, interval=c.save_interval, keep_last=c.keep_last,
-                                pinned=pinned_steps(cfg, schedule.switch_step))
-    restore(start, manager, cfg, seq_length)
-    if not save_exists:
-        held.enter_context(lock_save_folder(c.save))
-    if c.save and rank() == 0:
-        write_run_record(c.save, record)
-
-    log(f"model: {count_parameters(pm.model, include_lm_head=False) / 1e6:.1f}M parameters on this rank "
-        f"without the LM head ({plan.model_args.num_layers} layers, hidden {plan.model_args.hidden_size}, "
-        f"vocab {vocab_size}, seq {seq_length})")
-    log(schedule.describe())
-    log(f"data: {', '.join(plan.data_path)} | samples {progress.consumed_samples}-{end_sample - 1} of the stream "
-        f"| tokenizer {plan.tokenizer_path} | device {device}")
-    if validation is not None:
-        log(f"validation: {validation.num_samples} held-out samples every {validation.interval} steps, at the "
-            "switch and at the end (MLM loss and accuracy, CLM loss)")
-    log(describe_performance(cfg))
-    log(memory_note(cfg, plan.dims, plan.model_args, device))
-    result = RunResult(start_step=progress.step, last_step=progress.step, switch_step=schedule.switch_step,
-                       resumed_from=start.path if start.restores_state else None, start=start.kind)
-    loader = MicroBatchLoader(dataset, sampler, num_workers=cfg.data.num_workers, pin_memory=device.type == "cuda")
-    _train(cfg, plan, pm, optimizer, loader, progress, schedule, lr_schedule, guard, manager, validation,
-           StopPolicy(signals, t.exit_interval, t.exit_duration_in_mins), on_step, read_on_device, device, result)
-    return result
+    return validation, dataset, end_sample
 
 
-def skip_streak(guard: NonFiniteGuard, optimizer, device: torch.device,
-                read_on_device: bool | None) -> SkipStreak | None:
-    """The device-side streak when the steps decide their skip on the device: on a GPU (the host would wait
-    there), and only with torch's fused AdamW (the one that can skip an update on the device)."""
-    if read_on_device is None:
-        read_on_device = device.type == "cuda"
-    if not (read_on_device and optimizer.defaults.get("fused")):
-        return None
-    return SkipStreak(len(guard.in_a_row), guard.max_in_a_row, device)
+def build_parallel_model(cfg: Config, plan: RunPlan, mesh, device: torch.device) -> ParallelModel:
+    """The full model from the run's seed (the same weights on every rank), then this rank's share of it."""
+    backends = backends_on_device(plan, cfg, device)
+    if backends.attention == "auto":
+        log(f"attention auto: {backends.auto_attention[0]} for bidirectional, {backends.auto_attention[1]} for causal "
+            "(fastest measured on this device)")
+    torch.manual_seed(cfg.training.seed)
+    model = Transformer(plan.model_args, backends).to(device)
+    return parallelize(model, plan.dims, mesh, device, cfg.training.precision, cfg.parallel.recompute,
+                       cfg.performance.compile, cfg.performance.fp8)
 
 
 def pinned_steps(cfg: Config, switch_step: int | None) -> dict[int, str]:
@@ -184,16 +316,24 @@ def restore(start: Start, manager: CheckpointManager, cfg: Config, seq_length: i
         warn_if_context_shorter(start.path, seq_length)
 
 
-def build_parallel_model(cfg: Config, plan: RunPlan, mesh, device: torch.device) -> ParallelModel:
-    """The full model from the run's seed (the same weights on every rank), then this rank's share of it."""
-    backends = backends_on_device(plan, cfg, device)
-    if backends.attention == "auto":
-        log(f"attention auto: {backends.auto_attention[0]} for bidirectional, {backends.auto_attention[1]} for causal "
-            "(fastest measured on this device)")
-    torch.manual_seed(cfg.training.seed)
-    model = Transformer(plan.model_args, backends).to(device)
-    return parallelize(model, plan.dims, mesh, device, cfg.training.precision, cfg.parallel.recompute,
-                       cfg.performance.compile, cfg.performance.fp8)
+# What a run says before its first step, so a long first step is never silent: the model, schedule, data,
+# validation and performance settings, the estimated memory per device (the dry-run estimator, with a warning when
+# it exceeds the device) and, in Trainer.train, when step 1 starts (and compiles).
+
+def announce(trainer: Trainer) -> None:
+    """The start-up lines, once the run is built and restored."""
+    cfg, plan, args = trainer.cfg, trainer.plan, trainer.plan.model_args
+    log(f"model: {count_parameters(trainer.pm.model, include_lm_head=False) / 1e6:.1f}M parameters on this rank "
+        f"without the LM head ({args.num_layers} layers, hidden {args.hidden_size}, "
+        f"vocab {args.vocab_size}, seq {args.max_seq_length})")
+    log(trainer.schedule.describe())
+    log(f"data: {', '.join(plan.data_path)} | samples {trainer.progress.consumed_samples}-{trainer.end_sample - 1} "
+        f"of the stream | tokenizer {plan.tokenizer_path} | device {trainer.device}")
+    if trainer.validation is not None:
+        log(f"validation: {trainer.validation.num_samples} held-out samples every {trainer.validation.interval} "
+            "steps, at the switch and at the end (MLM loss and accuracy, CLM loss)")
+    log(describe_performance(cfg))
+    log(memory_note(cfg, plan.dims, args, trainer.device))
 
 
 def describe_performance(cfg: Config) -> str:
@@ -204,74 +344,38 @@ def describe_performance(cfg: Config) -> str:
             f" | compile {perf.compile}{' | fp8 linears' if perf.fp8 else ''} | optional extras: {extras}")
 
 
-def _train(cfg: Config, plan: RunPlan, pm: ParallelModel, optimizer, loader: MicroBatchLoader,
-           progress: TrainProgress, schedule: ObjectiveSchedule, lr_schedule, guard: NonFiniteGuard,
-           manager: CheckpointManager, validation: ValidationSet | None, stop: StopPolicy, on_step,
-           read_on_device: bool | None, device: torch.device, result: RunResult) -> None:
-    t = cfg.training
-    streak = skip_streak(guard, optimizer, device, read_on_device)
-    reporter = RunReporter(cfg.checkpoint.save, cfg.logging.tensorboard_dir, cfg.logging.log_interval,
-                           t.train_iters, result.start_step, plan.model_args, device, plan.dims.world_size)
-    ledger = StepLedger(guard, reporter, t.global_batch_size, on_step)
-    run_start = time.perf_counter()
-    batches = iter(loader)
-    pm.train()
-    if progress.step < t.train_iters:
-        log(first_step_note(pm.compile_mode, progress.step + 1, t.train_iters))
-    while progress.step < t.train_iters:
-        step = progress.step + 1
-        objective = schedule.objective_at(step)
-        micro_batches = [schedule.make_batch(step, mb["tokens"].numpy(), mb["sample_ids"].tolist(),
-                                             mb["document_ids"].numpy() if cfg.performance.document_mask else None)
-                         for mb in next(batches)]
-        if device.type == "cuda":  # pinned: the copies to the device do not make the host wait
-            micro_batches = [pin_batch(b) for b in micro_batches]
-        lr = lr_schedule.lr_at(step)
-        out = train_step(pm, optimizer, micro_batches, lr, t.clip_grad, device, t.precision, streak=streak)
-        progress.advance(t.global_batch_size)
-        result.last_step = step
-        ledger.add(FinishedStep(step, objective, lr, [k for b in micro_batches for k in b.sample_ids],
-                                progress.consumed_samples, schedule.is_switch_step(step), out))
-        validating = validation is not None and validation.due(step, t.train_iters, schedule.switch_step)
-        if (streak is None or on_step is not None or validating or manager.due(step)
-                or reporter.logs_at(step, schedule.is_switch_step(step))):
-            settle(ledger, guard, manager, step, result)
-        if schedule.is_switch_step(step):
-            log(f"objective switch after step {step}: {objective} -> {schedule.objective_at(step + 1)}")
-        if validating:
-            reporter.validation(validation.evaluate(pm, step, device, t.precision), progress.consumed_samples)
-        if manager.due(step):
-            result.last_checkpoint = manager.save(step)
-        if step < t.train_iters and (reason := stop.reason_to_stop(step)):
-            settle(ledger, guard, manager, step, result)
-            result.last_checkpoint = manager.save(step) or result.last_checkpoint
-            result.stop_reason = reason
-            log(f"stopping after step {step} ({reason}); " + ("relaunch the same command to continue from here"
-                                                           if manager.save_dir else "nothing saved (no --save)"))
-            break
-    reporter.close()
-    log(f"done: {progress.step - result.start_step} steps in {format_duration(time.perf_counter() - run_start)}")
+def device_memory_bytes(device: torch.device) -> int | None:
+    """The memory one rank may use: the GPU's, or on CPU the host's shared by the ranks of this node."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    try:
+        host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+    ranks_here = os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or "1"
+    return host // max(1, int(ranks_here))
 
 
-def pin_batch(batch: Batch) -> Batch:
-    document_ids = batch.document_ids.pin_memory() if batch.document_ids is not None else None
-    return replace(batch, input_ids=batch.input_ids.pin_memory(), targets=batch.targets.pin_memory(),
-                   document_ids=document_ids)
+def memory_note(cfg: Config, dims: ParallelDims, args: ModelArgs, device: torch.device) -> str:
+    """One line with the estimated peak memory per device; a warning when it exceeds what the device has."""
+    rows = rank_estimates(cfg, dims, args)
+    worst = max(rows, key=lambda row: row["total_gib"])
+    where = f" (pipeline rank {worst['pp_rank']})" if dims.pp > 1 else ""
+    estimate = (f"estimated memory per device: {worst['total_gib']:.2f} GiB{where} = weights, gradients and AdamW "
+                f"{worst['state_gib']:.2f} + activations {worst['activations_gib']:.2f} + LM head "
+                f"{worst['head_gib']:.2f} (an estimate, as --dry-run prints)")
+    available = device_memory_bytes(device)
+    if available is None or worst["total_gib"] * GIB <= available:
+        return estimate
+    what = "the GPU" if device.type == "cuda" else "this rank's share of the host memory"
+    return (f"warning: {estimate} exceeds the {available / GIB:.2f} GiB of {what}: the run may run out of memory; "
+            "lower --micro-batch-size, add --recompute, or spread the model wider (--tp, --pp, more FSDP ranks)")
 
 
-def settle(ledger: StepLedger, guard: NonFiniteGuard, manager: CheckpointManager, step: int,
-           result: RunResult) -> None:
-    """Account for the steps up to ``step`` (training/step_metrics.py); raise NonFiniteError, after saving a
-    checkpoint of the last good state, when the guard's streak is complete."""
-    stopped_at = ledger.settle()
-    result.total_skipped = guard.total_skipped
-    if stopped_at is None:
-        return
-    saved = "No checkpoint was written (no --save)."
-    if manager.save_dir is not None:
-        saved = (f"Checkpoint {manager.save(step)} holds the weights and optimizer state of step "
-                 f"{guard.last_good_step} (the last good state) with the data position after step {step}.")
-    if step > stopped_at:
-        saved += (f" Steps {stopped_at + 1}-{step} ran before the host read the step flags; their updates were held "
-                  "back.")
-    raise guard.error(saved)
+def first_step_note(compile_mode: str, step: int, train_iters: int) -> str:
+    """``compile_mode``: the resolved ``--compile`` mode (``ParallelModel.compile_mode``)."""
+    note = f"step {step}/{train_iters} starting"
+    if compile_mode != "none":
+        what = "every block" if compile_mode == "blocks" else "the model"
+        return note + f": torch.compile compiles {what} during this first step, which can take minutes"
+    return note + " (the first step also warms up the kernels and allocator)"

@@ -54,7 +54,7 @@ def reference(ckpt: str, first_word: int, words: int, resume_dir: str) -> dict:
     from megamlm.model.transformer import Transformer
     from megamlm.parallel.dims import ParallelDims
     from megamlm.parallel.parallelize import parallelize
-    from megamlm.training.optimizer import build_optimizer
+    from megamlm.training.optim import build_optimizer
     from megamlm.training.step import train_step
 
     record, args = _record(ckpt)
@@ -91,7 +91,7 @@ def check_family(rank: int, world: int, layouts: dict, family: str, ckpt: str, f
     from megamlm.model.transformer import Transformer
     from megamlm.parallel.dims import resolve_parallel_dims
     from megamlm.parallel.parallelize import parallelize
-    from megamlm.training.optimizer import build_optimizer
+    from megamlm.training.optim import build_optimizer
     from megamlm.training.step import train_step
 
     record, args = _record(ckpt)

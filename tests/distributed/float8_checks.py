@@ -16,7 +16,7 @@ CPU = torch.device("cpu")
 
 
 def _steps(pm, ids):
-    from megamlm.training.optimizer import build_optimizer
+    from megamlm.training.optim import build_optimizer
     from megamlm.training.step import train_step
 
     sched = schedule("mlm")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import tempfile
 import traceback
 from pathlib import Path
@@ -13,20 +12,13 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from megamlm.model.config import ModelArgs
+from helpers import SPLITTABLE, free_port, tiny_args
 from megamlm.objectives import MaskingSpec, ObjectiveSchedule
 
 # A tiny model whose heads (8), KV heads (4), layers (4), MLP width and vocabulary split by 2 and 4.
-TINY = ModelArgs(vocab_size=512, num_layers=4, hidden_size=64, ffn_hidden_size=128, num_attention_heads=8,
-                 num_query_groups=4, max_seq_length=32)
+TINY = tiny_args(vocab_size=512, **SPLITTABLE)
 SEQ = 32
 SEED = 7
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _worker(rank: int, world_size: int, port: int, store_file: str, fn, args, errors):

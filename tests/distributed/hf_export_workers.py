@@ -9,27 +9,18 @@ from pathlib import Path
 
 import torch
 
+from helpers import SPLITTABLE, random_model, tiny_args
 from megamlm.config import Config
-from megamlm.model.config import ModelArgs
 
 REPO = Path(__file__).resolve().parents[2]
 AUSTEN_TOKENIZER = REPO / "megamlm" / "assets" / "austen" / "tokenizer.json"
 # Splits by 2 in heads, KV heads, layers and MLP width; the Austen tokenizer's vocabulary.
-ARGS = ModelArgs(vocab_size=8192, num_layers=4, hidden_size=64, ffn_hidden_size=128, num_attention_heads=8,
-                 num_query_groups=4, max_seq_length=32)
+ARGS = tiny_args(vocab_size=8192, **SPLITTABLE)
 SEED = 11
 
 
 def reference_model():
-    from megamlm.model.transformer import Transformer
-
-    torch.manual_seed(SEED)
-    model = Transformer(ARGS)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.uniform_(0.5, 1.5)
-    return model
+    return random_model(ARGS, SEED)
 
 
 def run_record() -> dict:

@@ -24,7 +24,7 @@ def reference(objective: str):
     from megamlm.objectives import IGNORE_INDEX, sparse_lm_loss
     from megamlm.parallel.dims import ParallelDims
     from megamlm.parallel.parallelize import parallelize
-    from megamlm.training.optimizer import build_optimizer
+    from megamlm.training.optim import build_optimizer
     from megamlm.training.step import train_step
 
     sched = schedule(objective)
@@ -52,7 +52,7 @@ def check_layout(rank: int, world: int, layout: dict, recompute: bool = False, c
     from megamlm.parallel.dims import resolve_parallel_dims
     from megamlm.parallel.forward_backward import forward_backward
     from megamlm.parallel.parallelize import parallelize
-    from megamlm.training.optimizer import build_optimizer
+    from megamlm.training.optim import build_optimizer
     from megamlm.training.step import train_step
 
     dims = resolve_parallel_dims(

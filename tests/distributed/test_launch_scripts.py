@@ -17,14 +17,16 @@ from pathlib import Path
 
 import pytest
 
+from helpers import SPLITTABLE_SHAPE
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = [REPO / "examples" / "run_local.sh", REPO / "examples" / "run_mpirun.sh",
            REPO / "examples" / "slurm" / "pretrain_nvidia.sbatch", REPO / "examples" / "slurm" / "pretrain_rocm.sbatch"]
 FORWARDER = REPO / "examples" / "torchrun_forward_signals.sh"
 LAYOUT = ["--model", "610m", "--tp", "2", "--pp", "2", "--micro-batch-size", "2", "--global-batch-size", "64"]
-TINY_RUN = ["--model", "tiny", "--hidden-size", "64", "--ffn-hidden-size", "128", "--seq-length", "32",
-            "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters", "2", "--lr-warmup-iters", "0",
-            "--lr-wsd-decay-iters", "1", "--log-interval", "1", "--objective", "clm_then_mlm", "--switch", "0.5"]
+TINY_RUN = [*SPLITTABLE_SHAPE, "--micro-batch-size", "2", "--global-batch-size", "4", "--train-iters", "2",
+            "--lr-warmup-iters", "0", "--lr-wsd-decay-iters", "1", "--log-interval", "1", "--objective", "clm_then_mlm",
+            "--switch", "0.5"]
 
 
 @pytest.mark.parametrize("script", [*SCRIPTS, FORWARDER], ids=lambda p: p.name)
@@ -145,7 +147,7 @@ def test_a_stop_signal_under_torchrun_saves_and_the_launch_script_exits_0(cache,
 
 @pytest.mark.slow
 def test_ranks_started_by_an_mpi_launcher_find_each_other(cache, tmp_path):
-    from harness import free_port
+    from helpers import free_port
 
     port = str(free_port())
     procs = []

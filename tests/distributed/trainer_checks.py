@@ -5,16 +5,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from helpers import SPLITTABLE_SHAPE
+
 # The tiny preset shrunk further so that a few steps take seconds on 2 CPU cores.
-FLAGS = ["--model", "tiny", "--hidden-size", "64", "--ffn-hidden-size", "128", "--seq-length", "32",
-         "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "4", "--objective", "clm_then_mlm",
-         "--switch", "0.5", "--lr-warmup-iters", "1", "--lr-wsd-decay-iters", "1", "--log-interval", "1"]
+FLAGS = [*SPLITTABLE_SHAPE, "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "4",
+         "--objective", "clm_then_mlm", "--switch", "0.5", "--lr-warmup-iters", "1", "--lr-wsd-decay-iters", "1",
+         "--log-interval", "1"]
 
 
 def run_pretrain(argv: list[str]) -> dict:
     from megamlm.config import parse_args
-    from megamlm.training.recorder import StepRecorder
     from megamlm.training.trainer import pretrain
+    from step_recorder import StepRecorder
 
     recorder = StepRecorder()
     result = pretrain(parse_args([str(a) for a in argv]), on_step=recorder)

@@ -243,15 +243,14 @@ def _has(module: str) -> bool:
 def _tiny_hf_models(folder: Path) -> None:
     import torch
 
+    from helpers import tiny_args
     from megamlm.checkpoint import save_checkpoint
     from megamlm.config import Config
     from megamlm.data.embedded import TOKENIZER_FILE
     from megamlm.hf.export import export_checkpoint
-    from megamlm.model.config import ModelArgs
     from megamlm.model.transformer import Transformer
 
-    args = ModelArgs(vocab_size=8192, num_layers=1, hidden_size=32, ffn_hidden_size=64, num_attention_heads=2,
-                     num_query_groups=2, max_seq_length=128)
+    args = tiny_args(vocab_size=8192, num_layers=1, num_attention_heads=2, max_seq_length=128)
     for name in ("mlm", "clm"):
         torch.manual_seed(len(name))
         model = Transformer(args)

@@ -7,17 +7,11 @@ import torch
 
 from types import SimpleNamespace
 
+from helpers import FAST, TINY, write_dataset
+from step_recorder import StepRecorder
 from megamlm.config import parse_args
-from megamlm.data import IndexedDataset, IndexedDatasetWriter, prepare_embedded_corpus
-from megamlm.training.recorder import StepRecorder
+from megamlm.data import IndexedDataset, prepare_embedded_corpus
 from megamlm.training.trainer import pretrain
-
-# Small enough for seconds per run on 2 cores, large enough for the loss to move.
-FAST = ["--seq-length", "64", "--global-batch-size", "8", "--micro-batch-size", "4", "--log-interval", "5"]
-# Smaller still (one layer of width 32, 32-token samples, global batch 4): a run of a few steps takes a second.
-TINY = ["--num-layers", "1", "--hidden-size", "32", "--ffn-hidden-size", "64", "--num-attention-heads", "2",
-        "--num-query-groups", "2", "--seq-length", "32", "--global-batch-size", "4", "--micro-batch-size", "2",
-        "--lr-warmup-iters", "2", "--lr-wsd-decay-iters", "2"]
 
 
 @pytest.fixture(scope="session")
@@ -81,7 +75,6 @@ def other_corpus(tmp_path, cache_dir):
     """(prefix, tokenizer) of other data in the bundled corpus's vocabulary: its second half."""
     prefix, tokenizer = prepare_embedded_corpus(cache_dir)
     source = IndexedDataset(prefix)
-    with IndexedDatasetWriter(tmp_path / "other" / "part_text_document", source.dtype) as writer:
-        for i in range(len(source) // 2, len(source)):
-            writer.add_document(source[i])
-    return str(tmp_path / "other" / "part_text_document"), tokenizer
+    other = write_dataset(tmp_path / "other" / "part_text_document",
+                          (source[i] for i in range(len(source) // 2, len(source))), source.dtype)
+    return other, tokenizer

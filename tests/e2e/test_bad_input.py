@@ -6,7 +6,8 @@ import pytest
 from megamlm.checkpoint import CheckpointError
 from megamlm.cli import main
 from megamlm.config import ConfigError
-from megamlm.data import DataError, IndexedDatasetWriter, prepare_embedded_corpus
+from helpers import TINY_BATCH, TINY_SHAPE, write_dataset
+from megamlm.data import DataError, prepare_embedded_corpus
 
 
 def expect_cli_error(capsys, argv, message):
@@ -42,8 +43,7 @@ def test_data_whose_vocabulary_does_not_fit_the_model(capsys, tmp_path, cache_di
     monkeypatch.setenv("MEGAMLM_CACHE", cache_dir)
     _, tokenizer = prepare_embedded_corpus()  # 8,192 ids
     prefix = tmp_path / "wide"
-    with IndexedDatasetWriter(prefix, dtype=np.int32) as writer:
-        writer.add_document(np.arange(9000, 9500))
+    write_dataset(prefix, [np.arange(9000, 9500)], np.int32)
     expect_cli_error(capsys, ["--data-path", prefix, "--tokenizer-model", tokenizer], "token id 9499")
 
 
@@ -93,9 +93,7 @@ from megamlm.checkpoint.integrity import MARKER  # noqa: E402
 from megamlm.data.embedded import TOKENIZER_FILE  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
-SMALL = ["--num-layers", "1", "--hidden-size", "32", "--ffn-hidden-size", "64", "--num-attention-heads", "2",
-         "--num-query-groups", "2", "--seq-length", "32", "--global-batch-size", "4", "--micro-batch-size", "2",
-         "--log-interval", "1"]
+SMALL = [*TINY_SHAPE, *TINY_BATCH, "--log-interval", "1"]
 
 
 def snapshot(folder: Path) -> dict:
@@ -334,8 +332,7 @@ def test_data_tokenized_by_another_tokenizer_is_refused_when_its_sidecar_says_so
 def test_the_vocabulary_message_first_suggests_retokenizing(capsys, tmp_path, cache_dir):
     _, tokenizer = prepare_embedded_corpus()
     prefix = tmp_path / "wide"
-    with IndexedDatasetWriter(prefix, dtype=np.int32) as writer:
-        writer.add_document(np.arange(9000, 9500))
+    write_dataset(prefix, [np.arange(9000, 9500)], np.int32)
     assert main(["--data-path", str(prefix), "--tokenizer-model", tokenizer]) == 2
     err = capsys.readouterr().err
     assert err.index("Re-tokenize it with tools/preprocess_data.py") < err.index("pass that one as --tokenizer-model")

@@ -19,7 +19,7 @@ from megamlm.hf.megamlm_checkpoint import write_weights_checkpoint
 from megamlm.model.config import ModelArgs
 from megamlm.model.transformer import Transformer
 from megamlm.training.lineage import Segment
-from megamlm.training.lr_schedule import LRSchedule
+from megamlm.training.optim import LRSchedule
 from megamlm.training.resume import history_difference
 from megamlm.training.run_record import RUN_RECORD
 

@@ -11,13 +11,13 @@ from megamlm.config import parse_args
 from megamlm.model.config import ModelArgs
 from megamlm.model.transformer import Transformer
 from megamlm.training import metrics, trainer
-from megamlm.training.guards import NonFiniteError
 from megamlm.training.metrics import model_flops
 from megamlm.training.metrics_file import read_metrics
-from megamlm.training.recorder import StepRecorder
+from megamlm.training.nonfinite import NonFiniteError
 from megamlm.training.trainer import pretrain
 
-from .conftest import FAST, TINY
+from helpers import FAST, TINY
+from step_recorder import StepRecorder
 
 GBS = 4  # TINY's global batch size
 TIMING = ("tokens_per_second", "mfu", "peak_memory_mib")

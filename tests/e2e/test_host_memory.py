@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers import TINY_SHAPE
+
 REPO = Path(__file__).resolve().parents[2]
 PEAK = r'''
 import resource, runpy, sys
@@ -15,9 +17,7 @@ except SystemExit as exit:
     assert not exit.code, exit.code
 print("PEAK_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 '''
-SMALL = ["--num-layers", "1", "--hidden-size", "32", "--ffn-hidden-size", "64", "--num-attention-heads", "2",
-         "--num-query-groups", "2", "--seq-length", "32", "--global-batch-size", "2", "--micro-batch-size", "2",
-         "--log-interval", "500"]
+SMALL = [*TINY_SHAPE, "--global-batch-size", "2", "--micro-batch-size", "2", "--log-interval", "500"]
 
 
 def peak_kib(steps: int, cache_dir: str, tmp_path: Path) -> int:

@@ -11,13 +11,13 @@ from types import SimpleNamespace
 
 import pytest
 
+from helpers import TINY_SHAPE
 from megamlm.hf import export as export_module
 from megamlm.hf.export import export_checkpoint
 
 REPO = Path(__file__).resolve().parents[2]
-TRAIN = ["--num-layers", "1", "--hidden-size", "32", "--ffn-hidden-size", "64", "--num-attention-heads", "2",
-         "--num-query-groups", "2", "--seq-length", "32", "--global-batch-size", "2", "--micro-batch-size", "2",
-         "--train-iters", "100000", "--save-interval", "1", "--keep-last", "1", "--log-interval", "50"]
+TRAIN = [*TINY_SHAPE, "--global-batch-size", "2", "--micro-batch-size", "2", "--train-iters", "100000",
+         "--save-interval", "1", "--keep-last", "1", "--log-interval", "50"]
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from megamlm.model.config import ModelArgs
 from megamlm.model.transformer import Transformer
 from megamlm.training import trainer
 from megamlm.errors import ResumeError
-from megamlm.training.guards import NonFiniteError
+from megamlm.training.nonfinite import NonFiniteError
 
 GBS = 4  # the TINY settings' global batch size (conftest.py)
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import TINY_BATCH, TINY_SHAPE
+
 REPO = Path(__file__).resolve().parents[2]
 
 WORKER = r'''
@@ -27,8 +29,7 @@ dist.init_process_group("gloo")
 rank = dist.get_rank()
 from megamlm.checkpoint import CheckpointSaveError, resolve_checkpoint, save_state_checkpoint
 from megamlm.checkpoint.integrity import read_marker
-from megamlm.training.signals import ExitSignalHandler
-from megamlm.training.stopping import StopPolicy
+from megamlm.training.stopping import ExitSignalHandler, StopPolicy
 
 save = Path(sys.argv[1])
 out = {}
@@ -74,7 +75,7 @@ from megamlm.model.transformer import Transformer
 from megamlm.objectives import MaskingSpec, ObjectiveSchedule
 from megamlm.parallel.dims import resolve_parallel_dims
 from megamlm.parallel.parallelize import parallelize
-from megamlm.training.optimizer import build_optimizer
+from megamlm.training.optim import build_optimizer
 from megamlm.training.step import train_step
 
 cpu = torch.device("cpu")
@@ -148,9 +149,7 @@ from megamlm.cli import main
 sys.exit(main(sys.argv[1:]))
 '''
 
-TINY = ["--num-layers", "1", "--hidden-size", "32", "--ffn-hidden-size", "64", "--num-attention-heads", "2",
-        "--num-query-groups", "2", "--seq-length", "32", "--global-batch-size", "4", "--micro-batch-size", "2",
-        "--train-iters", "6", "--log-interval", "1"]
+TINY = [*TINY_SHAPE, *TINY_BATCH, "--train-iters", "6", "--log-interval", "1"]
 
 
 @pytest.mark.slow

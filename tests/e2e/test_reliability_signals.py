@@ -16,17 +16,16 @@ from pathlib import Path
 import pytest
 import torch
 
+from helpers import TINY_BATCH, TINY_SHAPE
+from step_recorder import StepRecorder
 from megamlm.checkpoint import resolve_checkpoint
 from megamlm.config import parse_args
-from megamlm.training.recorder import StepRecorder
-from megamlm.training.signals import SAME_REQUEST_S
+from megamlm.training.stopping import SAME_REQUEST_S
 from megamlm.training.trainer import pretrain
 
 REPO = Path(__file__).resolve().parents[2]
-ARGS = ["--num-layers", "1", "--hidden-size", "32", "--ffn-hidden-size", "64", "--num-attention-heads", "2",
-        "--num-query-groups", "2", "--seq-length", "32", "--global-batch-size", "4", "--micro-batch-size", "2",
-        "--objective", "clm_then_mlm", "--switch", "0.5", "--train-iters", "8", "--lr-warmup-iters", "2",
-        "--lr-wsd-decay-iters", "2", "--log-interval", "1"]
+ARGS = [*TINY_SHAPE, *TINY_BATCH, "--objective", "clm_then_mlm", "--switch", "0.5", "--train-iters", "8",
+        "--lr-warmup-iters", "2", "--lr-wsd-decay-iters", "2", "--log-interval", "1"]
 
 DRIVER = r'''
 import json, os, sys, time
@@ -47,7 +46,7 @@ if pause_in:
 
     checkpointer.write_rank_completion = pausing
 
-from megamlm.training.recorder import StepRecorder
+from step_recorder import StepRecorder  # tests/ is on PYTHONPATH (Run)
 
 pretrain = trainer.pretrain
 
@@ -71,7 +70,8 @@ class Run:
         self.paused = tmp_path / f"{name}.paused"
         driver = tmp_path / "driver.py"
         driver.write_text(DRIVER)
-        env = {**os.environ, "PYTHONPATH": str(REPO), "MEGAMLM_CACHE": cache_dir, "OMP_NUM_THREADS": "1",
+        python_path = os.pathsep.join([str(REPO), str(REPO / "tests")])  # the driver imports tests/step_recorder.py
+        env = {**os.environ, "PYTHONPATH": python_path, "MEGAMLM_CACHE": cache_dir, "OMP_NUM_THREADS": "1",
                "PYTHONUNBUFFERED": "1", "LOSSES_OUT": str(self.out), "PAUSED_FLAG": str(self.paused)}
         if pause_in_save_of is not None:
             env["PAUSE_IN_SAVE_OF"] = str(pause_in_save_of)

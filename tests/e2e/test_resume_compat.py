@@ -11,16 +11,16 @@ import json
 import pytest
 import torch
 
+from helpers import TINY_SHAPE
 from megamlm.checkpoint.catalog import LEGACY_TRAIN_STATE, TRAIN_STATE
 from megamlm.checkpoint.integrity import MARKER
 from megamlm.cli import main
 from megamlm.training import trainer
-from megamlm.training.lr_schedule import LRSchedule
-from megamlm.training.guards import NonFiniteError
+from megamlm.training.nonfinite import NonFiniteError
+from megamlm.training.optim import LRSchedule
 
-SMALL = ["--num-layers", "1", "--hidden-size", "32", "--ffn-hidden-size", "64", "--num-attention-heads", "2",
-         "--num-query-groups", "2", "--seq-length", "32", "--micro-batch-size", "2", "--lr-warmup-iters", "2",
-         "--lr-wsd-decay-iters", "2", "--objective", "clm_then_mlm", "--switch", "0.5"]
+SMALL = [*TINY_SHAPE, "--micro-batch-size", "2", "--lr-warmup-iters", "2", "--lr-wsd-decay-iters", "2",
+         "--objective", "clm_then_mlm", "--switch", "0.5"]
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -6,8 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers import write_dataset
 from megamlm.cli import main
-from megamlm.data import IndexedDataset, IndexedDatasetWriter
+from megamlm.data import IndexedDataset
 from megamlm.training.metrics_file import read_metrics
 
 VALIDATION = ["--split", "969,30,1", "--eval-interval", "2", "--eval-iters", "2"]
@@ -73,9 +74,7 @@ def test_validation_and_metrics_survive_a_crash_and_resume_without_a_duplicate_s
 
 def write_corpus(prefix, documents: int, size: int = 40) -> str:
     rng = np.random.default_rng(0)
-    with IndexedDatasetWriter(prefix, np.uint16) as writer:
-        for _ in range(documents):
-            writer.add_document(rng.integers(10, 8000, size))
+    write_dataset(prefix, [rng.integers(10, 8000, size) for _ in range(documents)])
     return str(IndexedDataset(prefix).prefix)
 
 

@@ -2,10 +2,10 @@
 
 
 def test_the_log_names_the_chosen_batch_the_memory_and_step_1_before_the_first_step(cache_dir, capsys):
+    from helpers import TINY_SHAPE
     from megamlm.cli import main
 
-    assert main(["--num-layers", "1", "--hidden-size", "32", "--ffn-hidden-size", "64", "--num-attention-heads",
-                 "2", "--num-query-groups", "2", "--seq-length", "32", "--train-iters", "2", "--log-interval", "1"]) == 0
+    assert main([*TINY_SHAPE, "--train-iters", "2", "--log-interval", "1"]) == 0
     out = capsys.readouterr().out
     order = [out.index(line) for line in (
         "--micro-batch-size and --global-batch-size not given: global 16 = micro 16 x DP 1 x 1 micro-batches",

@@ -239,3 +239,35 @@ def test_the_data_cache_path_default_is_what_happens(tmp_path, monkeypatch):
     assert sorted(p.name for p in (tmp_path / "cache").rglob("*")) == before
     build_train_dataset([prefix], seq_length=32, num_samples=64, seed=1, cache_dir=str(tmp_path / "idx"))
     assert list((tmp_path / "idx").glob("*.npy"))
+
+
+def test_a_validated_config_is_frozen():
+    import dataclasses
+
+    cfg = parse_args([])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.training.lr = 1
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.model = None
+    changed = dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, lr=1.0))
+    assert (changed.training.lr, cfg.training.lr) == (1.0, 3e-3)
+
+
+def test_each_model_field_is_declared_once_and_its_flag_comes_from_it(capsys):
+    """ModelArgs declares the shape; the model section's flags (and their help) are generated from it."""
+    import ast
+    from pathlib import Path
+
+    declared: dict[str, list[str]] = {}
+    for path in (Path(__file__).resolve().parents[2] / "megamlm").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                declared.setdefault(node.target.id, []).append(str(path))
+    for name in ("num_query_groups", "ffn_hidden_size", "rope_theta"):
+        assert len(declared[name]) == 1 and declared[name][0].endswith("model/config.py"), (name, declared[name])
+    with pytest.raises(SystemExit):
+        parse_args(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--num-query-groups NUM_QUERY_GROUPS Key/value heads for grouped-query attention (default: the preset's)" \
+        in out
+    assert "--rope-theta ROPE_THETA Rotary embedding base. (default: 10000.0)" in out

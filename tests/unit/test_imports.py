@@ -1,28 +1,124 @@
-"""Layering rules that keep the package simple: imports inside functions only for optional dependencies."""
+"""Layering rules that keep the package simple, read from the source with ast (imports at module level and
+inside functions alike):
+
+- imports inside functions only for optional dependencies, in megamlm/, tools/, benchmarks/ and pretrain.py;
+- the lowest floor (``FLOOR``) imports nothing from megamlm but the floor;
+- ``megamlm.config`` imports neither ``megamlm.parallel``, ``megamlm.training`` nor ``megamlm.hf``;
+- ``megamlm.model`` imports neither ``megamlm.parallel`` nor ``megamlm.training``.
+
+The megamlm rules follow imports through megamlm's own modules (importing ``a.b.c`` runs ``a`` and ``a.b`` too),
+so a rule cannot be broken by way of a module in between; a failure names the chain.
+"""
 
 import ast
+from functools import lru_cache
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[2] / "megamlm"
-# Optional extras (or expensive GPU-only paths) that must never be needed to import megamlm.
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "megamlm"
+SOURCES = (PACKAGE, ROOT / "tools", ROOT / "benchmarks", ROOT / "pretrain.py")
+# Optional extras (or expensive GPU-only paths) that must never be needed to import megamlm or start a tool.
 OPTIONAL = ("transformers", "datasets", "huggingface_hub", "matplotlib", "tiktoken", "sentencepiece", "zstandard",
             "pyarrow", "flash_attn", "transformer_engine", "apex", "mpi4py", "gguf", "triton", "torchao",
             "torch.nn.attention.flex_attention", "accelerate", "seqeval")
+# The lowest floor: modules any other may import, which import nothing from megamlm but each other.
+FLOOR = ("megamlm", "megamlm.errors", "megamlm.log", "megamlm.launcher_env", "megamlm.extras", "megamlm.env_args",
+         "megamlm.precision", "megamlm.figures")
 
 
-def function_level_imports():
-    for path in sorted(PACKAGE.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                for sub in ast.walk(node):
-                    if isinstance(sub, ast.ImportFrom) and sub.module:
-                        yield path, sub.lineno, sub.module
-                    elif isinstance(sub, ast.Import):
-                        for alias in sub.names:
-                            yield path, sub.lineno, alias.name
+def python_files(source: Path) -> list[Path]:
+    return [source] if source.suffix == ".py" else sorted(source.rglob("*.py"))
+
+
+def module_name(path: Path) -> str:
+    """``megamlm/model/config.py`` -> ``megamlm.model.config``; a package's ``__init__.py`` -> the package."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path):
+    """(line, imported module, names taken from it, inside a function) for every import in ``path``, relative
+    imports resolved: ``from a import b`` gives ``a`` and ``("b",)``, ``import a.b`` gives ``a.b`` and ``()``."""
+    module = module_name(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    tree = ast.parse(path.read_text())
+    in_function = {id(sub) for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                   for sub in ast.walk(node)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name, (), id(node) in in_function
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            yield node.lineno, base, tuple(alias.name for alias in node.names), id(node) in in_function
+
+
+def is_under(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+@lru_cache(maxsize=1)
+def megamlm_graph() -> dict[str, set[str]]:
+    """megamlm module -> the megamlm modules it imports (with the packages above them)."""
+    modules = {module_name(path): path for path in python_files(PACKAGE)}
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for _, imported, names, _ in imports(path):
+            parts = imported.split(".")
+            targets |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)} & modules.keys()
+            targets |= {f"{imported}.{name}" for name in names} & modules.keys()  # ``from a import b``, b a module
+        parents = name.split(".")
+        targets |= {".".join(parents[:i]) for i in range(1, len(parents))}  # a module runs its packages first
+        graph[name] = targets - {name}
+    return graph
+
+
+def reached(start: str) -> dict[str, list[str]]:
+    """Every megamlm module that importing ``start`` runs, each with one import chain leading to it."""
+    graph = megamlm_graph()
+    chains = {start: [start]}
+    todo = [start]
+    while todo:
+        current = todo.pop()
+        for target in sorted(graph.get(current, ())):
+            if target not in chains:
+                chains[target] = [*chains[current], target]
+                todo.append(target)
+    return chains
+
+
+def violations(prefix: str, forbidden: tuple[str, ...]) -> list[str]:
+    """The chains by which a module under ``prefix`` imports one under a ``forbidden`` prefix."""
+    found = []
+    for module in sorted(m for m in megamlm_graph() if is_under(m, prefix)):
+        for target, chain in reached(module).items():
+            if any(is_under(target, f) for f in forbidden):
+                found.append(" -> ".join(chain))
+    return found
 
 
 def test_only_optional_dependencies_are_imported_inside_functions():
-    offending = [f"{path.relative_to(PACKAGE.parent)}:{line} {module}" for path, line, module in function_level_imports()
-                 if not module.startswith(OPTIONAL)]
+    offending = [f"{path.relative_to(ROOT)}:{line} {module}" for source in SOURCES for path in python_files(source)
+                 for line, module, _, inside in imports(path)
+                 if inside and not any(is_under(module, optional) for optional in OPTIONAL)]
     assert offending == []
+
+
+def test_the_lowest_floor_imports_nothing_from_megamlm_above_it():
+    graph = megamlm_graph()
+    assert set(FLOOR) <= graph.keys()
+    offending = [f"{module} imports {target}" for module in FLOOR for target in sorted(graph[module])
+                 if target not in FLOOR]
+    assert offending == []
+
+
+def test_config_imports_neither_parallel_training_nor_hf():
+    assert violations("megamlm.config", ("megamlm.parallel", "megamlm.training", "megamlm.hf")) == []
+
+
+def test_model_imports_neither_parallel_nor_training():
+    assert violations("megamlm.model", ("megamlm.parallel", "megamlm.training")) == []

@@ -1,7 +1,8 @@
 import numpy as np
 import pytest
 
-from megamlm.data import BlendedDataset, DataError, IndexedDatasetWriter, build_train_dataset
+from helpers import write_dataset
+from megamlm.data import BlendedDataset, DataError, build_train_dataset
 from megamlm.data.blending import build_blend_index_numpy, parse_data_path
 
 
@@ -42,16 +43,9 @@ def test_blend_index_follows_the_weights_at_every_prefix(weights):
         assert np.all(np.abs(counts - w * (i + 1)) <= 1.0 + 1e-9)
 
 
-def write(prefix, docs):
-    with IndexedDatasetWriter(prefix, np.uint16) as writer:
-        for doc in docs:
-            writer.add_document(doc)
-    return str(prefix)
-
-
 def test_blended_dataset(tmp_path, make_documents):
-    a = write(tmp_path / "a", [np.full(30, 1), np.full(50, 2)])
-    b = write(tmp_path / "b", [np.full(40, 7)])
+    a = write_dataset(tmp_path / "a", [np.full(30, 1), np.full(50, 2)])
+    b = write_dataset(tmp_path / "b", [np.full(40, 7)])
     ds = build_train_dataset(["0.75", a, "0.25", b], 8, 100, seed=3, cache_dir=tmp_path / "cache")
     assert isinstance(ds, BlendedDataset) and len(ds) == 100
     from_b = [k for k in range(100) if set(ds[k]) == {7}]
@@ -60,12 +54,12 @@ def test_blended_dataset(tmp_path, make_documents):
     assert all(np.array_equal(ds[k], again[k]) for k in range(100))
     assert ds.document_ids(from_b[0]).tolist() == [0] * 8
     with pytest.raises(DataError, match="holds no tokens"):
-        build_train_dataset(["0.5", a, "0.5", write(tmp_path / "e", [[]])], 8, 10, seed=0)
+        build_train_dataset(["0.5", a, "0.5", write_dataset(tmp_path / "e", [[]])], 8, 10, seed=0)
 
 
 def test_a_shorter_blended_run_is_a_prefix_of_a_longer_run(tmp_path, make_documents):
-    a = write(tmp_path / "a", make_documents(seed=1))
-    b = write(tmp_path / "b", make_documents(seed=2, count=10))  # small: many epochs in the long run
+    a = write_dataset(tmp_path / "a", make_documents(seed=1))
+    b = write_dataset(tmp_path / "b", make_documents(seed=2, count=10))  # small: many epochs in the long run
     path = ["0.6", a, "0.4", b]
     cache = tmp_path / "cache"
     long = build_train_dataset(path, 16, 600, seed=3)

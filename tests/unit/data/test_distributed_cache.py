@@ -2,22 +2,17 @@
 samples; their data-parallel slices of each global batch together make the whole batch."""
 
 import os
-import socket
 
 import numpy as np
 import pytest
+
+from helpers import free_port, write_dataset
 
 torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]  # two fresh torch processes: ~15-60 s
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def worker(rank, world, port, prefix, cache, out):
@@ -38,11 +33,9 @@ def worker(rank, world, port, prefix, cache, out):
 
 
 def test_two_ranks_share_one_cache_and_split_each_batch(tmp_path, make_documents):
-    from megamlm.data import IndexedDatasetWriter, build_train_dataset
+    from megamlm.data import build_train_dataset
 
-    with IndexedDatasetWriter(tmp_path / "d", np.uint16) as writer:
-        for doc in make_documents():
-            writer.add_document(doc)
+    write_dataset(tmp_path / "d", make_documents())
     cache = tmp_path / "cache"
     mp.spawn(worker, args=(2, free_port(), str(tmp_path / "d"), str(cache), str(tmp_path)), nprocs=2)
     assert len(list(cache.glob("index-*-description.json"))) == 1

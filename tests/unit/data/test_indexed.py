@@ -5,14 +5,8 @@ import struct
 import numpy as np
 import pytest
 
+from helpers import write_dataset
 from megamlm.data.indexed import MAGIC, DataError, IndexedDataset, IndexedDatasetWriter, best_dtype
-
-
-def write(prefix, docs, dtype=np.uint16):
-    with IndexedDatasetWriter(prefix, dtype) as writer:
-        for doc in docs:
-            writer.add_document(doc)
-    return str(prefix)
 
 
 def spec_bytes(docs, dtype_code, itemsize):
@@ -33,7 +27,7 @@ def spec_bytes(docs, dtype_code, itemsize):
 @pytest.mark.parametrize("dtype,code", [(np.uint16, 8), (np.int32, 4), (np.int64, 5), (np.uint8, 1)])
 def test_bytes_follow_the_format_spec(tmp_path, dtype, code, make_documents):
     docs = make_documents(vocab=200)
-    prefix = write(tmp_path / "d", docs, dtype)
+    prefix = write_dataset(tmp_path / "d", docs, dtype)
     assert open(prefix + ".idx", "rb").read() == spec_bytes(docs, code, np.dtype(dtype).itemsize)
     expected_bin = b"".join(np.asarray(d, dtype=dtype).tobytes() for d in docs)
     assert open(prefix + ".bin", "rb").read() == expected_bin
@@ -41,7 +35,7 @@ def test_bytes_follow_the_format_spec(tmp_path, dtype, code, make_documents):
 
 def test_round_trip_with_empty_and_long_documents(tmp_path, make_documents):
     docs = make_documents()
-    ds = IndexedDataset(write(tmp_path / "d", docs))
+    ds = IndexedDataset(write_dataset(tmp_path / "d", docs))
     assert len(ds) == len(docs)
     assert ds.dtype == np.uint16
     assert ds.num_tokens == sum(len(d) for d in docs)
@@ -96,14 +90,14 @@ def test_best_dtype():
 
 def test_pickles_by_name(tmp_path, make_documents):
     docs = make_documents()
-    ds = IndexedDataset(write(tmp_path / "d", docs))
+    ds = IndexedDataset(write_dataset(tmp_path / "d", docs))
     payload = pickle.dumps(ds)
     assert len(payload) < 500  # the memory maps are not copied
     np.testing.assert_array_equal(pickle.loads(payload)[3], docs[3])
 
 
 def test_empty_dataset_opens(tmp_path):
-    ds = IndexedDataset(write(tmp_path / "d", []))
+    ds = IndexedDataset(write_dataset(tmp_path / "d", []))
     assert len(ds) == 0 and ds.num_tokens == 0
 
 
@@ -112,7 +106,7 @@ def test_empty_dataset_opens(tmp_path):
 
 @pytest.fixture
 def good(tmp_path, make_documents):
-    return write(tmp_path / "d", make_documents())
+    return write_dataset(tmp_path / "d", make_documents())
 
 
 def patch(path, offset, data):

@@ -6,6 +6,7 @@ import warnings
 import numpy as np
 import pytest
 
+from helpers import write_dataset
 from megamlm.data import IndexedDataset, IndexedDatasetWriter, best_dtype
 from megamlm.data.preprocess import PreprocessSettings, preprocess
 
@@ -26,9 +27,7 @@ def documents(make_documents):
 
 @pytest.mark.parametrize("dtype", [np.uint16, np.int32])
 def test_megamlm_files_open_in_megatron(tmp_path, documents, dtype):
-    with IndexedDatasetWriter(tmp_path / "ours", dtype) as writer:
-        for doc in documents:
-            writer.add_document(doc)
+    write_dataset(tmp_path / "ours", documents, dtype)
     theirs = mcore.IndexedDataset(str(tmp_path / "ours"))
     assert len(theirs) == len(documents)
     assert theirs.index.dtype == dtype

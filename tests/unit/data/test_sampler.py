@@ -1,7 +1,7 @@
-import numpy as np
 import pytest
 
-from megamlm.data import DataError, GlobalBatchSampler, IndexedDataset, IndexedDatasetWriter, MicroBatchLoader
+from helpers import write_dataset
+from megamlm.data import DataError, GlobalBatchSampler, IndexedDataset, MicroBatchLoader
 from megamlm.data.samples import PackedSampleDataset
 
 
@@ -95,9 +95,7 @@ def test_bad_settings():
 
 @pytest.fixture
 def dataset(tmp_path, make_documents):
-    with IndexedDatasetWriter(tmp_path / "d", np.uint16) as writer:
-        for doc in make_documents():
-            writer.add_document(doc)
+    write_dataset(tmp_path / "d", make_documents())
     return PackedSampleDataset(IndexedDataset(tmp_path / "d"), 16, 48, seed=0)
 
 

@@ -3,17 +3,11 @@ import json
 import numpy as np
 import pytest
 
-from megamlm.data import DataError, IndexedDataset, IndexedDatasetWriter, build_train_dataset
+from helpers import write_dataset
+from megamlm.data import DataError, IndexedDataset, build_train_dataset
 from megamlm.data import index_cache
 from megamlm.data.samples import PackedSampleDataset
 from megamlm.data.sample_index import build_epoch, build_sample_index_numpy
-
-
-def write(prefix, docs):
-    with IndexedDatasetWriter(prefix, np.uint16) as writer:
-        for doc in docs:
-            writer.add_document(doc)
-    return IndexedDataset(prefix)
 
 
 def reference_samples(docs, ds, count):
@@ -33,7 +27,7 @@ def reference_samples(docs, ds, count):
 @pytest.mark.parametrize("seq_length,num_samples", [(16, 50), (64, 200), (7, 1), (1000, 9)])
 def test_samples_are_windows_of_each_epochs_shuffled_packed_stream(tmp_path, make_documents, seq_length, num_samples):
     docs = make_documents()
-    ds = PackedSampleDataset(write(tmp_path / "d", docs), seq_length, num_samples, seed=3)
+    ds = PackedSampleDataset(IndexedDataset(write_dataset(tmp_path / "d", docs)), seq_length, num_samples, seed=3)
     assert len(ds) == num_samples
     assert ds.windows_per_epoch == sum(len(d) for d in docs) // seq_length
     assert ds.num_epochs == -(-num_samples // ds.windows_per_epoch)
@@ -61,7 +55,7 @@ def test_every_epoch_consumes_each_window_exactly_once(tmp_path, make_documents,
     tokens = sum(len(d) for d in docs)
     windows = tokens // seq_length
     num_samples = int(epochs * windows)
-    ds = PackedSampleDataset(write(tmp_path / "d", docs), seq_length, num_samples, seed=4)
+    ds = PackedSampleDataset(IndexedDataset(write_dataset(tmp_path / "d", docs)), seq_length, num_samples, seed=4)
     assert ds.windows_per_epoch == windows
     for epoch in range(int(np.ceil(epochs))):
         samples = range(epoch * windows, min((epoch + 1) * windows, num_samples))
@@ -84,7 +78,7 @@ def test_every_epoch_consumes_each_window_exactly_once(tmp_path, make_documents,
 
 def test_a_shorter_run_is_a_prefix_of_a_longer_run(tmp_path, make_documents):
     docs = make_documents()
-    corpus = write(tmp_path / "d", docs)
+    corpus = IndexedDataset(write_dataset(tmp_path / "d", docs))
     windows = sum(len(d) for d in docs) // 16
     cache = tmp_path / "cache"
     lengths = [1, 7, windows - 1, windows, windows + 1, 3 * windows + 5]
@@ -102,7 +96,7 @@ def test_a_shorter_run_is_a_prefix_of_a_longer_run(tmp_path, make_documents):
 
 def test_epochs_and_determinism(tmp_path, make_documents):
     docs = make_documents()
-    corpus = write(tmp_path / "d", docs)
+    corpus = IndexedDataset(write_dataset(tmp_path / "d", docs))
     tokens = corpus.num_tokens
     ds = PackedSampleDataset(corpus, 32, num_samples=3 * (tokens // 32), seed=1)
     assert ds.num_epochs == 3
@@ -117,8 +111,9 @@ def test_epochs_and_determinism(tmp_path, make_documents):
 
 def test_shards_concatenate_like_one_file(tmp_path, make_documents):
     docs = make_documents()
-    whole = PackedSampleDataset(write(tmp_path / "all", docs), 24, 200, seed=5)
-    shards = [write(tmp_path / "a", docs[:13]), write(tmp_path / "b", docs[13:])]
+    whole = PackedSampleDataset(IndexedDataset(write_dataset(tmp_path / "all", docs)), 24, 200, seed=5)
+    shards = [IndexedDataset(write_dataset(tmp_path / "a", docs[:13])),
+              IndexedDataset(write_dataset(tmp_path / "b", docs[13:]))]
     split = PackedSampleDataset(shards, 24, 200, seed=5)
     assert whole.num_epochs > 1
     for k in range(200):
@@ -142,7 +137,7 @@ def test_numpy_sample_index_matches_a_token_walk(make_documents, seq_length):
 
 
 def test_cache_matches_fresh_build_and_is_reused(tmp_path, make_documents, monkeypatch):
-    corpus = write(tmp_path / "d", make_documents())
+    corpus = IndexedDataset(write_dataset(tmp_path / "d", make_documents()))
     cache = tmp_path / "cache"
     windows = corpus.num_tokens // 16
     first = PackedSampleDataset(corpus, 16, windows + 1, seed=7, cache_dir=cache)  # two epochs
@@ -162,7 +157,7 @@ def test_cache_matches_fresh_build_and_is_reused(tmp_path, make_documents, monke
 
 
 def test_cache_entries_follow_seed_seq_length_and_epoch_only(tmp_path, make_documents):
-    corpus = write(tmp_path / "d", make_documents())
+    corpus = IndexedDataset(write_dataset(tmp_path / "d", make_documents()))
     cache = tmp_path / "cache"
 
     def entries():
@@ -180,7 +175,7 @@ def test_cache_entries_follow_seed_seq_length_and_epoch_only(tmp_path, make_docu
     PackedSampleDataset(corpus, 16, 2 * windows, seed=1, cache_dir=cache)  # one more epoch: one more entry
     assert entries() == 4
     # new data under the same file name: different document sizes, different entry
-    write(tmp_path / "d", make_documents(seed=9))
+    write_dataset(tmp_path / "d", make_documents(seed=9))
     PackedSampleDataset(IndexedDataset(tmp_path / "d"), 16, 40, seed=1, cache_dir=cache)
     assert entries() == 5
     descriptions = [json.loads(p.read_text()) for p in cache.glob("*description.json")]
@@ -189,7 +184,7 @@ def test_cache_entries_follow_seed_seq_length_and_epoch_only(tmp_path, make_docu
 
 
 def test_an_old_format_entry_is_rebuilt_not_reused(tmp_path, make_documents, monkeypatch):
-    corpus = write(tmp_path / "d", make_documents())
+    corpus = IndexedDataset(write_dataset(tmp_path / "d", make_documents()))
     cache = tmp_path / "cache"
     expected = PackedSampleDataset(corpus, 16, 40, seed=7)
     # An entry written by an older format (other arrays under the same settings) ...
@@ -217,7 +212,7 @@ def test_an_old_format_entry_is_rebuilt_not_reused(tmp_path, make_documents, mon
 
 @pytest.mark.parametrize("damage", ["description", "array"])
 def test_stale_or_damaged_cache_is_rebuilt(tmp_path, make_documents, damage):
-    corpus = write(tmp_path / "d", make_documents())
+    corpus = IndexedDataset(write_dataset(tmp_path / "d", make_documents()))
     cache = tmp_path / "cache"
     good = PackedSampleDataset(corpus, 16, 40, seed=7, cache_dir=cache)
     expected = [good[k] for k in range(40)]
@@ -235,7 +230,7 @@ def test_stale_or_damaged_cache_is_rebuilt(tmp_path, make_documents, damage):
 
 
 def test_only_rank_zero_builds(tmp_path, make_documents):
-    corpus = write(tmp_path / "d", make_documents())
+    corpus = IndexedDataset(write_dataset(tmp_path / "d", make_documents()))
     cache = tmp_path / "cache"
     windows = corpus.num_tokens // 16
     waited = []
@@ -256,16 +251,16 @@ def test_only_rank_zero_builds(tmp_path, make_documents):
 
 
 def test_build_train_dataset_checks_inputs(tmp_path, make_documents):
-    write(tmp_path / "d", make_documents(vocab=1000))
+    write_dataset(tmp_path / "d", make_documents(vocab=1000))
     prefix = str(tmp_path / "d")
     ds = build_train_dataset([prefix], 16, 10, seed=0, vocab_size=1000)
     assert len(ds) == 10 and ds.seq_length == 16
     with pytest.raises(DataError, match=r"d\.bin holds token id 99\d .* vocabulary has 500 ids"):
         build_train_dataset([prefix], 16, 10, seed=0, vocab_size=500)
-    write(tmp_path / "empty", [[], []])
+    write_dataset(tmp_path / "empty", [[], []])
     with pytest.raises(DataError, match="holds no tokens"):
         build_train_dataset([str(tmp_path / "empty")], 16, 10, seed=0)
-    write(tmp_path / "tiny", [[1, 2, 3], [], [4]])
+    write_dataset(tmp_path / "tiny", [[1, 2, 3], [], [4]])
     with pytest.raises(DataError, match="holds 4 tokens, fewer than one sample of seq_length 16"):
         build_train_dataset([str(tmp_path / "tiny")], 16, 10, seed=0)
     assert len(build_train_dataset([str(tmp_path / "tiny")], 2, 10, seed=0)) == 10  # 2 windows per epoch, 5 epochs
@@ -298,7 +293,7 @@ def test_vocab_check_samples_huge_files(tmp_path, monkeypatch):
 
     docs = [np.full(5000, 10, dtype=np.int64) for _ in range(4)]
     docs[3][-1] = 900  # in the last chunk, which the sampled scan always reads
-    write(tmp_path / "d", docs)
+    write_dataset(tmp_path / "d", docs)
     dataset = IndexedDataset(tmp_path / "d")
     monkeypatch.setattr(data, "_FULL_SCAN_TOKENS", 100)
     with pytest.raises(DataError, match="token id 900"):
@@ -308,7 +303,7 @@ def test_vocab_check_samples_huge_files(tmp_path, monkeypatch):
 
 
 def test_unwritable_cache_folder(tmp_path, make_documents):
-    corpus = write(tmp_path / "d", make_documents())
+    corpus = IndexedDataset(write_dataset(tmp_path / "d", make_documents()))
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
     with pytest.raises(DataError, match="cannot write the index cache"):

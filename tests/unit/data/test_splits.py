@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from megamlm.config import Config, split_weights
+from megamlm.config import DataConfig, split_weights
 from megamlm.data import (
     DataError,
     IndexedDataset,
@@ -17,9 +17,7 @@ WEIGHTS = (0.8, 0.15, 0.05)
 
 
 def weights(text: str):
-    cfg = Config()
-    cfg.data.split = text
-    return split_weights(cfg.data)
+    return split_weights(DataConfig(split=text))
 
 
 @pytest.mark.parametrize("text", ["969,30,1", "99,1", "98/2/0", "1, 1, 1", "0.7,0.2,0.1"])

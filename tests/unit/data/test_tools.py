@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from megamlm.data import IndexedDataset, IndexedDatasetWriter, build_train_dataset
+from helpers import write_dataset
+from megamlm.data import IndexedDataset, build_train_dataset
 from megamlm.data.embedded import TOKENIZER_FILE
 
 TOOLS = Path(__file__).resolve().parents[3] / "tools"
@@ -89,8 +90,7 @@ def test_shards_then_merge_equal_one_file(corpus, tmp_path):
 
 def test_merge_refuses_mixed_dtypes_and_overwriting_an_input(tmp_path, capsys):
     for name, dtype in (("a", np.uint16), ("b", np.int32)):
-        with IndexedDatasetWriter(tmp_path / name, dtype) as writer:
-            writer.add_document([1, 2])
+        write_dataset(tmp_path / name, [[1, 2]], dtype)
     merge = tool("merge_datasets")
     assert merge.main(["--input", str(tmp_path / "a"), str(tmp_path / "b"), "--output-prefix", str(tmp_path / "m")]) == 2
     assert "different token dtypes" in capsys.readouterr().err

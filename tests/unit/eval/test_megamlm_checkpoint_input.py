@@ -12,13 +12,12 @@ AUSTEN_TOKENIZER = ROOT / "megamlm" / "assets" / "austen" / "tokenizer.json"
 
 
 def _write_megamlm_checkpoint(save_dir: Path, steps=(1,)) -> None:
+    from helpers import tiny_args
     from megamlm.checkpoint import save_checkpoint
     from megamlm.config import Config
-    from megamlm.model.config import ModelArgs
     from megamlm.model.transformer import Transformer
 
-    args = ModelArgs(vocab_size=8192, num_layers=1, hidden_size=32, ffn_hidden_size=64, num_attention_heads=2,
-                     num_query_groups=2, max_seq_length=64)
+    args = tiny_args(vocab_size=8192, num_layers=1, num_attention_heads=2, max_seq_length=64)
     torch.manual_seed(0)
     model = Transformer(args)
     record = {"config": Config().to_dict(), "model_args": args.to_dict(), "seq_length": 64,

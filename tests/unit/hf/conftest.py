@@ -9,9 +9,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+import helpers
 from decoder_families import WORDS
+from helpers import tiny_args
 from megamlm.checkpoint import save_checkpoint
-from megamlm.config import Config
+from megamlm.config import config_from_settings
 from megamlm.model.config import ModelArgs
 from megamlm.model.transformer import Transformer
 
@@ -19,26 +21,19 @@ REPO = Path(__file__).resolve().parents[3]
 AUSTEN_TOKENIZER = REPO / "megamlm" / "assets" / "austen" / "tokenizer.json"
 AUSTEN_IDS = {"vocab_size": 8192, "bos_id": 0, "eos_id": 1, "pad_id": 2, "mask_id": 3}
 
-TINY = ModelArgs(vocab_size=8192, num_layers=2, hidden_size=64, ffn_hidden_size=160, num_attention_heads=4,
-                 num_query_groups=2, max_seq_length=64, rope_theta=5000.0, norm_epsilon=1e-6)
+TINY = tiny_args(vocab_size=8192, hidden_size=64, ffn_hidden_size=160, max_seq_length=64, rope_theta=5000.0,
+                 norm_epsilon=1e-6)
 
 
 def random_model(args: ModelArgs = TINY, seed: int = 0) -> Transformer:
-    torch.manual_seed(seed)
-    model = Transformer(args)
-    with torch.no_grad():  # non-trivial norms, so a swapped or dropped norm weight shows in the logits
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.uniform_(0.5, 1.5)
-    return model
+    """helpers.random_model (non-trivial norms), of TINY unless told."""
+    return helpers.random_model(args, seed)
 
 
 def write_checkpoint(save_dir: Path, model: Transformer, step: int = 7, consumed: int = 56,
                      tokenizer: dict | None = None, objective: str = "clm_then_mlm", **record_overrides) -> Path:
     """A checkpoint as the trainer saves it; ``record_overrides`` replace entries of its config.json."""
-    cfg = Config()
-    cfg.objective.objective = objective
-    cfg.training.train_iters = 10
+    cfg = config_from_settings({"objective": {"objective": objective}, "training": {"train_iters": 10}})
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     record = {
         "config": cfg.to_dict(), "model_args": model.args.to_dict(), "switch_step": 2,

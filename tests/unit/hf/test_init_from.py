@@ -6,22 +6,21 @@ import random
 import pytest
 import torch
 
-from megamlm.config import ConfigError, parse_args
-from megamlm.training.recorder import StepRecorder
+from megamlm.cli import load_config
+from megamlm.config import ConfigError
 from megamlm.training.trainer import pretrain
+from step_recorder import StepRecorder
 
 transformers = pytest.importorskip("transformers")
 
 
 def _word_corpus(prefix, kit, documents=40):
-    from megamlm.data import IndexedDatasetWriter
+    from helpers import write_dataset
 
     tokenizer = kit.word_tokenizer()
     rng = random.Random(0)
-    with IndexedDatasetWriter(prefix) as writer:
-        for _ in range(documents):
-            text = " ".join(rng.choice(kit.WORDS) for _ in range(rng.randint(10, 30)))
-            writer.add_document(tokenizer(text)["input_ids"] + [tokenizer.eos_token_id])
+    texts = [" ".join(rng.choice(kit.WORDS) for _ in range(rng.randint(10, 30))) for _ in range(documents)]
+    write_dataset(prefix, [tokenizer(text)["input_ids"] + [tokenizer.eos_token_id] for text in texts], "int32")
 
 
 def test_pretrain_init_from_hf_folder(tmp_path, kit):
@@ -32,7 +31,7 @@ def test_pretrain_init_from_hf_folder(tmp_path, kit):
              "--train-iters", "2", "--micro-batch-size", "2", "--global-batch-size", "2", "--lr", "1e-9",
              "--weight-decay", "0", "--lr-warmup-iters", "0", "--lr-wsd-decay-iters", "0", "--device", "cpu",
              "--save", str(tmp_path / "run")]
-    cfg = parse_args(flags)
+    cfg = load_config(flags)
     recorder = StepRecorder()
     pretrain(cfg, on_step=recorder)
     assert (cfg.model.num_layers, cfg.model.hidden_size, cfg.model.vocab_size) == (2, 64, 128)
@@ -53,7 +52,7 @@ def test_pretrain_init_from_hf_folder(tmp_path, kit):
     card = (tmp_path / "hf" / "README.md").read_text()
     assert f"Continued pretraining from: {cfg.checkpoint.init_from}" in card and "Steps: 2" in card
     # A second run reuses the import instead of converting again.
-    again = parse_args(flags[:-2] + ["--save", str(tmp_path / "run2")])
+    again = load_config(flags[:-2] + ["--save", str(tmp_path / "run2")])
     pretrain(again)
     assert again.checkpoint.init_from == cfg.checkpoint.init_from
     assert len(list((tmp_path / "cache" / "hf-imports").iterdir())) == 1
@@ -62,10 +61,10 @@ def test_pretrain_init_from_hf_folder(tmp_path, kit):
 def test_init_from_hf_needs_data_and_a_consistent_shape(tmp_path, kit):
     kit.save_tiny_llama(tmp_path / "llama")
     with pytest.raises(ConfigError, match="bundled corpus is tokenized with megamlm's own tokenizer"):
-        pretrain(parse_args(["--init-from", str(tmp_path / "llama"), "--train-iters", "2"]))
+        pretrain(load_config(["--init-from", str(tmp_path / "llama"), "--train-iters", "2"]))
     _word_corpus(tmp_path / "w_text_document", kit)
     with pytest.raises(ConfigError, match="--num-layers 3 contradicts the --init-from model, which has 2"):
-        pretrain(parse_args(["--init-from", str(tmp_path / "llama"), "--num-layers", "3", "--train-iters", "2",
+        pretrain(load_config(["--init-from", str(tmp_path / "llama"), "--num-layers", "3", "--train-iters", "2",
                              "--data-path", str(tmp_path / "w_text_document"),
                              "--data-cache-path", str(tmp_path / "cache")]))
 
@@ -85,17 +84,16 @@ def test_pretrain_init_from_a_qwen2_folder_keeps_its_features_and_exports_as_eur
     """Qwen2.5-shaped (q/k/v biases, tied embeddings, YaRN): imported by --init-from, trained with MLM, exported as
     native EuroBERT whose bidirectional logits are the trained model's."""
     from decoder_families import FAMILIES, build, word_ids
+    from helpers import write_dataset
 
-    from megamlm.data import IndexedDatasetWriter
     from megamlm.hf.export import export_checkpoint
     from megamlm.hf.megamlm_checkpoint import load_model, read_record
 
     family = FAMILIES["qwen2.5"]
     build(family, tmp_path / "qwen")
-    with IndexedDatasetWriter(tmp_path / "words_text_document") as writer:
-        for k in range(40):
-            writer.add_document(word_ids(family, 1, 30, seed=k)[0].tolist() + [0])
-    cfg = parse_args(["--init-from", str(tmp_path / "qwen"), "--data-path", str(tmp_path / "words_text_document"),
+    write_dataset(tmp_path / "words_text_document", [word_ids(family, 1, 30, seed=k)[0].tolist() + [0]
+                                                     for k in range(40)], "int32")
+    cfg = load_config(["--init-from", str(tmp_path / "qwen"), "--data-path", str(tmp_path / "words_text_document"),
                       "--data-cache-path", str(tmp_path / "cache"), "--seq-length", "32", "--objective", "mlm",
                       "--train-iters", "2", "--micro-batch-size", "2", "--global-batch-size", "2", "--lr", "1e-3",
                       "--lr-warmup-iters", "0", "--lr-wsd-decay-iters", "0", "--device", "cpu",
@@ -119,9 +117,9 @@ def test_init_from_a_model_made_for_fewer_positions_than_seq_length_warns(tmp_pa
     flags = ["--init-from", str(tmp_path / "llama"), "--data-path", str(tmp_path / "words_text_document"),
              "--data-cache-path", str(tmp_path / "cache"), "--train-iters", "1", "--micro-batch-size", "1",
              "--global-batch-size", "1", "--device", "cpu"]
-    pretrain(parse_args([*flags, "--seq-length", "64"]))
+    pretrain(load_config([*flags, "--seq-length", "64"]))
     assert "positions beyond" not in capsys.readouterr().out
-    pretrain(parse_args([*flags, "--seq-length", "128"]))
+    pretrain(load_config([*flags, "--seq-length", "128"]))
     out = capsys.readouterr().out
     assert "warning: the --init-from model" in out and "made for at most 64 positions (max_position_embeddings) " \
                                                        "and --seq-length is 128" in out

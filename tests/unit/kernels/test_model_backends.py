@@ -10,12 +10,11 @@ import pytest
 import torch
 
 import megamlm.kernels as K
-from megamlm.model.config import Backends, ModelArgs
+from helpers import loss_and_grads, sparse_batch, tiny_args
+from megamlm.model.config import Backends
 from megamlm.model.transformer import Transformer
-from megamlm.objectives.loss import sparse_lm_loss
 
-ARGS = ModelArgs(vocab_size=61, num_layers=1, hidden_size=24, ffn_hidden_size=40,
-                 num_attention_heads=4, num_query_groups=2, max_seq_length=8)
+ARGS = tiny_args(vocab_size=61, num_layers=1, hidden_size=24, ffn_hidden_size=40, max_seq_length=8)
 OPS = ("rms_norm", "apply_rotary", "swiglu", "linear_cross_entropy")
 
 
@@ -34,14 +33,8 @@ def triton_calls(triton_ops, monkeypatch):
 
 
 def _step(model: Transformer, device):
-    g = torch.Generator().manual_seed(3)
-    tokens = torch.randint(0, ARGS.vocab_size, (2, ARGS.max_seq_length), generator=g).to(device)
-    targets = torch.where(torch.rand(tokens.shape, generator=g) < 0.5, tokens.cpu(), -100).to(device)
-    model.zero_grad(set_to_none=True)
-    hidden = model(tokens, causal=False)
-    loss_sum, n = sparse_lm_loss(hidden, model.lm_head.weight, targets, kernel_backend=model.backends.kernels)
-    (loss_sum / n).backward()
-    return hidden.detach(), loss_sum.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}
+    tokens, targets = sparse_batch(ARGS, 3)
+    return loss_and_grads(model, tokens.to(device), targets.to(device), causal=False)
 
 
 def test_triton_and_reference_models_share_a_process(triton_calls, device):

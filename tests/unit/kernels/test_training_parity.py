@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from megamlm.model.config import Backends, ModelArgs
+from helpers import tiny_args
+from megamlm.model.config import Backends
 from megamlm.model.transformer import Transformer
 from megamlm.objectives.loss import sparse_lm_loss
 
@@ -34,8 +35,7 @@ def _batches(device):
 
 
 def _train(backend: str, device) -> list[float]:
-    args = ModelArgs(vocab_size=VOCAB, num_layers=2, hidden_size=24, ffn_hidden_size=40,
-                     num_attention_heads=4, num_query_groups=2, max_seq_length=SEQ)
+    args = tiny_args(vocab_size=VOCAB, hidden_size=24, ffn_hidden_size=40, max_seq_length=SEQ)
     torch.manual_seed(0)
     model = Transformer(args, backends=Backends(kernels=backend)).to(device)
     model.reset_parameters(torch.Generator(device=device).manual_seed(0))

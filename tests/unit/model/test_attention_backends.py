@@ -8,11 +8,11 @@ import math
 import pytest
 import torch
 
+from megamlm.extras import detect_optional_extras
 from megamlm.model import attention_backends
 from megamlm.model.attention_backends import (
     attention,
     dense_document_mask,
-    detect_optional_extras,
     segment_ids,
     varlen_boundaries,
 )
@@ -165,3 +165,26 @@ def test_detect_optional_extras_reports_each_accelerator():
     for name, version in extras.items():
         assert version is None or isinstance(version, str)
         assert (version is None) == (importlib.util.find_spec(name) is None)
+
+
+def test_attention_backend_choices_come_from_the_one_table():
+    from typing import get_args
+
+    from megamlm.model.config import AttentionBackend
+
+    table = attention_backends.ATTENTION_TABLE
+    assert get_args(AttentionBackend) == attention_backends.ATTENTION_BACKENDS == ("auto", *table)
+    assert [n for n, spec in table.items() if not spec.gpu_only] == ["sdpa"]
+
+
+def test_attention_backend_problem_names_the_fix(monkeypatch):
+    problem = attention_backends.attention_backend_problem
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "flash_attn" else real(name, *a))
+    assert problem("flash", None) == ("--attention-backend flash needs the flash-attn package, which is not installed; "
+                                      "pip install flash-attn, or use --attention-backend sdpa")
+    assert problem("sdpa_cudnn", "cpu") == ("--attention-backend sdpa_cudnn runs on a GPU, and this run is on cpu; "
+                                            "use --attention-backend sdpa or auto")
+    assert problem("sdpa_cudnn", None) is None and problem("flex", "cuda") is None
+    assert problem("sdpa", "cpu") is None and problem("auto", "cpu") is None
+    assert problem("xformers", None).startswith("unknown attention backend 'xformers'; choose one of auto, sdpa")

@@ -13,11 +13,11 @@ from megamlm.model.attention_probe import (
     synthetic_documents,
     time_attention,
 )
-from megamlm.model.config import Backends, ModelArgs
+from helpers import tiny_args
+from megamlm.model.config import Backends
 from megamlm.model.transformer import Transformer
 
-ARGS = ModelArgs(vocab_size=64, num_layers=1, hidden_size=64, ffn_hidden_size=96, num_attention_heads=4,
-                 num_query_groups=2, max_seq_length=16)
+ARGS = tiny_args(vocab_size=64, num_layers=1, hidden_size=64, ffn_hidden_size=96)
 CPU = torch.device("cpu")
 CUDA = torch.device("cuda")
 

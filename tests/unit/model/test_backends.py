@@ -17,12 +17,11 @@ import torch
 import megamlm.kernels as K
 from megamlm.kernels import reference
 from megamlm.model import attention_backends, transformer
-from megamlm.model.config import Backends, ModelArgs
+from helpers import loss_and_grads, sparse_batch, tiny_args
+from megamlm.model.config import Backends
 from megamlm.model.transformer import Transformer
-from megamlm.objectives.loss import sparse_lm_loss
 
-ARGS = ModelArgs(vocab_size=61, num_layers=2, hidden_size=64, ffn_hidden_size=96,
-                 num_attention_heads=4, num_query_groups=2, max_seq_length=8)
+ARGS = tiny_args(vocab_size=61, hidden_size=64, ffn_hidden_size=96, max_seq_length=8)
 
 
 def _pair(first: Backends, second: Backends) -> tuple[Transformer, Transformer]:
@@ -31,14 +30,6 @@ def _pair(first: Backends, second: Backends) -> tuple[Transformer, Transformer]:
     b = Transformer(ARGS, backends=second)
     b.load_state_dict(a.state_dict())
     return a, b
-
-
-def _batch():
-    g = torch.Generator().manual_seed(1)
-    tokens = torch.randint(0, ARGS.vocab_size, (2, ARGS.max_seq_length), generator=g)
-    targets = torch.where(torch.rand(tokens.shape, generator=g) < 0.5, tokens, -100)
-    targets[:, 0] = tokens[:, 0]
-    return tokens, targets
 
 
 class Spy:
@@ -79,15 +70,6 @@ class Spy:
         return out
 
 
-def _loss_and_grads(model: Transformer, causal: bool):
-    tokens, targets = _batch()
-    model.zero_grad(set_to_none=True)
-    hidden = model(tokens, causal=causal)
-    loss_sum, n = sparse_lm_loss(hidden, model.lm_head.weight, targets, kernel_backend=model.backends.kernels)
-    (loss_sum / n).backward()
-    return hidden.detach(), loss_sum.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}
-
-
 def test_backends_default_to_todays_choices_and_are_kept_on_the_model():
     model = Transformer(ARGS)
     assert model.backends == Backends() == Backends(attention="sdpa", kernels="auto")
@@ -118,9 +100,9 @@ def test_two_models_with_different_kernel_backends_share_a_process(monkeypatch):
     ref_model, chunked_model = _pair(Backends(kernels="reference"), Backends(kernels="chunked"))
     for causal in (True, False):
         # Interleaved: each model runs between the other's calls, so nothing carried over could go unseen.
-        ref = _loss_and_grads(ref_model, causal)
+        ref = loss_and_grads(ref_model, *sparse_batch(ARGS, 1, first_target=True), causal)
         ref_kernels, ref_attention, ref_impl = spy.take()
-        got = _loss_and_grads(chunked_model, causal)
+        got = loss_and_grads(chunked_model, *sparse_batch(ARGS, 1, first_target=True), causal)
         got_kernels, got_attention, got_impl = spy.take()
 
         # Every kernel call of a model (forward norms, rotary, SwiGLU, and the loss) carried that model's backend.
@@ -142,7 +124,7 @@ def test_two_models_with_different_attention_backends_share_a_process(monkeypatc
     spy = Spy(monkeypatch)
     sdpa_model, flex_model = _pair(Backends(attention="sdpa", kernels="reference"),
                                    Backends(attention="flex", kernels="chunked"))
-    tokens, _ = _batch()
+    tokens, _ = sparse_batch(ARGS, 1, first_target=True)
     if not torch.cuda.is_available():
         # FlexAttention has no CPU backward and refuses CPU tensors: reaching that refusal proves the
         # flex model dispatched to flex, while the sdpa model beside it keeps running.

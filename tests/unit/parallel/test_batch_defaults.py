@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from megamlm.config import parse_args
-from megamlm.parallel.batch_defaults import RECIPE_BATCH, fit_batch
+from megamlm.config.batches import RECIPE_BATCH, fit_batch
 from megamlm.parallel.dims import LayoutError, dims_from_config, resolve_parallel_dims
 
 REPO = Path(__file__).resolve().parents[3]

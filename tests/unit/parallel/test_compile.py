@@ -6,18 +6,16 @@ import pytest
 import torch
 
 import megamlm.parallel.compile as compile_module
+from helpers import objective_batches, tiny_args
 from megamlm.config import ConfigError
-from megamlm.model.config import ModelArgs
 from megamlm.model.transformer import Transformer
-from megamlm.objectives import MaskingSpec, ObjectiveSchedule
 from megamlm.parallel.compile import resolve_compile_mode
 from megamlm.parallel.dims import ParallelDims
 from megamlm.parallel.parallelize import parallelize
-from megamlm.training.optimizer import build_optimizer
+from megamlm.training.optim import build_optimizer
 from megamlm.training.step import train_step
 
-ARGS = ModelArgs(vocab_size=256, num_layers=2, hidden_size=32, ffn_hidden_size=64, num_attention_heads=4,
-                 num_query_groups=2, max_seq_length=16)
+ARGS = tiny_args()
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 ONE = ParallelDims(world_size=1)
 
@@ -45,20 +43,13 @@ def test_an_unknown_mode_is_refused():
         resolve_compile_mode("fast", CPU, ONE)
 
 
-def _batches(step: int, objective: str):
-    spec = MaskingSpec(0.4, 1.0, 0.0, 0.0, mask_id=3, special_ids=(0, 1, 2, 3), random_vocab_size=256)
-    schedule = ObjectiveSchedule(objective, None, 10, spec, seed=0)
-    tokens = torch.randint(4, 256, (2, 16), generator=torch.Generator().manual_seed(step)).numpy()
-    return [schedule.make_batch(step, tokens, [2 * step, 2 * step + 1])]
-
-
 def _train(mode: str, steps: int = 1, device=CPU):
     torch.manual_seed(0)
     model = Transformer(ARGS).to(device)
     names = [n for n, _ in model.named_parameters()]
     pm = parallelize(model, ONE, None, device, compile=mode)
     optimizer = build_optimizer(model, 1e-3, 0.1, (0.9, 0.95), 1e-8)
-    results = [train_step(pm, optimizer, _batches(s, objective), 1e-3, 1.0, device, "fp32")
+    results = [train_step(pm, optimizer, objective_batches(s, objective), 1e-3, 1.0, device, "fp32")
                for s in range(1, steps + 1) for objective in ("mlm", "clm")]
     assert [n for n, _ in model.named_parameters()] == names  # compiled in place: checkpoints keep their names
     return pm, results, {n: p.detach().clone() for n, p in model.named_parameters()}

@@ -73,10 +73,9 @@ def test_dry_run_takes_the_shape_of_a_hugging_face_init_from_without_its_weights
     out = capsys.readouterr().out
     assert "(8030.3M parameters, 32 layers, hidden 4096, vocab 128256, seq 8192)" in out, out
     assert "TP 4 | PP 2" in out and "0-15" in out and "16-31" in out
-    cfg = parse_args(argv)
     from megamlm.hf.init_from import adopt_hf_shape
 
-    adopt_hf_shape(cfg)
+    cfg = parse_args(argv, adopt=adopt_hf_shape)
     args = dry_run_model_args(cfg)
     assert (args.num_query_groups, args.head_dim, args.rope_scaling.rope_type, args.tie_word_embeddings) == \
         (8, 128, "llama3", False)
@@ -91,8 +90,7 @@ def test_dry_run_counts_a_tied_embedding_once_per_pipeline_rank_that_holds_it(tm
     from megamlm.hf.init_from import adopt_hf_shape
 
     cfg = parse_args(["--dry-run", "--init-from", str(folder), "--world-size", "2", "--pp", "2", "--seq-length",
-                      "2048", "--micro-batch-size", "1", "--global-batch-size", "2"])
-    adopt_hf_shape(cfg)
+                      "2048", "--micro-batch-size", "1", "--global-batch-size", "2"], adopt=adopt_hf_shape)
     args = dry_run_model_args(cfg)
     with torch.device("meta"):
         total = sum(p.numel() for p in Transformer(args).parameters())

@@ -9,18 +9,16 @@ import pytest
 import torch
 import torch.nn as nn
 
+from helpers import objective_batches, tiny_args
 from megamlm.config import ConfigError
-from megamlm.model.config import ModelArgs
 from megamlm.model.transformer import RMSNorm, Transformer
-from megamlm.objectives import MaskingSpec, ObjectiveSchedule
 from megamlm.parallel.dims import ParallelDims
 from megamlm.parallel.float8 import apply_float8, check_float8, float8_linear_names
 from megamlm.parallel.parallelize import parallelize
-from megamlm.training.optimizer import build_optimizer
+from megamlm.training.optim import build_optimizer
 from megamlm.training.step import train_step
 
-ARGS = ModelArgs(vocab_size=256, num_layers=2, hidden_size=64, ffn_hidden_size=128, num_attention_heads=4,
-                 num_query_groups=2, max_seq_length=32)
+ARGS = tiny_args(hidden_size=64, ffn_hidden_size=128, max_seq_length=32)
 CPU = torch.device("cpu")
 ONE = ParallelDims(world_size=1)
 needs_torchao = pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason="torchao is not installed")
@@ -64,11 +62,8 @@ def test_only_the_blocks_linears_are_converted_and_names_do_not_change():
 
 
 def _batches(step: int, objective: str):
-    spec = MaskingSpec(0.4, 1.0, 0.0, 0.0, mask_id=3, special_ids=(0, 1, 2, 3), random_vocab_size=256)
-    schedule = ObjectiveSchedule(objective, None, 100, spec, seed=0)
     # A small vocabulary of frequent tokens, so that a few steps lower the loss visibly.
-    tokens = torch.randint(4, 40, (4, 32), generator=torch.Generator().manual_seed(step)).numpy()
-    return [schedule.make_batch(step, tokens, list(range(4 * step, 4 * step + 4)))]
+    return objective_batches(step, objective, rows=4, seq=32, high=40, train_iters=100)
 
 
 def _losses(fp8: bool, precision: str, objective: str, device=CPU, steps: int = 6) -> list[float]:

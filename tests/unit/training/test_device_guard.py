@@ -10,11 +10,18 @@ from megamlm.model.transformer import Transformer
 from megamlm.parallel.dims import ParallelDims
 from megamlm.parallel.forward_backward import forward_backward, global_grad_norm
 from megamlm.parallel.parallelize import parallelize
-from megamlm.training.device_guard import SkipStreak, guarded_update, nonfinite_flag
-from megamlm.training.optimizer import build_optimizer
-from megamlm.training.step import train_step
+from megamlm.training.nonfinite import SkipStreak, nonfinite_flag
+from megamlm.training.optim import build_optimizer
+from megamlm.training.step import guarded_update, train_step
 
-from step_helpers import ARGS, CPU, assert_same, batches, snapshot
+from helpers import assert_same, objective_batches, snapshot, tiny_args
+
+ARGS = tiny_args()
+CPU = torch.device("cpu")
+
+
+def batches(step: int):
+    return objective_batches(step, "mlm")
 
 
 def fused_adamw(model):

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from megamlm.training.lr_schedule import LRSchedule
+from megamlm.training.optim import LRSchedule
 
 
 def test_wsd_warms_up_holds_then_decays_to_min_lr():

@@ -12,10 +12,9 @@ import torch
 
 from megamlm.config import ConfigError, parse_args
 from megamlm.data import IndexedDatasetWriter
-from megamlm.training.guards import NonFiniteGuard
+from megamlm.training.nonfinite import NonFiniteGuard
 from megamlm.training.run_record import data_fingerprint, git_state, software_versions
-from megamlm.training.signals import ExitSignalHandler
-from megamlm.training.stopping import StopPolicy
+from megamlm.training.stopping import ExitSignalHandler, StopPolicy
 
 
 def test_first_signal_sets_the_flag_and_handlers_are_restored():
@@ -31,12 +30,12 @@ def test_first_signal_sets_the_flag_and_handlers_are_restored():
 def test_one_request_delivered_twice_is_one_request_and_a_later_second_signal_exits_at_once():
     code = """
 import os, signal, sys, time
-from megamlm.training import signals
-with signals.ExitSignalHandler() as handler:
+from megamlm.training import stopping
+with stopping.ExitSignalHandler() as handler:
     os.kill(os.getpid(), signal.SIGINT)
     os.kill(os.getpid(), signal.SIGTERM)  # within SAME_REQUEST_S: the same request
     print("still running after", handler.received, flush=True)
-    time.sleep(signals.SAME_REQUEST_S + 0.2)
+    time.sleep(stopping.SAME_REQUEST_S + 0.2)
     os.kill(os.getpid(), signal.SIGINT)
     time.sleep(5)
 print("not reached")

@@ -6,10 +6,17 @@ import torch
 from megamlm.model.transformer import Transformer
 from megamlm.parallel.dims import ParallelDims
 from megamlm.parallel.parallelize import parallelize
-from megamlm.training.optimizer import build_optimizer
+from megamlm.training.optim import build_optimizer
 from megamlm.training.step import train_step
 
-from step_helpers import ARGS, CPU, assert_same, batches, snapshot
+from helpers import assert_same, objective_batches, snapshot, tiny_args
+
+ARGS = tiny_args()
+CPU = torch.device("cpu")
+
+
+def batches(step: int):
+    return objective_batches(step, "mlm")
 
 
 @pytest.fixture

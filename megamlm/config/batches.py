@@ -11,14 +11,16 @@ micro 12, as ``examples/configs/paper_*.yaml`` say) or global 16 / micro 16. The
   data-parallel ranks into enough micro-batches for the pipeline (at least PP, a multiple of PP for
   interleaved 1F1B).
 
-Flags the user did set are never changed: a layout they do not fit is refused by ``resolve_parallel_dims``.
+Flags the user did set are never changed: a layout they do not fit is refused by
+``megamlm.parallel.dims.resolve_parallel_dims``. ``resolve.py`` applies this before the one validation.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-from megamlm.config import Config
+from megamlm.config.sections import Config
 
 DEFAULT_BATCH = (16, 16)
 """(micro, global) of presets without a recipe."""
@@ -77,12 +79,18 @@ def fit_batch(micro: int | None, global_: int | None, dp: int, pp: int, interlea
     return BatchChoice(start_micro, global_, chosen)
 
 
-def apply_batch_defaults(cfg: Config, dp: int, pp: int) -> str | None:
-    """Write the chosen sizes into ``cfg.training`` where unset; returns the line to log, or None if both were set."""
-    t = cfg.training
-    choice = fit_batch(t.micro_batch_size, t.global_batch_size, dp, pp,
-                       cfg.parallel.pipeline_schedule == "interleaved_1f1b", batch_start(cfg.model.model))
+def fit_batch_sizes(cfg: Config, world_size: int) -> tuple[Config, str | None]:
+    """``cfg`` with the unset batch sizes chosen for its layout on ``world_size`` processes, and the line to log
+    (None when both were set, or when the layout cannot split the world: its check names the fix)."""
+    t, p = cfg.training, cfg.parallel
+    tp, pp = p.tensor_model_parallel_size, p.pipeline_model_parallel_size
+    given = [size for size in (t.micro_batch_size, t.global_batch_size) if size is not None]
+    if tp < 1 or pp < 1 or world_size < 1 or world_size % (tp * pp) or any(size <= 0 for size in given):
+        return cfg, None  # values the checks refuse, naming the fix
+    dp = world_size // (tp * pp)
+    choice = fit_batch(t.micro_batch_size, t.global_batch_size, dp, pp, p.pipeline_schedule == "interleaved_1f1b",
+                       batch_start(cfg.model.model))
     if not choice.chosen:
-        return None
-    t.micro_batch_size, t.global_batch_size = choice.micro, choice.global_
-    return choice.describe(dp, pp, cfg.model.model)
+        return cfg, None
+    training = dataclasses.replace(t, micro_batch_size=choice.micro, global_batch_size=choice.global_)
+    return dataclasses.replace(cfg, training=training), choice.describe(dp, pp, cfg.model.model)

@@ -1,0 +1,268 @@
+"""Every check of a Config on its own, one function per section, run once by ``resolve.py`` before any work.
+
+Each raises ConfigError naming the fix. (The parallel layout against the world size is checked by
+``megamlm.parallel.dims``, which computes it.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import get_type_hints
+
+from megamlm.config.derived import (
+    SHAPE_FIELDS,
+    model_features,
+    resolved_shape,
+    split_weights,
+    switch_fraction,
+    switch_step,
+    validation_enabled,
+    warmup_iters,
+    wsd_decay_iters,
+)
+from megamlm.config.docs import choices_of
+from megamlm.config.loader import ALTERNATIVES
+from megamlm.config.sections import SECTION_CLASSES, CheckpointConfig, Config, PerformanceConfig
+from megamlm.errors import ConfigError
+from megamlm.extras import installed
+from megamlm.model.attention_backends import attention_backend_problem
+from megamlm.model.config import PRESETS
+
+
+def validate(cfg: Config) -> None:
+    """Every check of the config on its own, before any work starts. Raises ConfigError naming the fix."""
+    _check_numbers(cfg)
+    if cfg.model.model not in PRESETS:
+        raise ConfigError(f"unknown --model {cfg.model.model!r}; choose one of {', '.join(PRESETS)}")
+    _check_choices(cfg)
+    check_model(cfg)
+    _check_alternatives(cfg)
+    check_objective(cfg)
+    check_training(cfg)
+    if cfg.logging.log_interval <= 0:
+        raise ConfigError("--log-interval must be positive")
+    check_checkpoint(cfg)
+    check_stopping(cfg)
+    if cfg.data.num_workers < 0:
+        raise ConfigError("--num-workers must be >= 0")
+    check_validation(cfg)
+    check_parallel(cfg)
+    check_performance(cfg.performance)
+
+
+# Numeric flags with a range: (section, field, lowest, highest, lowest allowed, highest allowed); None: unbounded.
+_RANGES = (
+    ("model", "vocab_size", 1, None, True, True),
+    ("model", "make_vocab_size_divisible_by", 1, None, True, True),
+    ("model", "rope_theta", 0, None, False, True),
+    ("model", "norm_epsilon", 0, None, False, True),
+    ("model", "init_method_std", 0, None, False, True),
+    ("training", "lr", 0, None, False, True),
+    ("training", "min_lr", 0, None, True, True),
+    ("training", "lr_warmup_iters", 0, None, True, True),
+    ("training", "lr_wsd_decay_iters", 0, None, True, True),
+    ("training", "weight_decay", 0, None, True, True),
+    ("training", "adam_beta1", 0, 1, True, False),
+    ("training", "adam_beta2", 0, 1, True, False),
+    ("training", "adam_eps", 0, None, False, True),
+    ("training", "clip_grad", 0, None, True, True),
+    ("training", "seed", 0, 2**63 - 1, True, True),
+)
+
+
+def _check_numbers(cfg: Config) -> None:
+    """Every number finite, and the ones with a natural range inside it."""
+    for section, cls in SECTION_CLASSES.items():
+        for f in dataclasses.fields(cls):
+            value = getattr(getattr(cfg, section), f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"--{f.name.replace('_', '-')} must be a finite number, got {value}")
+    for section, name, low, high, low_ok, high_ok in _RANGES:
+        value = getattr(getattr(cfg, section), name)
+        if value is None:
+            continue
+        too_low = low is not None and (value < low if low_ok else value <= low)
+        too_high = high is not None and (value > high if high_ok else value >= high)
+        if too_low or too_high:
+            bounds = " and ".join(part for part in (
+                f"{'>=' if low_ok else '>'} {low}" if low is not None else "",
+                f"{'<=' if high_ok else '<'} {high}" if high is not None else "") if part)
+            raise ConfigError(f"--{name.replace('_', '-')} must be {bounds}, got {value}")
+    t = cfg.training
+    if t.min_lr > t.lr:
+        raise ConfigError(f"--min-lr {t.min_lr} is above the peak --lr {t.lr}; the decay ends at --min-lr, so lower "
+                          "it (or raise --lr)")
+
+
+def _check_choices(cfg: Config) -> None:
+    """A Literal field set from YAML (flags are checked by the parser) must hold one of its values."""
+    for section, cls in SECTION_CLASSES.items():
+        hints = get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            choices = choices_of(hints[f.name])
+            value = getattr(getattr(cfg, section), f.name)
+            if choices is not None and value not in choices and value is not None:
+                raise ConfigError(f"unknown --{f.name.replace('_', '-')} {value!r}; choose one of "
+                                  f"{', '.join(map(str, choices))}")
+
+
+def _check_alternatives(cfg: Config) -> None:
+    for section, first, second in ALTERNATIVES:
+        values = getattr(cfg, section)
+        if getattr(values, first) is not None and getattr(values, second) is not None:
+            raise ConfigError(f"--{first.replace('_', '-')} and --{second.replace('_', '-')} give the same setting "
+                              "two ways; pass one of them")
+
+
+def check_model(cfg: Config) -> None:
+    m = cfg.model
+    shape = resolved_shape(m)
+    if shape["num_attention_heads"] % shape["num_query_groups"]:
+        raise ConfigError(
+            f"--num-attention-heads {shape['num_attention_heads']} is not divisible by --num-query-groups "
+            f"{shape['num_query_groups']}; choose a number of KV heads that divides the number of heads")
+    if m.head_dim is None and shape["hidden_size"] % shape["num_attention_heads"]:
+        raise ConfigError(f"--hidden-size {shape['hidden_size']} is not divisible by --num-attention-heads "
+                          f"{shape['num_attention_heads']}; pick divisible sizes or set --head-dim")
+    head_dim = m.head_dim if m.head_dim is not None else shape["hidden_size"] // shape["num_attention_heads"]
+    if head_dim <= 0 or head_dim % 2:
+        raise ConfigError(f"the head dimension ({head_dim}) must be positive and even for rotary embeddings")
+    try:
+        model_features(m)
+    except ValueError as err:  # json.JSONDecodeError is a ValueError too
+        raise ConfigError(f"--rope-scaling {m.rope_scaling!r}: {err}") from None
+    for name in SHAPE_FIELDS:
+        if name != "vocab_size" and shape[name] <= 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {shape[name]}")
+
+
+def check_objective(cfg: Config) -> None:
+    o, t = cfg.objective, cfg.training
+    if o.switch is not None and not 0.0 < o.switch < 1.0:
+        raise ConfigError(f"--switch must be a fraction strictly between 0 and 1, got {o.switch}")
+    step = switch_step(o, t.train_iters)
+    if step is not None and not 0 < step < t.train_iters:
+        given = f"--switch-step {o.switch_step}" if o.switch_step is not None else f"--switch {switch_fraction(o)}"
+        raise ConfigError(f"{given} with --train-iters {t.train_iters} puts the switch at step {step}, leaving one "
+                          "phase empty; raise --train-iters or move the switch")
+    if not 0.0 < o.mask_ratio < 1.0:
+        raise ConfigError(f"--mask-ratio must be strictly between 0 and 1, got {o.mask_ratio}")
+    probs = (o.mask_replace_prob, o.mask_random_prob, o.mask_keep_prob)
+    if any(p < 0 for p in probs) or abs(sum(probs) - 1.0) > 1e-6:
+        raise ConfigError(f"--mask-replace-prob/--mask-random-prob/--mask-keep-prob must be >= 0 and sum to 1, "
+                          f"got {probs}")
+
+
+def check_training(cfg: Config) -> None:
+    t = cfg.training
+    if t.train_iters <= 0:
+        raise ConfigError(f"--train-iters must be positive, got {t.train_iters}")
+    for flag, value in (("--micro-batch-size", t.micro_batch_size), ("--global-batch-size", t.global_batch_size)):
+        if value is not None and value <= 0:
+            raise ConfigError(f"{flag} must be positive, got {value}")
+    if t.micro_batch_size and t.global_batch_size and t.global_batch_size % t.micro_batch_size:
+        raise ConfigError(f"--global-batch-size {t.global_batch_size} is not divisible by --micro-batch-size "
+                          f"{t.micro_batch_size}; pick a global batch that is a multiple of the micro-batch")
+    if t.lr_warmup_fraction is not None and not 0.0 <= t.lr_warmup_fraction < 1.0:
+        raise ConfigError(f"--lr-warmup-fraction must be in [0, 1), got {t.lr_warmup_fraction}")
+    if t.lr_wsd_decay_fraction is not None and not 0.0 < t.lr_wsd_decay_fraction <= 1.0:
+        raise ConfigError(f"--lr-wsd-decay-fraction must be in (0, 1], got {t.lr_wsd_decay_fraction}")
+    warmup, decay = warmup_iters(t), wsd_decay_iters(t)
+    if warmup + (decay if t.lr_decay_style == "wsd" else 0) > t.train_iters:
+        raise ConfigError(f"warmup ({warmup}) plus decay ({decay}) steps exceed --train-iters {t.train_iters}; "
+                          "lower --lr-warmup-iters / --lr-wsd-decay-iters, or give them as fractions of the run "
+                          "(--lr-warmup-fraction / --lr-wsd-decay-fraction)")
+    if t.max_skipped_steps < 1:
+        raise ConfigError(f"--max-skipped-steps must be at least 1, got {t.max_skipped_steps}")
+
+
+def check_checkpoint(cfg: Config) -> None:
+    c, planning = cfg.checkpoint, cfg.parallel.dry_run  # a dry run writes nothing: --save is checked in the run
+    if c.save_interval is not None and c.save_interval <= 0:
+        raise ConfigError("--save-interval must be positive")
+    if c.save_interval is not None and not c.save and not planning:
+        raise ConfigError("--save-interval needs --save DIR to know where to write checkpoints")
+    starts = [f"--{name.replace('_', '-')}" for name in ("load", "init_from", "continue_from") if getattr(c, name)]
+    if len(starts) > 1:
+        raise ConfigError(f"{' and '.join(starts)} exclude each other: --load continues a run (or branches it), "
+                          "--init-from takes weights only, --continue-from takes weights and the data position; "
+                          "pick one")
+    check_save_at(c, cfg.training.train_iters)
+    if c.keep_last is not None and c.keep_last < 1:
+        raise ConfigError(f"--keep-last must be at least 1 (the checkpoint to resume from), got {c.keep_last}")
+    if c.keep_last is not None and not c.save and not planning:
+        raise ConfigError("--keep-last needs --save DIR, the folder whose checkpoints it prunes")
+    for flag, value in (("--override-data", c.override_data), ("--override-schedule", c.override_schedule)):
+        if value and not (c.load or c.save) and not planning:
+            raise ConfigError(f"{flag} only matters when resuming: pass --load DIR, or --save DIR of the run "
+                              "to continue")
+    if c.overwrite_damaged and not c.save and not planning:
+        raise ConfigError("--overwrite-damaged concerns the checkpoints of --save DIR; pass the --save folder")
+
+
+def check_save_at(c: CheckpointConfig, train_iters: int) -> None:
+    if not c.save_at:
+        return
+    if not isinstance(c.save_at, list) or not all(isinstance(s, int) for s in c.save_at):
+        raise ConfigError(f"--save-at takes a list of steps (YAML: save_at: [10000, 20000]), got {c.save_at!r}")
+    if not c.save:
+        raise ConfigError("--save-at needs --save DIR, the folder to write its checkpoints to")
+    if any(b <= a for a, b in zip(c.save_at, c.save_at[1:])):
+        raise ConfigError(f"--save-at {','.join(map(str, c.save_at))} is not strictly increasing; list each step "
+                          "once, in increasing order")
+    if c.save_at[0] < 1 or c.save_at[-1] > train_iters:
+        bad = c.save_at[0] if c.save_at[0] < 1 else c.save_at[-1]
+        raise ConfigError(f"--save-at step {bad} is outside this run's steps 1-{train_iters}; drop it or raise "
+                          "--train-iters")
+
+
+def check_stopping(cfg: Config) -> None:
+    t, planning = cfg.training, cfg.parallel.dry_run
+    if t.exit_interval is not None and t.exit_interval <= 0:
+        raise ConfigError(f"--exit-interval must be positive, got {t.exit_interval}")
+    if t.exit_duration_in_mins is not None and t.exit_duration_in_mins <= 0:
+        raise ConfigError(f"--exit-duration-in-mins must be positive, got {t.exit_duration_in_mins}")
+    if (t.exit_interval is not None or t.exit_duration_in_mins is not None) and not cfg.checkpoint.save \
+            and not planning:
+        raise ConfigError("--exit-interval / --exit-duration-in-mins stop the run with a checkpoint: pass --save DIR")
+
+
+def check_validation(cfg: Config) -> None:
+    d, v = cfg.data, cfg.validation
+    if d.split is not None and d.valid_data_path:
+        raise ConfigError("--split and --valid-data-path both give a validation set; pass one of them")
+    weights = split_weights(d)
+    if weights is not None and weights[1] == 0:
+        raise ConfigError(f"--split {d.split} leaves no validation documents; give the second weight a share "
+                          "(e.g. 969,30,1), or drop --split")
+    if v.eval_mask_ratio is not None and not 0.0 < v.eval_mask_ratio < 1.0:
+        raise ConfigError(f"--eval-mask-ratio must be strictly between 0 and 1, got {v.eval_mask_ratio}")
+    for name in ("eval_interval", "eval_iters", "eval_mask_ratio"):
+        value = getattr(v, name)
+        if value is not None and value <= 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {value}")
+        if value is not None and not validation_enabled(cfg):
+            raise ConfigError(f"--{name.replace('_', '-')} needs a validation set: pass --split (e.g. 969,30,1) or "
+                              "--valid-data-path")
+
+
+def check_parallel(cfg: Config) -> None:
+    p = cfg.parallel
+    if p.world_size is not None and p.world_size < 1:
+        raise ConfigError(f"--world-size must be positive, got {p.world_size}")
+    if p.world_size is not None and not p.dry_run:
+        raise ConfigError("--world-size only plans a layout with --dry-run; a real run takes its world size from "
+                          "the launcher (torchrun, srun or mpirun)")
+
+
+def check_performance(p: PerformanceConfig) -> None:
+    """Optional accelerators asked for must be installed (looked up, never imported, here)."""
+    if problem := attention_backend_problem(p.attention_backend, None):
+        raise ConfigError(problem)
+    if p.optimizer_impl == "apex" and not installed("apex"):
+        raise ConfigError("--optimizer-impl apex needs NVIDIA apex, which is not installed; use --optimizer-impl torch")
+    if p.kernel_backend == "triton" and not installed("triton"):
+        raise ConfigError("--kernel-backend triton needs the triton package; pip install triton, or use auto")
+    if p.fp8 and not installed("torchao"):
+        raise ConfigError("--fp8 needs torchao, which is not installed; pip install torchao, or drop --fp8")

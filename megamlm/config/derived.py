@@ -1,0 +1,144 @@
+"""Values computed from the settings (the switch step, warmup and decay lengths, split weights, the model shape):
+each computed here once and read by the checks, the trainer, the dry run and the planner alike."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from megamlm.config.sections import (
+    MODEL_FLAG_NAMES,
+    OBJECTIVE_PHASES,
+    Config,
+    DataConfig,
+    ModelConfig,
+    ObjectiveConfig,
+    TrainingConfig,
+)
+from megamlm.errors import ConfigError
+from megamlm.model.config import PRESETS, ModelArgs, pad_vocab_size
+from megamlm.model.rope import RopeScaling
+
+DEFAULT_SWITCH = 0.25
+DEFAULT_EVAL_INTERVAL, DEFAULT_EVAL_ITERS = 1000, 10
+
+SHAPE_FIELDS = tuple(MODEL_FLAG_NAMES.get(f.name, f.name) for f in dataclasses.fields(ModelArgs)
+                     if f.default is dataclasses.MISSING)
+"""The model flags that take the preset's value until set (ModelArgs' fields without a default)."""
+_FIRST_FEATURE = [f.name for f in dataclasses.fields(ModelArgs)].index("init_method_std") + 1
+FEATURE_FIELDS = tuple(f.name for f in dataclasses.fields(ModelArgs)[_FIRST_FEATURE:])
+"""ModelArgs' features of imported decoders (the fields after init_method_std), each off by default."""
+
+
+def switch_fraction(o: ObjectiveConfig) -> float:
+    return o.switch if o.switch is not None else DEFAULT_SWITCH
+
+
+def switch_step(o: ObjectiveConfig, train_iters: int) -> int | None:
+    """The last step of the first objective of a two-phase schedule (None for one objective): --switch-step, else
+    round(--switch x iters). The one place the switch step is computed."""
+    if len(OBJECTIVE_PHASES[o.objective]) == 1:
+        return None
+    if o.switch_step is not None:
+        return o.switch_step
+    return round(switch_fraction(o) * train_iters)
+
+
+def _steps(iters: int | None, fraction: float | None, train_iters: int) -> int:
+    if iters is not None:
+        return iters
+    return round((fraction if fraction is not None else 0.05) * train_iters)
+
+
+def warmup_iters(t: TrainingConfig) -> int:
+    """--lr-warmup-iters, else round(--lr-warmup-fraction x iters), else 5% of --train-iters."""
+    return _steps(t.lr_warmup_iters, t.lr_warmup_fraction, t.train_iters)
+
+
+def wsd_decay_iters(t: TrainingConfig) -> int:
+    """--lr-wsd-decay-iters, else round(--lr-wsd-decay-fraction x iters), else 5% of the run: at least one step, so
+    that a short WSD run decays too, but never the only step."""
+    if t.lr_wsd_decay_iters is not None or t.lr_wsd_decay_fraction is not None:
+        return _steps(t.lr_wsd_decay_iters, t.lr_wsd_decay_fraction, t.train_iters)
+    return min(max(1, round(0.05 * t.train_iters)), t.train_iters - 1)
+
+
+def split_weights(d: DataConfig) -> tuple[float, float, float] | None:
+    """--split as normalised (train, validation, test) weights, Megatron's way: up to three numbers separated by
+    commas or slashes, missing ones 0 ("99,1" is 0.99, 0.01, 0)."""
+    if d.split is None:
+        return None
+    parts = [p.strip() for p in d.split.replace("/", ",").split(",")]
+    try:
+        values = [float(p) for p in parts]
+    except ValueError:
+        values = []
+    if not 1 <= len(values) <= 3 or any(not v >= 0 for v in values) or sum(values) <= 0:
+        raise ConfigError(f"--split {d.split} does not parse: give up to three non-negative weights for training, "
+                          "validation and test, e.g. 969,30,1")
+    values += [0.0] * (3 - len(values))
+    total = sum(values)
+    return values[0] / total, values[1] / total, values[2] / total
+
+
+def validation_enabled(cfg: Config) -> bool:
+    return cfg.data.split is not None or bool(cfg.data.valid_data_path)
+
+
+def eval_interval(cfg: Config) -> int:
+    v = cfg.validation.eval_interval
+    return v if v is not None else DEFAULT_EVAL_INTERVAL
+
+
+def eval_iters(cfg: Config) -> int:
+    v = cfg.validation.eval_iters
+    return v if v is not None else DEFAULT_EVAL_ITERS
+
+
+def resolved_shape(m: ModelConfig) -> dict:
+    """The preset's shape with the explicit flags applied, by flag name (vocab_size may stay None: tokenizer-sized)."""
+    preset = {MODEL_FLAG_NAMES.get(name, name): value for name, value in PRESETS[m.model].items()}
+    return {name: getattr(m, name) if getattr(m, name) is not None else preset[name] for name in SHAPE_FIELDS}
+
+
+def model_features(m: ModelConfig) -> dict:
+    """The ModelArgs features set by flags (head width, attention biases, RoPE scaling, tied embeddings, ...).
+
+    ``--rope-scaling`` is JSON on the command line, a mapping in YAML; a bad one raises ValueError.
+    """
+    scaling = json.loads(m.rope_scaling) if isinstance(m.rope_scaling, str) else m.rope_scaling
+    if scaling is not None and not isinstance(scaling, dict):
+        raise ValueError("expected a JSON object such as {\"rope_type\": \"linear\", \"factor\": 2}")
+    features = {name: getattr(m, name) for name in FEATURE_FIELDS}
+    features["rope_scaling"] = RopeScaling.from_dict(scaling) if scaling else None
+    return features
+
+
+def model_args_values(m: ModelConfig) -> dict:
+    """Every ModelArgs keyword from the model section (``vocab_size`` None where the tokenizer sizes it)."""
+    shape = resolved_shape(m)
+    values = {}
+    for f in dataclasses.fields(ModelArgs):
+        flag = MODEL_FLAG_NAMES.get(f.name, f.name)
+        values[f.name] = shape[flag] if flag in shape else getattr(m, flag)
+    return {**values, **model_features(m)}
+
+
+def model_section_values(args: ModelArgs) -> dict:
+    """The model flags that build ``args`` (the inverse of ``model_args_values``; RoPE scaling as JSON)."""
+    values = {MODEL_FLAG_NAMES.get(f.name, f.name): getattr(args, f.name) for f in dataclasses.fields(ModelArgs)}
+    values["rope_scaling"] = json.dumps(args.rope_scaling.to_dict()) if args.rope_scaling is not None else None
+    return values
+
+
+def model_args_for(cfg: Config, tokenizer_vocab_size: int) -> ModelArgs:
+    """The run's ModelArgs: the model section, with a tokenizer-sized vocabulary padded Megatron's way (to a multiple
+    of --make-vocab-size-divisible-by x TP, so that each tensor-parallel rank gets an equal slice)."""
+    values = model_args_values(cfg.model)
+    multiple = cfg.model.make_vocab_size_divisible_by * cfg.parallel.tensor_model_parallel_size
+    vocab = values["vocab_size"] or pad_vocab_size(tokenizer_vocab_size, multiple)
+    if tokenizer_vocab_size > vocab:
+        raise ConfigError(f"the tokenizer has {tokenizer_vocab_size} ids but the model vocabulary is {vocab}; "
+                          f"pass the tokenizer the model was made for (--tokenizer-model, with data tokenized by it), "
+                          f"or grow the model with --vocab-size {pad_vocab_size(tokenizer_vocab_size, 128)}")
+    return ModelArgs(**{**values, "vocab_size": vocab})

@@ -1,0 +1,92 @@
+"""The command line: one flag per field of every section (its docstring is the help), over an optional YAML file."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any, get_args, get_origin, get_type_hints
+
+from megamlm.config.docs import choices_of, field_docs, scalar_type
+from megamlm.config.loader import ALTERNATIVES, FORMER_SWITCHES, config_from_settings, load_yaml
+from megamlm.config.sections import SECTION_CLASSES, Config
+from megamlm.errors import ConfigError
+
+FLAG_ALIASES = {"tensor_model_parallel_size": ["--tp"], "pipeline_model_parallel_size": ["--pp"]}
+
+
+class _IntList(argparse.Action):
+    """A list of integers given as separate or comma-separated values: ``--save-at 10000,21000`` or ``10000 21000``."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        try:
+            items = [int(v) for value in values for v in str(value).split(",") if v.strip()]
+        except ValueError:
+            raise ConfigError(f"{option_string} takes integers (e.g. 10000,21000), got {' '.join(values)}") from None
+        setattr(namespace, self.dest, items)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are ConfigErrors: the entry point prints them as one line and exits 2."""
+
+    def error(self, message: str):
+        raise ConfigError(f"{message}; see pretrain.py --help")
+
+
+def help_text(f: dataclasses.Field, doc: str) -> str:
+    """The field's doc with its default named once: a doc that explains its default (every field whose default is
+    unset or empty does) is printed as written, any other gets "(default: VALUE)"."""
+    default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    if "default" not in doc and default not in (None, []):
+        doc = f"{doc} (default: {default})"
+    return doc.replace("%", "%%")
+
+
+def _add_flag(group, section: str, f: dataclasses.Field, hint, doc: str) -> None:
+    flags = ["--" + f.name.replace("_", "-"), *FLAG_ALIASES.get(f.name, [])]
+    kwargs: dict[str, Any] = dict(dest=f"{section}.{f.name}", help=help_text(f, doc), default=argparse.SUPPRESS)
+    if get_origin(hint) is list:
+        kwargs["nargs"], kwargs["metavar"] = "+", f.name.upper()
+        if get_args(hint) == (int,):
+            kwargs["action"] = _IntList
+    elif hint is bool:
+        kwargs["action"] = argparse.BooleanOptionalAction
+    else:
+        kwargs["type"] = scalar_type(hint)
+        if choices_of(hint) is not None:
+            kwargs["choices"] = choices_of(hint)
+        else:
+            kwargs["metavar"] = f.name.upper()
+        if f.name in FORMER_SWITCHES:
+            kwargs.update(nargs="?", const=FORMER_SWITCHES[f.name][True])
+            group.add_argument("--no-" + f.name.replace("_", "-"), dest=kwargs["dest"], action="store_const",
+                               const=FORMER_SWITCHES[f.name][False], default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    group.add_argument(*flags, **kwargs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="pretrain.py", description="Pretrain a text encoder with MLM, CLM or a CLM-then-MLM schedule.")
+    parser.add_argument("--config", help="YAML file with config sections; flags override it.")
+    for section, cls in SECTION_CLASSES.items():
+        group = parser.add_argument_group(section)
+        docs, hints = field_docs(cls), get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            _add_flag(group, section, f, hints[f.name], docs.get(f.name, ""))
+    return parser
+
+
+def parse_flags(argv: list[str] | None = None) -> Config:
+    """Flags over an optional ``--config`` YAML file -> a Config as given (frozen, typed, not yet validated)."""
+    ns = vars(build_parser().parse_args(argv))
+    config_file = ns.pop("config", None)
+    settings = load_yaml(config_file).to_dict() if config_file else {}
+    for dest, value in ns.items():
+        section, name = dest.split(".", 1)
+        settings.setdefault(section, {})[name] = value
+        for pair_section, *pair in ALTERNATIVES:
+            if section == pair_section and name in pair and f"{section}.{_other(pair, name)}" not in ns:
+                settings[section][_other(pair, name)] = None  # the command line replaces the YAML's
+    return config_from_settings(settings)
+
+
+def _other(pair: list[str], name: str) -> str:
+    return pair[1] if name == pair[0] else pair[0]

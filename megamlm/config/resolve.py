@@ -1,0 +1,42 @@
+"""The one place a Config is completed: fill in what the user left unset, validate once, hand it on frozen.
+
+``parse_args`` = flags (and YAML) -> ``resolve``. Resolving adopts what a caller lends (``adopt``: the shape and
+tokenizer of a Hugging Face ``--init-from`` model, megamlm/hf/init_from.py, which this package may not import),
+then fits the unset batch sizes to the layout, then runs every check. After it nothing changes the Config: its
+sections are frozen dataclasses, and the parallel layout is computed from it once (megamlm/parallel/dims.py).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from megamlm.config.batches import fit_batch_sizes
+from megamlm.config.checks import validate
+from megamlm.config.flags import parse_flags
+from megamlm.config.sections import Config
+from megamlm.launcher_env import world_size_from_env
+from megamlm.log import log
+
+Adopter = Callable[[Config], Config]
+"""Fills values in from outside the config (a Hugging Face model's shape); returns a replaced Config."""
+
+
+def launch_world_size(cfg: Config) -> int:
+    """The processes the run is planned for: --world-size (dry runs), else the launcher's."""
+    return cfg.parallel.world_size or world_size_from_env()
+
+
+def resolve(cfg: Config, adopt: Adopter | None = None, world_size: int | None = None) -> Config:
+    """``cfg`` completed for this launch and validated; raises ConfigError naming the fix."""
+    if adopt is not None:
+        cfg = adopt(cfg)
+    cfg, note = fit_batch_sizes(cfg, world_size or launch_world_size(cfg))
+    if note:
+        log(note)
+    validate(cfg)
+    return cfg
+
+
+def parse_args(argv: list[str] | None = None, adopt: Adopter | None = None) -> Config:
+    """Flags (and an optional YAML file) -> the launch's validated, frozen Config."""
+    return resolve(parse_flags(argv), adopt)

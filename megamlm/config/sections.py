@@ -1,0 +1,320 @@
+"""The run configuration as data: one frozen dataclass per section; the string under a field is its help text.
+
+Flags are the field names with dashes (Megatron's names where one exists). Nothing here computes: ``loader.py``
+reads YAML and dicts, ``flags.py`` the command line, ``checks.py`` validates, ``derived.py`` holds the values
+computed from settings, and ``resolve.py`` is the one place that fills values in before the single validation.
+Every section is frozen: a validated Config changes only through ``dataclasses.replace`` in ``resolve.py``.
+
+The model section is generated: its shape and feature flags are ``ModelArgs``' fields (megamlm/model/config.py),
+each declared there once with its docstring, plus the preset name and the vocabulary padding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Literal, get_type_hints
+
+from megamlm.config.docs import field_docs
+from megamlm.model.attention_backends import ATTENTION_TABLE
+from megamlm.model.config import AttentionBackend, KernelBackend, ModelArgs
+
+# The objectives and the phases each trains in order, declared once (the Literal below is built from it).
+OBJECTIVE_PHASES: dict[str, tuple[str, ...]] = {
+    "mlm": ("mlm",),
+    "clm": ("clm",),
+    "clm_then_mlm": ("clm", "mlm"),
+    "mlm_then_clm": ("mlm", "clm"),
+}
+# Every choice flag's values, declared once: the parser offers them, --help lists them, validation checks them.
+Objective = Literal[tuple(OBJECTIVE_PHASES)]
+LRDecayStyle = Literal["wsd", "cosine", "linear", "constant"]
+Precision = Literal["auto", "bf16", "fp32"]
+Device = Literal["auto", "cpu", "cuda"]
+DataParallelImpl = Literal["fsdp", "ddp"]
+PipelineSchedule = Literal["1f1b", "interleaved_1f1b"]
+OptimizerImpl = Literal["torch", "apex"]
+CompileMode = Literal["auto", "none", "blocks", "model", "cudagraphs"]
+
+# ---- the model section: the preset, then one flag per ModelArgs field ---------------------------------------------
+
+MODEL_FLAG_NAMES = {"max_seq_length": "seq_length"}
+"""ModelArgs fields whose flag has another (Megatron's) name."""
+_UNSET_MEANS = {
+    "max_seq_length": "the preset's, tiny 128, others 2048",
+    "vocab_size": "the preset's (Llama 3: 128,256) or, for tiny, the tokenizer's padded size",
+    "head_dim": "hidden / heads; set by --init-from a model that sets it apart",
+    "rope_scaling": "no scaling",
+}
+"""What an unset model flag means, where it is more than "the preset's"."""
+_FLAG_REMARKS = {
+    "attention_bias": "; set by --init-from a model that has them",
+    "attention_out_bias": " (Llama-style attention_bias=true sets this and --attention-bias)",
+    "tie_word_embeddings": " (kept tied under TP, PP and FSDP); set by --init-from",
+    "rope_scaling": ", as JSON with Hugging Face's rope_parameters keys: '{\"rope_type\": \"llama3\", \"factor\": 32, "
+                    "\"low_freq_factor\": 1, \"high_freq_factor\": 4, \"original_max_position_embeddings\": 8192}'; "
+                    "types linear, llama3, yarn (a mapping in YAML); set by --init-from",
+}
+"""Remarks of the flag only, appended to the ModelArgs field's docstring."""
+
+
+def _model_flag(arg: dataclasses.Field, hint, doc: str) -> tuple[tuple, str]:
+    """(make_dataclass entry, help text) of one ModelArgs field's flag: a field without a default is the preset's
+    until set (None); one with a default keeps it; RoPE scaling is JSON text on the command line."""
+    name = MODEL_FLAG_NAMES.get(arg.name, arg.name)
+    help_doc = doc.split("; None:")[0].rstrip(".") + _FLAG_REMARKS.get(arg.name, "")
+    if arg.name == "rope_scaling":
+        hint = str | None
+    if arg.default is dataclasses.MISSING:
+        unset = _UNSET_MEANS.get(arg.name, "the preset's")
+        return (name, hint | None, field(default=None)), f"{help_doc} (default: {unset})"
+    if arg.default is None:
+        return (name, hint, field(default=None)), f"{help_doc} (default: {_UNSET_MEANS[arg.name]})"
+    return (name, hint, field(default=arg.default)), help_doc + "."
+
+
+def _model_section() -> type:
+    entries: list[tuple] = [("model", str, field(default="tiny"))]
+    docs = {"model": "Preset: tiny (CPU demos/tests), 210m, 610m or 1b (the paper's sizes)."}
+    hints, arg_docs = get_type_hints(ModelArgs), field_docs(ModelArgs)
+    for arg in dataclasses.fields(ModelArgs):
+        entry, doc = _model_flag(arg, hints[arg.name], arg_docs.get(arg.name, ""))
+        entries.append(entry)
+        docs[entry[0]] = doc
+    entries.append(("make_vocab_size_divisible_by", int, field(default=128)))
+    docs["make_vocab_size_divisible_by"] = "Pad the tokenizer's vocabulary up to a multiple of this."
+    cls = dataclasses.make_dataclass("ModelConfig", entries, frozen=True, namespace={"__field_docs__": docs})
+    cls.__module__ = __name__
+    cls.__doc__ = "The model: a preset, and one flag per ModelArgs field that overrides it."
+    return cls
+
+
+ModelConfig = _model_section()
+
+
+@dataclass(frozen=True)
+class ObjectiveConfig:
+    objective: Objective = "mlm"
+    """Training objective (two-phase schedules switch at --switch or --switch-step)."""
+    switch: float | None = None
+    """Fraction of --train-iters spent in the first objective of a two-phase schedule; switch step =
+    round(F * iters); default 0.25 unless --switch-step is given."""
+    switch_step: int | None = None
+    """The last step of the first objective, as a step (instead of --switch): branches never depend on rounding
+    (default: from --switch)."""
+    mask_ratio: float = 0.4
+    """MLM: probability that a non-special token is selected for prediction."""
+    mask_replace_prob: float = 1.0
+    """MLM: probability that a selected token is replaced by the mask token."""
+    mask_random_prob: float = 0.0
+    """MLM: probability that a selected token is replaced by a random token."""
+    mask_keep_prob: float = 0.0
+    """MLM: probability that a selected token is left unchanged."""
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    data_path: list[str] = field(default_factory=list)
+    """Dataset prefixes (.bin/.idx), Megatron syntax: `prefix` or `0.7 a 0.3 b` (default: the bundled Austen
+    corpus)."""
+    tokenizer_model: str | None = None
+    """Tokenizer of the data: tokenizer.json / HF folder, tiktoken BPE file or sentencepiece model (needed with
+    --data-path; default: the bundled corpus's)."""
+    data_cache_path: str | None = None
+    """Folder for the sample-index cache (.npy files reused by later launches) and the tokenized bundled corpus
+    (default: no index cache, the indices are rebuilt in memory at each launch; the bundled corpus goes to
+    $MEGAMLM_CACHE or ~/.cache/megamlm)."""
+    num_workers: int = 0
+    """Data loader worker processes (never changes the sample order)."""
+    split: str | None = None
+    """Megatron's train,validation,test weights, e.g. 969,30,1: each corpus's documents are split in file order
+    into contiguous ranges; training samples come from the first range only, validation samples from the second
+    (the third is left unused; default: no split, every document trains)."""
+    valid_data_path: list[str] = field(default_factory=list)
+    """Validation data (prefixes or a blend, like --data-path), instead of --split (default: none)."""
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    train_iters: int = 300
+    """Optimizer steps of the run."""
+    micro_batch_size: int | None = None
+    """Samples per forward/backward pass (default: fitted to the layout and logged; 16 on one process, 12 for the
+    paper presets)."""
+    global_batch_size: int | None = None
+    """Samples per optimizer step; gradient accumulation = global / (micro x data-parallel) (default: 16, or 1,152
+    for the paper presets, raised only where the layout needs more micro-batches; logged)."""
+    lr: float = 3e-3
+    """Peak learning rate."""
+    min_lr: float = 0.0
+    """Learning rate at the end of the decay."""
+    lr_decay_style: LRDecayStyle = "wsd"
+    """LR schedule: wsd (warmup-stable-decay), cosine, linear or constant."""
+    lr_warmup_iters: int | None = None
+    """Linear warmup steps; default 5% of --train-iters (the paper: 2,000 of 42,000)."""
+    lr_warmup_fraction: float | None = None
+    """Linear warmup as a fraction of --train-iters (instead of --lr-warmup-iters; default: unset)."""
+    lr_wsd_decay_iters: int | None = None
+    """WSD: steps of the final linear decay; default 5% of --train-iters, at least 1 in runs of 2+ steps (the paper:
+    2,000 of 42,000)."""
+    lr_wsd_decay_fraction: float | None = None
+    """WSD: the final decay as a fraction of --train-iters (instead of --lr-wsd-decay-iters;
+    default: unset)."""
+    weight_decay: float = 0.1
+    """AdamW weight decay, applied to matrices only."""
+    adam_beta1: float = 0.9
+    """AdamW beta1."""
+    adam_beta2: float = 0.95
+    """AdamW beta2."""
+    adam_eps: float = 1e-5
+    """AdamW epsilon."""
+    clip_grad: float = 1.0
+    """Gradient-norm clipping threshold (0 disables)."""
+    seed: int = 1234
+    """Seeds the weights, the sample order and the MLM masks."""
+    precision: Precision = "auto"
+    """auto (bf16 autocast on GPU, fp32 on CPU), bf16 or fp32."""
+    device: Device = "auto"
+    """Where to train (auto: CUDA/ROCm when visible, else CPU)."""
+    exit_interval: int | None = None
+    """Save a checkpoint and exit 0 after the first step divisible by N (Megatron's name; default: never)."""
+    exit_duration_in_mins: float | None = None
+    """Save a checkpoint and exit 0 after the first step that ends N minutes after the run started (default:
+    never)."""
+    max_skipped_steps: int = 10
+    """Steps with a non-finite loss or gradient norm are skipped (no update); this many in a row stop the run."""
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    save: str | None = None
+    """Folder to write checkpoints to (iter_NNNNNNN/ plus a `latest` pointer); relaunching with it resumes there
+    (default: no checkpoints)."""
+    save_interval: int | None = None
+    """Save every N steps (default: only at the objective switch and at the end, when --save is set)."""
+    load: str | None = None
+    """Resume from this folder's newest whole checkpoint (or an iter_NNNNNNN folder); once --save holds checkpoints,
+    they win, and --load equal to --save starts fresh while that folder is still empty (default: none)."""
+    init_from: str | None = None
+    """Load weights only (continued pretraining): a megamlm checkpoint, a Hugging Face model folder or a .gguf file;
+    fresh optimizer, schedule and data (default: none)."""
+    continue_from: str | None = None
+    """Continued pretraining that continues the data: a megamlm checkpoint's weights, a fresh optimizer and LR
+    schedule, steps counted from 0, and the sample stream continuing where that checkpoint stopped (its seed, data
+    and --split must be this run's; default: none)."""
+    save_at: list[int] = field(default_factory=list)
+    """Steps whose checkpoints --keep-last never deletes (branch points), e.g. 10000,21000
+    (default: none)."""
+    keep_last: int | None = None
+    """Keep only the N newest complete checkpoints (and the objective-switch and --save-at ones); default: keep all."""
+    override_data: bool = False
+    """Resume even though the checkpoint was trained on other data (its data fingerprint differs)."""
+    override_schedule: bool = False
+    """Continue a checkpoint whose history (objective and LR of every step so far, optimizer settings) differs from
+    this launch's schedule, with this launch's values from the next step (each change is logged); without it
+    such a resume is refused. A schedule that agrees up to the checkpoint's step (a branch) needs no override."""
+    overwrite_damaged: bool = False
+    """When every checkpoint in --save is damaged, start anyway (from scratch, --load or --init-from) and let this
+    run's checkpoints replace them; without it such a launch is refused."""
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    log_interval: int = 10
+    """Print a log line every N steps."""
+    tensorboard_dir: str | None = None
+    """Write TensorBoard scalars here (default: none written)."""
+
+
+@dataclass(frozen=True)
+class ValidationConfig:
+    eval_interval: int | None = None
+    """Evaluate on the validation set every N steps (also at the objective switch and the last step); default
+    1000 when --split or --valid-data-path gives a validation set."""
+    eval_iters: int | None = None
+    """Global batches of validation samples per evaluation (the same samples and masks every time); default 10."""
+    eval_mask_ratio: float | None = None
+    """MLM mask ratio of the validation masks; default --mask-ratio (arms of a study that compare mask ratios
+    should share one)."""
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    tensor_model_parallel_size: int = 1
+    """Tensor-parallel degree (Megatron layout: heads, MLP and vocabulary split over TP ranks)."""
+    pipeline_model_parallel_size: int = 1
+    """Pipeline stages over ranks (layers split evenly; embedding on the first, head and loss on the last)."""
+    dp_replicate: int = 1
+    """FSDP2 hybrid sharding: number of replica groups (parameters sharded within each, replicated across)."""
+    dp_shard: int = -1
+    """FSDP2 sharding degree; -1: the rest of world / (TP x PP x dp-replicate)."""
+    data_parallel_impl: DataParallelImpl = "fsdp"
+    """Data parallelism: fsdp (FSDP2 fully_shard per block) or ddp (full replicas, all-reduce)."""
+    pipeline_schedule: PipelineSchedule = "1f1b"
+    """Pipeline schedule: 1f1b or interleaved_1f1b (needs --num-layers-per-virtual-stage)."""
+    num_layers_per_virtual_stage: int | None = None
+    """Interleaved 1F1B: layers in each virtual stage (each rank holds layers / (PP x this) stages; default: unset,
+    required by interleaved_1f1b)."""
+    recompute: bool = False
+    """Activation checkpointing per transformer block (recompute activations in the backward pass)."""
+    world_size: int | None = None
+    """With --dry-run: the number of processes to plan for (default: the launcher's world size)."""
+    dry_run: bool = False
+    """Validate the layout and print per-rank parameters and estimated memory, then exit (no GPU needed)."""
+
+
+@dataclass(frozen=True)
+class PerformanceConfig:
+    kernel_backend: KernelBackend = "auto"
+    """Hot-path kernels: auto (Triton on GPU, chunked LM-head loss on CPU), triton, chunked or reference."""
+    attention_backend: AttentionBackend = "sdpa"
+    """Attention: {backends}, or auto (each measured at start on this GPU for the run's shapes, the fastest kept for
+    bidirectional and for causal attention; sdpa on CPU)."""
+    document_mask: bool = False
+    """Attend only within each document of a packed window (causal and bidirectional alike)."""
+    compile: CompileMode = "auto"
+    """torch.compile: auto (the mode measured fastest: none on CPU, blocks on GPU), none, blocks (each transformer
+    block), model (the whole model; blocks under pipeline parallelism) or cudagraphs (the whole model replayed as
+    CUDA graphs; one GPU process). A bare --compile means blocks, --no-compile none."""
+    fp8: bool = False
+    """Train the transformer blocks' linear layers in float8 (torchao; H100-class GPUs); embedding, norms and LM head
+    keep their precision."""
+    optimizer_impl: OptimizerImpl = "torch"
+    """AdamW implementation: torch (fused kernel on GPU) or apex (apex.optimizers.FusedAdam)."""
+
+
+def _with_backend_help(cls: type) -> None:
+    """The --attention-backend help ({backends} in its docstring) names each backend of the one table
+    (megamlm/model/attention_backends.py), what it is and where it runs."""
+    docs = field_docs(cls)
+    backends = ", ".join(f"{name} ({spec.summary}{', GPU' if spec.gpu_only else ''})"
+                         for name, spec in ATTENTION_TABLE.items())
+    cls.__field_docs__ = {**docs, "attention_backend": docs["attention_backend"].replace("{backends}", backends)}
+    field_docs.cache_clear()
+
+
+_with_backend_help(PerformanceConfig)
+
+
+@dataclass(frozen=True)
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    performance: PerformanceConfig = field(default_factory=PerformanceConfig)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+
+SECTION_CLASSES: dict[str, type] = {f.name: f.default_factory for f in dataclasses.fields(Config)}
+"""Section name -> its dataclass, in the order of ``Config``'s fields (the one list of the sections)."""

@@ -1,0 +1,182 @@
+"""Step accounting: what the host reads from the device and when, and where a run's numbers go (the console log
+line, TensorBoard scalars and ``metrics.jsonl``, training/metrics_file.py).
+
+When the non-finite skip is decided on the device (``SkipStreak``, training/nonfinite.py), a step's loss,
+gradient norm and applied flag stay 0-d device tensors and the host never waits for a step. The loop hands every
+finished step to a ``StepLedger`` and settles it when the numbers are needed (a log line, a validation, a
+checkpoint, a stop, the last step; every step when an ``on_step`` callback watches): the pending steps are read
+in one device-to-host copy, then accounted for in order exactly as the synchronous loop does it, step by step:
+the callback, the skip warning, the NonFiniteGuard's streak and the ``RunReporter``. The logged values are
+therefore the same; only the moment the host reads them moves. Since the host no longer waits, it builds the next
+step's batch while the device still runs the current one.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import torch
+from torch.utils.tensorboard import SummaryWriter
+
+from megamlm.log import log, rank
+from megamlm.model.config import ModelArgs
+from megamlm.training.metrics import format_duration, throughput
+from megamlm.training.metrics_file import MetricsFile
+from megamlm.training.nonfinite import NonFiniteGuard
+from megamlm.training.step import StepOutcome
+from megamlm.training.validation import ValidationResult
+
+
+def read_steps(steps: list[StepOutcome]) -> list[StepOutcome]:
+    """``steps`` with host numbers; the device tensors of all of them come back in one transfer."""
+    on_device = [s for s in steps if isinstance(s.loss, torch.Tensor)]
+    if not on_device:
+        return steps
+    values = torch.stack([torch.stack([s.loss.double(), s.grad_norm.double(), s.applied.double()])
+                          for s in on_device]).tolist()
+    read = {id(s): replace(s, loss=loss, grad_norm=norm, applied=bool(applied))
+            for s, (loss, norm, applied) in zip(on_device, values)}
+    return [read.get(id(s), s) for s in steps]
+
+
+class StepLedger:
+    """Steps the host has not read yet, and their accounting once read."""
+
+    def __init__(self, guard: NonFiniteGuard, reporter: RunReporter, global_batch_size: int,
+                 on_step: Callable[[StepOutcome], None] | None = None):
+        self.guard, self.reporter, self.on_step = guard, reporter, on_step
+        self.global_batch_size = global_batch_size
+        self.pending: list[StepOutcome] = []
+
+    def add(self, outcome: StepOutcome) -> None:
+        self.pending.append(outcome)
+
+    def settle(self) -> int | None:
+        """Read and account for every pending step, oldest first. Returns the step at which the guard stops the
+        run (its --max-skipped-steps streak is complete); the steps after it were held back on the device
+        (``SkipStreak``) and are not accounted for. None when the run goes on."""
+        steps, self.pending = read_steps(self.pending), []
+        for s in steps:
+            if self.on_step is not None:
+                self.on_step(s)
+            if not s.applied:
+                log(f"warning: step {s.step} skipped (update not applied): loss {s.loss}, grad-norm "
+                    f"{s.grad_norm}; {len(self.guard.in_a_row) + 1} in a row, the run stops at "
+                    f"{self.guard.max_in_a_row}")
+            if self.guard.record(s.step, s.applied, s.loss, s.grad_norm, s.sample_ids):
+                return s.step
+            self.reporter.step(s, self.global_batch_size)
+        return None
+
+
+@dataclass
+class IntervalSummary:
+    loss: float
+    grad_norm: float
+    tokens: int
+    predicted: int
+    """Tokens that carried a loss (the LM head's work)."""
+    seconds: float
+
+
+class IntervalMeter:
+    """Averages loss and grad norm over the steps since the last log line and counts the work done in them."""
+
+    def __init__(self):
+        self._reset()
+
+    def _reset(self) -> None:
+        self.start = time.perf_counter()
+        self.losses, self.grad_norms, self.tokens, self.predicted = [], [], 0, 0
+
+    def add(self, loss: float, grad_norm: float, tokens: int, predicted: int) -> None:
+        self.losses.append(loss)
+        self.grad_norms.append(grad_norm)
+        self.tokens += tokens
+        self.predicted += predicted
+
+    def flush(self) -> IntervalSummary:
+        n = max(len(self.losses), 1)
+        summary = IntervalSummary(sum(self.losses) / n, sum(self.grad_norms) / n, self.tokens, self.predicted,
+                                  time.perf_counter() - self.start)
+        self._reset()
+        return summary
+
+
+class TensorBoardWriter:
+    """TensorBoard scalars when a folder is given (rank 0 only); a no-op otherwise."""
+
+    def __init__(self, log_dir: str | None):
+        self.writer = None
+        if log_dir and rank() == 0:
+            self.writer = SummaryWriter(log_dir=log_dir)
+
+    def scalars(self, step: int, values: dict[str, float]) -> None:
+        if self.writer is not None:
+            for name, value in values.items():
+                self.writer.add_scalar(name, value, step)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+class RunReporter:
+    """Logs every ``log_interval`` steps (and at the switch and the last step) and every validation.
+
+    Throughput is ``metrics.throughput`` of the interval's tokens, the benchmark's function: tokens/s of the whole
+    job, MFU over the ``devices`` devices' peak (where the device's peak is known) and this process's peak device
+    memory (GPU only).
+    """
+
+    def __init__(self, save_dir: str | None, tensorboard_dir: str | None, log_interval: int, train_iters: int,
+                 start_step: int, model_args: ModelArgs, device: torch.device, devices: int = 1):
+        self.log_interval, self.train_iters, self.start_step = log_interval, train_iters, start_step
+        self.model_args, self.device, self.devices = model_args, device, devices
+        self.seq_length = model_args.max_seq_length
+        self.meter = IntervalMeter()
+        self.tensorboard = TensorBoardWriter(tensorboard_dir)
+        self.metrics = MetricsFile(save_dir, start_step)
+        self.run_start = time.perf_counter()
+
+    def logs_at(self, step: int, is_switch_step: bool) -> bool:
+        return step % self.log_interval == 0 or step == self.train_iters or is_switch_step
+
+    def step(self, s: StepOutcome, global_batch_size: int) -> None:
+        """One finished step, with host numbers (``s`` read)."""
+        self.meter.add(s.loss, s.grad_norm, global_batch_size * self.seq_length, s.predicted_tokens)
+        self.tensorboard.scalars(s.step, {"loss": s.loss, f"loss/{s.objective}": s.loss, "lr": s.lr,
+                                          "grad_norm": s.grad_norm})
+        if not self.logs_at(s.step, s.is_switch_step):
+            return
+        summary = self.meter.flush()
+        rate = throughput(self.model_args, summary.tokens, summary.predicted, s.objective == "clm", summary.seconds,
+                          self.device, devices=self.devices)
+        eta = (time.perf_counter() - self.run_start) / (s.step - self.start_step) * (self.train_iters - s.step)
+        mfu = f" | MFU {100 * rate.mfu:.1f}%" if rate.mfu is not None else ""
+        memory = f" | peak memory {rate.peak_memory_mib:.0f} MiB" if rate.peak_memory_mib is not None else ""
+        log(f"step {s.step}/{self.train_iters} | objective {s.objective} | loss {summary.loss:.4f} | lr {s.lr:.1e} | "
+            f"grad-norm {summary.grad_norm:.2f} | {rate.tokens_per_second:.0f} tok/s{mfu}{memory} | "
+            f"eta {format_duration(eta)}")
+        self.tensorboard.scalars(s.step, {"tokens_per_second": rate.tokens_per_second,
+                                          **({"mfu": rate.mfu} if rate.mfu is not None else {}),
+                                          **({"peak_memory_mib": rate.peak_memory_mib}
+                                             if rate.peak_memory_mib is not None else {})})
+        self.metrics.append("train", s.step, samples=s.consumed_samples,
+                            tokens=s.consumed_samples * self.seq_length, objective=s.objective, loss=summary.loss,
+                            lr=s.lr, grad_norm=summary.grad_norm, tokens_per_second=rate.tokens_per_second,
+                            mfu=rate.mfu, peak_memory_mib=rate.peak_memory_mib)
+
+    def validation(self, result: ValidationResult, consumed_samples: int) -> None:
+        self.meter.start += result.seconds  # tokens/s measures training: the evaluation's time does not count
+        log(result.describe())
+        self.tensorboard.scalars(result.step, {f"validation/{name}": value for name, value in result.scalars().items()})
+        self.metrics.append("validation", result.step, samples=consumed_samples,
+                            tokens=consumed_samples * self.seq_length, **result.scalars(),
+                            validation_samples=result.samples, mlm_tokens=result.mlm_tokens,
+                            clm_tokens=result.clm_tokens)
+
+    def close(self) -> None:
+        self.tensorboard.close()

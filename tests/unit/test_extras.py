@@ -1,0 +1,52 @@
+"""The optional-package table (megamlm.extras), the launcher's environment (megamlm.launcher_env) and the shared
+figure set-up (megamlm.figures)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from megamlm import extras, figures
+from megamlm.launcher_env import detect_launcher, local_rank_from_env, rank_from_env, world_size_from_env
+
+
+def test_installed_and_version_only_look_packages_up(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torchao" else real(name, *a))
+    assert not extras.installed("torchao") and extras.version("torchao") is None
+    assert extras.detect_optional_extras()["torchao"] is None
+    assert set(extras.detect_optional_extras()) == set(extras.ACCELERATORS) <= set(extras.EXTRAS)
+
+
+def test_each_extra_names_the_command_that_installs_it():
+    assert extras.install_command("flash_attn") == "pip install flash-attn"
+    assert extras.install_command("torchao") == "pip install torchao"
+    assert extras.extra("flash_attn").distribution == "flash-attn"
+    with pytest.raises(KeyError, match="unknown optional package 'nope'"):
+        extras.installed("nope")
+
+
+def test_usable_counts_a_package_that_fails_to_import_as_absent(monkeypatch):
+    monkeypatch.setitem(extras.EXTRAS, "broken", extras.Extra("megamlm_no_such_module", ("x",), "pip install x"))
+    monkeypatch.setattr(extras, "_usable", {})
+    assert not extras.usable("broken") and not extras.installed("broken")
+
+
+def test_launcher_environment_is_read_without_torch():
+    env = {"OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_LOCAL_RANK": "1"}
+    assert detect_launcher(env) == "openmpi"
+    assert (rank_from_env(env), world_size_from_env(env), local_rank_from_env(env)) == (5, 8, 1)
+    assert (rank_from_env({}), world_size_from_env({}), local_rank_from_env({})) == (0, 1, 0)
+    assert local_rank_from_env({"RANK": "3", "WORLD_SIZE": "4"}) == 0  # a launcher that sets no local rank
+
+
+def test_figures_are_saved_atomically_and_closed(tmp_path):
+    pytest.importorskip("matplotlib")
+    open_before = figures.pyplot().get_fignums()
+    fig, ax = figures.figure(figsize=(2, 2))
+    ax.plot([0, 1], [1, 0])
+    path = figures.save(fig, tmp_path / "sub" / "line.png")
+    assert path.read_bytes().startswith(b"\x89PNG")
+    assert sorted(p.name for p in path.parent.iterdir()) == ["line.png"]  # no temporary file left
+    assert figures.pyplot().get_fignums() == open_before
