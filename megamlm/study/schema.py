@@ -64,6 +64,9 @@ class Grid:
     """Instead of clm_fractions: CLM for the first N steps, then MLM (0 = MLM only; N >= budget = CLM only)."""
     mask_ratios: list[float] = field(default_factory=lambda: [0.4])
     """MLM mask ratios, each its own arm (runs branch from each other only at the same mask ratio)."""
+    reproduces_paper: bool = False
+    """True: this grid's arms are models the paper trained (arXiv 2507.00994, at this size, budget and mask ratio);
+    the planner's table then marks every run `paper` or `extension` (an arm any marked grid holds is the paper's)."""
 
 
 @dataclass
@@ -76,6 +79,8 @@ class Continuation:
     """Steps of each continuation (one arm per parent and length)."""
     objective: ContinuationObjective = "mlm"
     """Objective of the continued pretraining."""
+    reproduces_paper: bool = False
+    """True: these continuations are models the paper trained (as grids[].reproduces_paper)."""
     pretrain: dict = field(default_factory=dict)
     """pretrain.py settings of these runs on top of the study's (sections as in pretrain: e.g. training:
     {lr_warmup_fraction: 0.05, lr_wsd_decay_fraction: 0.1})."""
