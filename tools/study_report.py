@@ -5,9 +5,12 @@
 
 The report (Markdown, figures in figures/ beside it; figures need matplotlib) holds the plan, the validation MLM
 loss, MLM accuracy and CLM loss of every arm against steps, the final validation scores with their mean and 95%
-interval over seeds and which arm differences exceed the seed spread, then, from the fine-tuning results, a table
-per task family, the arms' scores over pretraining seeds, score against the CLM fraction per budget, and score
-against pretraining steps (evaluated intermediate checkpoints). Pass the same --set/--scale/--root as the run.
+interval over seeds and the differences between arms (Welch's t-test, 95% interval, Holm-adjusted p-value over
+each table; significant at adjusted p < 0.05), then, from the fine-tuning results, a table per task family, the
+arms' scores over pretraining seeds, score against the CLM fraction per budget, and score against pretraining
+steps (evaluated intermediate checkpoints). Pass the same --set/--scale/--root as the run. With --scale < 1 the
+report is a rehearsal's: headed as one, without tests, written to ROOT/rehearsal/REPORT.md by default and never
+into the folder of the study's own report.
 """
 
 from __future__ import annotations

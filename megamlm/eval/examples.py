@@ -59,6 +59,9 @@ class TaskData:
     kind: str
     splits: dict[str, list | RetrievalSplit]
     source: str = ""
+    max_steps: int | None = None
+    """The protocol's fine-tuning steps for this dataset where they are not its kind's (finetune.PROTOCOL_MAX_STEPS;
+    -1: epochs only); None: its kind's. Set per dataset in the registry (paper_datasets.PAPER_DATASETS)."""
 
     @property
     def family(self) -> str:

@@ -4,7 +4,8 @@ the scores on validation and test.
 Steps as Hugging Face's trainer counts them under EncodEval's settings: `max_steps` > 0 wins over
 epochs (a set smaller than max_steps x batch is cycled through several shuffled passes), otherwise
 `epochs` passes. The protocol gives 1,000 steps to sequence classification, QA and retrieval and one
-epoch to token classification (EncodEval's token-classification configs set max_steps -1).
+epoch to token classification (EncodEval's CoNLL-2003 and UNER configs set max_steps -1), except where a dataset
+sets its own (`TaskData.max_steps`, from the registry: OntoNotes, 1,000 steps in EncodEval's config).
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ class Hyperparameters:
     """Examples per forward/backward (gradients accumulate to batch_size; EncodEval: 4 per device x 8
     accumulation steps). For retrieval, the mini-batch of the cached ranking loss (EncodEval: 4)."""
     max_steps: int | None = None
-    """Optimizer steps; > 0 wins over epochs; -1: epochs only; None: the protocol's per task type
-    (1,000, or one epoch for token classification)."""
+    """Optimizer steps; > 0 wins over epochs; -1: epochs only; None: the protocol's per dataset (OntoNotes: 1,000)
+    or else per task type (1,000, or one epoch for token classification)."""
     epochs: float = 1.0
     """Passes over the train set when max_steps is -1."""
     warmup_ratio: float = 0.1
@@ -56,12 +57,16 @@ class Hyperparameters:
 PRECISIONS = ("auto", "bf16", "fp32")
 
 
-def max_steps_for(kind: str, hp: Hyperparameters) -> int:
-    return PROTOCOL_MAX_STEPS[kind] if hp.max_steps is None else hp.max_steps
+def max_steps_for(kind: str, hp: Hyperparameters, dataset_steps: int | None = None) -> int:
+    """--max-steps if given, else the dataset's protocol steps (``TaskData.max_steps``), else its kind's."""
+    if hp.max_steps is not None:
+        return hp.max_steps
+    return PROTOCOL_MAX_STEPS[kind] if dataset_steps is None else dataset_steps
 
 
-def planned_steps(train_size: int, hp: Hyperparameters, kind: str = "sequence_classification") -> int:
-    max_steps = max_steps_for(kind, hp)
+def planned_steps(train_size: int, hp: Hyperparameters, kind: str = "sequence_classification",
+                  dataset_steps: int | None = None) -> int:
+    max_steps = max_steps_for(kind, hp, dataset_steps)
     if max_steps > 0:
         return max_steps
     return max(1, math.ceil(hp.epochs * math.ceil(train_size / hp.batch_size)))
@@ -107,7 +112,7 @@ def run_finetuning(task: Task, encoder_loader, hp: Hyperparameters, device: torc
     torch.manual_seed(hp.seed)
     model = task.build_model(encoder_loader()).to(device)
     features = task.train_features()
-    steps = planned_steps(len(features), hp, task.kind)
+    steps = planned_steps(len(features), hp, task.kind, task.data.max_steps)
     warmup = math.ceil(hp.warmup_ratio * steps)
     optimizer = _optimizer(model, hp)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: linear_warmup_decay(s, steps, warmup))

@@ -29,10 +29,11 @@ class _EncoderWithHead(nn.Module):
 
 class SequenceClassifier(_EncoderWithHead):
     """EuroBERT's classification head (transformers' EuroBertForSequenceClassification): dense + GELU +
-    linear, with `pooling` "late" (the head on every token, then the mean of the logits over non-padding
-    tokens; EuroBERT's default), "mean" (mean of the hidden states, then the head) or "bos" (first token)."""
+    linear, with `pooling` "mean" (mean of the hidden states over non-padding tokens, then the head; the paper's,
+    arXiv 2507.00994), "late" (the head on every token, then the mean of the logits; EuroBERT's default) or "bos"
+    (first token)."""
 
-    def __init__(self, encoder: nn.Module, num_labels: int, pooling: str = "late"):
+    def __init__(self, encoder: nn.Module, num_labels: int, pooling: str = "mean"):
         super().__init__(encoder)
         if pooling not in POOLINGS:
             raise ValueError(f"unknown classifier pooling {pooling!r}; use one of {', '.join(POOLINGS)}")

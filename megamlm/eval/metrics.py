@@ -6,6 +6,10 @@ official answer normalisation; an example without gold answers is a no-answer qu
 for an empty prediction. Ranking metrics treat a document without a judgement as relevance 0 and use
 the relevance itself as the gain (trec_eval's and scikit-learn's NDCG; the same as 2^rel - 1 for the
 binary judgements of the paper's protocol).
+
+Confidence intervals and the comparison of two arms use scipy.stats: the t quantiles of a mean's interval, and
+Welch's two-sided t-test (unequal variances) with its Welch-Satterthwaite interval for a difference of means,
+Holm's step-down correction over the comparisons of one table (``welch``, ``compare``, ``holm``).
 """
 
 from __future__ import annotations
@@ -14,7 +18,12 @@ import collections
 import math
 import re
 import string
+import warnings
+from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+from scipy import stats
 
 
 def accuracy(predictions: Sequence, references: Sequence) -> float:
@@ -174,37 +183,6 @@ def retrieval_scores(rankings: Mapping[str, Sequence[str]], qrels: Mapping[str, 
     return {f"ndcg@{k}": 100.0 * ndcg, f"mrr@{k}": 100.0 * mrr}
 
 
-def _student_t_cdf(x: float, dof: int) -> float:
-    """CDF of Student's t for x >= 0, by Simpson integration of the density from 0 to x."""
-    log_norm = math.lgamma((dof + 1) / 2) - math.lgamma(dof / 2) - 0.5 * math.log(dof * math.pi)
-
-    def density(t: float) -> float:
-        return math.exp(log_norm - (dof + 1) / 2 * math.log1p(t * t / dof))
-
-    steps = 4000
-    h = x / steps
-    total = density(0.0) + density(x)
-    for i in range(1, steps):
-        total += (4 if i % 2 else 2) * density(i * h)
-    return 0.5 + total * h / 3
-
-
-def student_t_quantile(probability: float, dof: int) -> float:
-    """Upper quantile of Student's t (e.g. 0.975 for a two-sided 95% interval), by bisection."""
-    if not 0.5 <= probability < 1:
-        raise ValueError("student_t_quantile: probability must be in [0.5, 1)")
-    low, high = 0.0, 1.0
-    while _student_t_cdf(high, dof) < probability:
-        high *= 2
-    for _ in range(60):
-        mid = (low + high) / 2
-        if _student_t_cdf(mid, dof) < probability:
-            low = mid
-        else:
-            high = mid
-    return (low + high) / 2
-
-
 def mean_confidence_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[float, float]:
     """Mean and the half-width of its t-distribution confidence interval (0 for a single value)."""
     values = [float(v) for v in values]
@@ -215,4 +193,79 @@ def mean_confidence_interval(values: Sequence[float], confidence: float = 0.95) 
     if n == 1:
         return mean, 0.0
     std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    return mean, student_t_quantile(0.5 + confidence / 2, n - 1) * std / math.sqrt(n)
+    return mean, float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * std / math.sqrt(n)
+
+
+# ---- comparing two arms --------------------------------------------------------------------------------------
+
+SIGNIFICANCE = 0.05
+"""A difference is called significant at a Holm-adjusted p-value below this."""
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """mean(a) - mean(b) with Welch's two-sided t-test; NaN fields where the test cannot be made (fewer than 2
+    values in an arm, or no spread in either)."""
+    difference: float
+    half_width: float
+    """Of the difference's confidence interval (Welch-Satterthwaite degrees of freedom)."""
+    dof: float
+    p_value: float
+    n_a: int
+    n_b: int
+
+    @property
+    def tested(self) -> bool:
+        return not math.isnan(self.p_value)
+
+
+def welch(a, b, confidence: float = 0.95):
+    """Welch's two-sided t-test of mean(a) - mean(b) over the last axis (arrays of shape (..., n_a) and
+    (..., n_b), or lists): (difference, half-width of its ``confidence`` interval, Welch-Satterthwaite degrees
+    of freedom, p-value), each an array over the leading axes (floats for 1-D inputs). The p-value is scipy's
+    ``ttest_ind(equal_var=False)``; the interval is ``t.ppf(0.5 + confidence / 2, dof)`` standard errors either
+    side. With fewer than 2 values in an arm, or no spread in either, everything but the difference is NaN."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    n_a, n_b = a.shape[-1], b.shape[-1]
+    if not n_a or not n_b:
+        raise ValueError("welch: an arm has no values")
+    difference = a.mean(axis=-1) - b.mean(axis=-1)
+    nan = np.full(np.shape(difference), np.nan)
+    if n_a < 2 or n_b < 2:
+        return _scalar(difference), _scalar(nan), _scalar(nan), _scalar(nan)
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # identical values: scipy's precision warning, NaN
+        var_a, var_b = a.var(axis=-1, ddof=1) / n_a, b.var(axis=-1, ddof=1) / n_b
+        spread = (var_a + var_b) > 0
+        dof = np.where(spread, (var_a + var_b) ** 2 / (var_a ** 2 / (n_a - 1) + var_b ** 2 / (n_b - 1)), np.nan)
+        half = np.where(spread, stats.t.ppf(0.5 + confidence / 2, dof) * np.sqrt(var_a + var_b), np.nan)
+        p = np.where(spread, stats.ttest_ind(a, b, axis=-1, equal_var=False).pvalue, np.nan)
+    return _scalar(difference), _scalar(half), _scalar(dof), _scalar(p)
+
+
+def _scalar(x):
+    return float(x) if np.ndim(x) == 0 else x
+
+
+def compare(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> Comparison:
+    """``welch`` of two lists of values (one per seed) as a Comparison."""
+    return Comparison(*welch(list(a), list(b), confidence), n_a=len(a), n_b=len(b))
+
+
+def holm(p_values):
+    """Holm's step-down adjustment of one family of p-values (the last axis; a list or an array of shape
+    (..., m)): the i-th smallest of the k tested ones becomes max over j <= i of min(1, (k - j + 1) p_(j)).
+    NaN (not tested) stays NaN and is not counted in the family."""
+    p = np.asarray(p_values, dtype=float)
+    tested = ~np.isnan(p)
+    k = tested.sum(axis=-1, keepdims=True)
+    order = np.argsort(np.where(tested, p, np.inf), axis=-1)
+    ranked = np.take_along_axis(p, order, axis=-1)
+    factor = k - np.arange(p.shape[-1])
+    with np.errstate(invalid="ignore"):
+        scaled = np.where(np.take_along_axis(tested, order, axis=-1), np.minimum(1.0, factor * ranked), -np.inf)
+    scaled = np.maximum.accumulate(scaled, axis=-1)
+    adjusted = np.empty_like(p)
+    np.put_along_axis(adjusted, order, scaled, axis=-1)
+    adjusted = np.where(tested, adjusted, np.nan)
+    return adjusted.tolist() if isinstance(p_values, (list, tuple)) else adjusted

@@ -61,6 +61,9 @@ class PaperDataset:
     kind: str
     sources: tuple[HubSource, ...]
     build: Callable[["Loader"], dict]
+    max_steps: int | None = None
+    """EncodEval's fine-tuning max_steps for this dataset where its config differs from its task type's
+    (finetune.PROTOCOL_MAX_STEPS); None: the task type's."""
 
 
 def hub_offline() -> bool:
@@ -319,8 +322,10 @@ PAPER_DATASETS = {d.name: d for d in (
                  _glue("mnli", "validation_matched", "Premise: {}\nHypothesis: {}", ("premise", "hypothesis"))),
     PaperDataset("conll2003", "token_classification", _splits("hgissbkh/conll2003-en", ("train", "validation", "test")),
                  _tagging("hgissbkh/conll2003-en", "words", "ner")),
+    # EncodEval's configs/TC/ontonotes_*.yaml set max_steps: 1000 (1,000 steps, not one epoch of its ~60k
+    # sentences); its CoNLL-2003 and UNER configs set -1 (one epoch), the token-classification default.
     PaperDataset("ontonotes", "token_classification", _splits("hgissbkh/ontonotes5", ("train", "validation", "test")),
-                 _tagging("hgissbkh/ontonotes5", "tokens", "tags")),
+                 _tagging("hgissbkh/ontonotes5", "tokens", "tags"), max_steps=1000),
     PaperDataset("uner", "token_classification", _splits("hgissbkh/uner_en", ("train", "validation", "test")),
                  _tagging("hgissbkh/uner_en", "tokens", "ner_tags")),
     PaperDataset("squad", "question_answering", _splits("rajpurkar/squad", ("train", "validation")), _qa("rajpurkar/squad")),
@@ -345,4 +350,4 @@ def load_paper_dataset(name: str, local_dir: str | Path | None = None, retrieval
     dataset = PAPER_DATASETS[name]
     loader = Loader(dataset, Path(local_dir) if local_dir else None, retrieval_corpus)
     source = f"Hugging Face datasets: {', '.join(sorted({s.path for s in dataset.sources}))}"
-    return TaskData(name, dataset.kind, dataset.build(loader), source=source)
+    return TaskData(name, dataset.kind, dataset.build(loader), source=source, max_steps=dataset.max_steps)

@@ -90,7 +90,7 @@ def limit_examples(data: TaskData, max_train: int, max_eval: int) -> TaskData:
                                            {q: content.qrels[q] for q in queries if q in content.qrels})
         else:
             splits[split] = _subset(content, limit)
-    return TaskData(data.name, data.kind, splits, data.source)
+    return dataclasses.replace(data, splits=splits)
 
 
 def load_plan_task(plan: EvalPlan, spec: str) -> TaskData:

@@ -60,6 +60,8 @@ class Run:
     save_at: list[int] = field(default_factory=list)
     """Steps whose checkpoints survive --keep-last: its children's branch points and evaluated checkpoints."""
     children: list[str] = field(default_factory=list)
+    reproduces_paper: bool = False
+    """A model the paper trained (its grid or continuation is marked ``reproduces_paper``)."""
 
     @property
     def is_continuation(self) -> bool:
@@ -98,6 +100,12 @@ class Plan:
     root: str
     """Folder of the runs (as given: relative paths are relative to where runs are launched)."""
     runs: list[Run]
+
+    @property
+    def marks_paper_runs(self) -> bool:
+        """Whether the study says which of its runs are the paper's models (some grid or continuation is marked)."""
+        return any(g.reproduces_paper for g in self.study.grids) or any(
+            c.reproduces_paper for c in self.study.continued_pretraining)
 
     def run(self, name: str) -> Run:
         for run in self.runs:
@@ -258,7 +266,7 @@ def build_plan(study: Study, root: str | None = None) -> Plan:
                 for objective, budget, switch, mask_ratio in grid_arms(grid):
                     label = arm_label(objective, budget, switch, mask_ratio)
                     run = _arm_run(study, base, size, seed, objective, budget, switch, mask_ratio, label)
-                    arms.setdefault(run.name, run)
+                    arms.setdefault(run.name, run).reproduces_paper |= grid.reproduces_paper
     pretraining = _place(sorted(arms.values(), key=_placement_order))
     by_label = {(r.size, r.seed, r.label): r for r in pretraining}
     continuations = []
@@ -270,8 +278,10 @@ def build_plan(study: Study, root: str | None = None) -> Plan:
                     cpt_base = merge_settings(base, continuation.pretrain)
                     for steps in continuation.steps:
                         label = continuation_label(parent_label, continuation.objective, steps)
-                        continuations.append(_arm_run(study, cpt_base, size, seed, continuation.objective, steps,
-                                                      None, parent.mask_ratio, label, continues=parent.name))
+                        run = _arm_run(study, cpt_base, size, seed, continuation.objective, steps, None,
+                                       parent.mask_ratio, label, continues=parent.name)
+                        run.reproduces_paper = continuation.reproduces_paper
+                        continuations.append(run)
     continuations = _place(sorted(continuations, key=lambda r: (r.continues, -r.train_iters)))
     by_name = {r.name: r for r in pretraining}
     for run in continuations:

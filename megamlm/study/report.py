@@ -4,15 +4,22 @@ files and the fine-tuning results.
 An *arm* is a run without its seed (``clm100-mlm100-m40``); its seeds are its replicates. For each arm: the
 validation curves of every seed (a branch's curve is its parent's up to the branch step, then its own; a
 continuation's follows its parent's last step), the final validation scores with their mean and 95% t-interval
-over seeds, and which arms differ beyond the seed spread: the seeds' ranges of the two arms do not overlap (with
-2 seeds a 95% t-interval is 12.7 standard errors wide, so the ranges are the useful comparison). Downstream: one
-table per task family (best LR on validation per model, test mean and 95% CI over fine-tuning seeds), the arms'
-scores over pretraining seeds, score against the CLM fraction per budget, and score against pretraining steps
-from the evaluated intermediate checkpoints.
+over seeds, and the differences between arms: Welch's two-sided t-test over pretraining seeds (where both arms
+have a single pretraining seed, as in the paper, over the fine-tuning seeds at each model's selected LR, and the
+table says which), the difference with its 95% Welch-Satterthwaite interval and its Holm-adjusted p-value over
+the comparisons of the table; significant only at adjusted p < 0.05; fewer than 2 values in an arm: n/a.
+Downstream: one table per task family (best LR on validation per model, test mean and 95% CI over fine-tuning
+seeds), the arms' scores over pretraining seeds, score against the CLM fraction per budget, and score against
+pretraining steps from the evaluated intermediate checkpoints.
+
+A study planned with ``--scale`` < 1 is a rehearsal of the pipeline: its report says so at the top, keeps the
+tables and figures, makes no test and names no difference significant, and is written under the runs' root
+(``ROOT/rehearsal/REPORT.md``), never to the study's own report.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
@@ -23,7 +30,7 @@ from pathlib import Path
 from megamlm import extras
 from megamlm import figures as figs  # `figures` is write_report's flag
 from megamlm.eval.aggregate import TaskSummary, collect, summarize
-from megamlm.eval.metrics import mean_confidence_interval
+from megamlm.eval.metrics import SIGNIFICANCE, Comparison, compare, holm, mean_confidence_interval
 from megamlm.eval.registry import task_display_name
 from megamlm.eval.report import markdown_table
 from megamlm.eval.results import RunKey, write_text_atomic
@@ -105,58 +112,118 @@ def _fmt(mean: float, ci: float, digits: int) -> str:
     return f"{mean:.{digits}f} ± {ci:.{digits}f}" if ci else f"{mean:.{digits}f}"
 
 
-def separated(a: list[float], b: list[float]) -> bool:
-    """Whether two arms' seed values lie in disjoint ranges (at least 2 seeds each)."""
-    return len(a) > 1 and len(b) > 1 and (max(a) < min(b) or max(b) < min(a))
+PRETRAINING_SEEDS = "pretraining seeds"
+FINETUNING_SEEDS = "fine-tuning seeds at the best LR"
 
 
-def validation_section(plan: Plan) -> tuple[str, dict[str, dict[str, list[float]]]]:
-    values: dict[str, dict[str, list[float]]] = {}
+@dataclass
+class Sample:
+    """An arm's values for one metric: one per pretraining seed, and, where the arm has a single pretraining seed,
+    its model's test scores over fine-tuning seeds at the selected LR (what the paper's single models allow)."""
+    pretraining: list[float]
+    finetuning: list[float] = dataclasses.field(default_factory=list)
+
+
+def test_basis(a: dict[str, Sample], b: dict[str, Sample]) -> str:
+    """Which variance a comparison of two arms covers: their pretraining seeds, or, where both have a single
+    pretraining seed (as the paper's models), the fine-tuning seeds of each one's model at its selected LR."""
+    seeds = [max((len(s.pretraining) for s in arm.values()), default=0) for arm in (a, b)]
+    finetuned = all(any(s.finetuning for s in arm.values()) for arm in (a, b))
+    return FINETUNING_SEEDS if seeds == [1, 1] and finetuned else PRETRAINING_SEEDS
+
+
+def _values(sample: Sample, basis: str) -> list[float]:
+    return sample.finetuning if basis == FINETUNING_SEEDS else sample.pretraining
+
+
+def _p(p: float) -> str:
+    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
+
+
+def _cell(c: Comparison, adjusted: float, digits: int) -> str:
+    if not c.tested:
+        why = "fewer than 2 values in an arm" if min(c.n_a, c.n_b) < 2 else "no spread in either arm"
+        return f"{c.difference:+.{digits}f} (n/a: {why})"
+    low, high = c.difference - c.half_width, c.difference + c.half_width
+    mark = " **significant**" if adjusted < SIGNIFICANCE else ""
+    return f"{c.difference:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}], {_p(adjusted)}{mark}"
+
+
+def comparison_table(values: dict[str, dict[str, Sample]], metrics: list[str], digits: int,
+                     rehearsal: bool = False) -> str:
+    """Every pair of arms on every metric: the difference of means, and (not in a rehearsal) Welch's test with its
+    95% interval and Holm-adjusted p-value over the table's tests."""
+    labels = list(values)
+    pairs = [(a, b) for i, a in enumerate(labels) for b in labels[i + 1:]]
+    if not pairs:
+        return ""
+    cells: dict[tuple[str, str, str], Comparison] = {}
+    bases = {}
+    for a, b in pairs:
+        bases[(a, b)] = test_basis(values[a], values[b])
+        for metric in metrics:
+            sa, sb = values[a].get(metric), values[b].get(metric)
+            if sa and sb and _values(sa, bases[(a, b)]) and _values(sb, bases[(a, b)]):
+                cells[(a, b, metric)] = compare(_values(sa, bases[(a, b)]), _values(sb, bases[(a, b)]))
+    keys = list(cells)
+    adjusted = dict(zip(keys, holm([cells[k].p_value for k in keys]))) if keys else {}
+    header = "| A − B | test over | " + " | ".join(metrics) + " |\n|---|---|" + "---|" * len(metrics) + "\n"
+    rows = []
+    for a, b in pairs:
+        row = []
+        for metric in metrics:
+            c = cells.get((a, b, metric))
+            if c is None:
+                row.append("–")
+            elif rehearsal:
+                row.append(f"{c.difference:+.{digits}f}")
+            else:
+                row.append(_cell(c, adjusted[(a, b, metric)], digits))
+        rows.append(f"| {a} − {b} | {'–' if rehearsal else bases[(a, b)]} | " + " | ".join(row) + " |")
+    table = header + "\n".join(rows) + "\n"
+    if rehearsal:
+        return ("Differences between arms (mean of A − mean of B), untested: a rehearsal of the pipeline draws no "
+                "conclusions.\n\n" + table)
+    tested = [k for k in keys if cells[k].tested]
+    significant = [f"{a} − {b} ({metric})" for (a, b, metric) in tested if adjusted[(a, b, metric)] < SIGNIFICANCE]
+    finetuning = any(bases[p] == FINETUNING_SEEDS for p in pairs)
+    summary = (f"Significant at Holm-adjusted p < {SIGNIFICANCE} ({len(tested)} tests in this table): "
+               + ("; ".join(significant) if significant else "none") + ".\n\n" if tested else
+               "No difference in this table could be tested (fewer than 2 values in an arm, or no spread).\n\n")
+    explain = ("Differences between arms: mean of A − mean of B, its 95% interval (Welch-Satterthwaite) in brackets, "
+               "and the p-value of Welch's two-sided t-test (unequal variances) over the seeds named under "
+               "*test over*, adjusted with Holm's method over the tests of this table; **significant** = adjusted "
+               f"p < {SIGNIFICANCE}. n/a: no test (fewer than 2 values in an arm, or no spread).")
+    if finetuning:
+        explain += (" Over fine-tuning seeds (both arms have one pretraining seed): the variance of fine-tuning "
+                    "alone, at each model's selected LR; it says whether the two pretrained models differ, not "
+                    "whether their recipes would over other pretraining seeds.")
+    return summary + explain + "\n\n" + table
+
+
+def validation_section(plan: Plan, rehearsal: bool = False) -> tuple[str, dict[str, dict[str, Sample]]]:
+    values: dict[str, dict[str, Sample]] = {}
     lines = ["| arm | seeds | " + " | ".join(title for _, title in VALIDATION_METRICS) + " |",
              "|---|---|" + "---|" * len(VALIDATION_METRICS)]
     for arm in arms(plan):
         finals = [f for f in (final_validation(plan, run) for run in arm.runs) if f is not None]
         if not finals:
             continue
-        values[arm.label] = {m: [f[m] for f in finals if f.get(m) is not None] for m, _ in VALIDATION_METRICS}
+        values[arm.label] = {m: Sample([f[m] for f in finals if f.get(m) is not None]) for m, _ in VALIDATION_METRICS}
         cells = []
         for metric, _ in VALIDATION_METRICS:
-            seeds = values[arm.label][metric]
+            seeds = values[arm.label][metric].pretraining
+            if not seeds:
+                cells.append("–")
+                continue
             mean, ci = mean_confidence_interval(seeds)
             cells.append(f"{_fmt(mean, ci, 3)} ({', '.join(f'{v:.3f}' for v in seeds)})")
         lines.append(f"| {arm.label} | {len(finals)} | " + " | ".join(cells) + " |")
     if not values:
         return "No run has finished yet.\n", values
     text = ("Final validation scores: mean ± 95% t-interval over seeds (each seed's value in parentheses):\n\n"
-            + "\n".join(lines) + "\n\n" + _separation_table(values, [m for m, _ in VALIDATION_METRICS], 3))
+            + "\n".join(lines) + "\n\n" + comparison_table(values, [m for m, _ in VALIDATION_METRICS], 3, rehearsal))
     return text, values
-
-
-def _separation_table(values: dict[str, dict[str, list[float]]], metrics: list[str], digits: int) -> str:
-    labels = list(values)
-    rows = []
-    for i, a in enumerate(labels):
-        for b in labels[i + 1:]:
-            cells = []
-            for metric in metrics:
-                va, vb = values[a].get(metric, []), values[b].get(metric, [])
-                if not va or not vb:
-                    cells.append("–")
-                    continue
-                diff = sum(va) / len(va) - sum(vb) / len(vb)
-                spread = "one seed" if min(len(va), len(vb)) < 2 else "**beyond**" if separated(va, vb) else "within"
-                cells.append(f"{diff:+.{digits}f} {spread}")
-            rows.append(f"| {a} − {b} | " + " | ".join(cells) + " |")
-    if not rows:
-        return ""
-    beyond = [r.split(" |")[0].lstrip("| ") + f" ({m})" for r in rows for m, cell in zip(metrics, r.split(" | ")[1:])
-              if "**beyond**" in cell]
-    summary = ("Beyond the seed spread: " + ("; ".join(beyond) if beyond else "none") + ". Every other difference "
-               "below lies within it (or has one seed, which measures no spread). Disjoint ranges of 2 seeds are "
-               "weak evidence for a difference much smaller than the 95% intervals above.\n\n")
-    return summary + ("Differences between arms (mean of A − mean of B); **beyond** = the seeds' ranges do not overlap, "
-            "within = they do (not distinguishable from seed variation at this number of seeds), one seed = no spread to compare with:\n\n"
-            "| A − B | " + " | ".join(metrics) + " |\n|---|" + "---|" * len(metrics) + "\n" + "\n".join(rows) + "\n")
 
 
 def evaluation_keys(plan: Plan) -> list[RunKey]:
@@ -165,11 +232,27 @@ def evaluation_keys(plan: Plan) -> list[RunKey]:
             for t in e.tasks for lr in e.lrs for seed in e.seeds]
 
 
-def evaluation_summaries(plan: Plan) -> list[TaskSummary]:
+def evaluation_results(plan: Plan) -> list[dict]:
+    """The fine-tuning results of the plan's (model, task, LR, seed) runs that exist."""
     if plan.study.evaluation is None:
         return []
-    keys = evaluation_keys(plan)
-    return summarize(collect(Path(plan.root) / "eval", keys), keys)
+    return collect(Path(plan.root) / "eval", evaluation_keys(plan))
+
+
+def evaluation_summaries(plan: Plan, results: list[dict] | None = None) -> list[TaskSummary]:
+    if plan.study.evaluation is None:
+        return []
+    return summarize(evaluation_results(plan) if results is None else results, evaluation_keys(plan))
+
+
+def finetuning_scores(results: list[dict], summaries: list[TaskSummary]) -> dict[tuple[str, str], list[float]]:
+    """(model, task) -> its test scores over fine-tuning seeds at its selected LR."""
+    best = {(s.model, s.task): s.best_lr for s in summaries}
+    scores: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for r in results:
+        if best.get((r["model"], r["task"])) == r["lr"]:
+            scores[(r["model"], r["task"])].append(r["test"]["score"])
+    return scores
 
 
 def family_tables(summaries: list[TaskSummary]) -> str:
@@ -194,22 +277,26 @@ def arm_scores(plan: Plan, summaries: list[TaskSummary]) -> dict[tuple[str, str,
     return scores
 
 
-def downstream_section(plan: Plan, summaries: list[TaskSummary]) -> tuple[str, dict]:
+def downstream_section(plan: Plan, summaries: list[TaskSummary], results: list[dict] = (),
+                       rehearsal: bool = False) -> tuple[str, dict]:
     scores = arm_scores(plan, summaries)
-    final = {}
+    by_model = finetuning_scores(list(results), summaries)
+    final: dict[str, dict[str, Sample]] = {}
     lines = ["| arm | task | seeds | test (mean ± 95% CI over pretraining seeds) | per seed |", "|---|---|---|---|---|"]
     for arm in arms(plan):
+        finals = [m.name for run in arm.runs for m in evaluated_models(plan, run) if m.step == run.train_iters]
         for task in sorted({s.task for s in summaries}):
             values = scores.get((arm.label, task, arm.runs[0].train_iters))
             if not values:
                 continue
-            final.setdefault(arm.label, {})[task] = values
+            finetuned = [by_model[(m, task)] for m in finals if by_model.get((m, task))]
+            final.setdefault(arm.label, {})[task] = Sample(values, finetuned[0] if len(finetuned) == 1 else [])
             mean, ci = mean_confidence_interval(values)
             lines.append(f"| {arm.label} | {task} | {len(values)} | {_fmt(mean, ci, 2)} | "
                          f"{', '.join(f'{v:.2f}' for v in values)} |")
     tasks = sorted({s.task for s in summaries})
     text = ("Per arm (each seed's score is its model's test mean at the best LR):\n\n" + "\n".join(lines) + "\n\n"
-            + _separation_table(final, tasks, 2))
+            + comparison_table(final, tasks, 2, rehearsal))
     return text, scores
 
 
@@ -330,8 +417,25 @@ def has_results(plan: Plan) -> bool:
     return any(_metrics(plan, run) for run in plan.runs) or bool(evaluation_summaries(plan))
 
 
-def report_path(plan: Plan) -> Path:
+def own_report_path(plan: Plan) -> Path:
+    """Where the study's report goes: the study file's ``report`` (before any --set), else ROOT/report/REPORT.md
+    under the study's default root."""
     study = plan.study
+    return study.resolve(study.own_report) if study.own_report else Path(study.default_root) / "report" / "REPORT.md"
+
+
+def _same_folder(a: Path, b: Path) -> bool:
+    return a.parent.resolve() == b.parent.resolve()
+
+
+def report_path(plan: Plan) -> Path:
+    """The study's report path (the ``report`` key, else ROOT/report/REPORT.md); for a rehearsal (--scale < 1) a
+    ``report`` given with --set away from the study's own report, else ROOT/rehearsal/REPORT.md."""
+    study = plan.study
+    if study.is_rehearsal:
+        if study.report and not _same_folder(study.resolve(study.report), own_report_path(plan)):
+            return study.resolve(study.report)
+        return Path(plan.root) / "rehearsal" / "REPORT.md"
     return study.resolve(study.report) if study.report else Path(plan.root) / "report" / "REPORT.md"
 
 
@@ -346,9 +450,15 @@ def _shown(path: Path) -> str:
 def write_report(plan: Plan, path: str | Path | None = None, figures: bool = True) -> Path:
     """Write the report (and its figures into ``figures/`` beside it); returns its path."""
     path = Path(path) if path else report_path(plan)
-    summaries = evaluation_summaries(plan)
-    validation_text, _ = validation_section(plan)
-    downstream_text, scores = downstream_section(plan, summaries) if summaries else ("", {})
+    rehearsal = plan.study.is_rehearsal
+    if rehearsal and _same_folder(path, own_report_path(plan)):
+        raise UserError(f"a rehearsal (--scale {plan.study.scale:g}) does not write its report to {path}: that is "
+                        f"the folder of the study's own report ({own_report_path(plan)}) and its figures; write it "
+                        f"elsewhere (the default is {Path(plan.root) / 'rehearsal' / 'REPORT.md'})")
+    results = evaluation_results(plan)
+    summaries = evaluation_summaries(plan, results)
+    validation_text, _ = validation_section(plan, rehearsal)
+    downstream_text, scores = downstream_section(plan, summaries, results, rehearsal) if summaries else ("", {})
     tasks = sorted({s.task for s in summaries})
     images, note = [], ""
     if figures:
@@ -365,9 +475,17 @@ def write_report(plan: Plan, path: str | Path | None = None, figures: bool = Tru
             images = [(title, p) for title, p in made if p is not None]
     finished = sum(finished_step(plan.save_dir(r), r.train_iters) for r in plan.runs)
     study_file = _shown(plan.study.source)
-    parts = [f"# Study `{plan.study.name}`: report", "",
-             f"Written from the runs under `{plan.root}` (study file `{study_file}`) by `python tools/plan_study.py "
-             f"{study_file} --run` at its end, or at any time by `python tools/study_report.py {study_file}`. "
+    title = (f"# Study `{plan.study.name}`: a rehearsal of the pipeline (`--scale {plan.study.scale:g}`), not its "
+             "results" if rehearsal else f"# Study `{plan.study.name}`: report")
+    parts = [title, ""]
+    if rehearsal:
+        parts += [f"Every step count of the study was multiplied by {plan.study.scale:g}. This report shows that the "
+                  "pipeline runs end to end and what it writes; its numbers answer none of the study's questions, so "
+                  "it tests no difference between arms. The study's report comes from a run without `--scale`.", ""]
+    scale = f" --scale {plan.study.scale:g}" if rehearsal else ""
+    parts += [f"Written from the runs under `{plan.root}` (study file `{study_file}`) by `python tools/plan_study.py "
+             f"{study_file}{scale} --run` at its end, or at any time by `python tools/study_report.py {study_file}"
+             f"{scale}`. "
              f"{finished} of {len(plan.runs)} runs have finished.", "",
              "## The plan", "", plan_table(plan, throughput_for(plan.study)), "## Validation", "", validation_text]
     parts += [f"![{title}](figures/{p.name})\n" for title, p in images if p.name == "validation.png"]

@@ -64,6 +64,9 @@ class Grid:
     """Instead of clm_fractions: CLM for the first N steps, then MLM (0 = MLM only; N >= budget = CLM only)."""
     mask_ratios: list[float] = field(default_factory=lambda: [0.4])
     """MLM mask ratios, each its own arm (runs branch from each other only at the same mask ratio)."""
+    reproduces_paper: bool = False
+    """True: this grid's arms are models the paper trained (arXiv 2507.00994, at this size, budget and mask ratio);
+    the planner's table then marks every run `paper` or `extension` (an arm any marked grid holds is the paper's)."""
 
 
 @dataclass
@@ -76,6 +79,8 @@ class Continuation:
     """Steps of each continuation (one arm per parent and length)."""
     objective: ContinuationObjective = "mlm"
     """Objective of the continued pretraining."""
+    reproduces_paper: bool = False
+    """True: these continuations are models the paper trained (as grids[].reproduces_paper)."""
     pretrain: dict = field(default_factory=dict)
     """pretrain.py settings of these runs on top of the study's (sections as in pretrain: e.g. training:
     {lr_warmup_fraction: 0.05, lr_wsd_decay_fraction: 0.1})."""
@@ -171,6 +176,15 @@ class Study:
     figures/); default ROOT/report/REPORT.md."""
     source: Path = field(default=Path("."), metadata={"internal": True})
     """The study file (set by load_study)."""
+    scale: float = field(default=1.0, metadata={"internal": True})
+    """The --scale every step count was multiplied by (set by load_study): below 1 the study is a rehearsal."""
+    own_report: str | None = field(default=None, metadata={"internal": True})
+    """The study file's own report key, before any --set (a rehearsal never writes there)."""
+
+    @property
+    def is_rehearsal(self) -> bool:
+        """A smaller copy of the study (--scale < 1): it rehearses the pipeline and answers none of its questions."""
+        return self.scale < 1
 
     @property
     def default_root(self) -> str:
@@ -196,12 +210,15 @@ def load_study(path: str | Path, overrides: list[str] = (), scale: float | None 
         raise StudyError(f"{path} is not valid YAML: {str(err).splitlines()[0]}") from None
     if not isinstance(data, dict):
         raise StudyError(f"{path} must hold a mapping of study keys (name, sizes, grids, ...)")
+    own_report = data.get("report")
     for override in overrides:
         apply_override(data, override)
     study = _convert(data, Study, "")
     study.source = path.resolve()
+    study.own_report = own_report if isinstance(own_report, str) else None
     if scale is not None:
         scale_steps(study, scale)
+        study.scale = scale
     validate_study(study)
     return study
 

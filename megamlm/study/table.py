@@ -17,9 +17,18 @@ def _tokens(value: int) -> str:
 
 
 def plan_table(plan: Plan, throughput: Throughput) -> str:
-    lines = [f"Plan of study `{plan.study.name}`: {len(plan.runs)} runs under `{plan.root}`.", "",
-             "| run | starts from | schedule | trains steps | tokens | GPU-hours | kept checkpoints |",
-             "|---|---|---|---:|---:|---:|---|"]
+    marked = plan.marks_paper_runs
+    lines = [f"Plan of study `{plan.study.name}`: {len(plan.runs)} runs under `{plan.root}`.", ""]
+    if marked:
+        paper = sum(run.reproduces_paper for run in plan.runs)
+        scaled = (f" (here scaled by --scale {plan.study.scale:g}: the paper's arms at a fraction of its steps, "
+                  "not its models)") if plan.study.is_rehearsal else ""
+        extend = (f"; {len(plan.runs) - paper} extend it with models it did not train (`extension`)"
+                  if paper < len(plan.runs) else "")
+        count = f"All {paper} runs" if paper == len(plan.runs) else f"{paper} of the {len(plan.runs)} runs"
+        lines += [f"{count} reproduce models the paper trained (arXiv 2507.00994; `yes`){scaled}{extend}.", ""]
+    lines += ["| run |" + (" paper's model? |" if marked else "") + " starts from | schedule | trains steps | tokens | GPU-hours | "
+              "kept checkpoints |", "|---|" + ("---|" if marked else "") + "---|---|---:|---:|---:|---|"]
     for run in plan.runs:
         if run.parent is None:
             start = "scratch"
@@ -31,7 +40,8 @@ def plan_table(plan: Plan, throughput: Throughput) -> str:
         first = run.branch_step + 1
         trained = f"{first:,}-{run.train_iters:,}" if run.steps_trained else "none"
         kept = ", ".join(f"{s:,}" for s in run.save_at) or "-"
-        lines.append(f"| {run.name} | {start} | {run.schedule()} | {trained} ({cost.steps:,}) | "
+        origin = (" yes |" if run.reproduces_paper else " extension |") if marked else ""
+        lines.append(f"| {run.name} |{origin} {start} | {run.schedule()} | {trained} ({cost.steps:,}) | "
                      f"{_tokens(cost.tokens)} | {_hours(cost.gpu_hours)} | {kept} |")
     t = totals(plan, throughput)
     lines += ["", "| | steps | tokens | GPU-hours |", "|---|---:|---:|---:|",

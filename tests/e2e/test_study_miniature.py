@@ -23,6 +23,8 @@ def test_cpu_miniature_scaled_down_end_to_end(tmp_path):
     assert first.stdout.count(": trained") == 10
     report = (tmp_path / "REPORT.md").read_text()
     assert "10 of 10 runs have finished." in report
+    assert report.startswith("# Study `cpu_miniature`: a rehearsal of the pipeline (`--scale 0.04`)")
+    assert "significan" not in report.lower()  # a rehearsal draws no conclusions
     assert "| tiny-clm30-mlm10-m40 | 2 |" in report  # both seeds' branch reached the final validation
     assert "#### token classification" in report
     status = json.loads((tmp_path / "runs" / "status" / "tiny-clm20-mlm20-m40-s1.json").read_text())

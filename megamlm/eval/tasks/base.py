@@ -30,8 +30,10 @@ class TaskSettings:
     temperature: float = 0.05
     """Retrieval: softmax temperature of the multiple-negatives ranking loss over cosine similarities
     (0.05 = sentence-transformers' scale of 20)."""
-    classifier_pooling: str = "late"
-    """Sequence classification: EuroBERT's head pooling, late | mean | bos."""
+    classifier_pooling: str = "mean"
+    """Sequence classification: pooling of EuroBERT's head, mean | late | bos. Mean, as the paper (arXiv
+    2507.00994) reports; EncodEval's SC configs set none, so EuroBERT's model-config default, late, applied there
+    (megamlm/eval/README.md, the protocol table)."""
     eval_batch_size: int = 64
     eurobert_inputs: bool | None = None
     """EuroBERT's input convention (text + EOS, no template); None = decided by the model's type."""

@@ -38,6 +38,21 @@ def test_all_twelve_are_registered():
                                              "squad_v2", "record", "msmarco", "nq", "mldr"])
 
 
+def test_ontonotes_fine_tunes_for_its_own_step_count(hub):
+    """EncodEval's OntoNotes configs: max_steps 1000; its CoNLL-2003 and UNER configs: -1 (one epoch)."""
+    from megamlm.eval.finetune import Hyperparameters, planned_steps
+    from megamlm.eval.runner import limit_examples
+
+    data = load_paper_dataset("ontonotes")
+    assert data.max_steps == 1000 == limit_examples(data, 4, 4).max_steps  # a subset keeps the dataset's steps
+    assert planned_steps(len(data.splits["train"]), Hyperparameters(), data.kind, data.max_steps) == 1000
+    assert planned_steps(12, Hyperparameters(max_steps=7), data.kind, data.max_steps) == 7  # --max-steps wins
+    for name in ("conll2003", "uner"):
+        other = load_paper_dataset(name)
+        assert other.max_steps is None
+        assert planned_steps(12, Hyperparameters(batch_size=4), other.kind, other.max_steps) == 3  # one epoch
+
+
 EXPECTED = {  # name: (metric, kind)
     "sst2": "accuracy", "qqp": "accuracy", "mnli": "accuracy", "conll2003": "span_f1", "ontonotes": "span_f1",
     "uner": "span_f1", "squad": "f1", "squad_v2": "f1", "record": "f1", "msmarco": "ndcg@10", "nq": "ndcg@10",
@@ -48,14 +63,15 @@ EXPECTED = {  # name: (metric, kind)
 def test_each_dataset_end_to_end_from_the_hub(name, hub, tiny_models, tmp_path):
     main = _tool("evaluate")
     out = tmp_path / "out"
-    steps = [] if PAPER_DATASETS[name].kind == "token_classification" else ["--max-steps", "2"]  # TC: one epoch
+    one_epoch = PAPER_DATASETS[name].kind == "token_classification" and PAPER_DATASETS[name].max_steps is None
+    steps = [] if one_epoch else ["--max-steps", "2"]  # CoNLL-2003 and UNER: one epoch
     args = ["--model", f"tiny={tiny_models['eurobert']}", "--tasks", name, "--output", str(out), "--lrs", "1e-3",
             "--seeds", "0", "--batch-size", "4", "--micro-batch-size", "2", "--max-length", "48", "--max-query-length", "16", "--doc-stride", "8", "--no-plots", *steps]
     assert main(args) == 0
     result = json.loads((out / "runs" / "tiny" / name / "lr0.001_seed0.json").read_text())
     assert result["metric"] == EXPECTED[name] and 0 <= result["test"]["score"] <= 100
     assert {s.path for s in PAPER_DATASETS[name].sources} <= {call[0] for call in hub.calls}
-    if PAPER_DATASETS[name].kind == "token_classification":
+    if one_epoch:
         assert result["steps"] == 3  # one epoch: 12 train sentences in batches of 4
     else:
         assert result["steps"] == 2

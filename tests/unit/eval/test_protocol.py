@@ -140,3 +140,38 @@ def test_transformers_load_report_is_one_line_per_model(tiny_models, capsys):
     assert len(lines) == 1 and lines[0].startswith(f"loaded {path} (llama, ")
     captured = capsys.readouterr()
     assert "Loading weights" not in captured.err + captured.out
+
+
+def protocol_table() -> dict[str, tuple[str, str]]:
+    """megamlm/eval/README.md's protocol table: parameter -> (paper / EncodEval, megamlm default)."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[3] / "megamlm" / "eval" / "README.md").read_text()
+    table = text.split("## The protocol, parameter by parameter")[1].split("\n### ")[0]
+    rows = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if len(cells) == 3 and cells[0] not in ("parameter", "---|---|---"):
+            rows[cells[0]] = (cells[1], cells[2])
+    return rows
+
+
+def test_ontonotes_steps_and_the_pooling_default_are_the_protocol_tables():
+    from megamlm.eval.finetune import PROTOCOL_MAX_STEPS
+    from megamlm.eval.paper_datasets import PAPER_DATASETS
+
+    rows = protocol_table()
+    paper, ours = rows["steps"]
+    # OntoNotes fine-tunes for EncodEval's 1,000 steps, set per dataset; the other TC sets for one epoch
+    assert PAPER_DATASETS["ontonotes"].max_steps == 1000 and "OntoNotes" in paper and "`max_steps: 1000`" in paper
+    assert "OntoNotes `max_steps=1000`" in ours and "TC: `max_steps: -1`" not in paper
+    assert PROTOCOL_MAX_STEPS["token_classification"] == -1 and "CoNLL-2003 and UNER: `max_steps: -1`" in paper
+    assert all(d.max_steps is None for name, d in PAPER_DATASETS.items() if name != "ontonotes")
+    assert planned_steps(59_924, Hyperparameters(), "token_classification", PAPER_DATASETS["ontonotes"].max_steps) == 1000
+    # the sequence-classification pooling: the paper's (mean), EuroBERT's late only when asked
+    paper, ours = rows["SC head"]
+    assert TaskSettings().classifier_pooling == "mean"
+    assert "reports mean pooling" in paper and ours.startswith('same head, "mean"')
+    from megamlm.eval.heads import SequenceClassifier
+
+    assert SequenceClassifier.__init__.__defaults__ == ("mean",)

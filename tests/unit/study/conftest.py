@@ -13,14 +13,14 @@ from small_study import SMALL, write_study  # noqa: E402
 
 @pytest.fixture
 def small_study(tmp_path):
-    def make(changes: dict | None = None, overrides=()):
+    def make(changes: dict | None = None, overrides=(), scale=None):
         data = {**SMALL, **(changes or {})}
-        return load_study(write_study(tmp_path, data), list(overrides))
+        return load_study(write_study(tmp_path, data), list(overrides), scale)
     return make
 
 
 @pytest.fixture
 def small_plan(small_study, tmp_path):
-    def make(changes: dict | None = None, overrides=()):
-        return build_plan(small_study(changes, overrides), str(tmp_path / "runs"))
+    def make(changes: dict | None = None, overrides=(), scale=None):
+        return build_plan(small_study(changes, overrides, scale), str(tmp_path / "runs"))
     return make

@@ -33,3 +33,26 @@ def test_the_printed_plan_is_the_planners_output(monkeypatch):
 
 def test_the_key_reference_is_the_schemas():
     assert block("study keys") == key_reference().rstrip(), REGENERATE
+
+
+def planned(study: str, monkeypatch) -> str:
+    monkeypatch.chdir(REPO)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        module = runpy.run_path(str(REPO / "tools" / "plan_study.py"), run_name="plan_study")
+        assert module["main"]([f"examples/studies/{study}.yaml"]) == 0
+    return out.getvalue()
+
+
+def test_the_paper_study_files_mark_which_runs_are_the_papers(monkeypatch):
+    """210m and 1b: the paper trained CLM and MLM at four mask ratios (42k steps), the rest extends it; 610m: all."""
+    for size in ("210m", "1b"):
+        table = planned(f"paper_{size}", monkeypatch)
+        assert "5 of the 24 runs reproduce models the paper trained" in table and "19 extend it" in table
+        papers = re.findall(rf"^\| ({size}-\S+) \| yes \|", table, re.M)
+        assert sorted(papers) == sorted(f"{size}-{label}" for label in (
+            "clm42k-m40", "mlm42k-m20", "mlm42k-m30", "mlm42k-m40", "mlm42k-m50"))
+        header = (REPO / "examples" / "studies" / f"paper_{size}.yaml").read_text().split("\nname:")[0]
+        assert "5 are models the paper trained" in header and "the paper's grid" not in header
+    assert "All 24 runs reproduce models the paper trained" in planned("paper_610m", monkeypatch)
+    assert "the paper's grid" not in README.read_text()

@@ -115,3 +115,23 @@ def test_scale_keeps_the_shape_of_the_plan(small_study, tmp_path):
     assert {r.name for r in plan.runs} >= {"tiny-clm50-m40", "tiny-clm25-mlm25-m40", "tiny-clm50-m40-cpt-mlm20"}
     assert plan.run("tiny-clm25-mlm25-m40").branch_step == 25
     assert plan.run("tiny-clm50-m40").config.training.lr_warmup_iters == 5
+
+
+def test_the_table_marks_the_papers_runs_and_the_extension(small_plan):
+    from megamlm.study.cost import Throughput
+    from megamlm.study.table import plan_table
+
+    plan = small_plan({"grids": [{"budgets": [100], "clm_fractions": [0, 1], "reproduces_paper": True},
+                                 {"budgets": [100, 60], "clm_fractions": [0, 0.5, 1]}]})
+    marked = {r.name for r in plan.runs if r.reproduces_paper}
+    assert marked == {"tiny-clm100-m40", "tiny-mlm100-m40"}  # an arm in a marked and an unmarked grid is the paper's
+    table = plan_table(plan, Throughput())
+    assert "2 of the 7 runs reproduce models the paper trained (arXiv 2507.00994; `yes`); 5 extend it" in table
+    assert "| run | paper's model? | starts from |" in table
+    assert "| tiny-clm100-m40 | yes | scratch |" in table
+    assert "| tiny-clm50-mlm50-m40 | extension | tiny-clm100-m40 @ 50 |" in table
+    assert "| tiny-clm100-m40-cpt-mlm40 | extension |" in table  # the continuation is not marked
+    cpt = small_plan({"continued_pretraining": [{"parents": ["clm100-m40"], "steps": [40], "reproduces_paper": True}]})
+    assert [r.name for r in cpt.runs if r.reproduces_paper] == ["tiny-clm100-m40-cpt-mlm40"]
+    unmarked = plan_table(small_plan(), Throughput())
+    assert "paper's model?" not in unmarked and "reproduce" not in unmarked  # a study that says nothing: no column

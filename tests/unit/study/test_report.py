@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from megamlm.errors import UserError
 from megamlm.eval.results import RunKey, write_json_atomic
 from megamlm.study.commands import status_file
-from megamlm.study.report import arms, drawn_curve, final_validation, separated, validation_curve, write_report
+from megamlm.study.report import arms, drawn_curve, final_validation, validation_curve, write_report
 
 from test_local import make_checkpoint
 
@@ -27,12 +28,14 @@ MLM_LOSS = {("mlm100", 1): 5.0, ("mlm100", 2): 5.1, ("clm100", 1): 7.0, ("clm100
 def write_run(plan, run, steps):
     folder = Path(plan.save_dir(run))
     folder.mkdir(parents=True, exist_ok=True)
-    arm = run.label.removesuffix("-m40")
+    arm = {"clm50": "clm100", "mlm50": "mlm100", "clm25-mlm25": "clm50-mlm50"}.get(run.label.removesuffix("-m40"),
+                                                                                  run.label.removesuffix("-m40"))
     with open(folder / "metrics.jsonl", "w") as f:
         for step in steps:
             final = MLM_LOSS[(arm, run.seed)]
             f.write(json.dumps({"kind": "validation", "step": step, "samples": step * 8, "tokens": step * 512,
-                                "mlm_loss": final + (100 - step) / 100, "mlm_accuracy": 0.1, "clm_loss": 6.0}) + "\n")
+                                "mlm_loss": final + (run.train_iters - step) / 100, "mlm_accuracy": 0.1,
+                                "clm_loss": 6.0}) + "\n")
     make_checkpoint(folder, run.train_iters)
 
 
@@ -44,9 +47,7 @@ def write_score(plan, model, task, seed, score):
         "metric": "accuracy", "validation": {"score": score}, "test": {"score": score}, "diverged_at_step": None})
 
 
-@pytest.fixture
-def finished(small_plan):
-    plan = small_plan(STUDY)
+def make_finished(plan):
     for run in plan.runs:
         write_run(plan, run, range(run.branch_step + 10, run.train_iters + 1, 10))
         for model in [run.name] + ([f"{run.name}-step50"] if not run.branch_step else []):
@@ -56,6 +57,11 @@ def finished(small_plan):
                             - (5 if model.endswith("step50") else 0))
                 write_score(plan, model, "rt-sentiment", ft_seed, 60 + run.seed)
     return plan
+
+
+@pytest.fixture
+def finished(small_plan):
+    return make_finished(small_plan(STUDY))
 
 
 def test_a_branch_curve_is_its_parents_up_to_the_branch_step(finished):
@@ -74,23 +80,20 @@ def test_a_branch_is_drawn_from_its_branch_step_so_its_parent_stays_visible(fini
     assert [r["step"] for r in drawn_curve(plan, plan.run("tiny-clm100-m40-s1"))] == list(range(10, 101, 10))
 
 
-def test_separation_means_disjoint_seed_ranges():
-    assert separated([5.0, 5.1], [7.0, 7.2])
-    assert not separated([5.0, 5.1], [5.05, 5.2])
-    assert not separated([5.0], [7.0])  # one seed says nothing about the spread
-
-
 def test_report_tables_and_figures(finished, tmp_path):
     pytest.importorskip("matplotlib")
     path = write_report(finished, tmp_path / "report" / "REPORT.md")
     text = path.read_text()
     assert "6 of 6 runs have finished." in text
     assert [a.label for a in arms(finished)] == ["tiny-clm100-m40", "tiny-mlm100-m40", "tiny-clm50-mlm50-m40"]
-    assert "| tiny-clm100-m40 − tiny-mlm100-m40 | +2.050 **beyond** |" in text
-    assert "| tiny-mlm100-m40 − tiny-clm50-mlm50-m40 | -0.075 within |" in text
+    # Welch over the 2 pretraining seeds, Holm over the table's 3 tests (MLM accuracy and CLM loss have no spread)
+    assert ("| tiny-clm100-m40 − tiny-mlm100-m40 | pretraining seeds | +2.050 [+1.358, +2.742], p = 0.021 "
+            "**significant** | +0.000 (n/a: no spread in either arm) |") in text
+    assert "| tiny-mlm100-m40 − tiny-clm50-mlm50-m40 | pretraining seeds | -0.075 [-0.523, +0.373], p = 0.504 |" in text
     assert "#### token classification" in text and "#### sequence classification" in text
-    assert ("Beyond the seed spread: tiny-clm100-m40 − tiny-mlm100-m40 (mlm_loss); "
-            "tiny-clm100-m40 − tiny-clm50-mlm50-m40 (mlm_loss). Every other") in text
+    assert ("Significant at Holm-adjusted p < 0.05 (3 tests in this table): tiny-clm100-m40 − tiny-mlm100-m40 "
+            "(mlm_loss); tiny-clm100-m40 − tiny-clm50-mlm50-m40 (mlm_loss).") in text
+    assert "beyond" not in text
     # brown-pos per arm over pretraining seeds: MLM 81.25 and 82.25 (means over fine-tuning seeds)
     assert "| tiny-mlm100-m40 | brown-pos | 2 |" in text and "81.25, 82.25" in text
     for figure in ("validation.png", "score_vs_clm_fraction.png", "score_vs_steps.png"):
@@ -104,7 +107,56 @@ def test_one_seed_measures_no_spread(finished, tmp_path):
 
     shutil.rmtree(finished.save_dir(finished.run("tiny-mlm100-m40-s2")))
     text = write_report(finished, tmp_path / "R.md", figures=False).read_text()
-    assert "| tiny-clm100-m40 − tiny-mlm100-m40 | +2.100 one seed |" in text
+    assert "| tiny-clm100-m40 − tiny-mlm100-m40 | pretraining seeds | +2.100 (n/a: fewer than 2 values in an arm) |" in text
+
+
+def test_arms_of_one_pretraining_seed_are_compared_over_fine_tuning_seeds(small_plan, tmp_path):
+    plan = make_finished(small_plan({**STUDY, "seeds": [1]}))
+    text = write_report(plan, tmp_path / "R.md", figures=False).read_text()
+    downstream = text.split("## Downstream")[1]
+    # brown-pos, one pretraining seed each: CLM 71 and 71.5 over fine-tuning seeds, MLM 81 and 81.5
+    assert ("| tiny-clm100-m40 − tiny-mlm100-m40 | fine-tuning seeds at the best LR | -10.00 [-11.52, -8.48], "
+            "p = 0.004 **significant** |") in downstream  # Welch p 0.00125, Holm over the 3 tests of brown-pos
+    assert "Over fine-tuning seeds (both arms have one pretraining seed)" in downstream
+    # validation has no fine-tuning seeds: one value per arm, no test
+    assert "| tiny-clm100-m40 − tiny-mlm100-m40 | pretraining seeds | +2.000 (n/a: fewer than 2 values" in text
+    assert "No difference in this table could be tested" in text.split("## Downstream")[0]
+
+
+def test_a_rehearsal_is_headed_as_one_and_draws_no_conclusions(small_plan, tmp_path):
+    from megamlm.study.report import report_path
+
+    plan = small_plan(STUDY, scale=0.5)
+    assert plan.study.is_rehearsal and plan.study.scale == 0.5
+    for run in plan.runs:
+        write_run(plan, run, range(run.branch_step + 5, run.train_iters + 1, 5))
+        for ft_seed in (0, 1):
+            write_score(plan, run.name, "brown-pos", ft_seed, (80 if "mlm" in run.name else 70) + run.seed + ft_seed)
+    path = write_report(plan, figures=False)
+    assert path == Path(plan.root) / "rehearsal" / "REPORT.md" == report_path(plan)
+    text = path.read_text()
+    assert text.startswith("# Study `small`: a rehearsal of the pipeline (`--scale 0.5`), not its results")
+    assert "| tiny-clm50-m40 − tiny-mlm50-m40 | – | +2.050 |" in text  # the difference, untested
+    assert "#### token classification" in text
+    assert "significan" not in text.lower() and "p = " not in text and "p < " not in text
+
+
+def test_a_rehearsal_never_writes_to_the_studys_own_report(small_plan, tmp_path):
+    own = tmp_path / "results" / "RESULTS.md"
+    plan = small_plan({**STUDY, "report": str(own)}, scale=0.5)
+    assert report_path_of(plan) == Path(plan.root) / "rehearsal" / "REPORT.md"
+    with pytest.raises(UserError, match="does not write its report"):
+        write_report(plan, own.parent / "OTHER.md", figures=False)  # its folder holds the study's figures
+    elsewhere = small_plan({**STUDY, "report": str(own)}, overrides=[f"report={tmp_path / 'r' / 'R.md'}"],
+                           scale=0.5)
+    assert report_path_of(elsewhere) == tmp_path / "r" / "R.md"  # --set report= away from the study's own
+    assert report_path_of(small_plan({**STUDY, "report": str(own)})) == own  # the study itself writes there
+
+
+def report_path_of(plan):
+    from megamlm.study.report import report_path
+
+    return report_path(plan)
 
 
 def test_time_comes_from_the_local_runners_status_files(finished, tmp_path):

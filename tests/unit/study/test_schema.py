@@ -64,7 +64,7 @@ def test_scale_multiplies_every_step_count(tmp_path):
 def test_the_paper_studies_load(tmp_path):
     for size in ("210m", "610m", "1b"):
         study = load_study(f"examples/studies/paper_{size}.yaml")
-        assert study.sizes == [size] and study.grids[0].budgets == [12000, 22000, 42000]
+        assert study.sizes == [size] and [12000, 22000, 42000] in [g.budgets for g in study.grids]
 
 
 def test_key_reference_documents_every_key():
