@@ -11,3 +11,7 @@ class UserError(Exception):
 
 class ResumeError(UserError, ValueError):
     """A checkpoint whose history does not fit this launch; the message names both values and the flag to pass."""
+
+
+class CheckpointError(UserError, ValueError):
+    """A checkpoint that is missing, incomplete, damaged, unsafe to read or does not fit this run; names the fix."""
