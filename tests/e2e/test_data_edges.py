@@ -134,3 +134,51 @@ def test_validation_data_of_another_tokenizer_is_refused_like_training_data(tmp_
                                   "--save", str(tmp_path / "ck")]),
                     f"{tmp_path / 'c_text_document'} was tokenized by {small} (7 ids")
     assert snapshot(tmp_path) == before
+
+
+# ---- the cached sample index is verified when it is read ------------------------------------------------------
+
+import numpy as np  # noqa: E402
+
+from megamlm.data.index_cache import checksum  # noqa: E402
+
+
+def zero_shuffle(cache: Path) -> list[Path]:
+    """Every cached shuffle index replaced by zeros of its shape and dtype (a valid .npy, the wrong order)."""
+    files = sorted(cache.rglob("index-*-shuffle_index.npy"))
+    for path in files:
+        array = np.load(path)
+        np.save(path, np.zeros_like(array))
+    return files
+
+
+def out_of_range_with_its_checksum(cache: Path) -> list[Path]:
+    """Shuffle entries past the end, with the description's checksum updated: only the structure check sees it."""
+    files = sorted(cache.rglob("index-*-shuffle_index.npy"))
+    for path in files:
+        array = np.load(path)
+        array[0] = len(array) + 5
+        np.save(path, array)
+        description = path.with_name(path.name.replace("shuffle_index.npy", "description.json"))
+        record = json.loads(description.read_text())
+        record["arrays"]["shuffle_index"]["crc32"] = checksum(array)
+        description.write_text(json.dumps(record))
+    return files
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("damage,reason", [(zero_shuffle, "does not match its checksum"),
+                                           (out_of_range_with_its_checksum, "entries out of range")])
+def test_a_damaged_cached_index_is_rebuilt_with_a_warning_and_trains_the_same_samples(tmp_path, tiny, capsys, damage,
+                                                                                      reason):
+    cache = tmp_path / "cache"
+    reference = tiny("--train-iters", "4", "--data-cache-path", cache)
+    assert damage(cache)
+    capsys.readouterr()
+    again = tiny("--train-iters", "4", "--data-cache-path", cache)
+    out = capsys.readouterr().out
+    assert "warning: index cache entry" in out and reason in out and "rebuilding it" in out, out
+    assert again.losses == reference.losses and again.sample_ids == reference.sample_ids
+    capsys.readouterr()
+    tiny("--train-iters", "4", "--data-cache-path", cache)
+    assert "warning: index cache entry" not in capsys.readouterr().out  # the rebuilt entry is whole
