@@ -3,6 +3,7 @@
     python benchmarks/index_build.py                          # 100B tokens, seq_length 2048: 48.8M samples per epoch
     python benchmarks/index_build.py --tokens 1e7             # CI size: seconds
     python benchmarks/index_build.py --tokens 1e9 --epochs 2  # two epochs of a 1B-token corpus
+    python benchmarks/index_build.py --cache                  # also the cache: build + write, then a verified read
 
 The corpus is synthetic (document lengths drawn with a fixed seed; only lengths matter to the
 index). For each builder the run builds `--epochs` epochs (document order, sample index and
@@ -23,6 +24,7 @@ import argparse
 import json
 import resource
 import sys
+import tempfile
 import time
 import tracemalloc
 from pathlib import Path
@@ -81,6 +83,17 @@ def build_epochs(sizes, seq_length, seed, epochs, use_cpp, figures):
     return out
 
 
+def time_cache(sizes, seq_length, seed, epochs) -> dict:
+    """Seconds (wall, CPU) of ``load_or_build_epochs`` with a cache folder: build + write (checksums included),
+    then the read a later run does (checksums and structure verified)."""
+    from megamlm.data.index_cache import load_or_build_epochs
+
+    with tempfile.TemporaryDirectory(prefix="index-cache-") as folder:
+        _, write_s, write_cpu = timed(lambda: load_or_build_epochs(sizes, seq_length, seed, epochs, cache_dir=folder))
+        _, read_s, read_cpu = timed(lambda: load_or_build_epochs(sizes, seq_length, seed, epochs, cache_dir=folder))
+    return {"build_and_write_s": write_s, "build_and_write_cpu_s": write_cpu, "read_s": read_s, "read_cpu_s": read_cpu}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokens", type=float, default=100e9, help="corpus size in tokens (default 100e9)")
@@ -90,6 +103,9 @@ def main(argv=None) -> int:
     parser.add_argument("--blend-samples", type=float, default=None, help="blend interleave length (default: the samples)")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--no-memory", action="store_true", help="skip the traced-memory pass")
+    parser.add_argument("--cache", action="store_true",
+                        help="also time the index cache: the first run's build and write of every epoch, then a "
+                             "later run's (verified) read of them, in a temporary folder")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--output", default=None, help="also write the figures as JSON to this file")
     args = parser.parse_args(argv)
@@ -130,6 +146,9 @@ def main(argv=None) -> int:
         del blend
     del reference, reference_blend
 
+    if args.cache:
+        figures["cache"] = time_cache(sizes, args.seq_length, args.seed, args.epochs)
+
     if not args.no_memory:
         for name, use_cpp in builders.items():
             f = figures["builders"][name]
@@ -162,6 +181,10 @@ def main(argv=None) -> int:
         if "blend_index_peak_bytes" in f:
             line += f", peak {size(f['blend_index_peak_bytes'])}"
         print(line)
+    if "cache" in figures:
+        c = figures["cache"]
+        print(f"  cache  build + write {c['build_and_write_s']:7.2f} s [{c['build_and_write_cpu_s']:7.2f}], "
+              f"a later run's read {c['read_s']:.2f} s [{c['read_cpu_s']:.2f}]")
     print(f"  identical arrays from every builder; process max RSS {size(figures['max_rss_bytes'])}")
     return 0
 

@@ -48,7 +48,7 @@ def load_transformers_model(model: Path):
     from megamlm.hf.hf_source import open_source
 
     source = open_source(model)
-    return AutoModelForCausalLM.from_pretrained(str(source.folder), dtype=torch.float32,
+    return AutoModelForCausalLM.from_pretrained(str(source.folder), dtype=torch.float32, trust_remote_code=False,
                                                 **source.loader_kwargs).eval()
 
 
@@ -118,8 +118,8 @@ def continued_pretraining(ckpt: Path, data_prefix: Path, save: Path, steps: int,
 def fill_mask(hf_dir: Path) -> list[dict]:
     from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
 
-    tokenizer = AutoTokenizer.from_pretrained(str(hf_dir))
-    model = AutoModelForMaskedLM.from_pretrained(str(hf_dir))
+    tokenizer = AutoTokenizer.from_pretrained(str(hf_dir), trust_remote_code=False)
+    model = AutoModelForMaskedLM.from_pretrained(str(hf_dir), trust_remote_code=False)
     fill = pipeline("fill-mask", model=model, tokenizer=tokenizer, device="cpu")
     return [{"token": p["token_str"], "score": p["score"]}
             for p in fill(SENTENCE.format(mask=tokenizer.mask_token), top_k=5)]

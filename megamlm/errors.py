@@ -15,3 +15,7 @@ class ResumeError(UserError, ValueError):
 
 class ConfigError(UserError, ValueError):
     """A bad flag, flag combination or input path; the message names the fix."""
+
+
+class CheckpointError(UserError, ValueError):
+    """A checkpoint that is missing, incomplete, damaged, unsafe to read or does not fit this run; names the fix."""

@@ -48,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--workers", type=int, default=1, help="tokenizer processes")
     group.add_argument("--log-interval", type=int, default=1000, help="documents between updates of the rates shown")
     group.add_argument("--no-progress", action="store_true", help="no progress bar (the summary is still printed)")
+    group.add_argument("--force", action="store_true",
+                       help="replace an existing dataset at --output-prefix (refused otherwise)")
     return parser
 
 
@@ -65,6 +67,7 @@ def main(argv=None) -> int:
         shard_documents=args.shard_documents,
         log_interval=args.log_interval,
         progress=not args.no_progress,
+        force=args.force,
     )
     try:
         summary = preprocess(settings)

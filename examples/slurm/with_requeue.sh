@@ -14,7 +14,10 @@ for arg in "$@"; do
     [[ "$arg" == --save=* ]] && save=${arg#--save=}
     prev=$arg
 done
-latest_step() { cat "$save/latest_checkpointed_iteration.txt" 2>/dev/null || echo 0; }
+# A step number read from a file, or 0: its contents are checked to be digits before any arithmetic sees them
+# (bash arithmetic evaluates an expression it is given, and runs the commands that expression names).
+step_or_zero() { if [[ "$1" =~ ^[0-9]+$ ]]; then echo "$((10#$1))"; else echo 0; fi; }
+latest_step() { step_or_zero "$(cat "$save/latest_checkpointed_iteration.txt" 2>/dev/null)"; }
 
 before=$(latest_step)
 "$@"
@@ -24,11 +27,13 @@ if [[ -z "$save" || -z "${SLURM_JOB_ID:-}" ]]; then
     exit "$status"
 fi
 # The run's length as the checkpoint recorded it (flags or a --config file alike).
-train_iters=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["config"]["training"]["train_iters"])' \
-              "$save/$(printf 'iter_%07d' "$after")/config.json" 2>/dev/null || echo 0)
+train_iters=$(step_or_zero "$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["config"]["training"]["train_iters"])' \
+              "$save/$(printf 'iter_%07d' "$after")/config.json" 2>/dev/null)")
 # TARGET_STEP (a study's segment job, tools/plan_study.py --emit slurm) ends the job at that step instead.
-target=${TARGET_STEP:-$train_iters}
-if (( after > before && after < target && ${SLURM_RESTART_COUNT:-0} < ${MAX_REQUEUES:-50} )); then
+target=$(step_or_zero "${TARGET_STEP:-$train_iters}")
+restarts=$(step_or_zero "${SLURM_RESTART_COUNT:-0}")
+max_requeues=$(step_or_zero "${MAX_REQUEUES:-50}")
+if (( after > before && after < target && restarts < max_requeues )); then
     echo "megamlm: stopped at step $after of $train_iters with a checkpoint; requeueing job $SLURM_JOB_ID"
     scontrol requeue "$SLURM_JOB_ID"
     exit 0

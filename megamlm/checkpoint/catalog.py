@@ -13,6 +13,7 @@ from pathlib import Path
 
 from megamlm.checkpoint.integrity import MARKER, read_marker, verify, verify_unmarked
 from megamlm.checkpoint.leases import live_readers
+from megamlm.checkpoint.untrusted import unsafe_content
 
 LATEST = "latest_checkpointed_iteration.txt"
 TRAIN_STATE = "train_state.json"
@@ -56,7 +57,8 @@ def problem(folder: Path, deep: bool = True, rank: int = 0, world_size: int = 1)
 
     A folder without a completion marker is accepted when its required files exist, it is not a ``.tmp``
     folder and its structure checks out (``verify_unmarked``): checkpoints written before markers existed were
-    renamed into place only when complete, but may have been damaged since.
+    renamed into place only when complete, but may have been damaged since. With ``deep``, a whole checkpoint's
+    pickled files are also read without running anything they name (``untrusted``): one naming code is refused.
     """
     if not (folder / MARKER).exists():
         missing = [name for name in REQUIRED if not (folder / name).exists()]
@@ -64,8 +66,11 @@ def problem(folder: Path, deep: bool = True, rank: int = 0, world_size: int = 1)
             return (f"it is incomplete (missing {', '.join(missing or [MARKER])}); "
                     "it was probably interrupted while saving")
         reason = verify_unmarked(folder, readable=(CONFIG, TRAIN_STATE))
-        return f"{reason} (a checkpoint without a completion marker, checked by its structure)" if reason else None
-    return verify(folder, deep=deep, rank=rank, world_size=world_size)
+        if reason:
+            return f"{reason} (a checkpoint without a completion marker, checked by its structure)"
+    elif reason := verify(folder, deep=deep, rank=rank, world_size=world_size):
+        return reason
+    return unsafe_content(folder, rank, world_size) if deep else None
 
 
 def is_pinned(folder: Path) -> bool:

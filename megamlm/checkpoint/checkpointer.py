@@ -63,7 +63,8 @@ from megamlm.checkpoint.integrity import (
     write_marker,
     write_rank_completion,
 )
-from megamlm.errors import UserError
+from megamlm.checkpoint.untrusted import VettedLoadPlanner, VettedReader, load_tensors
+from megamlm.errors import CheckpointError
 from megamlm.log import log
 
 __all__ = ["CONFIG", "LATEST", "REQUIRED", "TRAIN_STATE", "iteration_dir"]
@@ -73,16 +74,16 @@ CHECKPOINT_FORMAT = 2
 sample stream of megamlm 0.2). Only the model weights of a format-1 checkpoint carry over (--init-from)."""
 
 
-class CheckpointError(UserError, ValueError):
-    """A checkpoint that is missing, incomplete or does not fit this run; the message names the fix."""
-
-
 class CheckpointSaveError(CheckpointError):
     """A save that failed (disk full, permissions); earlier checkpoints are untouched."""
 
 
 def rng_state() -> dict:
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Every RNG's state as tensors, numbers and strings (a file that ``torch.load(weights_only=True)`` reads)."""
+    numpy_state = np.random.get_state(legacy=False)
+    key = torch.from_numpy(numpy_state["state"]["key"].astype(np.int64))
+    numpy_state["state"] = {**numpy_state["state"], "key": key}
+    state = {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state()
     return state
@@ -90,7 +91,11 @@ def rng_state() -> dict:
 
 def set_rng_state(state: dict) -> None:
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    numpy_state = state["numpy"]
+    if isinstance(numpy_state, dict):  # since megamlm 0.2's tensor-only RNG files; before, numpy's legacy tuple
+        numpy_state = {**numpy_state, "state": {**numpy_state["state"],
+                                                "key": numpy_state["state"]["key"].numpy().astype(np.uint32)}}
+    np.random.set_state(numpy_state)
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda"])
@@ -289,9 +294,23 @@ def read_train_state(folder: Path) -> dict:
     if (folder / TRAIN_STATE).is_file():
         return json.loads((folder / TRAIN_STATE).read_text())
     if (folder / LEGACY_TRAIN_STATE).is_file():
-        return {**torch.load(folder / LEGACY_TRAIN_STATE, weights_only=False, map_location="cpu"), "format": 1}
+        return {**load_tensors(folder / LEGACY_TRAIN_STATE), "format": 1}
     raise CheckpointError(f"checkpoint {folder} has no {TRAIN_STATE}; it cannot be resumed (its weights may still "
                           f"load with --init-from {folder})")
+
+
+def _dcp_load(state: dict, ckpt: Path) -> None:
+    """``dcp.load`` of ``state`` from ``ckpt``, reading nothing that could run code (``untrusted``); a refusal is
+    raised as the CheckpointError it is, not wrapped in DCP's CheckpointException."""
+    reader, planner = VettedReader(str(ckpt)), VettedLoadPlanner(ckpt)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
+        try:
+            dcp.load(state, checkpoint_id=str(ckpt), storage_reader=reader, planner=planner)
+        except (Exception, CheckpointException):
+            if refused := reader.refused or planner.refused:
+                raise refused from None
+            raise
 
 
 def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -302,13 +321,11 @@ def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: torch.o
     ckpt = Path(path)
     model_sd, optim_sd = get_state_dict(model, optimizer)
     state = {"model": model_sd, "optim": optim_sd}
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
-        dcp.load(state, checkpoint_id=str(ckpt))
+    _dcp_load(state, ckpt)
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     saved_ranks = len(list(ckpt.glob(RNG_FILES)))
     if saved_ranks:
-        set_rng_state(torch.load(ckpt / rng_file(ranks.rank() % saved_ranks), weights_only=False))
+        set_rng_state(load_tensors(ckpt / rng_file(ranks.rank() % saved_ranks)))
 
 
 def load_model_weights(path: str | Path, model: torch.nn.Module, verify: bool = True) -> Path:
@@ -319,8 +336,6 @@ def load_model_weights(path: str | Path, model: torch.nn.Module, verify: bool = 
     ckpt = resolve_checkpoint(path) if verify else Path(path)
     model_sd = get_model_state_dict(model)
     state = {"model": model_sd}
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*torch.distributed is disabled.*")
-        dcp.load(state, checkpoint_id=str(ckpt))
+    _dcp_load(state, ckpt)
     set_model_state_dict(model, state["model"], options=StateDictOptions(strict=True))
     return ckpt

@@ -12,7 +12,8 @@ import json
 import os
 from pathlib import Path
 
-from torch.distributed.checkpoint import FileSystemReader
+from megamlm.checkpoint.untrusted import read_metadata
+from megamlm.errors import CheckpointError
 
 MARKER = "COMPLETE.json"
 MARKER_FORMAT = 1
@@ -126,12 +127,14 @@ def verify(folder: Path, deep: bool = True, rank: int = 0, world_size: int = 1) 
 def verify_unmarked(folder: Path, readable: tuple[str, ...]) -> str | None:
     """Why a checkpoint written before completion markers existed is damaged, or None.
 
-    Without checksums this checks the structure: DCP's ``.metadata`` reads, every shard file it names exists and
-    is long enough for every byte range it records, and the ``readable`` JSON files parse. (A flipped byte inside
-    a shard goes unnoticed: only a marker's checksums catch that.)
+    Without checksums this checks the structure: DCP's ``.metadata`` reads (admitting only the classes DCP writes),
+    every shard file it names exists and is long enough for every byte range it records, and the ``readable`` JSON
+    files parse. (A flipped byte inside a shard goes unnoticed: only a marker's checksums catch that.)
     """
     try:
-        metadata = FileSystemReader(str(folder)).read_metadata()
+        metadata = read_metadata(folder / ".metadata")  # the allow-list first: reading it runs nothing
+    except CheckpointError as err:
+        return str(err)
     except Exception as err:  # a truncated or overwritten pickle raises many types
         return f"its .metadata is unreadable ({type(err).__name__}: {err})"
     needed: dict[str, int] = {}

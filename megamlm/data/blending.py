@@ -7,7 +7,7 @@ from typing import Sequence
 import numpy as np
 
 from megamlm.data._helpers_loader import helpers_for
-from megamlm.data.index_cache import INDEX_FORMAT_VERSION, cached_arrays
+from megamlm.data.index_cache import INDEX_FORMAT_VERSION, cached_arrays, in_range
 from megamlm.data.indexed import DataError
 
 
@@ -97,11 +97,13 @@ def load_or_build_blend_index(weights, num_samples, cache_dir=None, rank=None, b
 
     def valid(arrays) -> bool:
         owner, number = arrays
-        return owner.ndim == 1 and owner.shape == number.shape and len(owner) >= num_samples
+        return (owner.ndim == 1 and owner.shape == number.shape
+                and in_range(owner, 0, len(description["weights"])) and in_range(number, 0, len(owner)))
 
     owner, number = cached_arrays(
         cache_dir, "blend", ("owner", "number"), description,
         lambda: build_blend_index(weights, num_samples, use_cpp=use_cpp), valid, rank, barrier,
+        enough=lambda arrays: len(arrays[0]) >= num_samples,
     )
     return owner[:num_samples], number[:num_samples]
 

@@ -7,8 +7,10 @@ per set of weights (`blend-<key>-*.npy`) and grown when a run needs more of it; 
 prefix-stable, so its length never changes its first samples.
 
 The process whose `rank()` is 0 builds (or validates) the entries; every process then waits at
-`barrier()` (once) and memory-maps the files. An entry whose description disagrees with the
-requested settings, or whose arrays are malformed, is rebuilt, never reused.
+`barrier()` (once) and memory-maps the files. Each entry's description also records its arrays'
+shapes, dtypes and CRC-32s when written; on read, rank 0 recomputes them and checks the arrays'
+structure (indices in range, shuffles that are permutations), and an entry that fails any check is
+a warning and a rebuild, never reused.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import zlib
 from pathlib import Path
 from typing import Callable, NamedTuple, Sequence
 
@@ -23,6 +26,7 @@ import numpy as np
 
 from megamlm.data.indexed import DataError
 from megamlm.data.sample_index import EpochIndex, build_epoch, windows_per_epoch
+from megamlm.log import log
 
 # Bump when the way the arrays are built changes: old cache entries then get new names (and an
 # entry whose description names another version is rebuilt).
@@ -60,19 +64,47 @@ def _paths(cache_dir: str, kind: str, key: str, names: Sequence[str]) -> dict[st
     return paths
 
 
-def _load(paths: dict[str, Path], names: Sequence[str], description: dict, valid: Callable[[tuple], bool]):
-    """The arrays memory-mapped, or None when the entry is absent, stale or malformed."""
+def checksum(array: np.ndarray) -> int:
+    """CRC-32 of an array's bytes: cheap (several GB/s) and enough to catch a zeroed, truncated or edited file."""
+    return zlib.crc32(memoryview(np.ascontiguousarray(array)).cast("B"))
+
+
+def _record(names: Sequence[str], arrays) -> dict:
+    return {name: {"shape": list(a.shape), "dtype": str(a.dtype), "crc32": checksum(a)}
+            for name, a in zip(names, arrays)}
+
+
+def _load(paths: dict[str, Path], names: Sequence[str], description: dict, valid: Callable[[tuple], bool],
+          verify: bool = True, enough: Callable[[tuple], bool] | None = None):
+    """(arrays memory-mapped, None), or (None, why the entry cannot be used): absent (why is None), or damaged.
+
+    The description file records what the arrays were built from and, since checksums were added, each array's
+    shape, dtype and CRC-32; ``verify`` re-computes those and runs ``valid``'s structural checks (indices in range,
+    a shuffle that is a permutation). A whole entry too short for this request (``enough``) is absent, not damaged."""
+    if not paths["description"].exists():
+        return None, None
     try:
         stored = json.loads(paths["description"].read_text())
-    except (OSError, ValueError):
-        return None
+        written = stored.pop("arrays")
+    except (OSError, ValueError, KeyError, AttributeError, TypeError):
+        return None, "its description is unreadable or was written without checksums (an earlier megamlm)"
     if stored != description:
-        return None
+        return None, "its description does not match the data and settings it is named by"
     try:
         arrays = tuple(np.load(paths[name], mmap_mode="r") for name in names)
-    except (OSError, ValueError):
-        return None
-    return arrays if valid(arrays) else None
+    except (OSError, ValueError) as err:
+        return None, f"an array file is unreadable ({err})"
+    for name, array in zip(names, arrays):
+        record = written.get(name) if isinstance(written, dict) else None
+        if not record or list(array.shape) != record.get("shape") or str(array.dtype) != record.get("dtype"):
+            return None, f"{paths[name].name} has another shape or dtype than was written"
+        if verify and checksum(array) != record.get("crc32"):
+            return None, f"{paths[name].name} does not match its checksum (changed since it was written)"
+    if verify and not valid(arrays):
+        return None, "its arrays are not a valid index (entries out of range, or a shuffle that is not a permutation)"
+    if enough is not None and not enough(arrays):
+        return None, None
+    return arrays, None
 
 
 def _save(paths: dict[str, Path], names: Sequence[str], description: dict, arrays) -> None:
@@ -84,7 +116,7 @@ def _save(paths: dict[str, Path], names: Sequence[str], description: dict, array
             np.save(f, array)
         os.replace(tmp, paths[name])
     tmp = paths["description"].with_name(paths["description"].name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(description, indent=1, sort_keys=True))
+    tmp.write_text(json.dumps({**description, "arrays": _record(names, arrays)}, indent=1, sort_keys=True))
     os.replace(tmp, paths["description"])
 
 
@@ -94,6 +126,9 @@ class CacheEntry(NamedTuple):
     description: dict
     build: Callable[[], tuple]
     valid: Callable[[tuple], bool]
+    """Structure checks of the arrays read back (indices in range, permutations); failing is damage."""
+    enough: Callable[[tuple], bool] | None = None
+    """Whether a whole entry serves this request (a blend long enough); failing rebuilds it without a warning."""
 
 
 def cached_entries(
@@ -115,8 +150,11 @@ def cached_entries(
     all_paths = [_paths(cache_dir, kind, cache_key(entry.description), names) for entry in entries]
     if rank is None or rank() == 0:
         for entry, paths in zip(entries, all_paths):
-            if _load(paths, names, entry.description, entry.valid) is not None:
+            arrays, damage = _load(paths, names, entry.description, entry.valid, enough=entry.enough)
+            if arrays is not None:
                 continue
+            if damage is not None:
+                log(f"warning: index cache entry {paths['description']} is not used: {damage}; rebuilding it")
             arrays = entry.build()
             try:
                 _save(paths, names, entry.description, arrays)
@@ -130,7 +168,8 @@ def cached_entries(
         barrier()
     loaded = []
     for entry, paths in zip(entries, all_paths):
-        arrays = _load(paths, names, entry.description, entry.valid)
+        # Rank 0 verified or built it: the others check only its description and shapes.
+        arrays, _ = _load(paths, names, entry.description, entry.valid, verify=False, enough=entry.enough)
         if arrays is None:
             raise DataError(
                 f"index cache {paths['description']} is missing or malformed after rank 0 built it; "
@@ -149,9 +188,22 @@ def cached_arrays(
     valid: Callable[[tuple], bool],
     rank: Callable[[], int] | None = None,
     barrier: Callable[[], None] | None = None,
+    enough: Callable[[tuple], bool] | None = None,
 ):
     """The arrays of one entry (see `cached_entries`)."""
-    return cached_entries(cache_dir, kind, names, [CacheEntry(description, build, valid)], rank, barrier)[0]
+    return cached_entries(cache_dir, kind, names, [CacheEntry(description, build, valid, enough)], rank, barrier)[0]
+
+
+def in_range(values: np.ndarray, low: int, high: int) -> bool:
+    """Every value in [low, high) (True for no values)."""
+    return values.size == 0 or (int(values.min()) >= low and int(values.max()) < high)
+
+
+def is_permutation_like(values: np.ndarray) -> bool:
+    """Values in [0, n) that sum to 0 + 1 + ... + n-1: a one-pass check that rejects a zeroed, repeated or
+    out-of-range shuffle without allocating n counters (the checksum catches the rest, e.g. a swap)."""
+    n = values.size
+    return in_range(values, 0, n) and int(np.sum(values, dtype=np.int64)) == n * (n - 1) // 2
 
 
 def load_or_build_epochs(
@@ -176,6 +228,10 @@ def load_or_build_epochs(
             document_order.shape == (len(sizes),)
             and sample_index.shape == (windows, 2)
             and shuffle_index.shape == (windows,)
+            and is_permutation_like(document_order)
+            and is_permutation_like(shuffle_index)
+            and in_range(sample_index[:, 0], 0, len(sizes))
+            and in_range(sample_index[:, 1], 0, max(int(sizes.max(initial=0)), 1))
         )
 
     def entry(epoch: int) -> CacheEntry:

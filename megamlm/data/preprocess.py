@@ -14,6 +14,7 @@ special tokens, another format) encodes with a tiktoken BPE text file's own rank
 
 from __future__ import annotations
 
+import glob
 import gzip
 import io
 import json
@@ -30,7 +31,7 @@ import numpy as np
 from tqdm import tqdm
 
 from megamlm.data.indexed import DataError, IndexedDataset, IndexedDatasetWriter, best_dtype
-from megamlm.data.sidecar import write_sidecar
+from megamlm.data.sidecar import SIDECAR_SUFFIX, write_sidecar
 from megamlm.data.tokenizer import load_tokenizer
 
 # --tokenizer-type names accepted, and the tokenizer kind each maps to (see the module docstring).
@@ -65,6 +66,7 @@ class PreprocessSettings:
     shard_documents: int | None = None
     log_interval: int = 1000  # documents between rate updates (Megatron's --log-interval)
     progress: bool = True
+    force: bool = False  # replace existing outputs at --output-prefix (refused otherwise)
 
 
 def check_settings(s: PreprocessSettings) -> None:
@@ -98,6 +100,10 @@ def check_settings(s: PreprocessSettings) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     if not os.access(folder, os.W_OK):
         raise DataError(f"cannot write to {folder}; choose another --output-prefix")
+    existing = existing_outputs(s)
+    if existing and not s.force:
+        raise DataError(f"output {existing[0]} already exists; pass --force to replace it, or choose another "
+                        "--output-prefix")
 
 
 def _require(module: str, path: str) -> None:
@@ -112,6 +118,24 @@ def output_prefix(base: str, key: str, shard: int | None) -> str:
     if shard is None:
         return f"{base}_{key}_document"
     return f"{base}_{shard:05d}_{key}_document"
+
+
+OUTPUT_SUFFIXES = (".bin", ".idx", SIDECAR_SUFFIX)
+
+
+def existing_outputs(s: PreprocessSettings) -> list[str]:
+    """Files at --output-prefix this run would write or leave beside its own: every key's pair and sidecar, all
+    shards of a sharded output (another shard count leaves none of an earlier run's shards behind)."""
+    found = []
+    for key in s.json_keys:
+        if s.shard_documents:
+            pattern = glob.escape(s.output_prefix) + f"_[0-9][0-9][0-9][0-9][0-9]_{glob.escape(key)}_document"
+            prefixes = sorted({p[: -len(suffix)] for suffix in OUTPUT_SUFFIXES for p in glob.glob(pattern + suffix)})
+        else:
+            prefixes = [output_prefix(s.output_prefix, key, None)]
+        found += [prefix + suffix for prefix in prefixes for suffix in OUTPUT_SUFFIXES
+                  if os.path.exists(prefix + suffix)]
+    return found
 
 
 # ---- reading --------------------------------------------------------------------------------
@@ -283,6 +307,7 @@ class _Progress:
 
 def preprocess(settings: PreprocessSettings) -> Summary:
     check_settings(settings)
+    replaced = existing_outputs(settings)  # with --force: what an earlier run left at --output-prefix
     _init_worker(settings)  # also loads the tokenizer once here, so a bad file fails before the pool starts
     dtype = _worker["dtype"]
     summary = Summary()
@@ -346,6 +371,10 @@ def preprocess(settings: PreprocessSettings) -> Summary:
     except BaseException:
         for writer in writers.values():
             writer.abort()
+        for writer in finished:  # the shards written before the failure: no partial dataset is left
+            for suffix in (".bin", ".idx"):
+                if os.path.exists(writer.prefix + suffix):
+                    os.remove(writer.prefix + suffix)
         raise
     finally:
         progress.close()
@@ -356,6 +385,9 @@ def preprocess(settings: PreprocessSettings) -> Summary:
     for writer in finished:
         dataset = IndexedDataset(writer.prefix)
         write_sidecar(writer.prefix, tokenizer, sidecar_settings(settings), dataset.num_documents, dataset.num_tokens)
+    written = {w.prefix + suffix for w in finished for suffix in OUTPUT_SUFFIXES}
+    for path in set(replaced) - written:  # --force: shards of an earlier run beyond this one's count
+        os.remove(path)
     summary.seconds = time.perf_counter() - start
     summary.outputs = [w.prefix for w in finished]
     summary.output_bytes = sum(os.path.getsize(w.prefix + ".bin") + os.path.getsize(w.prefix + ".idx") for w in finished)

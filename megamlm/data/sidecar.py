@@ -52,6 +52,24 @@ def write_merged_sidecar(inputs: list[str], output: str | os.PathLike) -> Path |
                            "tokens": sum(r.get("tokens", 0) for r in records)})
 
 
+def check_one_tokenizer(prefixes: list[str]) -> None:
+    """Datasets to be combined (merged) were made by one tokenizer, where their sidecars say; a DataError naming
+    two that differ. Data without a sidecar cannot be checked and passes."""
+    first = None
+    for prefix in prefixes:
+        record = read_sidecar(prefix)
+        if record is None:
+            continue
+        if first is None:
+            first = (prefix, record["tokenizer"])
+        elif record["tokenizer"].get("fingerprint") != first[1].get("fingerprint"):
+            a, b = first[1], record["tokenizer"]
+            raise DataError(f"{strip_suffix(first[0])} was tokenized by {a.get('path')} ({a.get('vocab_size')} ids, "
+                            f"fingerprint {a.get('fingerprint')}) and {strip_suffix(prefix)} by {b.get('path')} "
+                            f"({b.get('vocab_size')} ids, {b.get('fingerprint')}): their token ids mean other tokens "
+                            "and cannot be combined; re-tokenize one of them with the other's tokenizer")
+
+
 def _write(prefix: str | os.PathLike, record: dict) -> Path:
     """Written to a temporary name, then renamed: a reader sees no sidecar or a whole one."""
     path = sidecar_path(prefix)

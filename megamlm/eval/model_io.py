@@ -44,7 +44,13 @@ def load_tokenizer(path: str | Path):
     from transformers import AutoTokenizer
 
     check_model_folder(path)
-    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
+    except ValueError as error:
+        if "trust_remote_code" in str(error):
+            from megamlm.hf.hf_source import remote_code_refusal
+            raise ModelFolderError(remote_code_refusal(str(path))) from None
+        raise
     if not getattr(tokenizer, "is_fast", False):
         raise ModelFolderError(f"the tokenizer in {path} is a slow (Python) tokenizer; evaluation needs a fast one "
                                f"with offsets: save a tokenizer.json (convert with AutoTokenizer.from_pretrained(..., use_fast=True))")
@@ -102,7 +108,13 @@ def load_encoder(path: str | Path, log=print):
     verbosity = transformers.utils.logging.get_verbosity()
     transformers.utils.logging.set_verbosity_error()
     try:
-        model, info = AutoModel.from_pretrained(str(path), dtype=torch.float32, output_loading_info=True)
+        model, info = AutoModel.from_pretrained(str(path), dtype=torch.float32, output_loading_info=True,
+                                                  trust_remote_code=False)
+    except ValueError as error:
+        if "trust_remote_code" in str(error):
+            from megamlm.hf.hf_source import remote_code_refusal
+            raise ModelFolderError(remote_code_refusal(str(path))) from None
+        raise
     finally:
         transformers.utils.logging.set_verbosity(verbosity)
     key = str(Path(path).resolve())

@@ -71,12 +71,20 @@ def open_source(path: str | Path, require_weights: bool = True) -> HFSource:
     raise ConversionError(f"{path} has no config.json and no .gguf file; pass a Hugging Face model folder")
 
 
+def remote_code_refusal(where: str) -> str:
+    """What transformers' refusal of a folder that ships its own Python code means, in one line."""
+    return (f"{where} ships its own Python code for its model or tokenizer (config.json 'auto_map'), which megamlm "
+            "never runs; use a model whose architecture transformers implements")
+
+
 def load_config(source: HFSource):
     from transformers import AutoConfig
 
     try:
-        return AutoConfig.from_pretrained(str(source.folder), **source.loader_kwargs)
+        return AutoConfig.from_pretrained(str(source.folder), trust_remote_code=False, **source.loader_kwargs)
     except (OSError, ValueError, KeyError) as error:
+        if "trust_remote_code" in str(error):
+            raise ConversionError(remote_code_refusal(source.describe())) from None
         raise ConversionError(f"could not read the model config of {source.describe()}: {error}") from error
 
 
@@ -84,8 +92,10 @@ def load_tokenizer(source: HFSource):
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(str(source.folder), **source.loader_kwargs)
+        return AutoTokenizer.from_pretrained(str(source.folder), trust_remote_code=False, **source.loader_kwargs)
     except (OSError, ValueError, KeyError, TypeError) as error:
+        if "trust_remote_code" in str(error):
+            raise ConversionError(remote_code_refusal(source.describe())) from None
         raise ConversionError(f"could not read a tokenizer from {source.describe()} ({error}); the import needs "
                               "the model's tokenizer files (tokenizer.json, tokenizer_config.json) beside it") from error
 
@@ -199,5 +209,6 @@ def check_gguf(source: HFSource) -> None:
 def _load_gguf(source: HFSource) -> dict[str, torch.Tensor]:
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(source.folder), gguf_file=source.gguf_file, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(str(source.folder), gguf_file=source.gguf_file, dtype=torch.float32,
+                                                 trust_remote_code=False)
     return {k: v.detach() for k, v in model.state_dict().items()}

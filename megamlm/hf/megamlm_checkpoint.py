@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.distributed.checkpoint as dcp
 
 from megamlm.checkpoint import load_model_weights, resolve_checkpoint
 from megamlm.checkpoint.checkpointer import (
@@ -22,6 +21,7 @@ from megamlm.checkpoint.checkpointer import (
     read_train_state,
     save_state_checkpoint,
 )
+from megamlm.checkpoint.untrusted import read_metadata
 from megamlm.hf.errors import ConversionError
 from megamlm.model.config import ModelArgs
 from megamlm.model.transformer import Transformer
@@ -69,7 +69,7 @@ def read_record(path: str | Path) -> CheckpointRecord:
 
 def check_weights_match(record: CheckpointRecord, model: torch.nn.Module) -> None:
     """Compare the shard metadata with the model built from config.json, naming the first mismatch."""
-    metadata = dcp.FileSystemReader(str(record.path)).read_metadata().state_dict_metadata
+    metadata = read_metadata(record.path / ".metadata").state_dict_metadata
     for name, param in model.state_dict().items():
         key = f"model.{name}"
         if key not in metadata:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -476,6 +477,42 @@ def validate_study(study: Study) -> None:
     for key in ("nodes", "gpus_per_node", "cpus_per_task", "eval_gpus"):
         if getattr(s, key) < 1:
             raise StudyError(f"slurm.{key} must be at least 1, got {getattr(s, key)}")
+    check_slurm_values(s)
+    if study.root is not None:
+        check_script_path(study.root, "root")
+
+
+# What SLURM accepts in each value written into an #SBATCH line: these lines are read by sbatch, not by bash, but
+# a newline would end the comment and make the rest a command of every job.
+_SLURM_NAMES = re.compile(r"[A-Za-z0-9_.\-]+(,[A-Za-z0-9_.\-]+)*")
+"""Partitions and accounts: names (a comma-separated list of partitions)."""
+_SLURM_TIME = re.compile(r"(\d+(-\d+)?(:\d+){0,2}|UNLIMITED|unlimited|INFINITE|infinite)")
+"""Time limits: minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS."""
+_SLURM_OPTION = re.compile(r"--?[A-Za-z][A-Za-z0-9\-]*(=[A-Za-z0-9_.,:=@%+/\-\[\]|&*()!]+)?")
+"""An #SBATCH option: --name or --name=value (constraint expressions included), one token."""
+
+
+def check_slurm_values(s: Slurm) -> None:
+    """Each value written into an #SBATCH line holds only what SLURM accepts there; a StudyError naming it."""
+    checks = [("partition", s.partition, _SLURM_NAMES, "a partition name (letters, digits, _ . -; a,b for several)"),
+              ("account", s.account, _SLURM_NAMES, "an account name (letters, digits, _ . -)"),
+              ("time", s.time, _SLURM_TIME, "a SLURM time limit (minutes, HH:MM:SS or D-HH:MM:SS)"),
+              ("eval_time", s.eval_time, _SLURM_TIME, "a SLURM time limit (minutes, HH:MM:SS or D-HH:MM:SS)")]
+    checks += [(f"extra[{i}]", option, _SLURM_OPTION, "one sbatch option as --name or --name=value, without spaces "
+                "or quotes") for i, option in enumerate(s.extra)]
+    for key, value, pattern, what in checks:
+        if value is not None and not pattern.fullmatch(value):
+            raise StudyError(f"slurm.{key} is {value!r}; it must be {what} (it is written into every job script)")
+
+
+def check_script_path(path: str | Path, where: str) -> None:
+    """A path written into the emitted job scripts: no control characters (a newline would start a command), and
+    none of the characters an #SBATCH line cannot hold (whitespace, quotes, backslash)."""
+    text = str(path)
+    bad = next((c for c in text if ord(c) < 32 or ord(c) == 127 or c in " \t\"'\\"), None)
+    if bad is not None:
+        raise StudyError(f"{where} {text!r} holds {bad!r}, which a SLURM job script cannot take in a path; "
+                         "choose a folder without whitespace, quotes, backslashes or control characters")
 
 
 def _validate_evaluation(e: Evaluation) -> None:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from megamlm.study.commands import REPO, evaluate_command, evaluated_models, export_command
 from megamlm.study.plan import Plan, Run
+from megamlm.study.schema import check_script_path, check_slurm_values
 
 
 _REPO = "__REPO__"  # placeholder replaced by "$REPO" in the scripts
@@ -66,6 +67,21 @@ def _header(plan: Plan, job_name: str, nodes: int, gpus: int, time: str, logs: P
     return lines
 
 
+def _reached_check(save: str, run_name: str) -> list[str]:
+    """Exit at once when the run's checkpoint is at TARGET_STEP already. The step file's contents are checked to be
+    digits before they are compared (bash arithmetic would evaluate an expression in it, and run what it names)."""
+    latest = shlex.quote(f"{save}/latest_checkpointed_iteration.txt")
+    return [
+        'if [[ -n "${TARGET_STEP:-}" ]]; then',
+        '    [[ "$TARGET_STEP" =~ ^[0-9]+$ ]] || { echo "TARGET_STEP must be a step number, got $TARGET_STEP" >&2; '
+        'exit 2; }',
+        f"    reached=$(cat {latest} 2>/dev/null || true)",
+        '    if [[ "$reached" =~ ^[0-9]+$ ]] && (( 10#$reached >= 10#$TARGET_STEP )); then',
+        f'        echo {shlex.quote(run_name + ": step")} "$TARGET_STEP" "reached before"; exit 0',
+        "    fi",
+        "fi"]
+
+
 def pretrain_script(plan: Plan, run: Run, workdir: Path, logs: Path) -> str:
     s = plan.study.slurm
     if run.parent is None:
@@ -82,10 +98,7 @@ def pretrain_script(plan: Plan, run: Run, workdir: Path, logs: Path) -> str:
         "set -euo pipefail",
         f"cd {shlex.quote(str(workdir))}",
         f"export REPO={shlex.quote(str(REPO))}",
-        "if [[ -n \"${TARGET_STEP:-}\" ]] && (( $(cat " + shlex.quote(save) + "/latest_checkpointed_iteration.txt "
-        "2>/dev/null || echo 0) >= TARGET_STEP )); then",
-        "    echo \"" + run.name + ": step $TARGET_STEP reached before\"; exit 0",
-        "fi",
+        *_reached_check(save, run.name),
         _wrap(["bash", '"$REPO/examples/slurm/pretrain_nvidia.sbatch"', *_shell(plan.flags(run)),
                '${TARGET_STEP:+--exit-interval "$TARGET_STEP"}']), ""])
 
@@ -129,14 +142,15 @@ def submit_script(plan: Plan, logs: Path) -> str:
             options = [f"--export=ALL,TARGET_STEP={target}"]
             if dependency:
                 options.insert(0, f"--dependency=afterok:${dependency}")
-            lines.append(f"{variable}=$(submit {' '.join(options)} {run.name}.sbatch)  # to step {end:,}")
+            lines.append(f"{variable}=$(submit {' '.join(options)} {shlex.quote(run.name + '.sbatch')})"
+                         f"  # to step {end:,}")
             job_at[(run.name, end)] = variable
             dependency = variable
         last_job[run.name] = dependency
     if plan.study.evaluation is not None:
         for run in plan.runs:
             lines.append(f"{job_variable(run.name)}_eval=$(submit --dependency=afterok:${last_job[run.name]} "
-                         f"{run.name}.eval.sbatch)")
+                         f"{shlex.quote(run.name + '.eval.sbatch')})")
     jobs = sum(len(segments(plan, r)) for r in plan.runs)
     evals = len(plan.runs) if plan.study.evaluation is not None else 0
     lines += [f"echo \"submitted {jobs} pretraining jobs for {len(plan.runs)} runs and {evals} evaluation jobs\"", ""]
@@ -146,9 +160,11 @@ def submit_script(plan: Plan, logs: Path) -> str:
 def emit_slurm(plan: Plan, out_dir: str | Path, workdir: str | Path | None = None) -> list[Path]:
     """Write the scripts into ``out_dir``; commands run from ``workdir`` (default: the current folder)."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     workdir = Path(workdir or os.getcwd()).resolve()
     logs = (workdir / plan.root / "logs").resolve()
+    check_slurm_values(plan.study.slurm)  # load_study checked them; a plan made in code is checked here
+    check_script_path(logs, "the logs folder (--root, or the folder the scripts run from)")
+    out_dir.mkdir(parents=True, exist_ok=True)
     files = {f"{run.name}.sbatch": pretrain_script(plan, run, workdir, logs) for run in plan.runs}
     if plan.study.evaluation is not None:
         files.update({f"{run.name}.eval.sbatch": evaluation_script(plan, run, workdir, logs) for run in plan.runs})

@@ -124,6 +124,8 @@ def plan_run(cfg: Config) -> RunPlan:
     data_path, tokenizer_path = resolve_data_sources(cfg)
     tokenizer = load_tokenizer(tokenizer_path)
     check_dataset_files(data_path, tokenizer)  # readable, and made by this tokenizer where a sidecar says
+    if cfg.data.valid_data_path:
+        check_dataset_files(cfg.data.valid_data_path, tokenizer)  # and so was --valid-data-path
     args = model_args_for(cfg, tokenizer.vocab_size)
     t = cfg.training
     schedule = ObjectiveSchedule(cfg.objective.objective, switch_step(cfg.objective, t.train_iters), t.train_iters,
