@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from megamlm.data import _helpers_loader  # noqa: E402
 from megamlm.data.blending import build_blend_index  # noqa: E402
+from megamlm.data.index_cache import load_or_build_epochs  # noqa: E402
 from megamlm.data.sample_index import (  # noqa: E402
     build_document_order,
     build_sample_index,
@@ -86,8 +87,6 @@ def build_epochs(sizes, seq_length, seed, epochs, use_cpp, figures):
 def time_cache(sizes, seq_length, seed, epochs) -> dict:
     """Seconds (wall, CPU) of ``load_or_build_epochs`` with a cache folder: build + write (checksums included),
     then the read a later run does (checksums and structure verified)."""
-    from megamlm.data.index_cache import load_or_build_epochs
-
     with tempfile.TemporaryDirectory(prefix="index-cache-") as folder:
         _, write_s, write_cpu = timed(lambda: load_or_build_epochs(sizes, seq_length, seed, epochs, cache_dir=folder))
         _, read_s, read_cpu = timed(lambda: load_or_build_epochs(sizes, seq_length, seed, epochs, cache_dir=folder))

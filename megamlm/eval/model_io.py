@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from megamlm.errors import UserError
+from megamlm.hf.hf_source import remote_code_refusal
 
 
 class ModelFolderError(UserError, ValueError):
@@ -48,7 +49,6 @@ def load_tokenizer(path: str | Path):
         tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
     except ValueError as error:
         if "trust_remote_code" in str(error):
-            from megamlm.hf.hf_source import remote_code_refusal
             raise ModelFolderError(remote_code_refusal(str(path))) from None
         raise
     if not getattr(tokenizer, "is_fast", False):
@@ -112,7 +112,6 @@ def load_encoder(path: str | Path, log=print):
                                                   trust_remote_code=False)
     except ValueError as error:
         if "trust_remote_code" in str(error):
-            from megamlm.hf.hf_source import remote_code_refusal
             raise ModelFolderError(remote_code_refusal(str(path))) from None
         raise
     finally:
