@@ -70,7 +70,7 @@ def _model_flag(arg: dataclasses.Field, hint, doc: str) -> tuple[tuple, str]:
         unset = _UNSET_MEANS.get(arg.name, "the preset's")
         return (name, hint | None, field(default=None)), f"{help_doc} (default: {unset})"
     if arg.default is None:
-        return (name, hint, field(default=None)), f"{help_doc} (default: {_UNSET_MEANS[arg.name]})"
+        return (name, hint, field(default=None)), f"{help_doc} (default: {_UNSET_MEANS.get(arg.name, 'off')})"
     return (name, hint, field(default=arg.default)), help_doc + "."
 
 
