@@ -9,8 +9,11 @@ have a single pretraining seed, as in the paper, over the fine-tuning seeds at e
 table says which), the difference with its 95% Welch-Satterthwaite interval and its Holm-adjusted p-value over
 the comparisons of the table; significant only at adjusted p < 0.05; fewer than 2 values in an arm: n/a.
 Downstream: one table per task family (best LR on validation per model, test mean and 95% CI over fine-tuning
-seeds), the arms' scores over pretraining seeds, score against the CLM fraction per budget, and score against
-pretraining steps from the evaluated intermediate checkpoints.
+seeds), the arms' scores over pretraining seeds, score against the CLM fraction per budget, score against
+pretraining steps from the evaluated intermediate checkpoints, and (``evidence.py``) the paper's other figures,
+each only where the study has its data: score against the fine-tuning LR per arm and task family and the
+stability loss per arm (both need 2 or more LRs), the continued-pretraining gain against continued steps from
+each parent; then a section answering the paper's claims (a)-(e) with Welch's test and Holm's correction.
 
 A study planned with ``--scale`` < 1 is a rehearsal of the pipeline: its report says so at the top, keeps the
 tables and figures, makes no test and names no difference significant, and is written under the runs' root
@@ -19,12 +22,10 @@ tables and figures, makes no test and names no difference significant, and is wr
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import platform
 from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
 
 from megamlm import extras
@@ -37,6 +38,9 @@ from megamlm.eval.results import RunKey, write_text_atomic
 from megamlm.errors import UserError
 from megamlm.study.commands import REPO, all_evaluated_models, evaluated_models, status_file
 from megamlm.study.cost import throughput_for
+from megamlm.study.evidence import (  # noqa: F401 (Arm, PRETRAINING_SEEDS: where they were defined before)
+    FINETUNING_SEEDS, PRETRAINING_SEEDS, Arm, Sample, Scores, arms, claims_section, continuation_gains, lr_curves,
+    sample_values, stability, test_basis)
 from megamlm.study.local import finished_step
 from megamlm.study.plan import Plan, Run
 from megamlm.study.table import plan_table
@@ -44,28 +48,6 @@ from megamlm.training.metrics_file import read_metrics
 
 VALIDATION_METRICS = (("mlm_loss", "validation MLM loss"), ("mlm_accuracy", "validation MLM accuracy"),
                       ("clm_loss", "validation CLM loss"))
-
-
-@dataclass
-class Arm:
-    label: str
-    runs: list[Run]
-
-    @property
-    def clm_fraction(self) -> float | None:
-        run = self.runs[0]
-        if run.is_continuation:
-            return None
-        if run.switch_step is None:
-            return 1.0 if run.objective == "clm" else 0.0
-        return run.switch_step / run.train_iters
-
-
-def arms(plan: Plan) -> list[Arm]:
-    grouped: dict[str, list[Run]] = defaultdict(list)
-    for run in plan.runs:
-        grouped[f"{run.size}-{run.label}"].append(run)
-    return [Arm(label, runs) for label, runs in grouped.items()]
 
 
 def validation_curve(plan: Plan, run: Run) -> list[dict]:
@@ -112,30 +94,6 @@ def _fmt(mean: float, ci: float, digits: int) -> str:
     return f"{mean:.{digits}f} ± {ci:.{digits}f}" if ci else f"{mean:.{digits}f}"
 
 
-PRETRAINING_SEEDS = "pretraining seeds"
-FINETUNING_SEEDS = "fine-tuning seeds at the best LR"
-
-
-@dataclass
-class Sample:
-    """An arm's values for one metric: one per pretraining seed, and, where the arm has a single pretraining seed,
-    its model's test scores over fine-tuning seeds at the selected LR (what the paper's single models allow)."""
-    pretraining: list[float]
-    finetuning: list[float] = dataclasses.field(default_factory=list)
-
-
-def test_basis(a: dict[str, Sample], b: dict[str, Sample]) -> str:
-    """Which variance a comparison of two arms covers: their pretraining seeds, or, where both have a single
-    pretraining seed (as the paper's models), the fine-tuning seeds of each one's model at its selected LR."""
-    seeds = [max((len(s.pretraining) for s in arm.values()), default=0) for arm in (a, b)]
-    finetuned = all(any(s.finetuning for s in arm.values()) for arm in (a, b))
-    return FINETUNING_SEEDS if seeds == [1, 1] and finetuned else PRETRAINING_SEEDS
-
-
-def _values(sample: Sample, basis: str) -> list[float]:
-    return sample.finetuning if basis == FINETUNING_SEEDS else sample.pretraining
-
-
 def _p(p: float) -> str:
     return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
 
@@ -163,8 +121,8 @@ def comparison_table(values: dict[str, dict[str, Sample]], metrics: list[str], d
         bases[(a, b)] = test_basis(values[a], values[b])
         for metric in metrics:
             sa, sb = values[a].get(metric), values[b].get(metric)
-            if sa and sb and _values(sa, bases[(a, b)]) and _values(sb, bases[(a, b)]):
-                cells[(a, b, metric)] = compare(_values(sa, bases[(a, b)]), _values(sb, bases[(a, b)]))
+            if sa and sb and sample_values(sa, bases[(a, b)]) and sample_values(sb, bases[(a, b)]):
+                cells[(a, b, metric)] = compare(sample_values(sa, bases[(a, b)]), sample_values(sb, bases[(a, b)]))
     keys = list(cells)
     adjusted = dict(zip(keys, holm([cells[k].p_value for k in keys]))) if keys else {}
     header = "| A − B | test over | " + " | ".join(metrics) + " |\n|---|---|" + "---|" * len(metrics) + "\n"
@@ -391,6 +349,105 @@ def figure_score_vs_steps(plan: Plan, scores: dict, tasks: list[str], path: Path
     return figs.save(fig, path)
 
 
+def _panels(count: int):
+    columns = min(4, count)
+    rows = (count + columns - 1) // columns
+    fig, axes = figs.figure(rows, columns, figsize=(4.4 * columns, 3.6 * rows), squeeze=False)
+    for ax in list(axes.flat)[count:]:
+        ax.axis("off")
+    return fig, list(axes.flat)
+
+
+def figure_lr_sensitivity(curves: dict, families: list[str], path: Path) -> Path | None:
+    """Score against the fine-tuning LR, one panel per task family, one line per arm (mean and 95% CI over its
+    pretraining seeds); only where some arm was fine-tuned at 2 or more LRs."""
+    shown = [f for f in families if any(len(arm.get(f, {})) >= 2 for arm in curves.values())]
+    if not shown:
+        return None
+    fig, axes = _panels(len(shown))
+    for ax, family in zip(axes, shown):
+        points_all = []
+        for label, by_family in curves.items():
+            by_lr = by_family.get(family, {})
+            if len(by_lr) < 2:
+                continue
+            points = [(lr, *mean_confidence_interval(v)) for lr, v in sorted(by_lr.items())]
+            points_all += points
+            ax.errorbar([p[0] for p in points], [p[1] for p in points], yerr=[p[2] for p in points], marker="o",
+                        capsize=3, label=label)
+        grid = sorted({p[0] for p in points_all})
+        ax.set_xscale("log")
+        ax.set_xticks(grid)
+        ax.set_xticklabels([f"{lr:g}" for lr in grid], fontsize=7)
+        ax.minorticks_off()
+        _score_axis(ax, points_all)
+        ax.set(xlabel="fine-tuning learning rate", ylabel="test score (mean, 95% CI over seeds)", title=family)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    fig.suptitle("fine-tuning learning-rate sensitivity: each seed's model at every LR of the grid", fontsize=9)
+    fig.tight_layout()
+    return figs.save(fig, path)
+
+
+def figure_stability(losses: dict, families: list[str], path: Path) -> Path | None:
+    """Per arm and task family, the stability loss (test score at the best LR minus the mean at the grid's other
+    LRs): mean and 95% CI over pretraining seeds; only where some arm has one."""
+    labels = [label for label, by_family in losses.items() if by_family]
+    shown = [f for f in families if any(f in losses[label] for label in labels)]
+    if not shown:
+        return None
+    fig, ax = figs.figure(figsize=(max(5.0, 1.2 * len(labels) * len(shown) / 2 + 3), 3.8))
+    width = 0.8 / len(labels)
+    for i, label in enumerate(labels):
+        xs, ys, errs = [], [], []
+        for j, family in enumerate(shown):
+            values = losses[label].get(family)
+            if values:
+                mean, ci = mean_confidence_interval(values)
+                xs.append(j + (i - (len(labels) - 1) / 2) * width)
+                ys.append(mean)
+                errs.append(ci)
+        ax.bar(xs, ys, width, yerr=errs, capsize=3, label=label)
+    ax.set_xticks(range(len(shown)))
+    ax.set_xticklabels(shown, fontsize=8)
+    ax.axhline(0, color="black", linewidth=0.6)
+    ax.set_ylabel("score at best LR − mean at the other LRs")
+    ax.set_title("fine-tuning stability (lower: less lost away from the best LR)", fontsize=9)
+    ax.grid(axis="y", alpha=0.3)
+    ax.legend(fontsize=6)
+    return figs.save(fig, path)
+
+
+def figure_continuation_gain(continued: list, families: list[str], path: Path) -> Path | None:
+    """Continued-pretraining gain (score minus the parent's final score, seed by seed) against continued steps,
+    one panel per family, one line per parent arm and continuation objective; only where a continuation and its
+    parent both have scores."""
+    shown = [f for f in families if any(f in c.gains for c in continued)]
+    if not shown:
+        return None
+    fig, axes = _panels(len(shown))
+    series: dict[tuple[str, str], dict] = defaultdict(dict)
+    for c in continued:
+        key = (c.parent.label, c.arm.runs[0].objective)
+        for family, points in c.gains.items():
+            for step, values in points:
+                series[key].setdefault(family, {})[step] = values
+    for ax, family in zip(axes, shown):
+        for (parent, objective), by_family in series.items():
+            points = sorted(by_family.get(family, {}).items())
+            if not points:
+                continue
+            stats = [(0, 0.0, 0.0)] + [(step, *mean_confidence_interval(v)) for step, v in points]
+            ax.errorbar([p[0] for p in stats], [p[1] for p in stats], yerr=[p[2] for p in stats], marker="o",
+                        capsize=3, label=f"{objective.upper()} from {parent}")
+        ax.axhline(0, color="black", linewidth=0.6)
+        ax.set(xlabel="continued-pretraining steps", ylabel="gain over the parent (95% CI over seeds)", title=family)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6)
+    fig.tight_layout()
+    return figs.save(fig, path)
+
+
 def time_section(plan: Plan) -> str:
     """Seconds per stage from the local runner's status files (absent for runs launched otherwise)."""
     totals: dict[str, float] = defaultdict(float)
@@ -458,8 +515,11 @@ def write_report(plan: Plan, path: str | Path | None = None, figures: bool = Tru
     results = evaluation_results(plan)
     summaries = evaluation_summaries(plan, results)
     validation_text, _ = validation_section(plan, rehearsal)
-    downstream_text, scores = downstream_section(plan, summaries, results, rehearsal) if summaries else ("", {})
+    downstream_text, arm_task_scores = (downstream_section(plan, summaries, results, rehearsal) if summaries
+                                        else ("", {}))
     tasks = sorted({s.task for s in summaries})
+    scores = Scores.of(results)
+    claims_text = claims_section(plan, scores, rehearsal) if summaries else ""
     images, note = [], ""
     if figures:
         if not figs.available():
@@ -469,9 +529,15 @@ def write_report(plan: Plan, path: str | Path | None = None, figures: bool = Tru
             made = [("validation curves", figure_validation(plan, folder / "validation.png"))]
             if tasks:
                 made += [("score against the CLM fraction", figure_score_vs_fraction(
-                             plan, scores, tasks, folder / "score_vs_clm_fraction.png")),
+                             plan, arm_task_scores, tasks, folder / "score_vs_clm_fraction.png")),
                          ("score against pretraining steps", figure_score_vs_steps(
-                             plan, scores, tasks, folder / "score_vs_steps.png"))]
+                             plan, arm_task_scores, tasks, folder / "score_vs_steps.png")),
+                         ("score against the fine-tuning learning rate", figure_lr_sensitivity(
+                             lr_curves(plan, scores), scores.families, folder / "lr_sensitivity.png")),
+                         ("fine-tuning stability across learning rates", figure_stability(
+                             stability(plan, scores), scores.families, folder / "lr_stability.png")),
+                         ("continued-pretraining gain against continued steps", figure_continuation_gain(
+                             continuation_gains(plan, scores), scores.families, folder / "continuation_gain.png"))]
             images = [(title, p) for title, p in made if p is not None]
     finished = sum(finished_step(plan.save_dir(r), r.train_iters) for r in plan.runs)
     study_file = _shown(plan.study.source)
@@ -493,6 +559,8 @@ def write_report(plan: Plan, path: str | Path | None = None, figures: bool = Tru
         parts += ["## Downstream", "", downstream_text, "### Per model, one table per task family", "",
                   "Best LR on validation, test mean ± 95% CI over fine-tuning seeds:", "", family_tables(summaries)]
         parts += [f"![{title}](figures/{p.name})\n" for title, p in images if p.name != "validation.png"]
+    if claims_text:
+        parts += ["## The paper's claims", "", claims_text]
     timing = time_section(plan)
     if timing:
         parts += ["## Time", "", timing]

@@ -1,0 +1,171 @@
+"""The paper's figures and claims from synthetic fine-tuning results: the stability loss by hand, the LR and
+continued-pretraining figures drawn only where the study has their data, and every verdict of the claims
+section reachable (supported, contradicted, not distinguishable, mixed); a rehearsal states none."""
+
+from pathlib import Path
+
+import pytest
+
+from megamlm.eval.results import RunKey, write_json_atomic
+from megamlm.study.commands import evaluated_models
+from megamlm.study.evidence import (CONTRADICTED, MIXED, SUPPORTED, UNDECIDED, Scores, arms, claims,
+                                    claims_section, continuation_gains, lr_curves, models_at, stability)
+from megamlm.study.report import write_report
+
+STUDY = {"seeds": [1, 2, 3],
+         "grids": [{"budgets": [100], "clm_fractions": [0, 0.5, 1]}],
+         "continued_pretraining": [{"parents": ["clm100-m40", "mlm100-m40"], "steps": [40], "objective": "mlm",
+                                    "pretrain": {"training": {"lr_warmup_fraction": 0.1,
+                                                              "lr_wsd_decay_fraction": 0.2}}}],
+         "evaluation": {"tasks": ["brown-pos", "rt-sentiment"], "lrs": [1e-3, 3e-3], "seeds": [0, 1],
+                        "checkpoint_steps": [50], "hyperparameters": {"max_steps": 30}}}
+FAMILY = {"brown-pos": "token classification", "rt-sentiment": "sequence classification"}
+JITTER = {1: -0.5, 2: 0.0, 3: 0.5}  # per pretraining seed: a spread to test over
+
+
+def write_score(plan, model, task, lr, seed, validation, test):
+    key = RunKey(model, task, lr, seed)
+    write_json_atomic(Path(plan.root) / "eval" / key.relative_path(), {
+        "status": "finished", "model": model, "task": task, "lr": lr, "seed": seed, "family": FAMILY[task],
+        "metric": "accuracy", "validation": {"score": validation}, "test": {"score": test},
+        "diverged_at_step": None})
+
+
+def write_results(plan, final, early=None, loss=None):
+    """``final[arm kind or continuation parent]``: the score at the best LR (1e-3) of the arm's final models;
+    ``early[kind]``: at the intermediate checkpoint; ``loss[kind]``: how much lower the other LR (3e-3) scores."""
+    for arm in arms(plan):
+        for run in arm.runs:
+            key = arm.kind if arm.kind != "continuation" else "cpt-" + plan.run(run.continues).objective
+            for model in evaluated_models(plan, run):
+                base = final[key] if model.step == run.train_iters else (early or {}).get(key, 50.0)
+                for task in FAMILY:
+                    for ft_seed in (0, 1):
+                        best = base + JITTER[run.seed] + 0.2 * ft_seed
+                        write_score(plan, model.name, task, 1e-3, ft_seed, best, best)
+                        if 3e-3 in plan.study.evaluation.lrs:
+                            other = best - (loss or {}).get(key, 5.0) - 0.3 * run.seed
+                            write_score(plan, model.name, task, 3e-3, ft_seed, other, other)
+    return Scores.of(_results(plan))
+
+
+def _results(plan):
+    from megamlm.study.report import evaluation_results
+
+    return evaluation_results(plan)
+
+
+PAPER = dict(final={"mlm": 80.0, "clm": 70.0, "clm_then_mlm": 80.0, "cpt-clm": 85.0, "cpt-mlm": 81.0},
+             early={"clm": 60.0, "mlm": 50.0}, loss={"clm": 2.0, "mlm": 20.0})
+REVERSED = dict(final={"mlm": 70.0, "clm": 80.0, "clm_then_mlm": 60.0, "cpt-clm": 81.0, "cpt-mlm": 85.0},
+                early={"clm": 50.0, "mlm": 60.0}, loss={"clm": 20.0, "mlm": 2.0})
+
+
+def test_the_stability_loss_is_the_score_at_the_best_lr_minus_the_mean_at_the_others_by_hand():
+    results = []
+    for lr, score in ((1e-3, 70.0), (3e-3, 80.0), (1e-2, 55.0)):  # best on validation: 3e-3
+        for seed, noise in ((0, -1.0), (1, 1.0)):
+            results.append({"model": "m", "task": "brown-pos", "lr": lr, "seed": seed, "family": "token classification",
+                            "validation": {"score": score + noise}, "test": {"score": score + 2 * noise}})
+    scores = Scores.of(results)
+    assert scores.best_lr("m", "brown-pos") == 3e-3
+    # test means over the two fine-tuning seeds: 70, 80, 55; the loss: 80 - (70 + 55) / 2 = 17.5
+    assert scores.stability_loss("m", "token classification") == pytest.approx(17.5)
+    assert scores.score("m", "token classification") == pytest.approx(80.0)
+    assert scores.finetuning_seeds("m", "token classification") == pytest.approx([78.0, 82.0])
+    one_lr = Scores.of([r for r in results if r["lr"] == 1e-3])
+    assert one_lr.stability_loss("m", "token classification") is None  # one LR: no loss to measure
+
+
+def test_lr_curves_stability_and_continuation_gains_per_arm(small_plan):
+    plan = small_plan(STUDY)
+    scores = write_results(plan, **PAPER)
+    curves = lr_curves(plan, scores)
+    assert curves["tiny-mlm100-m40"]["token classification"][1e-3] == pytest.approx([79.6, 80.1, 80.6])
+    losses = stability(plan, scores)
+    # MLM: 20 + 0.3 x seed below the best at the one other LR
+    assert losses["tiny-mlm100-m40"]["sequence classification"] == pytest.approx([20.3, 20.6, 20.9])
+    gains = {c.parent.label: c for c in continuation_gains(plan, scores)}
+    assert set(gains) == {"tiny-clm100-m40", "tiny-mlm100-m40"}
+    [(step, values)] = gains["tiny-clm100-m40"].gains["token classification"]
+    assert step == 40 and values == pytest.approx([15.0, 15.0, 15.0])  # 85 - 70, seed by seed
+
+
+def test_the_figures_appear_where_the_study_has_their_data(small_plan, tmp_path):
+    pytest.importorskip("matplotlib")
+    plan = small_plan(STUDY)
+    write_results(plan, **PAPER)
+    text = write_report(plan, tmp_path / "full" / "REPORT.md").read_text()
+    for figure in ("lr_sensitivity.png", "lr_stability.png", "continuation_gain.png", "score_vs_steps.png"):
+        assert (tmp_path / "full" / "figures" / figure).stat().st_size > 0
+        assert f"(figures/{figure})" in text
+
+    single = small_plan({**STUDY, "continued_pretraining": [],
+                         "evaluation": {**STUDY["evaluation"], "lrs": [1e-3]}})
+    write_results(single, **PAPER)
+    text = write_report(single, tmp_path / "single" / "REPORT.md").read_text()
+    for figure in ("lr_sensitivity.png", "lr_stability.png", "continuation_gain.png"):
+        assert not (tmp_path / "single" / "figures" / figure).exists() and figure not in text
+    assert "score_vs_clm_fraction.png" in text
+
+
+def verdicts(plan, scores):
+    return {c.key: c.verdict() for c in claims(plan, scores)}
+
+
+def test_each_claim_is_supported_where_the_results_go_the_papers_way(small_plan):
+    plan = small_plan(STUDY)
+    found = verdicts(plan, write_results(plan, **PAPER))
+    # (c): the split scores as MLM does: no difference to find
+    assert found == {"a": SUPPORTED, "b": SUPPORTED, "c": UNDECIDED, "d": SUPPORTED, "e": SUPPORTED}
+
+
+def test_each_claim_is_contradicted_where_the_results_go_the_other_way(small_plan):
+    plan = small_plan(STUDY)
+    found = verdicts(plan, write_results(plan, **REVERSED))
+    assert found == {"a": CONTRADICTED, "b": CONTRADICTED, "c": CONTRADICTED, "d": CONTRADICTED, "e": CONTRADICTED}
+
+
+def test_a_claim_is_mixed_where_families_disagree(small_plan):
+    plan = small_plan(STUDY)
+    scores = write_results(plan, **PAPER)
+    clm = next(arm for arm in arms(plan) if arm.kind == "clm")
+    for _, model in models_at(plan, clm):  # CLM 20 points higher on sequence classification: ahead of MLM there
+        by_task = scores.by_lr[model]
+        by_task["rt-sentiment"] = {lr: (v + 20, t + 20) for lr, (v, t) in by_task["rt-sentiment"].items()}
+    assert verdicts(plan, scores)["a"] == MIXED
+
+
+def test_the_claims_section_gives_the_numbers_and_the_setting_behind_a_departure(small_plan):
+    plan = small_plan(STUDY)
+    text = claims_section(plan, write_results(plan, **REVERSED))
+    assert "**(a) MLM beats CLM at the end of pretraining**: contradicted." in text
+    assert ("tiny-mlm100-m40 − tiny-clm100-m40, token classification: -10.00 [-11.13, -8.87], p < 0.001 "
+            "**significant** (over pretraining seeds)") in text
+    assert "at step 50" in text  # (b): the evaluated intermediate checkpoint
+    assert "where the MLM phase after the switch is 50 steps" in text  # (c)
+    # the setting, filled from the study: its steps, tokens per step (8 x 64) and model
+    assert "This study's 100 steps of 512 tokens (0.05M tokens) with the tiny preset (4 layers, hidden 128)" in text
+    assert "here 2 learning rates (0.001, 0.003) and 2 seeds at 30 steps" in text
+    supported = claims_section(plan, write_results(plan, **PAPER))
+    assert "**(a) MLM beats CLM at the end of pretraining**: supported." in supported
+    assert supported.count("What in this setting could explain it") == 1  # (c) only, not distinguishable
+
+
+def test_claims_without_the_arms_to_answer_them_say_so(small_plan):
+    plan = small_plan({**STUDY, "continued_pretraining": [],
+                       "evaluation": {**STUDY["evaluation"], "checkpoint_steps": []}})
+    text = claims_section(plan, write_results(plan, **PAPER))
+    assert "**(b) CLM is ahead early in pretraining**: not asked by this study (no checkpoint" in text
+    assert "**(d) continuing (MLM) from CLM beats continuing from MLM**: not asked by this study" in text
+
+
+def test_a_rehearsals_claims_show_differences_and_no_verdicts(small_plan, tmp_path):
+    plan = small_plan(STUDY, scale=0.5)
+    write_results(plan, **PAPER)
+    text = write_report(plan, figures=False).read_text()
+    section = text.split("## The paper's claims")[1]
+    assert "answers none of them" in section
+    assert "tiny-mlm50-m40 − tiny-clm50-m40, token classification: +10.00" in section
+    for word in ("significan", "p = ", "p < ", "supported", "contradicted", "distinguishable"):
+        assert word not in text.lower()
