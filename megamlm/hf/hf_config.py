@@ -139,6 +139,7 @@ def _gemma3_config(args: ModelArgs, ids: SpecialIds, common: dict, bidirectional
     import transformers
 
     kinds = [args.layer_type(i) for i in range(args.num_layers)]
+    window = args.sliding_window or args.max_seq_length
     rope = {"full_attention": rope_parameters(args),
             "sliding_attention": {"rope_type": "default",
                                   "rope_theta": float(args.local_rope_theta or args.rope_theta)}}
@@ -146,7 +147,9 @@ def _gemma3_config(args: ModelArgs, ids: SpecialIds, common: dict, bidirectional
     config = transformers.Gemma3TextConfig(
         hidden_activation="gelu_pytorch_tanh", rope_parameters=rope,
         query_pre_attn_scalar=args.query_pre_attn_scalar or args.head_dim,
-        sliding_window=args.sliding_window or args.max_seq_length,
+        # A bidirectional Gemma 3 config keeps sliding_window // 2 + 1 as its window (|i - j| < that): ask for
+        # 2 * (W - 1) so that it attends |i - j| < W, as megamlm's bidirectional sliding layers do.
+        sliding_window=(2 * (window - 1) if bidirectional else window),
         layer_types=[f"{kind}_attention" for kind in kinds],
         attention_bias=False, attn_logit_softcapping=None, final_logit_softcapping=None,
         use_bidirectional_attention=bidirectional, **settings)
@@ -323,7 +326,7 @@ def model_args_from_config(config, max_seq_length: int | None = None, untie: boo
         sublayer_output_norms=gemma,
         mlp_activation=_ACTIVATIONS[act],
         scale_embeddings=gemma,
-        query_pre_attn_scalar=float(config.query_pre_attn_scalar) if gemma else None,
+        query_pre_attn_scalar=int(config.query_pre_attn_scalar) if gemma else None,
         sliding_window=int(window) if layer_types is not None else None,
         layer_types=layer_types,
         local_rope_theta=(float(local["rope_theta"]) if layer_types is not None and local is not None

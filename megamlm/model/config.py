@@ -67,7 +67,7 @@ class ModelArgs:
     """The gated MLP: swiglu (silu(gate) * up, Llama) or geglu (tanh-approximated gelu(gate) * up, Gemma)."""
     scale_embeddings: bool = False
     """Multiply the embeddings by sqrt(hidden size), rounded to the model's precision (Gemma)."""
-    query_pre_attn_scalar: float | None = None
+    query_pre_attn_scalar: int | None = None
     """Attention scale 1/sqrt(this) (Gemma 3's query_pre_attn_scalar); None: 1/sqrt(head_dim)."""
     sliding_window: int | None = None
     """Tokens a sliding-window layer sees: bidirectional |i - j| < W, causal the last W (Gemma 3); None: none."""
