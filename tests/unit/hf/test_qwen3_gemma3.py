@@ -178,3 +178,62 @@ def test_gemma_export_to_a_family_without_its_features_is_refused(imported, tmp_
     with pytest.raises(ConversionError) as err:
         export_checkpoint(root / "ckpt", tmp_path / arch, arch=arch, **QUIET)
     assert len(str(err.value).splitlines()) == 1
+
+
+def test_gemma3_multimodal_checkpoint_imports_its_text_tower(tmp_path):
+    """A Gemma3ForConditionalGeneration folder: the text tower is imported (the same causal logits as the text
+    model with those weights), the vision tower and projector are named in the log and skipped."""
+    from decoder_families import tokenizer_of
+
+    family = QK_NORM_FAMILIES["gemma3"]
+    text = build(family, tmp_path / "text")
+    vision = transformers.SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                             num_attention_heads=2, image_size=28, patch_size=14)
+    config = transformers.Gemma3Config(text_config=text.config.to_dict(), vision_config=vision.to_dict(),
+                                       mm_tokens_per_image=4)
+    multimodal = transformers.Gemma3ForConditionalGeneration(config).eval()
+    missing, unexpected = multimodal.model.language_model.load_state_dict(text.model.state_dict(), strict=False)
+    assert not missing and not unexpected
+    multimodal.save_pretrained(str(tmp_path / "mm"))
+    tokenizer_of(family).save_pretrained(str(tmp_path / "mm"))
+    lines = []
+    import_hf(tmp_path / "mm", tmp_path / "ckpt", log=lines.append)
+    assert any("skipped" in line and "vision_tower" in line and "multi_modal_projector" in line for line in lines)
+    model = load_model(read_record(tmp_path / "ckpt"))
+    ids = word_ids(family, 2, 24, seed=6)
+    with torch.no_grad():
+        assert (model.logits(model(ids, causal=True)) - text(input_ids=ids).logits).abs().max() < 1e-4
+
+
+REFUSED = {
+    "gemma2": (dict(model_type="gemma2"), "soft-capping"),
+    "gemma3 soft-capping": (dict(model_type="gemma3_text", attn_logit_softcapping=50.0), "soft-capping"),
+    "qwen3 moe": (dict(model_type="qwen3_moe"), "mixture-of-experts"),
+    "qwen3.5 linear attention": (dict(model_type="qwen3", layer_types=["linear_attention", "full_attention"]),
+                                 "linear"),
+    "qwen3-next": (dict(model_type="qwen3_next"), "linear-attention"),
+}
+
+
+def _convert_from_hf():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("convert_from_hf", REPO / "tools" / "convert_from_hf.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_refusals_are_one_line_exit_2(case, tmp_path, capsys):
+    """tools/convert_from_hf.py (its main, in this process) refuses each in one line with exit status 2."""
+    settings, words = REFUSED[case]
+    config = transformers.AutoConfig.for_model(settings.pop("model_type"), num_hidden_layers=2, **settings)
+    folder = tmp_path / "hf"
+    config.save_pretrained(str(folder))
+    (folder / "model.safetensors").write_bytes(b"")
+    code = _convert_from_hf().main(["--input", str(folder), "--output", str(tmp_path / "ckpt")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1 and words in err, err
+    assert not (tmp_path / "ckpt").exists()
