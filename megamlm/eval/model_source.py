@@ -60,7 +60,7 @@ def is_megamlm_checkpoint(path: Path) -> bool:
     return False
 
 
-def resolve_models(name: str, path: Path, export_root: Path, export_arch: str = "eurobert", checkpoints: str = "all",
+def resolve_models(name: str, path: Path, export_root: Path, export_arch: str | None = None, checkpoints: str = "all",
                    log=print) -> list[ModelEntry]:
     """One entry per model to evaluate: a run folder gives one per whole checkpoint (or its newest)."""
     if checkpoints not in CHECKPOINT_CHOICES:
@@ -79,12 +79,13 @@ def resolve_models(name: str, path: Path, export_root: Path, export_arch: str = 
     return [resolve_model(f"{name}-step{step}", folder, export_root, export_arch, log) for step, folder in whole]
 
 
-def resolve_model(name: str, path: Path, export_root: Path, export_arch: str = "eurobert", log=print) -> ModelEntry:
-    """Check an HF folder, or export a megamlm checkpoint (reusing an earlier complete export)."""
+def resolve_model(name: str, path: Path, export_root: Path, export_arch: str | None = None, log=print) -> ModelEntry:
+    """Check an HF folder, or export a megamlm checkpoint (reusing an earlier complete export); ``export_arch``
+    None: the model's encoder export (``megamlm.hf.hf_config.default_arch``)."""
     if path.is_dir() and is_megamlm_checkpoint(path):
         target = export_root / name
         if not (target / "config.json").is_file():
-            log(f"exporting megamlm checkpoint {path} to {target} ({export_arch})")
+            log(f"exporting megamlm checkpoint {path} to {target} ({export_arch or 'its encoder export'})")
             export_checkpoint(path, target, arch=export_arch, log=log)
         check_model_folder(target)
         return ModelEntry(name, path, target)

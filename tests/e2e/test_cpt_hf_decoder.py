@@ -45,6 +45,19 @@ def test_the_example_continues_qwen3_and_gemma3(tmp_path, name):
         assert config["use_bidirectional_attention"] is True
         for flag in ("--sublayer-output-norms", "--scale-embeddings", "--mlp-activation", "--layer-types"):
             assert flag in report["cpt"]["command"]
+        import transformers
+
+        folder = str(tmp_path / "work" / "hf-gemma3_encoder")
+        _, info = transformers.AutoModelForSequenceClassification.from_pretrained(folder, num_labels=2,
+                                                                                  output_loading_info=True)
+        assert info["missing_keys"] == {"score.weight"} and not info["unexpected_keys"], info
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError:
+            pass  # not installed here
+        else:
+            embeddings = SentenceTransformer(folder, device="cpu").encode(["Elinor said that"])
+            assert embeddings.shape == (1, config["hidden_size"])
     else:
         assert report["export"]["folder"] is None and "query/key norms" in report["export"]["refused"]
 
