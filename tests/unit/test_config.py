@@ -282,3 +282,15 @@ def test_each_model_field_is_declared_once_and_its_flag_comes_from_it(capsys):
     assert "--num-query-groups NUM_QUERY_GROUPS Key/value heads for grouped-query attention (default: the preset's)" \
         in out
     assert "--rope-theta ROPE_THETA Rotary embedding base. (default: 10000.0)" in out
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--layer-types", "full,sliding", "--sliding-window", "4"], "names 2 layers and --num-layers is 4"),
+    (["--layer-types", "full,sliding,full,full"], "sliding layers need --sliding-window"),
+    (["--sliding-window", "0"], "at least 1"),
+])
+def test_layer_types_are_checked_before_any_work(flags, message):
+    from megamlm.config.checks import validate
+
+    with pytest.raises(ConfigError, match=message):
+        validate(parse_args(flags))

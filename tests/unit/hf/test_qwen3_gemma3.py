@@ -156,6 +156,12 @@ def test_gemma_encoder_exports_as_bidirectional_gemma3(imported, tmp_path):
     assert info["missing_keys"] == {"score.weight"} and info["unexpected_keys"] == set(), info
     card = (out / "README.md").read_text()
     assert "use_bidirectional_attention" in card and "AutoModelForCausalLM" in card
+    # a bidirectional Gemma 3 (EmbeddingGemma-style) is an import source too: the same model comes back
+    import_hf(out, tmp_path / "back", **QUIET)
+    back = load_model(read_record(tmp_path / "back"))
+    assert back.args == model.args
+    with torch.no_grad():
+        assert (back(ids, causal=False) - ours).abs().max() < 1e-5
 
 
 def test_qwen3_encoder_eurobert_export_is_refused(imported, tmp_path):
