@@ -13,6 +13,7 @@ from pathlib import Path
 
 from megamlm.checkpoint.catalog import list_checkpoints, problem, step_of
 from megamlm.eval.model_io import ModelFolderError, check_model_folder
+from megamlm.eval.megamlm_encoder import write_marker
 from megamlm.hf.export import export_checkpoint
 
 CHECKPOINT_CHOICES = ("all", "latest")
@@ -86,8 +87,31 @@ def resolve_model(name: str, path: Path, export_root: Path, export_arch: str | N
         target = export_root / name
         if not (target / "config.json").is_file():
             log(f"exporting megamlm checkpoint {path} to {target} ({export_arch or 'its encoder export'})")
-            export_checkpoint(path, target, arch=export_arch, log=log)
+            fallback = None if export_arch is not None else _megamlm_encoder_arch(path)
+            if fallback is None:
+                export_checkpoint(path, target, arch=export_arch, log=log)
+            else:  # no Hugging Face encoder holds it: the causal export, evaluated by megamlm's own model
+                arch, reason = fallback
+                log(f"{reason}; evaluating megamlm's own bidirectional model from its causal --arch {arch} export")
+                export_checkpoint(path, target, arch=arch, log=log)
+                write_marker(target, reason)
         check_model_folder(target)
         return ModelEntry(name, path, target)
     check_model_folder(path)
     return ModelEntry(name, path, path)
+
+
+def _megamlm_encoder_arch(path: Path) -> tuple[str, str] | None:
+    """(causal arch, why) for a checkpoint whose encoder export is refused but a causal family holds it exactly
+    (Qwen3: query/key norms), else None (the encoder export, or its refusal, applies)."""
+    from megamlm.hf.hf_config import default_arch, export_problem
+    from megamlm.hf.megamlm_checkpoint import read_record
+
+    args = read_record(path).model_args
+    problem = export_problem(default_arch(args), args)
+    if problem is None:
+        return None
+    for arch in ("qwen3",):
+        if export_problem(arch, args) is None:
+            return arch, problem
+    return None

@@ -124,8 +124,7 @@ def export_problem(arch: str, args: ModelArgs) -> str | None:
         alternatives.append("the causal Qwen3 export (--arch qwen3)")
     if args.sublayer_output_norms:
         alternatives.append("the bidirectional Gemma 3 export (--arch gemma3_encoder) or the causal one (--arch gemma3)")
-    alternatives.append("megamlm's own bidirectional model from the run folder (megamlm.hf.megamlm_checkpoint."
-                        "load_model, as examples/cpt_hf_decoder.py fills masks with it)")
+    alternatives.append("tools/evaluate.py on the run folder (it evaluates megamlm's own bidirectional model)")
     return (f"--arch {arch} cannot hold {present[0]} of this model ({EXPORT_ARCHS[arch].architecture} has none); "
             f"use {' or '.join(alternatives)}")
 

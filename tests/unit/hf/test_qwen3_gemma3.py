@@ -170,7 +170,7 @@ def test_qwen3_encoder_eurobert_export_is_refused(imported, tmp_path):
         pytest.skip("Qwen3 only")
     with pytest.raises(ConversionError, match="query/key norms") as err:
         export_checkpoint(root / "ckpt", tmp_path / "eurobert", **QUIET)
-    assert "--arch qwen3" in str(err.value) and "run folder" in str(err.value)
+    assert "--arch qwen3" in str(err.value) and "tools/evaluate.py on the run folder" in str(err.value)
     assert not (tmp_path / "eurobert").exists()
     # the command line: one line, exit 2
     run = subprocess.run([sys.executable, str(REPO / "tools" / "convert_to_hf.py"), "--input", str(root / "ckpt"),
