@@ -15,6 +15,9 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
+from megamlm.hf.importer import load_hf_weights, model_args_from_hf
+from megamlm.model.transformer import Transformer
+
 MARKER = "megamlm_encoder.json"
 
 
@@ -43,9 +46,6 @@ def write_marker(folder: Path, reason: str) -> None:
 
 def load_megamlm_encoder(path: str | Path) -> MegamlmEncoder:
     from transformers import AutoConfig
-
-    from megamlm.hf.importer import load_hf_weights, model_args_from_hf
-    from megamlm.model.transformer import Transformer
 
     args = model_args_from_hf(path)
     model = Transformer(args)

@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from megamlm.errors import UserError
+from megamlm.eval.megamlm_encoder import is_megamlm_encoder, load_megamlm_encoder
 
 
 class ModelFolderError(UserError, ValueError):
@@ -98,8 +99,6 @@ def load_encoder(path: str | Path, log=print):
     from transformers import AutoModel
 
     check_model_folder(path)
-    from megamlm.eval.megamlm_encoder import is_megamlm_encoder, load_megamlm_encoder
-
     if is_megamlm_encoder(path):  # no Hugging Face encoder class holds it: megamlm's own model, bidirectional
         model = load_megamlm_encoder(path)
         key = str(Path(path).resolve())

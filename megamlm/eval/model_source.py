@@ -15,6 +15,8 @@ from megamlm.checkpoint.catalog import list_checkpoints, problem, step_of
 from megamlm.eval.model_io import ModelFolderError, check_model_folder
 from megamlm.eval.megamlm_encoder import write_marker
 from megamlm.hf.export import export_checkpoint
+from megamlm.hf.hf_config import default_arch, export_problem
+from megamlm.hf.megamlm_checkpoint import read_record
 
 CHECKPOINT_CHOICES = ("all", "latest")
 
@@ -104,9 +106,6 @@ def resolve_model(name: str, path: Path, export_root: Path, export_arch: str | N
 def _megamlm_encoder_arch(path: Path) -> tuple[str, str] | None:
     """(causal arch, why) for a checkpoint whose encoder export is refused but a causal family holds it exactly
     (Qwen3: query/key norms), else None (the encoder export, or its refusal, applies)."""
-    from megamlm.hf.hf_config import default_arch, export_problem
-    from megamlm.hf.megamlm_checkpoint import read_record
-
     args = read_record(path).model_args
     problem = export_problem(default_arch(args), args)
     if problem is None:

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from megamlm import extras
+from megamlm.log import log
 
 
 @dataclass(frozen=True)
@@ -167,8 +168,6 @@ _window_fallbacks: set[str] = set()
 def _note_window_fallback(backend: str) -> None:
     if backend not in _window_fallbacks:
         _window_fallbacks.add(backend)
-        from megamlm.log import log
-
         log(f"attention backend {backend!r} does not cover sliding windows here: the sliding-window layers use "
             "SDPA with a dense window mask")
 
