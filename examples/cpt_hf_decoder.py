@@ -1,16 +1,21 @@
 """Continued pretraining of a Hugging Face decoder into an encoder, end to end: any folder or GGUF file that
-tools/convert_from_hf.py imports (Llama 1-3.2, Mistral, Qwen2/2.5, SmolLM, EuroBERT).
+tools/convert_from_hf.py imports (Llama 1-3.2, Mistral, Qwen2/2.5, Qwen3, Gemma 3, SmolLM, EuroBERT).
 
     python examples/cpt_hf_decoder.py --model /models/Llama-3.2-1B --workdir runs/cpt-llama3.2-1b
     python examples/cpt_hf_decoder.py --model /models/Qwen2.5-0.5B --workdir runs/cpt-qwen2.5-0.5b
+    python examples/cpt_hf_decoder.py --model /models/Qwen3-0.6B --workdir runs/cpt-qwen3-0.6b
+    python examples/cpt_hf_decoder.py --model /models/gemma-3-270m --workdir runs/cpt-gemma3-270m
 
 1. import the model as a megamlm checkpoint (a mask token is chosen or added, the vocabulary padded to a
    multiple of 128; attention biases, head_dim, RoPE scaling and tied embeddings carry over);
 2. show that megamlm's causal loss on an Austen paragraph equals transformers' own;
 3. tokenize part of the bundled Austen corpus with the imported tokenizer (Megatron .bin/.idx);
 4. run --steps MLM steps with `pretrain.py --init-from` the imported checkpoint (on a GPU when one is visible);
-5. export the result as a native EuroBERT model (tools/convert_to_hf.py), load it with AutoModelForMaskedLM
-   and fill a masked word with `pipeline("fill-mask")`.
+5. export the result as its default encoder (tools/convert_to_hf.py) and fill a masked word: a native EuroBERT
+   (AutoModelForMaskedLM, `pipeline("fill-mask")`), or for Gemma 3 a bidirectional Gemma 3 (its MLM logits from
+   AutoModelForCausalLM on the bidirectional config; AutoModelForSequenceClassification loads it too). A Qwen3
+   encoder has no Hugging Face encoder class (EuroBERT has no query/key norms): the masked word is filled by
+   megamlm's own model from the run folder, and the refusal names the alternatives.
 
 A few steps on Austen show the plumbing, not a good encoder: for a real run, tokenize your corpus with the
 imported tokenizer and call pretrain.py with the flags this script prints. examples/cpt_smollm2.py runs it on
@@ -115,14 +120,65 @@ def continued_pretraining(ckpt: Path, data_prefix: Path, save: Path, steps: int,
     return {"losses": losses, "command": command}
 
 
-def fill_mask(hf_dir: Path) -> list[dict]:
-    from transformers import AutoModelForMaskedLM, AutoTokenizer, pipeline
+def export_encoder(run: Path, work: Path) -> dict:
+    """The run's default encoder export (EuroBERT, or the bidirectional Gemma 3 for a Gemma 3 model); where none
+    holds the model (Qwen3's query/key norms) the refusal is printed and nothing is exported."""
+    from megamlm.hf import export_checkpoint
+    from megamlm.hf.hf_config import default_arch, export_problem
+    from megamlm.hf.megamlm_checkpoint import read_record
+
+    args = read_record(run).model_args
+    arch = default_arch(args)
+    problem = export_problem(arch, args)
+    if problem:
+        print(f"no encoder export: {problem}", flush=True)
+        return {"arch": arch, "folder": None, "refused": problem}
+    folder = export_checkpoint(run, work / f"hf-{arch}", arch=arch, force=True)
+    return {"arch": arch, "folder": str(folder)}
+
+
+def _top(probabilities, tokenizer, k: int = 5) -> list[dict]:
+    scores, ids = probabilities.topk(k)
+    return [{"token": tokenizer.decode([int(i)]).strip(), "score": float(s)} for s, i in zip(scores, ids)]
+
+
+def fill_mask(hf_dir: Path, arch: str = "eurobert") -> list[dict]:
+    import torch
+    from transformers import (AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSequenceClassification,
+                              AutoTokenizer, pipeline)
 
     tokenizer = AutoTokenizer.from_pretrained(str(hf_dir), trust_remote_code=False)
+    if arch == "gemma3_encoder":  # no masked-LM class: the causal-LM class on the bidirectional config
+        _, info = AutoModelForSequenceClassification.from_pretrained(str(hf_dir), num_labels=2, trust_remote_code=False,
+                                                                      output_loading_info=True)
+        print("AutoModelForSequenceClassification: missing", sorted(info["missing_keys"]), "unexpected",
+              sorted(info["unexpected_keys"]), flush=True)
+        model = AutoModelForCausalLM.from_pretrained(str(hf_dir), dtype=torch.float32, trust_remote_code=False).eval()
+        ids = tokenizer(SENTENCE.format(mask=tokenizer.mask_token), return_tensors="pt")["input_ids"]
+        position = (ids[0] == tokenizer.mask_token_id).nonzero()[0, 0]
+        with torch.no_grad():
+            return _top(model(input_ids=ids).logits[0, position].softmax(-1), tokenizer)
     model = AutoModelForMaskedLM.from_pretrained(str(hf_dir), trust_remote_code=False)
     fill = pipeline("fill-mask", model=model, tokenizer=tokenizer, device="cpu")
     return [{"token": p["token_str"], "score": p["score"]}
             for p in fill(SENTENCE.format(mask=tokenizer.mask_token), top_k=5)]
+
+
+def fill_mask_megamlm(run: Path) -> list[dict]:
+    """The masked word as megamlm's own model (the run's newest checkpoint) predicts it, bidirectionally."""
+    import torch
+    from transformers import AutoTokenizer
+
+    from megamlm.hf.megamlm_checkpoint import load_model, read_record
+
+    record = read_record(run)
+    model = load_model(record).eval()
+    tokenizer = AutoTokenizer.from_pretrained(str(Path(record.tokenizer_path()).parent), trust_remote_code=False)
+    ids = tokenizer(SENTENCE.format(mask=tokenizer.mask_token), return_tensors="pt",
+                    add_special_tokens=False)["input_ids"]
+    position = (ids[0] == tokenizer.mask_token_id).nonzero()[0, 0]
+    with torch.no_grad():
+        return _top(model.logits(model(ids, causal=False))[0, position].softmax(-1), tokenizer)
 
 
 def build_parser(description: str = __doc__.split("\n\n")[0], model: bool = True) -> argparse.ArgumentParser:
@@ -143,7 +199,7 @@ def build_parser(description: str = __doc__.split("\n\n")[0], model: bool = True
 
 
 def run(model: Path, args: argparse.Namespace) -> dict:
-    from megamlm.hf import export_checkpoint, import_hf
+    from megamlm.hf import import_hf
     from megamlm.hf.hf_source import open_source
 
     work = Path(args.workdir)
@@ -172,9 +228,10 @@ def run(model: Path, args: argparse.Namespace) -> dict:
     report["cpt"] = continued_pretraining(ckpt, data, work / "cpt", args.steps, args.seq_length,
                                           args.micro_batch_size, args.lr, args.device)
     lap("cpt")
-    export_checkpoint(work / "cpt", work / "hf-eurobert", arch="eurobert", force=True)
+    report["export"] = export_encoder(work / "cpt", work)
     lap("export")
-    report["fill_mask"] = fill_mask(work / "hf-eurobert")
+    report["fill_mask"] = (fill_mask(work / f"hf-{report['export']['arch']}", report["export"]["arch"])
+                           if report["export"]["folder"] else fill_mask_megamlm(work / "cpt"))
     print("fill-mask:", SENTENCE.format(mask="___"))
     for p in report["fill_mask"]:
         print(f"  {p['token']!r:>14} {p['score']:.3f}")

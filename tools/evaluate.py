@@ -99,8 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-workers", type=int, default=1, help="processes running fine-tuning runs in parallel")
     p.add_argument("--devices", help="comma-separated devices given to workers in turn "
                                      "(default: every CUDA device, else cpu)")
-    p.add_argument("--export-arch", default="eurobert", choices=["eurobert", "llama"],
-                   help="Hugging Face architecture for exporting megamlm checkpoints given as --model")
+    p.add_argument("--export-arch", default=None, choices=["eurobert", "gemma3_encoder", "llama"],
+                   help="Hugging Face architecture for exporting megamlm checkpoints given as --model (default: the "
+                        "model's encoder export: EuroBERT, or a bidirectional Gemma 3 for a model continued from "
+                        "Gemma 3)")
     p.add_argument("--no-plots", action="store_true", help="write tables only")
     return p
 

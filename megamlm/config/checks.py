@@ -135,6 +135,16 @@ def check_model(cfg: Config) -> None:
     for name in SHAPE_FIELDS:
         if name != "vocab_size" and shape[name] <= 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {shape[name]}")
+    if m.layer_types is not None:
+        kinds = m.layer_types.split(",")
+        if len(kinds) != shape["num_layers"]:
+            raise ConfigError(f"--layer-types names {len(kinds)} layers and --num-layers is {shape['num_layers']}; "
+                              "give one type (full or sliding) per layer")
+        if set(kinds) - {"full", "sliding"} or ("sliding" in kinds and not m.sliding_window):
+            raise ConfigError(f"--layer-types {m.layer_types}: each layer is full or sliding, and sliding layers "
+                              "need --sliding-window")
+    if m.sliding_window is not None and m.sliding_window < 1:
+        raise ConfigError(f"--sliding-window must be at least 1, got {m.sliding_window}")
 
 
 def check_objective(cfg: Config) -> None:

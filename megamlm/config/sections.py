@@ -46,6 +46,10 @@ _UNSET_MEANS = {
     "vocab_size": "the preset's (Llama 3: 128,256) or, for tiny, the tokenizer's padded size",
     "head_dim": "hidden / heads; set by --init-from a model that sets it apart",
     "rope_scaling": "no scaling",
+    "query_pre_attn_scalar": "1/sqrt(head dim)",
+    "sliding_window": "no window",
+    "layer_types": "every layer full",
+    "local_rope_theta": "--rope-theta",
 }
 """What an unset model flag means, where it is more than "the preset's"."""
 _FLAG_REMARKS = {

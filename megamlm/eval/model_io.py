@@ -9,6 +9,7 @@ from pathlib import Path
 import torch
 
 from megamlm.errors import UserError
+from megamlm.eval.megamlm_encoder import is_megamlm_encoder, load_megamlm_encoder
 from megamlm.hf.hf_source import remote_code_refusal
 
 
@@ -104,6 +105,14 @@ def load_encoder(path: str | Path, log=print):
     from transformers import AutoModel
 
     check_model_folder(path)
+    if is_megamlm_encoder(path):  # no Hugging Face encoder class holds it: megamlm's own model, bidirectional
+        model = load_megamlm_encoder(path)
+        key = str(Path(path).resolve())
+        if key not in _REPORTED:
+            _REPORTED.add(key)
+            log(f"loaded {path} into megamlm's own bidirectional model ({model.config.model_type} weights, "
+                f"{sum(p.numel() for p in model.parameters()) / 1e6:.1f}M parameters); later loads are silent")
+        return model
     transformers.utils.logging.disable_progress_bar()
     verbosity = transformers.utils.logging.get_verbosity()
     transformers.utils.logging.set_verbosity_error()

@@ -13,7 +13,10 @@ from pathlib import Path
 
 from megamlm.checkpoint.catalog import list_checkpoints, problem, step_of
 from megamlm.eval.model_io import ModelFolderError, check_model_folder
+from megamlm.eval.megamlm_encoder import write_marker
 from megamlm.hf.export import export_checkpoint
+from megamlm.hf.hf_config import default_arch, export_problem
+from megamlm.hf.megamlm_checkpoint import read_record
 
 CHECKPOINT_CHOICES = ("all", "latest")
 
@@ -60,7 +63,7 @@ def is_megamlm_checkpoint(path: Path) -> bool:
     return False
 
 
-def resolve_models(name: str, path: Path, export_root: Path, export_arch: str = "eurobert", checkpoints: str = "all",
+def resolve_models(name: str, path: Path, export_root: Path, export_arch: str | None = None, checkpoints: str = "all",
                    log=print) -> list[ModelEntry]:
     """One entry per model to evaluate: a run folder gives one per whole checkpoint (or its newest)."""
     if checkpoints not in CHECKPOINT_CHOICES:
@@ -79,14 +82,35 @@ def resolve_models(name: str, path: Path, export_root: Path, export_arch: str = 
     return [resolve_model(f"{name}-step{step}", folder, export_root, export_arch, log) for step, folder in whole]
 
 
-def resolve_model(name: str, path: Path, export_root: Path, export_arch: str = "eurobert", log=print) -> ModelEntry:
-    """Check an HF folder, or export a megamlm checkpoint (reusing an earlier complete export)."""
+def resolve_model(name: str, path: Path, export_root: Path, export_arch: str | None = None, log=print) -> ModelEntry:
+    """Check an HF folder, or export a megamlm checkpoint (reusing an earlier complete export); ``export_arch``
+    None: the model's encoder export (``megamlm.hf.hf_config.default_arch``)."""
     if path.is_dir() and is_megamlm_checkpoint(path):
         target = export_root / name
         if not (target / "config.json").is_file():
-            log(f"exporting megamlm checkpoint {path} to {target} ({export_arch})")
-            export_checkpoint(path, target, arch=export_arch, log=log)
+            log(f"exporting megamlm checkpoint {path} to {target} ({export_arch or 'its encoder export'})")
+            fallback = None if export_arch is not None else _megamlm_encoder_arch(path)
+            if fallback is None:
+                export_checkpoint(path, target, arch=export_arch, log=log)
+            else:  # no Hugging Face encoder holds it: the causal export, evaluated by megamlm's own model
+                arch, reason = fallback
+                log(f"{reason}; evaluating megamlm's own bidirectional model from its causal --arch {arch} export")
+                export_checkpoint(path, target, arch=arch, log=log)
+                write_marker(target, reason)
         check_model_folder(target)
         return ModelEntry(name, path, target)
     check_model_folder(path)
     return ModelEntry(name, path, path)
+
+
+def _megamlm_encoder_arch(path: Path) -> tuple[str, str] | None:
+    """(causal arch, why) for a checkpoint whose encoder export is refused but a causal family holds it exactly
+    (Qwen3: query/key norms), else None (the encoder export, or its refusal, applies)."""
+    args = read_record(path).model_args
+    problem = export_problem(default_arch(args), args)
+    if problem is None:
+        return None
+    for arch in ("qwen3",):
+        if export_problem(arch, args) is None:
+            return arch, problem
+    return None

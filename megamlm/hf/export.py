@@ -15,7 +15,14 @@ from safetensors.torch import save_file
 
 from megamlm.checkpoint.reading import read_newest
 from megamlm.hf.errors import ConversionError
-from megamlm.hf.hf_config import ExportBiases, SpecialIds, export_biases, hf_config_for
+from megamlm.hf.hf_config import (
+    ExportBiases,
+    SpecialIds,
+    default_arch,
+    export_biases,
+    export_problem,
+    hf_config_for,
+)
 from megamlm.hf.keymaps import EXPORT_ARCHS, KeyMap
 from megamlm.hf.megamlm_checkpoint import AtomicFolder, load_model, read_record
 from megamlm.hf.model_card import model_card
@@ -37,7 +44,13 @@ def hf_state_dict(model: torch.nn.Module, keymap: KeyMap, dtype: torch.dtype,
             bias = name[: -len("weight")] + "bias"
             if wanted and bias not in state:
                 state[bias] = torch.zeros(state[name].shape[0])
-    return {keymap.to_hf(name): t.detach().to(dtype).contiguous() for name, t in state.items()}
+    out = {}
+    for name, t in state.items():
+        t = t.detach().float()
+        if keymap.norm_offset and name.endswith("norm.weight"):
+            t = t - keymap.norm_offset  # back to Gemma's (1 + weight) convention
+        out[keymap.to_hf(name)] = t.to(dtype).contiguous()
+    return out
 
 
 def _read_checkpoint(folder: Path):
@@ -45,16 +58,21 @@ def _read_checkpoint(folder: Path):
     return record, load_model(record)
 
 
-def export_checkpoint(input_path: str | Path, output: str | Path, arch: str = "eurobert", dtype: str = "fp32",
+def export_checkpoint(input_path: str | Path, output: str | Path, arch: str | None = None, dtype: str = "fp32",
                       force: bool = False, tokenizer: str | Path | None = None, log=print) -> Path:
-    """Convert; every user error is raised before anything is written."""
-    if arch not in EXPORT_ARCHS:
+    """Convert; every user error is raised before anything is written. ``arch`` None: the model's encoder export
+    (``default_arch``: EuroBERT, or the bidirectional Gemma 3 for a Gemma 3 decoder)."""
+    if arch is not None and arch not in EXPORT_ARCHS:
         raise ConversionError(f"unsupported --arch {arch!r}; choose one of {', '.join(EXPORT_ARCHS)}")
     if dtype not in DTYPES:
         raise ConversionError(f"unsupported --dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     target = AtomicFolder(output, force)
     target.check()
     record, model = read_newest(input_path, _read_checkpoint)  # retried if --keep-last retires it meanwhile
+    arch = arch or default_arch(record.model_args)
+    problem = export_problem(arch, record.model_args)
+    if problem:
+        raise ConversionError(problem)
     tokenizer_json = find_tokenizer_json(tokenizer if tokenizer is not None else record.tokenizer_path())
     ids = {key: record.tokenizer.get(key) for key in ("bos_id", "eos_id", "pad_id", "mask_id")}
     if arch == "eurobert" and ids["mask_id"] is None:
@@ -70,6 +88,6 @@ def export_checkpoint(input_path: str | Path, output: str | Path, arch: str = "e
         config.save_pretrained(str(tmp))
         tensors = hf_state_dict(model, keymap, DTYPES[dtype], export_biases(arch, record.model_args))
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        (tmp / "README.md").write_text(model_card(record, keymap.architecture, dtype))
+        (tmp / "README.md").write_text(model_card(record, keymap.architecture, dtype, arch))
     log(f"wrote {keymap.architecture} ({dtype}) to {target.destination}")
     return target.destination

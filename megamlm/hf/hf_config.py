@@ -1,8 +1,11 @@
 """ModelArgs <-> Hugging Face configs, with every feature megamlm's model cannot express refused by name.
 
 Imported: Llama (1-3.2: attention/o biases, head_dim, llama3/linear/YaRN RoPE scaling, tied embeddings),
-Mistral, Qwen2/Qwen2.5 (q/k/v biases), SmolLM (llama) and EuroBERT. Exported: EuroBERT (the encoder), or
-the causal Llama, Qwen2 or Mistral model, each config carrying the biases, head_dim, RoPE parameters and tying.
+Mistral, Qwen2/Qwen2.5 (q/k/v biases), SmolLM (llama), EuroBERT, Qwen3 (q/k norms) and Gemma 3 (text models and
+the text tower of the multimodal ones: q/k norms, four norms per block, GeGLU, scaled embeddings, the query
+pre-attention scalar, sliding-window and full layers with their own RoPE bases). Exported: EuroBERT (the
+encoder), a bidirectional Gemma 3 (the encoder of a Gemma 3 decoder), or the causal Llama, Qwen2, Mistral,
+Qwen3 or Gemma 3 model, each config carrying the biases, head_dim, RoPE parameters and tying.
 """
 
 from __future__ import annotations
@@ -16,13 +19,14 @@ from megamlm.model.rope import RopeScaling
 
 # Architectures with a feature megamlm's blocks do not have: the import names the feature.
 UNSUPPORTED_FEATURES = {
-    "qwen3": "per-head RMSNorm on queries and keys (Qwen3's q_norm/k_norm)",
     "qwen3_moe": "a mixture-of-experts MLP and q/k norms (Qwen3-MoE)",
     "qwen2_moe": "a mixture-of-experts MLP (Qwen2-MoE)",
     "mixtral": "a mixture-of-experts MLP (Mixtral)",
     "gemma": "GELU MLPs, (1 + w) RMSNorm weights and a scaled embedding (Gemma)",
     "gemma2": "attention and final logit soft-capping, and sliding windows on alternate layers (Gemma 2)",
-    "gemma3_text": "q/k norms and sliding windows on most layers (Gemma 3)",
+    "qwen3_next": "gated-delta (linear-attention) layers and a mixture-of-experts MLP (Qwen3-Next)",
+    "qwen3_5": "gated-delta (linear-attention) layers (Qwen3.5)",
+    "qwen3_5_moe": "gated-delta (linear-attention) layers and a mixture-of-experts MLP (Qwen3.5-MoE)",
     "olmo2": "q/k norms and norms after each sublayer (OLMo 2)",
     "phi3": "fused qkv/gate-up projections and longrope scaling (Phi-3)",
     "cohere": "parallel attention and MLP with LayerNorm (Cohere)",
@@ -77,7 +81,79 @@ def describe_features(args: ModelArgs) -> str:
     if args.rope_scaling is not None:
         features.append(f"RoPE {args.rope_scaling.rope_type} x{args.rope_scaling.factor:g}")
     features.append("tied embeddings" if args.tie_word_embeddings else "untied embeddings")
+    features += [name for name, on in _features(args).items() if on]
     return ", ".join(features)
+
+
+GEMMA3_ARCHS = ("gemma3", "gemma3_encoder")
+
+
+def _features(args: ModelArgs) -> dict[str, bool]:
+    """The decoder features of ``args`` beyond Llama's, by the words a refusal names them with."""
+    return {
+        "query/key norms (qk_norm)": args.qk_norm,
+        "norms on the attention and MLP outputs (sublayer_output_norms)": args.sublayer_output_norms,
+        "a GeGLU MLP": args.mlp_activation == "geglu",
+        "scaled embeddings": args.scale_embeddings,
+        "a query pre-attention scalar": args.query_pre_attn_scalar is not None,
+        "sliding-window layers": args.has_sliding_layers(),
+        "a local RoPE base": args.local_rope_theta is not None,
+    }
+
+
+def export_problem(arch: str, args: ModelArgs) -> str | None:
+    """Why ``arch`` cannot hold ``args`` exactly (one line naming the feature and the alternatives), or None."""
+    features = _features(args)
+    if arch in GEMMA3_ARCHS:
+        needed = ("query/key norms (qk_norm)", "norms on the attention and MLP outputs (sublayer_output_norms)",
+                  "a GeGLU MLP", "scaled embeddings")
+        lacking = [name for name in needed if not features[name]]
+        if lacking:
+            return (f"--arch {arch}: the model lacks {lacking[0]}, which every Gemma 3 block has; export it with "
+                    f"--arch {default_arch(args)}")
+        return None
+    allowed = ("query/key norms (qk_norm)",) if arch == "qwen3" else ()
+    present = [name for name, on in features.items() if on and name not in allowed]
+    if arch == "qwen3" and not present and not args.qk_norm:
+        return "--arch qwen3: the model lacks query/key norms (qk_norm), which every Qwen3 layer has; export it " \
+               "with --arch llama"
+    if not present:
+        return None
+    alternatives = []
+    if args.qk_norm and not args.sublayer_output_norms and args.mlp_activation == "swiglu":
+        alternatives.append("the causal Qwen3 export (--arch qwen3)")
+    if args.sublayer_output_norms:
+        alternatives.append("the bidirectional Gemma 3 export (--arch gemma3_encoder) or the causal one (--arch gemma3)")
+    alternatives.append("tools/evaluate.py on the run folder (it evaluates megamlm's own bidirectional model)")
+    return (f"--arch {arch} cannot hold {present[0]} of this model ({EXPORT_ARCHS[arch].architecture} has none); "
+            f"use {' or '.join(alternatives)}")
+
+
+def default_arch(args: ModelArgs) -> str:
+    """The encoder export of a model: EuroBERT wherever it holds the model exactly; a Gemma 3-shaped model (its
+    four norms per block) the native bidirectional Gemma 3; otherwise EuroBERT, which then refuses by name."""
+    return "gemma3_encoder" if args.sublayer_output_norms else "eurobert"
+
+
+def _gemma3_config(args: ModelArgs, ids: SpecialIds, common: dict, bidirectional: bool):
+    import transformers
+
+    kinds = [args.layer_type(i) for i in range(args.num_layers)]
+    window = args.sliding_window or args.max_seq_length
+    rope = {"full_attention": rope_parameters(args),
+            "sliding_attention": {"rope_type": "default",
+                                  "rope_theta": float(args.local_rope_theta or args.rope_theta)}}
+    settings = {k: v for k, v in common.items() if k not in ("hidden_act", "rope_parameters")}
+    config = transformers.Gemma3TextConfig(
+        hidden_activation="gelu_pytorch_tanh", rope_parameters=rope,
+        query_pre_attn_scalar=args.query_pre_attn_scalar or args.head_dim,
+        # A bidirectional Gemma 3 config keeps sliding_window // 2 + 1 as its window (|i - j| < that): ask for
+        # 2 * (W - 1) so that it attends |i - j| < W, as megamlm's bidirectional sliding layers do.
+        sliding_window=(2 * (window - 1) if bidirectional else window),
+        layer_types=[f"{kind}_attention" for kind in kinds],
+        attention_bias=False, attn_logit_softcapping=None, final_logit_softcapping=None,
+        use_bidirectional_attention=bidirectional, **settings)
+    return config
 
 
 def hf_config_for(arch: str, args: ModelArgs, ids: SpecialIds):
@@ -86,6 +162,9 @@ def hf_config_for(arch: str, args: ModelArgs, ids: SpecialIds):
 
     if arch not in EXPORT_ARCHS:
         raise ConversionError(f"unsupported --arch {arch!r}; choose one of {', '.join(EXPORT_ARCHS)}")
+    problem = export_problem(arch, args)
+    if problem:
+        raise ConversionError(problem)
     biases = export_biases(arch, args)
     common = dict(
         vocab_size=args.vocab_size, hidden_size=args.hidden_size, intermediate_size=args.ffn_hidden_size,
@@ -108,6 +187,10 @@ def hf_config_for(arch: str, args: ModelArgs, ids: SpecialIds):
         return transformers.LlamaConfig(attention_bias=biases.qkv, mlp_bias=False, **common)
     if arch == "qwen2":
         return transformers.Qwen2Config(use_sliding_window=False, **common)
+    if arch == "qwen3":
+        return transformers.Qwen3Config(use_sliding_window=False, attention_bias=False, **common)
+    if arch in GEMMA3_ARCHS:
+        return _gemma3_config(args, ids, common, bidirectional=arch == "gemma3_encoder")
     return transformers.MistralConfig(sliding_window=None, **common)
 
 
@@ -127,9 +210,20 @@ def _attention_biases(config, model_type: str) -> tuple[bool, bool]:
     return flag, flag
 
 
+def text_config(config):
+    """The text model's config: Gemma 3's multimodal config holds it as ``text_config``."""
+    if getattr(config, "model_type", None) == "gemma3" and getattr(config, "text_config", None) is not None:
+        return config.text_config
+    return config
+
+
 def check_importable(config) -> KeyMap:
     """The key map for ``config``, or one ConversionError naming the feature megamlm's model lacks."""
+    outer_type = getattr(config, "model_type", None)
+    config = text_config(config)
     model_type = getattr(config, "model_type", None)
+    if outer_type == "gemma3":
+        model_type = "gemma3"
     if model_type in UNSUPPORTED_FEATURES:
         raise ConversionError(f"model_type={model_type!r} uses {UNSUPPORTED_FEATURES[model_type]}, which megamlm's "
                               "Llama-style blocks do not have; it cannot be imported")
@@ -145,14 +239,46 @@ def check_importable(config) -> KeyMap:
     if getattr(config, "mlp_bias", False):
         raise ConversionError("the config sets mlp_bias=true (biases on the MLP projections), which megamlm's MLP "
                               "does not have; only bias-free MLPs can be imported")
-    act = getattr(config, "hidden_act", "silu")
-    if act != "silu":
-        raise ConversionError(f"hidden_act={act!r}: megamlm's MLP is SwiGLU (silu); this checkpoint cannot be imported")
+    act = getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", "silu")
+    if act not in _ACTIVATIONS:
+        raise ConversionError(f"hidden_act={act!r}: megamlm's MLP is SwiGLU (silu) or GeGLU (gelu_pytorch_tanh); "
+                              "this checkpoint cannot be imported")
+    kinds = set(getattr(config, "layer_types", None) or ())
+    if kinds - {"full_attention", "sliding_attention"}:
+        other = sorted(kinds - {"full_attention", "sliding_attention"})[0]
+        raise ConversionError(f"the config has {other!r} layers (linear or other non-softmax attention), which "
+                              "megamlm's model does not have; it cannot be imported")
     try:
-        RopeScaling.from_dict(_rope_dict(config))
+        for params in _rope_dicts(config).values():
+            RopeScaling.from_dict(params)
+        local = _rope_dicts(config).get("sliding_attention")
+        if local is not None and (local.get("rope_type") or "default") != "default":
+            raise ValueError(f"RoPE type {local['rope_type']!r} on the sliding-window layers is not supported "
+                             "(their RoPE is unscaled)")
     except ValueError as err:
         raise ConversionError(f"{err}; this checkpoint cannot be imported") from None
     return keymap
+
+
+_ACTIVATIONS = {"silu": "swiglu", "gelu_pytorch_tanh": "geglu"}
+
+
+def _rope_dicts(config) -> dict[str, dict]:
+    """RoPE parameters by layer type (Gemma 3 keeps one dict per type); ``full_attention`` for the others."""
+    params = getattr(config, "rope_parameters", None)
+    if isinstance(params, dict) and "full_attention" in params:
+        return {kind: dict(value) for kind, value in params.items() if value is not None}
+    return {"full_attention": _rope_dict(config)}
+
+
+def _windowed_layers(config) -> str | None:
+    """megamlm's layer_types of a config whose sliding-window layers megamlm represents (Qwen3, Gemma 3)."""
+    kinds = getattr(config, "layer_types", None)
+    if config.model_type not in ("qwen3", "gemma3_text") or not kinds or not getattr(config, "sliding_window", None):
+        return None
+    if "sliding_attention" not in kinds:
+        return None
+    return ",".join("sliding" if kind == "sliding_attention" else "full" for kind in kinds)
 
 
 def model_args_from_config(config, max_seq_length: int | None = None, untie: bool = False) -> ModelArgs:
@@ -163,15 +289,22 @@ def model_args_from_config(config, max_seq_length: int | None = None, untie: boo
     the LM head its own copy of a tied embedding.
     """
     check_importable(config)
+    config = text_config(config)
     context = config.max_position_embeddings
     window = getattr(config, "sliding_window", None)
-    if window and getattr(config, "use_sliding_window", True):
+    layer_types = _windowed_layers(config)
+    if layer_types is None and window and getattr(config, "use_sliding_window", True) \
+            and config.model_type not in ("qwen3", "gemma3_text"):
         if max_seq_length and max_seq_length > window:
             raise ConversionError(f"the model attends within a sliding window of {window} tokens; megamlm's "
                                   f"attention covers the whole sequence, the same only up to {window} tokens: "
                                   f"import with --seq-length {window} or less (not {max_seq_length})")
         context = min(context, window)
-    rope = _rope_dict(config)
+    ropes = _rope_dicts(config)
+    rope = ropes["full_attention"]
+    local = ropes.get("sliding_attention")
+    gemma = config.model_type == "gemma3_text"
+    act = getattr(config, "hidden_activation", None) or getattr(config, "hidden_act", "silu")
     attention_bias, attention_out_bias = _attention_biases(config, config.model_type)
     return ModelArgs(
         vocab_size=config.vocab_size,
@@ -189,4 +322,13 @@ def model_args_from_config(config, max_seq_length: int | None = None, untie: boo
         attention_out_bias=attention_out_bias,
         rope_scaling=RopeScaling.from_dict(rope),
         tie_word_embeddings=bool(getattr(config, "tie_word_embeddings", False)) and not untie,
+        qk_norm=config.model_type in ("qwen3", "gemma3_text"),
+        sublayer_output_norms=gemma,
+        mlp_activation=_ACTIVATIONS[act],
+        scale_embeddings=gemma,
+        query_pre_attn_scalar=int(config.query_pre_attn_scalar) if gemma else None,
+        sliding_window=int(window) if layer_types is not None else None,
+        layer_types=layer_types,
+        local_rope_theta=(float(local["rope_theta"]) if layer_types is not None and local is not None
+                          and float(local["rope_theta"]) != float(rope["rope_theta"]) else None),
     )

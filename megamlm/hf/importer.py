@@ -30,6 +30,7 @@ from megamlm.hf.hf_config import (
     check_importable,
     describe_features,
     model_args_from_config,
+    text_config,
 )
 from megamlm.hf.hf_source import (
     HFSource,
@@ -65,6 +66,8 @@ class ImportPlan:
     mask_added: bool
     source_tokens: int
     """The tokenizer's size before the mask token: rows from here on belong to added tokens."""
+    skipped: list[str] | None = None
+    """The parts of the checkpoint that were not imported (Gemma 3's vision tower), once the weights are read."""
 
 
 def plan_import(path: str | Path, max_seq_length: int | None = None, untie: bool = False,
@@ -76,6 +79,7 @@ def plan_import(path: str | Path, max_seq_length: int | None = None, untie: bool
     config = load_config(source)
     keymap = check_importable(config)
     args = model_args_from_config(config, max_seq_length, untie)
+    config = text_config(config)  # Gemma 3's multimodal checkpoints: the text tower
     tokenizer = load_tokenizer(source)
     source_tokens = len(tokenizer)
     if source_tokens > config.vocab_size:
@@ -124,7 +128,12 @@ def megamlm_state_dict(hf_tensors: Iterable[tuple[str, torch.Tensor]], plan: Imp
                     Transformer(replace(args, vocab_size=plan.config.vocab_size)).state_dict().items()}
     out: dict[str, torch.Tensor] = {}
     source_tied = bool(getattr(plan.config, "tie_word_embeddings", False))
-    for hf_name, tensor in hf_tensors:
+    skipped: list[str] = []
+    for stored_name, tensor in hf_tensors:
+        hf_name = plan.keymap.source_name(stored_name)
+        if hf_name is None:
+            skipped.append(stored_name)
+            continue
         if hf_name.endswith(_IGNORED_SUFFIXES) or (hf_name == "lm_head.weight" and source_tied):
             continue  # a tied head is the embedding (transformers ignores a stored copy too)
         name = plan.keymap.from_hf(hf_name)
@@ -135,6 +144,10 @@ def megamlm_state_dict(hf_tensors: Iterable[tuple[str, torch.Tensor]], plan: Imp
             raise ConversionError(f"tensor {hf_name!r} of {plan.source.describe()} has shape {tuple(tensor.shape)} "
                                   f"but its config implies {expected[name]}; the config and weights do not match")
         out[name] = tensor.detach().to(torch.float32)  # the tensors are ours: no copy unless the dtype changes
+        if plan.keymap.norm_offset and name.endswith("norm.weight"):
+            out[name] += plan.keymap.norm_offset  # Gemma's (1 + weight) norm as an ordinary one (exact in float32)
+    if skipped:
+        plan.skipped = sorted({".".join(n.split(".")[:2]) for n in skipped})
     if "embed_tokens.weight" in out and "lm_head.weight" not in out:
         if not source_tied:
             raise ConversionError(f"{plan.source.describe()} has no tensor 'lm_head.weight' and its config does not "
@@ -177,8 +190,16 @@ def model_flags(args: ModelArgs) -> list[str]:
     if args.rope_scaling is not None:
         flags += ["--rope-scaling", json.dumps(args.rope_scaling.to_dict())]
     for flag, on in (("--attention-bias", args.attention_bias), ("--attention-out-bias", args.attention_out_bias),
-                     ("--tie-word-embeddings", args.tie_word_embeddings)):
+                     ("--tie-word-embeddings", args.tie_word_embeddings), ("--qk-norm", args.qk_norm),
+                     ("--sublayer-output-norms", args.sublayer_output_norms),
+                     ("--scale-embeddings", args.scale_embeddings)):
         flags += [flag] if on else []
+    if args.mlp_activation != "swiglu":
+        flags += ["--mlp-activation", args.mlp_activation]
+    for flag, value in (("--query-pre-attn-scalar", args.query_pre_attn_scalar),
+                        ("--sliding-window", args.sliding_window), ("--layer-types", args.layer_types),
+                        ("--local-rope-theta", args.local_rope_theta)):
+        flags += [flag, str(value)] if value is not None else []
     return flags
 
 
@@ -211,6 +232,8 @@ def import_hf(input_path: str | Path, output: str | Path, force: bool = False, m
         f"{plan.tokenizer.mask_token!r} ({'added' if plan.mask_added else 'its own'}, id {plan.tokenizer.mask_token_id})")
     tensors = ((name, t.clone()) for name, t in hf_state.items()) if hf_state is not None else iter_tensors(plan.source)
     state = megamlm_state_dict(tensors, plan)
+    if plan.skipped:
+        log(f"skipped the parts megamlm does not import: {', '.join(plan.skipped)} (the text tower was imported)")
     with target as tmp:
         plan.tokenizer.save_pretrained(str(tmp / TOKENIZER_DIR))
         ours = load_megamlm_tokenizer(tmp / TOKENIZER_DIR)

@@ -7,6 +7,7 @@ share these tables; nothing else in megamlm spells a Hugging Face parameter name
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -35,6 +36,25 @@ _LAYER_KEYS = {
 }
 
 
+_QK_NORM_KEYS = {
+    "layers.{i}.self_attn.q_norm.weight": "model.layers.{i}.self_attn.q_norm.weight",
+    "layers.{i}.self_attn.k_norm.weight": "model.layers.{i}.self_attn.k_norm.weight",
+}
+# Gemma 3 names its four norms by place: megamlm's MLP input norm (Llama's post_attention_layernorm) is Gemma's
+# pre_feedforward_layernorm, and Gemma's post_attention_layernorm normalises the attention output.
+_GEMMA3_LAYER_KEYS = {
+    **{ours: hf for ours, hf in _LAYER_KEYS.items() if "post_attention_layernorm" not in ours},
+    **_QK_NORM_KEYS,
+    "layers.{i}.attn_output_layernorm.weight": "model.layers.{i}.post_attention_layernorm.weight",
+    "layers.{i}.post_attention_layernorm.weight": "model.layers.{i}.pre_feedforward_layernorm.weight",
+    "layers.{i}.mlp_output_layernorm.weight": "model.layers.{i}.post_feedforward_layernorm.weight",
+}
+# Gemma 3's multimodal checkpoints hold the text tower under these prefixes (older and newer transformers naming).
+_GEMMA3_TEXT_TOWER = {"language_model.model.": "model.", "model.language_model.": "model.",
+                      "language_model.lm_head.": "lm_head."}
+_GEMMA3_VISION = ("vision_tower.", "multi_modal_projector.", "model.vision_tower.", "model.multi_modal_projector.")
+
+
 @dataclass(frozen=True)
 class KeyMap:
     """How one Hugging Face architecture names megamlm's parameters."""
@@ -47,6 +67,22 @@ class KeyMap:
     """The Hugging Face class an export is loaded as."""
     global_keys: dict[str, str]
     layer_keys: dict[str, str]
+    norm_offset: float = 0.0
+    """What the architecture's norms add to their stored weight: Gemma's (1 + weight) RMSNorm has 1, so an
+    import adds 1 to every norm weight (in float32, exact) and an export subtracts it."""
+    renamed_prefixes: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Prefixes of a larger checkpoint's tensors -> the text model's (Gemma 3's multimodal text tower)."""
+    skipped_prefixes: tuple[str, ...] = ()
+    """Tensors of parts megamlm does not import (vision towers), named in the import log."""
+
+    def source_name(self, hf_name: str) -> str | None:
+        """A checkpoint's tensor name as the text model's, or None for a part that is skipped."""
+        if hf_name.startswith(self.skipped_prefixes):
+            return None
+        for prefix, replacement in self.renamed_prefixes.items():
+            if hf_name.startswith(prefix):
+                return replacement + hf_name[len(prefix):]
+        return hf_name
 
     def to_hf(self, name: str) -> str:
         return _translate(name, self.global_keys, self.layer_keys, self.name)
@@ -82,7 +118,13 @@ LLAMA = KeyMap("llama", ("llama",), "LlamaForCausalLM", _GLOBAL_KEYS, _LAYER_KEY
 QWEN2 = KeyMap("qwen2", ("qwen2",), "Qwen2ForCausalLM", _GLOBAL_KEYS, _LAYER_KEYS)
 MISTRAL = KeyMap("mistral", ("mistral",), "MistralForCausalLM", _GLOBAL_KEYS, _LAYER_KEYS)
 
-EXPORT_ARCHS = {m.name: m for m in (EUROBERT, LLAMA, QWEN2, MISTRAL)}
+QWEN3 = KeyMap("qwen3", ("qwen3",), "Qwen3ForCausalLM", _GLOBAL_KEYS, {**_LAYER_KEYS, **_QK_NORM_KEYS})
+GEMMA3 = KeyMap("gemma3", ("gemma3_text", "gemma3"), "Gemma3ForCausalLM", _GLOBAL_KEYS, _GEMMA3_LAYER_KEYS,
+                norm_offset=1.0, renamed_prefixes=_GEMMA3_TEXT_TOWER, skipped_prefixes=_GEMMA3_VISION)
+# The encoder export of a Gemma 3 decoder: the same tensors, a bidirectional config (use_bidirectional_attention).
+GEMMA3_ENCODER = dataclasses.replace(GEMMA3, name="gemma3_encoder", model_types=(), architecture="Gemma3TextModel")
+
+EXPORT_ARCHS = {m.name: m for m in (EUROBERT, LLAMA, QWEN2, MISTRAL, QWEN3, GEMMA3, GEMMA3_ENCODER)}
 
 
 def keymap_for_model_type(model_type: str) -> KeyMap:

@@ -36,7 +36,25 @@ def training_facts(record: CheckpointRecord) -> dict:
     }
 
 
-def model_card(record: CheckpointRecord, arch_class: str, dtype: str) -> str:
+_GEMMA3_ENCODER_USE = """## Use
+
+A native bidirectional Gemma 3 (`use_bidirectional_attention: true` in config.json, sliding windows included):
+it loads without remote code.
+
+```python
+from transformers import AutoModel, AutoModelForSequenceClassification
+encoder = AutoModel.from_pretrained(path)                      # Gemma3TextModel: hidden states
+classifier = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
+```
+
+sentence-transformers loads it too (`SentenceTransformer(path)`, mean pooling). transformers has no masked-LM
+class for Gemma 3: for MLM logits, load the causal-LM class on this bidirectional config,
+`AutoModelForCausalLM.from_pretrained(path)` (its LM head is the tied embedding), and read the logits at the
+mask token's positions.
+"""
+
+
+def model_card(record: CheckpointRecord, arch_class: str, dtype: str, arch: str | None = None) -> str:
     f = training_facts(record)
     a = record.model_args
     objective = _OBJECTIVE_NAMES.get(f["objective"], f["objective"] or "unknown")
@@ -49,7 +67,8 @@ def model_card(record: CheckpointRecord, arch_class: str, dtype: str) -> str:
     lines = [
         "---",
         "library_name: transformers",
-        "tags: [megamlm, " + ("fill-mask" if arch_class.endswith("MaskedLM") else "text-generation") + "]",
+        "tags: [megamlm, " + ("fill-mask" if arch_class.endswith("MaskedLM") else
+                              "feature-extraction" if arch == "gemma3_encoder" else "text-generation") + "]",
         "---",
         "",
         f"# {arch_class} exported from megamlm",
@@ -78,4 +97,6 @@ def model_card(record: CheckpointRecord, arch_class: str, dtype: str) -> str:
         f"- RoPE theta {a.rope_theta:g}, context {a.max_seq_length}, weights in {dtype}",
         "",
     ]
+    if arch == "gemma3_encoder":
+        lines.append(_GEMMA3_ENCODER_USE)
     return "\n".join(lines)

@@ -1,6 +1,7 @@
 """Hot-path ops, each with a ``backend`` argument that picks its implementation.
 
-The model calls ``rms_norm``, ``apply_rotary``, ``swiglu`` and ``linear_cross_entropy`` from here,
+The model calls ``rms_norm``, ``apply_rotary``, ``swiglu`` (or ``geglu``, reference only) and
+``linear_cross_entropy`` from here,
 passing the kernel backend it was built with (``megamlm.model.config.Backends.kernels``); the loss
 outside the model passes the model's backend too. There is no process-wide setting: two models built
 with different backends run side by side in one process. The backend is one of ``KERNEL_BACKENDS``:
@@ -41,6 +42,7 @@ __all__ = [
     "rms_norm",
     "apply_rotary",
     "swiglu",
+    "geglu",
     "linear_cross_entropy",
     "check_kernel_backend",
     "triton_available",
@@ -129,6 +131,13 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor, backend: str = "auto") -> torch
     if resolve_backend("swiglu", gate, up, backend=backend) == "triton":
         return _triton_op("swiglu")(gate, up)
     return reference.swiglu(gate, up)
+
+
+def geglu(gate: torch.Tensor, up: torch.Tensor, backend: str = "auto") -> torch.Tensor:
+    """GeGLU (tanh GELU). No fused kernel covers it: every backend (triton included) computes the reference,
+    which inductor fuses under compile; the backend name is still checked."""
+    resolve_backend("geglu", gate, up, backend=backend)
+    return reference.geglu(gate, up)
 
 
 def linear_cross_entropy(

@@ -34,6 +34,11 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
+def geglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """GeGLU activation with tanh-approximated GELU (Gemma's gelu_pytorch_tanh): gelu(gate) * up."""
+    return F.gelu(gate, approximate="tanh") * up
+
+
 def linear_cross_entropy(
     hidden: torch.Tensor,
     weight: torch.Tensor,

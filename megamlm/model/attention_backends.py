@@ -14,6 +14,10 @@ probe and the flag checks all read it):
 - ``sdpa_flash`` / ``sdpa_cudnn``: the same, restricted to SDPA's flash or cuDNN kernel (GPU only).
 - ``flex``: FlexAttention (GPU), with or without documents.
 - ``flash``: flash-attn (``flash_attn_func``; ``flash_attn_varlen_func`` with documents).
+- Sliding windows (``window=W``: bidirectional |i - j| < W, causal the last W tokens, as transformers defines
+  Gemma 3's) take SDPA with a dense boolean mask (composed with the document mask) on every backend: the
+  FlexAttention, flash-attn and held-kernel variants do not cover windows here, and fall back to it (logged once).
+  ``scale`` (None: 1/sqrt(head dim)) is passed to every backend.
 - ``auto`` is not a kernel: ``Backends.attention_for`` resolves it to the backend measured fastest for the
   attention mode (``megamlm.model.attention_probe``) before any call gets here.
 
@@ -34,6 +38,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from megamlm import extras
+from megamlm.log import log
 
 
 @dataclass(frozen=True)
@@ -118,6 +123,8 @@ def attention(
     causal: bool,
     document_ids: torch.Tensor | None = None,
     backend: str = "sdpa",
+    window: int | None = None,
+    scale: float | None = None,
 ) -> torch.Tensor:
     """Scaled dot-product attention, (batch, seq, heads, dim) in and out; see the module docstring."""
     _check_inputs(q, k, v, document_ids, backend)
@@ -125,15 +132,20 @@ def attention(
         raise ValueError("attention backend 'auto' must be resolved per attention mode first "
                          "(Backends.attention_for); pass a concrete backend")
     spec = ATTENTION_TABLE[backend]
+    if window is not None:
+        if backend != "sdpa":
+            _note_window_fallback(backend)
+        return _sdpa(q, k, v, attn_mask=window_mask(q.shape[1], window, causal, document_ids, q.device),
+                     causal=False, scale=scale)
     if spec.implementation == "flash":
-        return _flash_attention(q, k, v, causal, document_ids)
+        return _flash_attention(q, k, v, causal, document_ids, scale)
     if spec.sdpa_kernel is not None:
         if q.device.type != "cuda":
             raise ValueError(f"attention backend {backend!r} selects a GPU kernel of SDPA, got a {q.device.type} "
                              "tensor; use backend 'sdpa'")
         if document_ids is None:
             with sdpa_kernel(spec.sdpa_kernel):
-                return _sdpa(q, k, v, attn_mask=None, causal=causal)
+                return _sdpa(q, k, v, attn_mask=None, causal=causal, scale=scale)
         # With documents every SDPA variant takes the block-mask path below (a dense mask rules out both kernels).
     if spec.implementation == "flex":
         if q.device.type != "cuda" or q.shape[-1] < FLEX_MIN_HEAD_DIM:
@@ -141,12 +153,37 @@ def attention(
                 f"attention backend 'flex' needs a CUDA/ROCm device (FlexAttention has no CPU backward) and a "
                 f"head dim of at least {FLEX_MIN_HEAD_DIM}, got {q.device.type} and {q.shape[-1]}; use backend 'sdpa'"
             )
-        return _flex_attention(q, k, v, causal, document_ids)
+        return _flex_attention(q, k, v, causal, document_ids, scale)
     if document_ids is not None and q.device.type == "cuda" and q.shape[-1] >= FLEX_MIN_HEAD_DIM:
-        return _flex_attention(q, k, v, causal, document_ids)
+        return _flex_attention(q, k, v, causal, document_ids, scale)
     if document_ids is None:
-        return _sdpa(q, k, v, attn_mask=None, causal=causal)
-    return _sdpa(q, k, v, attn_mask=_cached("dense", document_ids, causal, dense_document_mask), causal=False)
+        return _sdpa(q, k, v, attn_mask=None, causal=causal, scale=scale)
+    return _sdpa(q, k, v, attn_mask=_cached("dense", document_ids, causal, dense_document_mask), causal=False,
+                 scale=scale)
+
+
+_window_fallbacks: set[str] = set()
+
+
+def _note_window_fallback(backend: str) -> None:
+    if backend not in _window_fallbacks:
+        _window_fallbacks.add(backend)
+        log(f"attention backend {backend!r} does not cover sliding windows here: the sliding-window layers use "
+            "SDPA with a dense window mask")
+
+
+def window_mask(seq: int, window: int, causal: bool, document_ids: torch.Tensor | None, device) -> torch.Tensor:
+    """Boolean mask (1 or batch, 1, seq, seq), True where a query may attend: |i - j| < window (causal: and j <= i),
+    within the query's document when ``document_ids`` is given."""
+    pos = torch.arange(seq, device=device)
+    distance = pos[:, None] - pos[None, :]
+    mask = (distance < window) & (distance > -window)
+    if causal:
+        mask &= distance >= 0
+    mask = mask[None, None]
+    if document_ids is not None:
+        mask = mask & dense_document_mask(document_ids, False)
+    return mask
 
 
 def segment_ids(document_ids: torch.Tensor) -> torch.Tensor:
@@ -187,7 +224,7 @@ def _cached(kind: str, document_ids: torch.Tensor, causal: bool, build):
     return value
 
 
-def _sdpa(q, k, v, attn_mask, causal):
+def _sdpa(q, k, v, attn_mask, causal, scale=None):
     q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     grouped = k.shape[1] != q.shape[1]
     if grouped and attn_mask is not None:
@@ -195,7 +232,8 @@ def _sdpa(q, k, v, attn_mask, causal):
         repeat = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
         grouped = False
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=causal, enable_gqa=grouped)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=causal, enable_gqa=grouped,
+                                         scale=scale)
     return out.transpose(1, 2)
 
 
@@ -224,7 +262,7 @@ def _flex_block_mask(document_ids: torch.Tensor | None, causal: bool, batch: int
     return create_block_mask(document_mask, batch, None, seq, seq, device=device)
 
 
-def _flex_attention(q, k, v, causal, document_ids):
+def _flex_attention(q, k, v, causal, document_ids, scale=None):
     batch, seq = q.shape[:2]
     block_mask = None
     if document_ids is not None:
@@ -233,11 +271,11 @@ def _flex_attention(q, k, v, causal, document_ids):
     elif causal:
         block_mask = _flex_block_mask(None, True, batch, seq, q.device)
     qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
-    out = _compiled_flex()(qt, kt, vt, block_mask=block_mask, enable_gqa=kt.shape[1] != qt.shape[1])
+    out = _compiled_flex()(qt, kt, vt, block_mask=block_mask, enable_gqa=kt.shape[1] != qt.shape[1], scale=scale)
     return out.transpose(1, 2)
 
 
-def _flash_attention(q, k, v, causal, document_ids):
+def _flash_attention(q, k, v, causal, document_ids, scale=None):
     try:
         import flash_attn
     except ImportError as e:
@@ -248,11 +286,12 @@ def _flash_attention(q, k, v, causal, document_ids):
             "enable bf16 autocast or use --attention-backend sdpa"
         )
     if document_ids is None:
-        return flash_attn.flash_attn_func(q, k, v, causal=causal)
+        return flash_attn.flash_attn_func(q, k, v, causal=causal, softmax_scale=scale)
     batch, seq, heads, dim = q.shape
     cu_seqlens, longest = _cached("flash", document_ids, causal, lambda ids, c: varlen_boundaries(ids))
     flat = [t.reshape(batch * seq, t.shape[2], dim) for t in (q, k, v)]
-    out = flash_attn.flash_attn_varlen_func(*flat, cu_seqlens, cu_seqlens, longest, longest, causal=causal)
+    out = flash_attn.flash_attn_varlen_func(*flat, cu_seqlens, cu_seqlens, longest, longest, causal=causal,
+                                         softmax_scale=scale)
     return out.view(batch, seq, heads, dim)
 
 

@@ -10,6 +10,10 @@ from megamlm.model.rope import RopeScaling
 
 KernelBackend = Literal["auto", "triton", "chunked", "reference"]
 """auto: Triton on GPU tensors, the chunked LM-head loss on CPU; see ``megamlm.kernels``."""
+MLPActivation = Literal["swiglu", "geglu"]
+"""The gated MLP's activation: silu (SwiGLU) or tanh-approximated gelu (GeGLU)."""
+LAYER_TYPES = ("full", "sliding")
+"""The attention of a layer: over the whole sequence, or a sliding window of ``sliding_window`` tokens."""
 AttentionBackend = Literal[ATTENTION_BACKENDS]
 """``auto`` and the names of ``megamlm.model.attention_backends.ATTENTION_TABLE``; ``auto`` is resolved per attention
 mode before the model is built."""
@@ -53,12 +57,57 @@ class ModelArgs:
     """RoPE frequency scaling (Llama 3.1/3.2's llama3, linear, YaRN); None: plain RoPE. A dict is converted."""
     tie_word_embeddings: bool = False
     """The LM head is the embedding matrix (one parameter)."""
+    qk_norm: bool = False
+    """RMSNorm over each query and key head (a head_dim weight each, shared by the heads) before RoPE (Qwen3,
+    Gemma 3, OLMo 2)."""
+    sublayer_output_norms: bool = False
+    """RMSNorm on the attention output and on the MLP output before each residual add, beside the input norms
+    (Gemma 3's four norms per block)."""
+    mlp_activation: MLPActivation = "swiglu"
+    """The gated MLP: swiglu (silu(gate) * up, Llama) or geglu (tanh-approximated gelu(gate) * up, Gemma)."""
+    scale_embeddings: bool = False
+    """Multiply the embeddings by sqrt(hidden size), rounded to the model's precision (Gemma)."""
+    query_pre_attn_scalar: int | None = None
+    """Attention scale 1/sqrt(this) (Gemma 3's query_pre_attn_scalar); None: 1/sqrt(head_dim)."""
+    sliding_window: int | None = None
+    """Tokens a sliding-window layer sees: bidirectional |i - j| < W, causal the last W (Gemma 3); None: none."""
+    layer_types: str | None = None
+    """Comma-separated attention type of each layer, full or sliding (needs --sliding-window); None: all full."""
+    local_rope_theta: float | None = None
+    """RoPE base of the sliding-window layers (Gemma 3's local base, without scaling); None: --rope-theta."""
 
     def __post_init__(self) -> None:
         if self.head_dim is None:
             object.__setattr__(self, "head_dim", self.hidden_size // self.num_attention_heads)
         if isinstance(self.rope_scaling, dict):
             object.__setattr__(self, "rope_scaling", RopeScaling.from_dict(self.rope_scaling))
+        if isinstance(self.layer_types, (list, tuple)):
+            object.__setattr__(self, "layer_types", ",".join(self.layer_types))
+        if self.mlp_activation not in get_args(MLPActivation):
+            raise ValueError(f"unknown MLP activation {self.mlp_activation!r}; choose one of "
+                             f"{', '.join(get_args(MLPActivation))}")
+        if self.layer_types is not None:
+            kinds = self.layer_types.split(",")
+            unknown = sorted(set(kinds) - set(LAYER_TYPES))
+            if unknown:
+                raise ValueError(f"unknown layer type {unknown[0]!r} in layer_types; each layer is one of "
+                                 f"{', '.join(LAYER_TYPES)}")
+            if "sliding" in kinds and not self.sliding_window:
+                raise ValueError("layer_types has sliding layers but sliding_window is not set")
+        if self.sliding_window is not None and self.sliding_window < 1:
+            raise ValueError(f"sliding_window must be at least 1, got {self.sliding_window}")
+
+    def layer_type(self, index: int) -> str:
+        """``full`` or ``sliding``: the attention of layer ``index`` (with a window and no layer_types: sliding)."""
+        if self.layer_types is None:
+            return "sliding" if self.sliding_window else "full"
+        kinds = self.layer_types.split(",")
+        if len(kinds) != self.num_layers:
+            raise ValueError(f"layer_types names {len(kinds)} layers, the model has {self.num_layers}")
+        return kinds[index]
+
+    def has_sliding_layers(self) -> bool:
+        return any(self.layer_type(i) == "sliding" for i in range(self.num_layers))
 
     def to_dict(self) -> dict:
         out = asdict(self)

@@ -35,7 +35,7 @@ class RMSNorm(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, args: ModelArgs, backends: Backends = Backends()):
+    def __init__(self, args: ModelArgs, backends: Backends = Backends(), window: int | None = None):
         super().__init__()
         self.backends = backends
         self.n_heads = args.num_attention_heads
@@ -45,6 +45,13 @@ class Attention(nn.Module):
         self.k_proj = nn.Linear(args.hidden_size, self.n_kv_heads * self.head_dim, bias=args.attention_bias)
         self.v_proj = nn.Linear(args.hidden_size, self.n_kv_heads * self.head_dim, bias=args.attention_bias)
         self.o_proj = nn.Linear(self.n_heads * self.head_dim, args.hidden_size, bias=args.attention_out_bias)
+        if args.qk_norm:  # one head_dim weight each, applied to every head before RoPE
+            self.q_norm = RMSNorm(self.head_dim, args.norm_epsilon, backends)
+            self.k_norm = RMSNorm(self.head_dim, args.norm_epsilon, backends)
+        else:
+            self.q_norm = self.k_norm = None
+        self.window = window
+        self.scale = args.query_pre_attn_scalar ** -0.5 if args.query_pre_attn_scalar else None
 
     def forward(self, x, cos, sin, causal: bool, document_ids=None):
         batch, seq, _ = x.shape
@@ -52,10 +59,12 @@ class Attention(nn.Module):
         q = self.q_proj(x).view(batch, seq, -1, self.head_dim)
         k = self.k_proj(x).view(batch, seq, -1, self.head_dim)
         v = self.v_proj(x).view(batch, seq, -1, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         q = kernels.apply_rotary(q, cos, sin, backend=self.backends.kernels)
         k = kernels.apply_rotary(k, cos, sin, backend=self.backends.kernels)
         out = attention(q, k, v, causal=causal, document_ids=document_ids,
-                        backend=self.backends.attention_for(causal))
+                        backend=self.backends.attention_for(causal), window=self.window, scale=self.scale)
         return self.o_proj(out.reshape(batch, seq, -1))
 
 
@@ -66,23 +75,37 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(args.hidden_size, args.ffn_hidden_size, bias=False)
         self.up_proj = nn.Linear(args.hidden_size, args.ffn_hidden_size, bias=False)
         self.down_proj = nn.Linear(args.ffn_hidden_size, args.hidden_size, bias=False)
+        self.activation = kernels.geglu if args.mlp_activation == "geglu" else kernels.swiglu
 
     def forward(self, x):
-        return self.down_proj(kernels.swiglu(self.gate_proj(x), self.up_proj(x), backend=self.backends.kernels))
+        return self.down_proj(self.activation(self.gate_proj(x), self.up_proj(x), backend=self.backends.kernels))
 
 
 class TransformerBlock(nn.Module):
-    def __init__(self, args: ModelArgs, backends: Backends = Backends()):
+    """Pre-norm block; ``post_attention_layernorm`` is the MLP's input norm (Llama's name). With
+    ``sublayer_output_norms`` the attention and MLP outputs are normalised too before each residual add
+    (``attn_output_layernorm``, ``mlp_output_layernorm``: Gemma 3's post_attention/post_feedforward norms).
+    A sliding-window layer (``sliding``) attends within ``args.sliding_window`` tokens with the local RoPE tables."""
+
+    def __init__(self, args: ModelArgs, backends: Backends = Backends(), layer_index: int = 0):
         super().__init__()
         self.backends = backends
+        self.sliding = args.layer_type(layer_index) == "sliding"
         self.input_layernorm = RMSNorm(args.hidden_size, args.norm_epsilon, backends)
-        self.self_attn = Attention(args, backends)
+        self.self_attn = Attention(args, backends, window=args.sliding_window if self.sliding else None)
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.norm_epsilon, backends)
         self.mlp = MLP(args, backends)
+        if args.sublayer_output_norms:
+            self.attn_output_layernorm = RMSNorm(args.hidden_size, args.norm_epsilon, backends)
+            self.mlp_output_layernorm = RMSNorm(args.hidden_size, args.norm_epsilon, backends)
+        else:
+            self.attn_output_layernorm = self.mlp_output_layernorm = None
 
     def forward(self, x, cos, sin, causal: bool, document_ids=None):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, causal, document_ids)
-        return x + self.mlp(self.post_attention_layernorm(x))
+        out = self.self_attn(self.input_layernorm(x), cos, sin, causal, document_ids)
+        x = x + (self.attn_output_layernorm(out) if self.attn_output_layernorm is not None else out)
+        out = self.mlp(self.post_attention_layernorm(x))
+        return x + (self.mlp_output_layernorm(out) if self.mlp_output_layernorm is not None else out)
 
 
 class Transformer(nn.Module):
@@ -102,7 +125,7 @@ class Transformer(nn.Module):
         self.args = args
         self.backends = backends
         self.embed_tokens = nn.Embedding(args.vocab_size, args.hidden_size)
-        self.layers = nn.ModuleDict({str(i): TransformerBlock(args, backends) for i in range(args.num_layers)})
+        self.layers = nn.ModuleDict({str(i): TransformerBlock(args, backends, i) for i in range(args.num_layers)})
         self.norm = RMSNorm(args.hidden_size, args.norm_epsilon, backends)
         self.lm_head = nn.Linear(args.hidden_size, args.vocab_size, bias=False)
         if args.tie_word_embeddings:
@@ -110,6 +133,14 @@ class Transformer(nn.Module):
         cos, sin = rotary_tables(args.head_dim, args.max_seq_length, args.rope_theta, args.rope_scaling)
         self.register_buffer("rope_cos", cos, persistent=False)
         self.register_buffer("rope_sin", sin, persistent=False)
+        if args.local_rope_theta is not None:  # the sliding-window layers' own base, unscaled (Gemma 3)
+            cos, sin = rotary_tables(args.head_dim, args.max_seq_length, args.local_rope_theta)
+        self.register_buffer("rope_cos_local", cos, persistent=False)
+        self.register_buffer("rope_sin_local", sin, persistent=False)
+        # sqrt(hidden) rounded to the embedding's precision, as Gemma multiplies (see embed()).
+        self.embed_scale = ({dtype: torch.tensor(math.sqrt(args.hidden_size), device="cpu").to(dtype).item()
+                             for dtype in (torch.float32, torch.bfloat16, torch.float16)}
+                            if args.scale_embeddings else None)
         self.reset_parameters()
 
     @torch.no_grad()
@@ -118,7 +149,7 @@ class Transformer(nn.Module):
         std = self.args.init_method_std
         out_std = std / math.sqrt(2.0 * self.args.num_layers)
         for name, p in self.named_parameters():
-            if name.endswith("layernorm.weight") or name == "norm.weight":
+            if name.endswith(("layernorm.weight", "q_norm.weight", "k_norm.weight")) or name == "norm.weight":
                 p.fill_(1.0)
             elif name.endswith(".bias"):
                 p.zero_()
@@ -133,14 +164,21 @@ class Transformer(nn.Module):
         On a pipeline stage without ``embed_tokens`` the input is already a hidden-state tensor.
         ``causal`` picks the attention mode for this call (CLM: True, MLM: False).
         """
-        h = self.embed_tokens(input_ids) if self.embed_tokens is not None else input_ids
+        h = self.embed(input_ids) if self.embed_tokens is not None else input_ids
         seq = h.shape[1]
         if seq > self.args.max_seq_length:
             raise ValueError(f"sequence of {seq} tokens exceeds the model's {self.args.max_seq_length}")
-        cos, sin = self.rope_cos[:seq], self.rope_sin[:seq]
+        tables = ((self.rope_cos[:seq], self.rope_sin[:seq]), (self.rope_cos_local[:seq], self.rope_sin_local[:seq]))
         for layer in self.layers.values():
-            h = layer(h, cos, sin, causal, document_ids)
+            h = layer(h, *tables[layer.sliding], causal, document_ids)
         return self.norm(h) if self.norm is not None else h
+
+    def embed(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The embedding rows, times sqrt(hidden) rounded to their dtype with ``scale_embeddings``."""
+        h = self.embed_tokens(input_ids)
+        if self.embed_scale is None:
+            return h
+        return h * self.embed_scale[h.dtype]
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """Dense logits, for inference and parity tests (training uses the sparse loss)."""

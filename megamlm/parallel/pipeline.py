@@ -60,14 +60,14 @@ def stage_copy(model: Transformer, stage: int, num_stages: int) -> Transformer:
     The shell is built on the meta device (no memory) with one layer, then given the real modules.
     """
     with torch.device("meta"):
-        part = Transformer(dataclasses.replace(model.args, num_layers=1), model.backends)
+        part = Transformer(dataclasses.replace(model.args, num_layers=1, layer_types=None), model.backends)
     part.args = model.args
     part.layers = nn.ModuleDict({n: model.layers[n] for n in stage_layers(model.args.num_layers, num_stages, stage)})
     part.embed_tokens = model.embed_tokens if stage == 0 else None
     part.norm = model.norm if stage == num_stages - 1 else None
     part.lm_head = model.lm_head if stage == num_stages - 1 else None
-    part.register_buffer("rope_cos", model.rope_cos, persistent=False)
-    part.register_buffer("rope_sin", model.rope_sin, persistent=False)
+    for name in ("rope_cos", "rope_sin", "rope_cos_local", "rope_sin_local"):
+        part.register_buffer(name, getattr(model, name), persistent=False)
     return part
 
 

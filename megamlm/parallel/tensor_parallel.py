@@ -29,10 +29,20 @@ from torch.distributed.tensor.parallel import (
 from megamlm.parallel.tied_embeddings import retie
 
 
-def block_plan() -> dict:
+def block_plan(block: nn.Module | None = None) -> dict:
+    """The TP plan of one block; the optional norms of ``block`` (q/k norms, sublayer output norms) join it."""
     # The attention module takes (x, cos, sin, causal, document_ids): only x is distributed.
     attention_inputs = (Shard(1), None, None, None, None)
-    return {
+    optional = {}
+    if block is not None and block.self_attn.q_norm is not None:
+        # Each rank holds a shard of the heads (dim 2 of (batch, seq, heads, head_dim)); the replicated head_dim
+        # weight's gradient is summed over the ranks' heads by DTensor, as for the sequence-parallel norms.
+        optional["self_attn.q_norm"] = SequenceParallel(sequence_dim=2, use_local_output=True)
+        optional["self_attn.k_norm"] = SequenceParallel(sequence_dim=2, use_local_output=True)
+    if block is not None and block.attn_output_layernorm is not None:
+        optional["attn_output_layernorm"] = SequenceParallel(use_local_output=False)
+        optional["mlp_output_layernorm"] = SequenceParallel(use_local_output=False)
+    return {**optional,
         "input_layernorm": SequenceParallel(),
         "self_attn": PrepareModuleInput(input_layouts=attention_inputs,
                                         desired_input_layouts=(Replicate(), None, None, None, None),
@@ -70,5 +80,5 @@ def apply_tp(model: nn.Module, tp_mesh: DeviceMesh) -> nn.Module:
         # Both shard the vocabulary rows (Shard(0)) over the same mesh, so a tied pair shares one DTensor again.
         retie(model)
     for block in model.layers.values():
-        parallelize_module(block, tp_mesh, block_plan())
+        parallelize_module(block, tp_mesh, block_plan(block))
     return model

@@ -1,4 +1,5 @@
-"""Decoders imported from Llama 3.2, Qwen2.5, Mistral and SmolLM2 (tiny random models shaped like the real ones)
+"""Decoders imported from Llama 3.2, Qwen2.5, Mistral, SmolLM2, Qwen3 and Gemma 3 (tiny random models shaped like
+the real ones)
 train MLM steps under TP=2, PP=2 and FSDP2 DP=2 with the single-process losses and gradient norms: attention
 biases split with their heads (o_proj's bias added once), head_dim apart from hidden / heads, scaled RoPE tables,
 and tied embeddings, kept one matrix across the pipeline stages. Each layout's checkpoint loads in one process
@@ -13,7 +14,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from decoder_families import FAMILIES, WORDS, build
+from decoder_families import FAMILIES, QK_NORM_FAMILIES, WORDS, build
 from family_layout_checks import FOUR_RANK_LAYOUTS, LAYOUTS, check_families, reference
 from harness import spawn
 
@@ -31,7 +32,7 @@ def _families_in_layouts(tmp_path, families: list[str], world: int, layouts: dic
 
     cases, expected_weights = [], {}
     for name in families:
-        family, root = FAMILIES[name], tmp_path / name
+        family, root = {**FAMILIES, **QK_NORM_FAMILIES}[name], tmp_path / name
         build(family, root / "hf")
         import_hf(root / "hf", root / "ckpt", log=lambda *_: None)
         ref = reference(str(root / "ckpt"), len(family.specials), len(WORDS), str(root / "resume"))
@@ -62,6 +63,14 @@ def test_imported_decoders_train_alike_in_every_layout(tmp_path):
     """TP=2, PP=2 and FSDP2 DP=2 for all four families, in one 2-rank world."""
     compared = _families_in_layouts(tmp_path, list(FAMILIES), 2, LAYOUTS)
     assert compared == [(name, layout) for name in FAMILIES for layout in LAYOUTS]
+
+
+def test_qwen3_and_gemma3_train_alike_in_every_layout(tmp_path):
+    """Qwen3 (q/k norms: their head_dim weights see a shard of the heads under TP) and Gemma 3 (four norms per
+    block, GeGLU, scaled embeddings, sliding windows of 5 < 32 tokens with their own RoPE tables, which the pipeline
+    stages carry): TP=2, PP=2 and FSDP2 DP=2 against one process, and a resume on the pipeline."""
+    compared = _families_in_layouts(tmp_path, list(QK_NORM_FAMILIES), 2, LAYOUTS)
+    assert compared == [(name, layout) for name in QK_NORM_FAMILIES for layout in LAYOUTS]
 
 
 @pytest.mark.slow

@@ -93,8 +93,19 @@ def test_decoder_feature_flags_reach_the_model_shape(tmp_path):
     cfg = parse_args(["--hidden-size", "100", "--num-attention-heads", "4", "--num-query-groups", "2", "--head-dim",
                       "32", "--attention-bias", "--tie-word-embeddings",
                       "--rope-scaling", '{"rope_type": "linear", "factor": 4}'])
+    off = {"qk_norm": False, "sublayer_output_norms": False, "mlp_activation": "swiglu", "scale_embeddings": False,
+           "query_pre_attn_scalar": None, "sliding_window": None, "layer_types": None, "local_rope_theta": None}
     assert model_features(cfg.model) == {"head_dim": 32, "attention_bias": True, "attention_out_bias": False,
-                                         "rope_scaling": RopeScaling("linear", factor=4.0), "tie_word_embeddings": True}
+                                         "rope_scaling": RopeScaling("linear", factor=4.0), "tie_word_embeddings": True,
+                                         **off}
+    gemma = parse_args(["--qk-norm", "--sublayer-output-norms", "--mlp-activation", "geglu", "--scale-embeddings",
+                        "--query-pre-attn-scalar", "256", "--sliding-window", "512", "--layer-types",
+                        "sliding,sliding,sliding,full", "--local-rope-theta", "10000"])
+    assert model_features(gemma.model) == {**model_features(parse_args([]).model), "qk_norm": True,
+                                           "sublayer_output_norms": True, "mlp_activation": "geglu",
+                                           "scale_embeddings": True, "query_pre_attn_scalar": 256,
+                                           "sliding_window": 512, "layer_types": "sliding,sliding,sliding,full",
+                                           "local_rope_theta": 10000.0}
     (tmp_path / "run.yaml").write_text("model:\n  rope_scaling: {rope_type: linear, factor: 2}\n")
     assert model_features(parse_args(["--config", str(tmp_path / "run.yaml")]).model)["rope_scaling"].factor == 2.0
 
@@ -271,3 +282,15 @@ def test_each_model_field_is_declared_once_and_its_flag_comes_from_it(capsys):
     assert "--num-query-groups NUM_QUERY_GROUPS Key/value heads for grouped-query attention (default: the preset's)" \
         in out
     assert "--rope-theta ROPE_THETA Rotary embedding base. (default: 10000.0)" in out
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--layer-types", "full,sliding", "--sliding-window", "4"], "names 2 layers and --num-layers is 4"),
+    (["--layer-types", "full,sliding,full,full"], "sliding layers need --sliding-window"),
+    (["--sliding-window", "0"], "at least 1"),
+])
+def test_layer_types_are_checked_before_any_work(flags, message):
+    from megamlm.config.checks import validate
+
+    with pytest.raises(ConfigError, match=message):
+        validate(parse_args(flags))

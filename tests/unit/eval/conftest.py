@@ -41,7 +41,7 @@ def make_tiny_model(folder: Path, arch: str) -> Path:
     import torch
     import transformers
 
-    template = {"bert": "cls_sep", "eurobert": "bos", "llama": "none"}[arch]
+    template = {"bert": "cls_sep", "eurobert": "bos", "llama": "none", "gemma3": "bos"}[arch]
     tokenizer = _tokenizer(template)
     size = dict(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                 intermediate_size=64, max_position_embeddings=256)
@@ -54,6 +54,11 @@ def make_tiny_model(folder: Path, arch: str) -> Path:
         config = transformers.EuroBertConfig(**size, **ids, num_key_value_heads=2, head_dim=16,
                                              mask_token_id=tokenizer.mask_token_id)
         model_cls = transformers.EuroBertModel
+    elif arch == "gemma3":  # the bidirectional Gemma 3 that megamlm exports from a Gemma 3 decoder
+        config = transformers.Gemma3TextConfig(**size, **ids, num_key_value_heads=1, head_dim=16, sliding_window=4,
+                                               layer_types=["sliding_attention", "full_attention"],
+                                               use_bidirectional_attention=True)
+        model_cls = transformers.Gemma3TextModel
     else:
         config = transformers.LlamaConfig(**size, **ids, num_key_value_heads=1, head_dim=16)
         model_cls = transformers.LlamaModel

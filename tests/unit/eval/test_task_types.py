@@ -23,7 +23,7 @@ def _run(model_dir, data, settings=SETTINGS):
     return task, result
 
 
-@pytest.mark.parametrize("arch", ["bert", "eurobert", "llama"])
+@pytest.mark.parametrize("arch", ["bert", "eurobert", "llama", "gemma3"])
 @pytest.mark.parametrize("pairs", [False, True])
 def test_sequence_classification(tiny_models, arch, pairs):
     task, result = _run(tiny_models[arch], classification_task(pairs))

@@ -70,6 +70,30 @@ FAMILIES = {
 }
 
 
+# Qwen3 (q/k norms, head_dim apart from hidden / heads as in Qwen3-0.6B, tied) and Gemma 3 (q/k norms, four norms
+# per block, GeGLU, scaled embeddings, query_pre_attn_scalar, sliding layers with a window of 5 < the 24-token
+# test sequence and their own RoPE base, full layers, tied, a <mask> token of its own as Gemma 3's vocabulary has).
+# Not in FAMILIES: their encoders do not export as EuroBERT (tests/unit/hf/test_qwen3_gemma3.py).
+QK_NORM_FAMILIES = {
+    "qwen3": Family(
+        "qwen3", "qwen3", ("<|endoftext|>", "<|im_start|>", "<|im_end|>"),
+        {"eos_token": "<|endoftext|>"},
+        dict(COMMON, vocab_size=64, head_dim=32, tie_word_embeddings=True, attention_bias=False,
+             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+        "qwen3", "<|mask|>", True),
+    "gemma3": Family(
+        "gemma3", "gemma3_text", ("<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<start_of_turn>", "<end_of_turn>"),
+        {"bos_token": "<bos>", "eos_token": "<eos>", "unk_token": "<unk>", "pad_token": "<pad>",
+         "mask_token": "<mask>"},
+        dict(COMMON, vocab_size=64, head_dim=16, tie_word_embeddings=True, hidden_activation="gelu_pytorch_tanh",
+             query_pre_attn_scalar=24, sliding_window=5,
+             layer_types=["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"],
+             rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                              "full_attention": {"rope_type": "linear", "factor": 4.0, "rope_theta": 1000000.0}}),
+        "gemma3", "<mask>", False),
+}
+
+
 def tokenizer_of(family: Family):
     """A whitespace word-level PreTrainedTokenizerFast: the family's special tokens, then WORDS."""
     from tokenizers import Tokenizer, models, pre_tokenizers
@@ -91,6 +115,8 @@ def build(family: Family, folder: Path, seed: int = 0):
     settings = dict(family.config)
     settings["vocab_size"] = settings["vocab_size"] or len(tokenizer)
     settings.update(bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    if tokenizer.pad_token_id is not None:
+        settings["pad_token_id"] = tokenizer.pad_token_id
     config = AutoConfig.for_model(family.model_type, **settings)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config).eval()

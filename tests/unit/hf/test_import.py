@@ -141,7 +141,7 @@ def _refused(source: Path, out: Path, match: str, **kwargs) -> None:
 
 
 @pytest.mark.parametrize("model_type, overrides, match", [
-    ("qwen3", {"head_dim": 16}, "model_type='qwen3' uses per-head RMSNorm on queries and keys"),
+    ("qwen3_moe", {"head_dim": 16}, "model_type='qwen3_moe' uses a mixture-of-experts MLP"),
     ("gemma2", {"head_dim": 16, "hidden_activation": "gelu_pytorch_tanh"}, "model_type='gemma2' uses attention and final logit soft-capping"),
     ("mixtral", {}, "model_type='mixtral' uses a mixture-of-experts MLP"),
     ("llama", {"mlp_bias": True}, "mlp_bias=true"),
@@ -192,7 +192,7 @@ def test_unsupported_model_type_names_the_supported(tmp_path):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50)).save_pretrained(str(tmp_path / "g"))
-    _refused(tmp_path / "g", tmp_path / "ckpt", "model_type='gpt2'.*eurobert, llama, mistral, qwen2")
+    _refused(tmp_path / "g", tmp_path / "ckpt", "model_type='gpt2'.*eurobert, gemma3, gemma3_text, llama, mistral, qwen2, qwen3")
 
 
 def test_missing_files(tmp_path, kit):

@@ -124,3 +124,36 @@ def test_init_from_a_model_made_for_fewer_positions_than_seq_length_warns(tmp_pa
     assert "warning: the --init-from model" in out and "made for at most 64 positions (max_position_embeddings) " \
                                                        "and --seq-length is 128" in out
     assert "pass --seq-length 64" in out
+
+
+def test_pretrain_init_from_a_gemma3_folder_with_document_masks_exports_a_bidirectional_gemma3(tmp_path):
+    """Gemma 3-shaped (sliding windows of 5 < 32 tokens beside full layers, four norms, GeGLU, scaled embeddings):
+    imported by --init-from, trained with MLM under --document-mask, exported by default as a bidirectional Gemma 3
+    whose hidden states are the trained model's."""
+    from decoder_families import QK_NORM_FAMILIES, build, word_ids
+    from helpers import write_dataset
+
+    from megamlm.hf.export import export_checkpoint
+    from megamlm.hf.megamlm_checkpoint import load_model, read_record
+
+    family = QK_NORM_FAMILIES["gemma3"]
+    build(family, tmp_path / "gemma")
+    write_dataset(tmp_path / "words_text_document", [word_ids(family, 1, 12, seed=k)[0].tolist() + [1]
+                                                     for k in range(60)], "int32")  # several documents a sample
+    cfg = load_config(["--init-from", str(tmp_path / "gemma"), "--data-path", str(tmp_path / "words_text_document"),
+                      "--data-cache-path", str(tmp_path / "cache"), "--seq-length", "32", "--objective", "mlm",
+                      "--document-mask", "--train-iters", "2", "--micro-batch-size", "2", "--global-batch-size", "2",
+                      "--lr", "1e-3", "--lr-warmup-iters", "0", "--lr-wsd-decay-iters", "0", "--device", "cpu",
+                      "--save", str(tmp_path / "run")])
+    recorder = StepRecorder()
+    pretrain(cfg, on_step=recorder)
+    assert all(loss == loss for loss in recorder.losses.values()) and len(recorder.losses) == 2
+    assert (cfg.model.sliding_window, cfg.model.layer_types) == (5, "sliding,sliding,full,sliding")
+    assert cfg.model.qk_norm and cfg.model.sublayer_output_norms and cfg.model.mlp_activation == "geglu"
+    trained = load_model(read_record(tmp_path / "run"))
+    out = export_checkpoint(tmp_path / "run", tmp_path / "encoder", log=lambda *_: None)
+    hf, info = transformers.AutoModel.from_pretrained(str(out), output_loading_info=True)
+    assert type(hf).__name__ == "Gemma3TextModel" and (info["missing_keys"], info["unexpected_keys"]) == (set(), set())
+    ids = word_ids(family, 2, 24, seed=99)
+    with torch.no_grad():
+        assert (hf.eval()(input_ids=ids).last_hidden_state - trained(ids, causal=False)).abs().max() < 1e-4

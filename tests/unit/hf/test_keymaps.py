@@ -32,5 +32,18 @@ def test_unknown_tensor_is_named():
 def test_model_types():
     assert keymap_for_model_type("mistral") is MISTRAL and keymap_for_model_type("qwen2") is QWEN2
     assert keymap_for_model_type("llama") is LLAMA and keymap_for_model_type("eurobert") is EUROBERT
-    with pytest.raises(ConversionError, match="gpt2.*eurobert, llama, mistral, qwen2"):
+    with pytest.raises(ConversionError, match="gpt2.*eurobert, gemma3, gemma3_text, llama, mistral, qwen2, qwen3"):
         keymap_for_model_type("gpt2")
+
+
+def test_gemma3_names_its_four_norms_by_place_and_its_multimodal_text_tower():
+    from megamlm.hf.keymaps import GEMMA3
+
+    assert GEMMA3.to_hf("layers.1.attn_output_layernorm.weight") == "model.layers.1.post_attention_layernorm.weight"
+    assert GEMMA3.to_hf("layers.1.post_attention_layernorm.weight") == "model.layers.1.pre_feedforward_layernorm.weight"
+    assert GEMMA3.to_hf("layers.1.mlp_output_layernorm.weight") == "model.layers.1.post_feedforward_layernorm.weight"
+    assert GEMMA3.from_hf("model.layers.1.self_attn.k_norm.weight") == "layers.1.self_attn.k_norm.weight"
+    assert GEMMA3.source_name("language_model.model.layers.0.mlp.up_proj.weight") == "model.layers.0.mlp.up_proj.weight"
+    assert GEMMA3.source_name("model.language_model.norm.weight") == "model.norm.weight"
+    assert GEMMA3.source_name("vision_tower.vision_model.embeddings.patch_embedding.weight") is None
+    assert GEMMA3.source_name("model.multi_modal_projector.mm_input_projection_weight") is None

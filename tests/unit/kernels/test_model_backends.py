@@ -90,3 +90,29 @@ def test_decoder_features_run_on_the_kernels_unchanged(triton_calls, device):
     torch.testing.assert_close(got[0], want[0], rtol=1e-4, atol=1e-5)
     for name, grad in want[2].items():
         torch.testing.assert_close(got[2][name], grad, rtol=1e-3, atol=1e-5, msg=name)
+
+
+GEMMA_LIKE = tiny_args(vocab_size=61, num_layers=2, hidden_size=24, ffn_hidden_size=40, max_seq_length=8,
+                       head_dim=8, qk_norm=True, sublayer_output_norms=True, mlp_activation="geglu",
+                       scale_embeddings=True, query_pre_attn_scalar=6, sliding_window=3, layer_types="sliding,full",
+                       local_rope_theta=100.0)
+
+
+def test_decoder_features_under_triton_kernels(triton_calls, device):
+    """Qwen3/Gemma 3 features under the Triton backend: the q/k norms and the sublayer output norms take the RMSNorm
+    kernel, GeGLU (no kernel) the reference, and the loss and gradients equal the reference model's."""
+    torch.manual_seed(0)
+    triton_model = Transformer(GEMMA_LIKE, backends=Backends(kernels="triton")).to(device)
+    ref_model = Transformer(GEMMA_LIKE, backends=Backends(kernels="reference")).to(device)
+    with torch.no_grad():
+        for p in triton_model.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    ref_model.load_state_dict(triton_model.state_dict())
+    tokens, targets = sparse_batch(GEMMA_LIKE, 3)
+    want = loss_and_grads(ref_model, tokens.to(device), targets.to(device), causal=False)
+    got = loss_and_grads(triton_model, tokens.to(device), targets.to(device), causal=False)
+    # per block: input, q, k, attention-output, MLP-input and MLP-output norms; and the final norm
+    assert triton_calls.count("rms_norm") == 2 * 6 + 1 and "swiglu" not in triton_calls
+    torch.testing.assert_close(got[0], want[0], rtol=1e-4, atol=1e-5)
+    for name, grad in want[2].items():
+        torch.testing.assert_close(got[2][name], grad, rtol=1e-3, atol=1e-5, msg=name)

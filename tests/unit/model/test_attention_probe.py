@@ -69,9 +69,9 @@ def test_the_model_dispatches_each_mode_to_its_chosen_backend(monkeypatch):
     seen = []
     real = attention_backends.attention
 
-    def spy(q, k, v, causal, document_ids=None, backend="sdpa"):
+    def spy(q, k, v, causal, document_ids=None, backend="sdpa", **features):  # window, scale
         seen.append((causal, backend))
-        return real(q, k, v, causal, document_ids, backend="sdpa")
+        return real(q, k, v, causal, document_ids, backend="sdpa", **features)
 
     monkeypatch.setattr("megamlm.model.transformer.attention", spy)
     model = Transformer(ARGS, Backends(attention="auto", auto_attention=("sdpa_cudnn", "flex")))

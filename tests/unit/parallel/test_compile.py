@@ -43,9 +43,15 @@ def test_an_unknown_mode_is_refused():
         resolve_compile_mode("fast", CPU, ONE)
 
 
-def _train(mode: str, steps: int = 1, device=CPU):
+# Qwen3/Gemma 3 features: q/k norms, sublayer output norms, GeGLU, scaled embeddings, a query scalar, sliding
+# windows (3 < 16 tokens) with their own RoPE tables beside a full layer.
+DECODER_ARGS = tiny_args(qk_norm=True, sublayer_output_norms=True, mlp_activation="geglu", scale_embeddings=True,
+                         query_pre_attn_scalar=6, sliding_window=3, layer_types="sliding,full", local_rope_theta=100.0)
+
+
+def _train(mode: str, steps: int = 1, device=CPU, args=ARGS):
     torch.manual_seed(0)
-    model = Transformer(ARGS).to(device)
+    model = Transformer(args).to(device)
     names = [n for n, _ in model.named_parameters()]
     pm = parallelize(model, ONE, None, device, compile=mode)
     optimizer = build_optimizer(model, 1e-3, 0.1, (0.9, 0.95), 1e-8)
@@ -70,6 +76,18 @@ def test_compiled_models_train_like_eager(monkeypatch, mode):
         assert pm.model._compiled_call_impl is not None
     else:
         assert all(block._compiled_call_impl is not None for block in pm.model.layers.values())
+
+
+@pytest.mark.parametrize("mode", ["model", "blocks"])
+def test_decoder_features_compile_like_eager(monkeypatch, mode):
+    monkeypatch.setattr(compile_module, "COMPILER_BACKEND", "aot_eager")
+    torch._dynamo.reset()
+    _, eager, eager_params = _train("none", args=DECODER_ARGS)
+    _, compiled, params = _train(mode, args=DECODER_ARGS)
+    for a, b in zip(eager, compiled):
+        assert b.loss == pytest.approx(a.loss, rel=1e-5) and b.grad_norm == pytest.approx(a.grad_norm, rel=1e-4)
+    for name, value in params.items():
+        torch.testing.assert_close(value, eager_params[name], rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.slow
