@@ -22,7 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from megamlm.env_args import command_line  # noqa: E402
-from megamlm.errors import UserError  # noqa: E402
+from megamlm.errors import UserError, exit_line  # noqa: E402
 from megamlm.eval.finetune import PRECISIONS, Hyperparameters  # noqa: E402
 from megamlm.eval.heads import POOLINGS  # noqa: E402
 from megamlm.eval.model_source import CHECKPOINT_CHOICES, parse_model_specs, resolve_models  # noqa: E402
@@ -106,7 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(command_line("evaluate", argv))
+    try:
+        argv = command_line("evaluate", argv)
+    except UserError as error:
+        return exit_line(error)
+    args = build_parser().parse_args(argv)
     if args.devices:
         devices = tuple(d.strip() for d in args.devices.split(",") if d.strip())
     else:
@@ -133,9 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         if not plan.tasks:
             raise PlanError("no task given; pass --tasks, e.g. --tasks rt-sentiment,brown-pos")
         outcome = evaluate(plan, plots=not args.no_plots)
-    except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except (UserError, OSError) as error:
+        return exit_line(error)
     if outcome["failed"]:
         print(f"error: {len(outcome['failed'])} runs failed (tracebacks in the .error.txt files under "
               f"{args.output / 'runs'}); rerun the same command to retry only those", file=sys.stderr)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from megamlm.errors import UserError  # noqa: E402
+from megamlm.errors import UserError, exit_line  # noqa: E402
 from megamlm.study.commands import REPO, pretrain_command  # noqa: E402
 from megamlm.study.cost import throughput_for  # noqa: E402
 from megamlm.study.local import LocalRunner, outcome_table, subprocess_executor  # noqa: E402
@@ -93,9 +93,8 @@ def main(argv=None) -> int:
                 print(text)
         if args.run:
             return run_plan(plan, args)
-    except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except (UserError, OSError) as error:
+        return exit_line(error)
     return 0
 
 

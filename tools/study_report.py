@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from megamlm.errors import UserError  # noqa: E402
+from megamlm.errors import UserError, exit_line  # noqa: E402
 from megamlm.study.plan import build_plan  # noqa: E402
 from megamlm.study.report import has_results, report_path, write_report  # noqa: E402
 from megamlm.study.schema import StudyError, load_study  # noqa: E402
@@ -46,9 +46,8 @@ def main(argv=None) -> int:
                              "already holds a report: not replacing it with an empty one. Pass --root where the "
                              "runs are (and the --set/--scale they were planned with), or --output elsewhere")
         print(write_report(plan, output, figures=not args.no_figures))
-    except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except (UserError, OSError) as error:
+        return exit_line(error)
     return 0
 
 
