@@ -61,6 +61,12 @@ def test_tokenizer_larger_than_the_model_vocabulary(capsys, cache_dir, monkeypat
     (["--compile", "fast"], "argument --compile: invalid choice: 'fast'"),
     (["--device", "cpu", "--compile", "cudagraphs"], "--compile cudagraphs needs one GPU process"),
     (["--device", "cpu", "--attention-backend", "sdpa_cudnn"], "--attention-backend sdpa_cudnn runs on a GPU"),
+    # issue 22: flags that would do nothing in the combination given
+    (["--objective", "clm", "--switch", "0.5"], "--switch places the objective switch, but --objective clm has one"),
+    (["--objective", "mlm", "--switch-step", "3"], "--switch-step places the objective switch, but --objective mlm"),
+    (["--switch", "0.5"], "--objective mlm has one objective"),  # mlm is the default
+    (["--lr-decay-style", "cosine", "--lr-wsd-decay-iters", "2"], "--lr-wsd-decay-iters sets the decay of the wsd"),
+    (["--lr-decay-style", "linear", "--lr-wsd-decay-fraction", "0.1"], "but --lr-decay-style is linear"),
 ])
 def test_flag_errors_through_the_command_line(capsys, argv, message):
     expect_cli_error(capsys, argv, message)
@@ -192,6 +198,11 @@ def test_numeric_flags_out_of_range(capsys, argv, message):
     ("training:\n  lr: fast\n", "training.lr must be a number, got 'fast'"),
     ("training:\n  train_iters: 1.5\n", "training.train_iters must be a whole number, got 1.5"),
     ("model:\n  model: null\n", "model.model needs a value"),
+    # issue 22: PyYAML keeps the last of two equal keys; a section or a setting given twice is refused
+    ("model:\n  model: tiny\ntraining:\n  lr: 0.1\nmodel:\n  seq_length: 64\n",
+     "at line 5, column 1: key 'model' given twice (first at line 1)"),
+    ("training:\n  lr: 0.1\n  min_lr: 0.0\n  lr: 0.2\n", "at line 4, column 3: key 'lr' given twice (first at line 2)"),
+    ("training: {lr: 0.1, lr: 0.2}\n", "key 'lr' given twice (first at line 1)"),
 ])
 def test_a_malformed_yaml_config_is_named_with_its_line(capsys, tmp_path, text, message):
     path = tmp_path / "run.yaml"
@@ -337,3 +348,68 @@ def test_the_vocabulary_message_first_suggests_retokenizing(capsys, tmp_path, ca
     err = capsys.readouterr().err
     assert err.index("Re-tokenize it with tools/preprocess_data.py") < err.index("pass that one as --tokenizer-model")
     assert "--vocab-size" not in err
+
+
+# ---- issue 22: flags that do nothing, duplicate keys, studies, environment arguments ----------------------------
+
+MINIMAL_STUDY = "name: mini\nsizes: [tiny]\nseeds: [1]\ngrids:\n  - budgets: [100]\n    clm_fractions: [0, 0.5]\n"
+
+
+def test_a_study_file_with_a_key_twice_is_refused_naming_the_key_and_line(capsys, tmp_path):
+    for text, message in ((MINIMAL_STUDY + "seeds: [2]\n", "at line 7, column 1: key 'seeds' given twice (first at "
+                           "line 3)"),
+                          (MINIMAL_STUDY + "    budgets: [50]\n", "at line 7, column 5: key 'budgets' given twice "
+                           "(first at line 5)")):
+        study = tmp_path / "study.yaml"
+        study.write_text(text)
+        before = snapshot(tmp_path)
+        expect_one_line(capsys, tool_main("plan_study")([str(study)]), f"{study} is not valid YAML {message}")
+        assert snapshot(tmp_path) == before
+
+
+def test_evaluation_checkpoint_steps_outside_every_run_are_refused(capsys, tmp_path):
+    study = tmp_path / "study.yaml"
+    study.write_text(MINIMAL_STUDY + "evaluation:\n  tasks: [austen-qa]\n  checkpoint_steps: [50, 100, 150, 400]\n")
+    expect_one_line(capsys, tool_main("plan_study")([str(study)]),
+                    "evaluation.checkpoint_steps [150, 400] lie outside every run (the longest trains steps 1-100)")
+    study.write_text(MINIMAL_STUDY + "evaluation:\n  tasks: [austen-qa]\n  checkpoint_steps: [50]\n")
+    assert tool_main("plan_study")([str(study)]) == 0
+    assert tool_main("plan_study")([str(study), "--scale", "0.1"]) == 2  # step 50 stays, the runs shrink to 10
+    assert "(after --scale 0.1) lie outside every run" in capsys.readouterr().err
+
+
+def test_a_minimal_study_without_batch_sizes_is_priced_with_the_presets_recipe_batch(capsys, tmp_path):
+    from megamlm.config import batch_start
+    from megamlm.study.plan import build_plan
+    from megamlm.study.schema import load_study
+
+    study = tmp_path / "study.yaml"
+    study.write_text(MINIMAL_STUDY)
+    assert tool_main("plan_study")([str(study)]) == 0
+    plan = build_plan(load_study(study))
+    run = plan.runs[0]
+    assert run.global_batch_size == batch_start("tiny")[1] and run.tokens_per_step > 0
+    assert "--global-batch-size" not in plan.flags(run)  # the launch fits it to its world size
+
+
+def test_the_planner_passes_no_switch_to_a_one_objective_run(tmp_path):
+    from megamlm.study.plan import build_plan
+    from megamlm.study.schema import load_study
+
+    (tmp_path / "base.yaml").write_text("objective:\n  objective: clm_then_mlm\n  switch_step: 30\n")  # as the paper's
+    study = tmp_path / "study.yaml"
+    study.write_text(MINIMAL_STUDY.replace("[0, 0.5]", "[0, 0.5, 1]") + "pretrain:\n  config: base.yaml\n")
+    plan = build_plan(load_study(study))
+    assert sorted(run.objective for run in plan.runs) == ["clm", "clm_then_mlm", "mlm"]
+    for run in plan.runs:
+        flags = plan.flags(run)
+        assert ("--switch" in flags or "--switch-step" in flags) == (run.switch_step is not None), (run.name, flags)
+
+
+@pytest.mark.parametrize("program", ["pretrain", "evaluate"])
+def test_an_unbalanced_quote_in_the_environments_arguments_is_one_line(capsys, monkeypatch, program):
+    monkeypatch.setenv(f"MEGAMLM_{program.upper()}_ARGS", "--train-iters '20")
+    monkeypatch.setattr(sys, "argv", [program])
+    run = main if program == "pretrain" else tool_main("evaluate")
+    expect_one_line(capsys, run(None), f"MEGAMLM_{program.upper()}_ARGS does not parse as shell words "
+                                       "(No closing quotation)")
