@@ -413,3 +413,59 @@ def test_an_unbalanced_quote_in_the_environments_arguments_is_one_line(capsys, m
     run = main if program == "pretrain" else tool_main("evaluate")
     expect_one_line(capsys, run(None), f"MEGAMLM_{program.upper()}_ARGS does not parse as shell words "
                                        "(No closing quotation)")
+
+
+# ---- issue 22: a disk that fills during training stops the run like a signal, with every file whole ------------
+
+def failing_write(monkeypatch, module, name, after: int, torn: bool = True):
+    """``module.name`` (a write) succeeds ``after`` times, then writes half (``torn``) and raises ENOSPC."""
+    real, calls = getattr(module, name), []
+
+    def write(*args, **kwargs):
+        calls.append(1)
+        if len(calls) <= after:
+            return real(*args, **kwargs)
+        if torn and isinstance(args[-1], bytes):
+            real(args[0], args[-1][:len(args[-1]) // 2])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(module, name, write)
+
+
+def test_a_full_disk_under_metrics_jsonl_saves_a_checkpoint_and_leaves_no_torn_line(tmp_path, cache_dir, capsys,
+                                                                                   monkeypatch):
+    from megamlm.checkpoint.catalog import LATEST
+    from megamlm.training import metrics_file
+    from megamlm.training.metrics_file import read_metrics
+
+    failing_write(monkeypatch, metrics_file, "_write_all", after=2)  # the records of steps 1 and 2 are written
+    capsys.readouterr()
+    assert tiny_run(tmp_path, "--train-iters", "6") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: stopped after step 3: writing metrics.jsonl failed: No "
+                                                   f"space left on device (ENOSPC): {tmp_path / 'metrics.jsonl'}"), err
+    assert f"saved checkpoint {tmp_path / 'iter_0000003'}: free space, then relaunch the same command" in err
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [1, 2]  # whole lines only: the half line was cut back
+    assert (tmp_path / LATEST).read_text().strip() == "3"
+    monkeypatch.undo()
+    assert tiny_run(tmp_path, "--train-iters", "6") == 0  # the disk has room again: it resumes at step 3
+    assert [r["step"] for r in read_metrics(tmp_path, "train")] == [1, 2, 4, 5, 6]
+
+
+def test_a_full_disk_under_tensorboard_events_stops_the_run_in_one_line(tmp_path, cache_dir, capsys, monkeypatch):
+    from torch.utils.tensorboard import SummaryWriter
+
+    failing_write(monkeypatch, SummaryWriter, "add_scalar", after=8, torn=False)
+    capsys.readouterr()
+    assert tiny_run(tmp_path / "run", "--train-iters", "6", "--tensorboard-dir", tmp_path / "tb") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "writing the TensorBoard events failed: No space left on device (ENOSPC)" in err
+    assert "saved checkpoint" in err and (tmp_path / "run" / "iter_0000002").is_dir(), err
+
+
+def test_a_tensorboard_dir_that_is_a_file_is_refused_before_any_work(tmp_path, cache_dir, capsys):
+    (tmp_path / "tb").write_text("a file")
+    before = snapshot(tmp_path)
+    expect_cli_error(capsys, [*SMALL, "--train-iters", "2", "--tensorboard-dir", tmp_path / "tb", "--save",
+                              tmp_path / "run"], f"--tensorboard-dir {tmp_path / 'tb'} is a file, not a folder")
+    assert snapshot(tmp_path) == before and not (tmp_path / "run").exists()
