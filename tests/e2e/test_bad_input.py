@@ -469,3 +469,53 @@ def test_a_tensorboard_dir_that_is_a_file_is_refused_before_any_work(tmp_path, c
     expect_cli_error(capsys, [*SMALL, "--train-iters", "2", "--tensorboard-dir", tmp_path / "tb", "--save",
                               tmp_path / "run"], f"--tensorboard-dir {tmp_path / 'tb'} is a file, not a folder")
     assert snapshot(tmp_path) == before and not (tmp_path / "run").exists()
+
+
+# ---- issue 22: damaged inputs and unwritable outputs of the tools -------------------------------------------------
+
+def _gzip_of_lines(count: int) -> bytes:
+    import gzip
+    import random
+
+    rng = random.Random(0)
+    return gzip.compress("".join(json.dumps({"text": " ".join(str(rng.random()) for _ in range(12))}) + "\n"
+                                 for _ in range(count)).encode())
+
+
+@pytest.mark.parametrize("name,content,message", [
+    ("c.parquet", b"PAR1 not really a parquet file", "is not a readable parquet file (ArrowInvalid: "),
+    ("c.jsonl.gz", b"\x1f\x8b\x08\x00" + b"garbage" * 20, "is not a readable gzip file (zlib.error: "),
+    ("c.jsonl.gz", _gzip_of_lines(3000)[:4000], "is not a readable gzip file (EOFError: "),
+])
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_damaged_compressed_or_parquet_input_is_one_line(capsys, tmp_path, name, content, message, workers):
+    if name.endswith(".parquet"):
+        pytest.importorskip("pyarrow")
+    corpus = tmp_path / "in" / name
+    corpus.parent.mkdir()
+    corpus.write_bytes(content)
+    (tmp_path / "out").mkdir()
+    before = snapshot(tmp_path)
+    status = tool_main("preprocess_data")(["--input", str(corpus), "--output-prefix", str(tmp_path / "out" / "c"),
+                                           "--tokenizer-model", str(TOKENIZER_FILE), "--workers", workers,
+                                           "--no-progress"])
+    expect_one_line(capsys, status, f"{corpus} {message}")
+    assert snapshot(tmp_path) == before
+
+
+def test_preprocess_into_a_folder_it_cannot_write_is_one_line(capsys, tmp_path, monkeypatch):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"text": "some text"}\n')
+    (tmp_path / "blocker").write_text("a file")
+    before = snapshot(tmp_path)
+    argv = ["--input", str(corpus), "--tokenizer-model", str(TOKENIZER_FILE), "--no-progress", "--output-prefix"]
+    status = tool_main("preprocess_data")([*argv, str(tmp_path / "blocker" / "sub" / "c")])
+    expect_one_line(capsys, status, f"{tmp_path / 'blocker'} is a file, not a folder; choose another --output-prefix")
+    from megamlm.data import indexed  # a folder that refuses writes (as root, permissions do not: simulated)
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(tmp_path / "out" / "c_text_document.bin"))
+    monkeypatch.setattr(indexed.IndexedDatasetWriter, "__init__", refuse)
+    status = tool_main("preprocess_data")([*argv, str(tmp_path / "out" / "c")])
+    expect_one_line(capsys, status, f"Permission denied (EACCES): {tmp_path / 'out' / 'c_text_document.bin'}")
+    assert snapshot(tmp_path) == before
