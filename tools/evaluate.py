@@ -27,7 +27,14 @@ from megamlm.eval.finetune import PRECISIONS, Hyperparameters  # noqa: E402
 from megamlm.eval.heads import POOLINGS  # noqa: E402
 from megamlm.eval.model_source import CHECKPOINT_CHOICES, parse_model_specs, resolve_models  # noqa: E402
 from megamlm.eval.paper_datasets import RETRIEVAL_CORPORA  # noqa: E402
-from megamlm.eval.runner import PAPER_LRS, PAPER_SEEDS, EvalPlan, PlanError, evaluate  # noqa: E402
+from megamlm.eval.runner import (  # noqa: E402
+    PAPER_LRS,
+    PAPER_SEEDS,
+    EvalPlan,
+    PlanError,
+    check_output_folder,
+    evaluate,
+)
 from megamlm.eval.tasks import TaskSettings  # noqa: E402
 
 
@@ -102,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--export-arch", default="eurobert", choices=["eurobert", "llama"],
                    help="Hugging Face architecture for exporting megamlm checkpoints given as --model")
     p.add_argument("--no-plots", action="store_true", help="write tables only")
+    p.add_argument("--force", action="store_true",
+                   help="write into an --output folder that holds files of something else (an earlier evaluation's "
+                        "folder is resumed without it)")
     return p
 
 
@@ -116,6 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         devices = tuple(f"cuda:{i}" for i in range(torch.cuda.device_count())) or ("cpu",)
     try:
+        check_output_folder(args.output, args.force)
         models = [entry for name, path in parse_model_specs(args.model)
                   for entry in resolve_models(name, path, args.output / "hf_exports", args.export_arch, args.checkpoints)]
         plan = EvalPlan(

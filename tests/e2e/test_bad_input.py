@@ -519,3 +519,61 @@ def test_preprocess_into_a_folder_it_cannot_write_is_one_line(capsys, tmp_path, 
     status = tool_main("preprocess_data")([*argv, str(tmp_path / "out" / "c")])
     expect_one_line(capsys, status, f"Permission denied (EACCES): {tmp_path / 'out' / 'c_text_document.bin'}")
     assert snapshot(tmp_path) == before
+
+
+# ---- issue 22: outputs of the tools are never replaced without --force ------------------------------------------
+
+def test_evaluate_refuses_a_foreign_output_folder_and_an_output_that_is_a_file(capsys, tmp_path):
+    from megamlm.eval.runner import check_output_folder
+
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("my notes")
+    (tmp_path / "a_file").write_text("a file")
+    before = snapshot(tmp_path)
+    evaluate = tool_main("evaluate")
+    argv = ["--model", f"m={tmp_path / 'no_model'}", "--tasks", "austen-qa", "--devices", "cpu", "--output"]
+    expect_one_line(capsys, evaluate([*argv, str(foreign)]),
+                    f"--output {foreign} holds files tools/evaluate.py did not write (notes.txt); choose a new or "
+                    "empty folder, or pass --force")
+    expect_one_line(capsys, evaluate([*argv, str(tmp_path / "a_file")]), "is a file, not a folder")
+    assert snapshot(tmp_path) == before
+    check_output_folder(foreign, force=True)  # --force writes into it
+    (tmp_path / "earlier" / "runs").mkdir(parents=True)  # an earlier evaluation's folder: resumed
+    (tmp_path / "earlier" / "results.md").write_text("# Fine-tuning results\n")
+    check_output_folder(tmp_path / "earlier")
+    check_output_folder(tmp_path / "new")
+
+
+def test_plan_study_emit_refuses_existing_scripts_unless_force(capsys, tmp_path):
+    study = tmp_path / "study.yaml"
+    study.write_text(MINIMAL_STUDY)
+    plan_study = tool_main("plan_study")
+    script = tmp_path / "local.sh"
+    script.write_text("# my own script\n")
+    before = snapshot(tmp_path)
+    expect_one_line(capsys, plan_study([str(study), "--emit", "local", str(script)]),
+                    f"{script} already exists; pass --force to replace it")
+    assert snapshot(tmp_path) == before
+    assert plan_study([str(study), "--emit", "local", str(script), "--force"]) == 0
+    assert script.read_text().startswith("#!/bin/bash") and not list(tmp_path.glob(".*.tmp"))
+    slurm = tmp_path / "slurm"
+    assert plan_study([str(study), "--emit", "slurm", str(slurm)]) == 0
+    before = snapshot(tmp_path)
+    capsys.readouterr()
+    expect_one_line(capsys, plan_study([str(study), "--emit", "slurm", str(slurm)]),
+                    "already exists (3 of the 3 scripts do); pass --force to replace them")
+    assert snapshot(tmp_path) == before
+    assert plan_study([str(study), "--emit", "slurm", str(slurm), "--force"]) == 0
+    assert not list(slurm.glob(".*.tmp"))
+
+
+def test_study_report_refuses_to_replace_a_file_that_is_not_a_report(capsys, tmp_path):
+    study = tmp_path / "study.yaml"
+    study.write_text(MINIMAL_STUDY)
+    other = tmp_path / "README.md"
+    other.write_text("# my readme\n")
+    before = snapshot(tmp_path)
+    expect_one_line(capsys, tool_main("study_report")([str(study), "--output", str(other), "--no-figures"]),
+                    f"{other} exists and is not a study report; pass --force to replace it")
+    assert snapshot(tmp_path) == before
