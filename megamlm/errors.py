@@ -36,7 +36,10 @@ def os_error_text(err: OSError) -> str:
     name = errno.errorcode.get(err.errno, str(err.errno)) if err.errno else type(err).__name__
     cause = os.strerror(err.errno) if err.errno else str(err)
     paths = [p for p in (err.filename, getattr(err, "filename2", None)) if p]
-    return f"{cause} ({name})" + (f": {' -> '.join(map(str, paths))}" if paths else "")
+    text = f"{cause} ({name})" + (f": {' -> '.join(map(str, paths))}" if paths else "")
+    if err.errno == errno.EEXIST and paths and os.path.exists(paths[0]) and not os.path.isdir(paths[0]):
+        text += " is a file where a folder is needed"  # os.makedirs through a file
+    return text
 
 
 def fixable_io(err: BaseException) -> bool:

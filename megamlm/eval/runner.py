@@ -232,8 +232,9 @@ def check_output_folder(output: Path, force: bool = False) -> None:
     """--output is new, empty, or an earlier evaluation's folder (rerunning resumes it: finished runs are skipped);
     a folder holding only other files is someone else's and refused unless ``force``."""
     output = Path(output)
-    if output.exists() and not output.is_dir():
-        raise PlanError(f"--output {output} is a file, not a folder; choose a folder for the results")
+    blocker = next((p for p in (output, *output.parents) if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise PlanError(f"--output {output}: {blocker} is a file, not a folder; choose a folder for the results")
     if not output.is_dir() or force:
         return
     entries = sorted(p.name for p in output.iterdir())

@@ -577,3 +577,49 @@ def test_study_report_refuses_to_replace_a_file_that_is_not_a_report(capsys, tmp
     expect_one_line(capsys, tool_main("study_report")([str(study), "--output", str(other), "--no-figures"]),
                     f"{other} exists and is not a study report; pass --force to replace it")
     assert snapshot(tmp_path) == before
+
+
+# ---- issue 22: every entry point, an output it cannot write: one line naming the path, exit 2 -------------------
+
+def _unwritable_cases(tmp_path: Path) -> dict:
+    """Each entry point with its output under ``blocker``, a file (root ignores permissions: a file where a folder is
+    needed fails for everyone)."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"text": f"some words of text {i}"}) + "\n" for i in range(50)))
+    assert tool_main("preprocess_data")(["--input", str(corpus), "--output-prefix", str(tmp_path / "d" / "c"),
+                                         "--tokenizer-model", str(TOKENIZER_FILE), "--no-progress"]) == 0
+    study = tmp_path / "study.yaml"
+    study.write_text(MINIMAL_STUDY)
+    out = tmp_path / "blocker" / "out"
+    dataset = str(tmp_path / "d" / "c_text_document")
+    return {
+        "pretrain": lambda: main([*SMALL, "--train-iters", "1", "--save", str(out)]),
+        "preprocess_data": lambda: tool_main("preprocess_data")([
+            "--input", str(corpus), "--output-prefix", str(out / "c"), "--tokenizer-model", str(TOKENIZER_FILE),
+            "--no-progress"]),
+        "merge_datasets": lambda: tool_main("merge_datasets")(["--input", dataset, dataset, "--output-prefix",
+                                                               str(out / "m")]),
+        "train_tokenizer": lambda: tool_main("train_tokenizer")(["--input", str(corpus), "--output",
+                                                                 str(out / "t.json"), "--vocab-size", "300"]),
+        "plan_study local": lambda: tool_main("plan_study")([str(study), "--emit", "local", str(out / "run.sh")]),
+        "plan_study slurm": lambda: tool_main("plan_study")([str(study), "--emit", "slurm", str(out)]),
+        "study_report": lambda: tool_main("study_report")([str(study), "--output", str(out / "R.md"),
+                                                           "--no-figures"]),
+        "evaluate": lambda: tool_main("evaluate")(["--model", f"m={tmp_path / 'no_model'}", "--tasks", "austen-qa",
+                                                   "--devices", "cpu", "--output", str(out)]),
+    }
+
+
+@pytest.mark.parametrize("tool", ["pretrain", "preprocess_data", "merge_datasets", "train_tokenizer",
+                                  "plan_study local", "plan_study slurm", "study_report", "evaluate"])
+def test_every_entry_point_says_in_one_line_that_it_cannot_write_its_output(capsys, tmp_path, cache_dir, tool):
+    run = _unwritable_cases(tmp_path)[tool]
+    (tmp_path / "blocker").write_text("a file")
+    before = snapshot(tmp_path)
+    capsys.readouterr()
+    status = run()
+    err = capsys.readouterr().err
+    assert status == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert str(tmp_path / "blocker") in err, err
+    assert any(word in err for word in ("(ENOTDIR)", "(EEXIST)", "not a folder")), err
+    assert snapshot(tmp_path) == before

@@ -209,3 +209,7 @@ def test_convert_to_hf_refuses_an_existing_output_in_one_line_and_leaves_it_byte
     assert err.startswith("error: ") and "already exists; pass --force" in err and err.count("\n") == 1, err
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
     assert hashlib.sha256((out / "keep.txt").read_bytes()).hexdigest() == before
+    (tmp_path / "blocker").write_text("a file")  # an output it cannot write: one line naming the path
+    assert tool.main(["--input", str(save_dir), "--output", str(tmp_path / "blocker" / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and str(tmp_path / "blocker") in err and err.count("\n") == 1, err

@@ -122,6 +122,10 @@ def test_tools_round_trip_and_report_errors(tmp_path, kit, capsys):
     assert "already exists; pass --force" in capsys.readouterr().err
     assert tool("convert_from_hf")(["--input", str(tmp_path / "nothing"), "--output", str(tmp_path / "c2")]) == 2
     assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "blocker").write_text("a file")  # an output it cannot write (issue 22): one line naming the path
+    assert tool("convert_from_hf")(["--input", str(tmp_path / "llama"), "--output", str(tmp_path / "blocker" / "c")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and str(tmp_path / "blocker") in err and err.count("\n") == 1, err
     assert tool("convert_from_hf")(["--input", str(tmp_path / "llama"), "--output", str(tmp_path / "c3"),
                                     "--untie-embeddings", "--mask-token", "sister"]) == 0
     record = json.loads(next((tmp_path / "c3").glob("iter_*/config.json")).read_text())
