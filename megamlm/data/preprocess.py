@@ -23,6 +23,7 @@ import os
 import sys
 import threading
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -190,8 +191,6 @@ def read_chunks(paths: list[str], json_keys: list[str]) -> Iterator[tuple[str, i
 def _is_damage(err: Exception) -> bool:
     """What a corrupt .gz / .zst / parquet raises while it is read (gzip's EOFError and zlib.error, zstandard's
     ZstdError, pyarrow's ArrowException)."""
-    import zlib
-
     return isinstance(err, (EOFError, zlib.error)) or type(err).__module__.split(".")[0] in (
         "pyarrow", "zstd", "zstandard")
 
