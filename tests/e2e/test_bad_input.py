@@ -623,3 +623,21 @@ def test_every_entry_point_says_in_one_line_that_it_cannot_write_its_output(caps
     assert str(tmp_path / "blocker") in err, err
     assert any(word in err for word in ("(ENOTDIR)", "(EEXIST)", "not a folder")), err
     assert snapshot(tmp_path) == before
+
+
+def test_a_full_disk_that_also_refuses_the_checkpoint_says_so(tmp_path, cache_dir, capsys, monkeypatch):
+    from megamlm.checkpoint import manager as checkpoint_manager
+    from megamlm.checkpoint.checkpointer import CheckpointSaveError
+    from megamlm.training import metrics_file
+
+    failing_write(monkeypatch, metrics_file, "_write_all", after=1)
+
+    def no_room(save_dir, step, *args, **kwargs):
+        raise CheckpointSaveError(f"could not save the checkpoint of step {step}: No space left on device (ENOSPC)")
+    monkeypatch.setattr(checkpoint_manager, "save_checkpoint", no_room)
+    capsys.readouterr()
+    assert tiny_run(tmp_path, "--train-iters", "6") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: stopped after step 2: writing metrics.jsonl failed"), err
+    assert "no checkpoint could be written either (could not save the checkpoint of step 2: No space left" in err
+    assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1]
