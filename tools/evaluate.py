@@ -1,5 +1,6 @@
 """Fine-tune and score encoders with the paper's protocol (LR grid x seeds, best LR on validation,
-test mean and 95% CI over seeds), one result file per run; rerunning skips finished runs.
+test mean and 95% CI over seeds), one result file per run; rerunning skips finished runs (an --output
+folder holding only files of something else is refused unless --force).
 
     python tools/evaluate.py --model mlm=hf/mlm,clm=hf/clm --tasks austen-qa,austen-retrieval --output evals/x
     python tools/evaluate.py --model mlm=runs/mlm --tasks sst2,squad --output evals/y  # every checkpoint of a run
