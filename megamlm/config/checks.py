@@ -179,6 +179,9 @@ def check_training(cfg: Config) -> None:
         raise ConfigError(f"{wsd_given[0]} sets the decay of the wsd schedule, but --lr-decay-style is "
                           f"{t.lr_decay_style} (it decays over the whole run after warmup); drop {wsd_given[0]}, or "
                           "pass --lr-decay-style wsd")
+    if t.lr_decay_style == "constant" and t.min_lr > 0:
+        raise ConfigError(f"--min-lr {t.min_lr} is where the learning rate decays to, but --lr-decay-style constant "
+                          "never decays; drop --min-lr, or pick wsd, cosine or linear")
     warmup, decay = warmup_iters(t), wsd_decay_iters(t)
     if warmup + (decay if t.lr_decay_style == "wsd" else 0) > t.train_iters:
         raise ConfigError(f"warmup ({warmup}) plus decay ({decay}) steps exceed --train-iters {t.train_iters}; "
