@@ -191,4 +191,8 @@ class RunReporter:
                             clm_tokens=result.clm_tokens)
 
     def close(self) -> None:
-        self._write("the TensorBoard events", self.tensorboard.close)
+        """Flush and close the TensorBoard events (also after a failed write: what was written stays whole)."""
+        try:
+            self.tensorboard.close()
+        except OSError as err:
+            self.failure = self.failure or f"writing the TensorBoard events failed: {os_error_text(err)}"

@@ -204,6 +204,7 @@ class Trainer:
                 if self.result.last_checkpoint is not None:
                     saved += f"; the last one is {self.result.last_checkpoint}"
         self.result.stop_reason = reason
+        self.reporter.close()
         raise WriteFailure(f"stopped after step {step}: {reason}; {saved}")
 
     def settle(self, step: int) -> None:
