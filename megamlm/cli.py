@@ -11,7 +11,7 @@ import sys
 
 from megamlm.config import Config, parse_args
 from megamlm.env_args import command_line
-from megamlm.errors import UserError
+from megamlm.errors import UserError, exit_line
 from megamlm.hf.init_from import adopt_init_from
 from megamlm.log import log
 from megamlm.parallel.dry_run import dry_run_report
@@ -29,9 +29,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         pretrain(cfg)
         stop_parallel()
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except (UserError, OSError) as err:
+        return exit_line(err)
     except NonFiniteError as err:
         print(f"error: {err}", file=sys.stderr)
         return 3

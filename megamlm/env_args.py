@@ -13,6 +13,8 @@ import os
 import shlex
 import sys
 
+from megamlm.errors import UserError
+
 
 def variable(program: str) -> str:
     return f"MEGAMLM_{program.upper()}_ARGS"
@@ -26,7 +28,11 @@ def command_line(program: str, argv: list[str] | None = None, say=None) -> list[
     """
     if argv is not None:
         return list(argv)
-    extra = shlex.split(os.environ.get(variable(program), ""))
+    try:
+        extra = shlex.split(os.environ.get(variable(program), ""))
+    except ValueError as err:  # an unbalanced quote or a trailing backslash
+        raise UserError(f"{variable(program)} does not parse as shell words ({err}); balance its quotes, e.g. "
+                        f"{variable(program)}=\"--train-iters 20\"") from None
     if extra:
         (say or (lambda line: print(line, file=sys.stderr, flush=True)))(
             f"{variable(program)} adds: {shlex.join(extra)}")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from megamlm.checkpoint import CheckpointError  # noqa: E402
+from megamlm.errors import UserError, exit_line  # noqa: E402
 from megamlm.hf.export import export_checkpoint  # noqa: E402
 from megamlm.hf.keymaps import EXPORT_ARCHS  # noqa: E402
 
@@ -41,9 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         export_checkpoint(args.input, args.output, arch=args.arch, dtype=args.dtype, force=args.force,
                           tokenizer=args.tokenizer)
-    except CheckpointError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except (UserError, OSError) as error:
+        return exit_line(error)
     return 0
 
 

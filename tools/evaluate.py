@@ -1,5 +1,6 @@
 """Fine-tune and score encoders with the paper's protocol (LR grid x seeds, best LR on validation,
-test mean and 95% CI over seeds), one result file per run; rerunning skips finished runs.
+test mean and 95% CI over seeds), one result file per run; rerunning skips finished runs (an --output
+folder holding only files of something else is refused unless --force).
 
     python tools/evaluate.py --model mlm=hf/mlm,clm=hf/clm --tasks austen-qa,austen-retrieval --output evals/x
     python tools/evaluate.py --model mlm=runs/mlm --tasks sst2,squad --output evals/y  # every checkpoint of a run
@@ -22,12 +23,19 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from megamlm.env_args import command_line  # noqa: E402
-from megamlm.errors import UserError  # noqa: E402
+from megamlm.errors import UserError, exit_line  # noqa: E402
 from megamlm.eval.finetune import PRECISIONS, Hyperparameters  # noqa: E402
 from megamlm.eval.heads import POOLINGS  # noqa: E402
 from megamlm.eval.model_source import CHECKPOINT_CHOICES, parse_model_specs, resolve_models  # noqa: E402
 from megamlm.eval.paper_datasets import RETRIEVAL_CORPORA  # noqa: E402
-from megamlm.eval.runner import PAPER_LRS, PAPER_SEEDS, EvalPlan, PlanError, evaluate  # noqa: E402
+from megamlm.eval.runner import (  # noqa: E402
+    PAPER_LRS,
+    PAPER_SEEDS,
+    EvalPlan,
+    PlanError,
+    check_output_folder,
+    evaluate,
+)
 from megamlm.eval.tasks import TaskSettings  # noqa: E402
 
 
@@ -104,16 +112,24 @@ def build_parser() -> argparse.ArgumentParser:
                         "model's encoder export: EuroBERT, or a bidirectional Gemma 3 for a model continued from "
                         "Gemma 3)")
     p.add_argument("--no-plots", action="store_true", help="write tables only")
+    p.add_argument("--force", action="store_true",
+                   help="write into an --output folder that holds files of something else (an earlier evaluation's "
+                        "folder is resumed without it)")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(command_line("evaluate", argv))
+    try:
+        argv = command_line("evaluate", argv)
+    except UserError as error:
+        return exit_line(error)
+    args = build_parser().parse_args(argv)
     if args.devices:
         devices = tuple(d.strip() for d in args.devices.split(",") if d.strip())
     else:
         devices = tuple(f"cuda:{i}" for i in range(torch.cuda.device_count())) or ("cpu",)
     try:
+        check_output_folder(args.output, args.force)
         models = [entry for name, path in parse_model_specs(args.model)
                   for entry in resolve_models(name, path, args.output / "hf_exports", args.export_arch, args.checkpoints)]
         plan = EvalPlan(
@@ -135,9 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         if not plan.tasks:
             raise PlanError("no task given; pass --tasks, e.g. --tasks rt-sentiment,brown-pos")
         outcome = evaluate(plan, plots=not args.no_plots)
-    except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except (UserError, OSError) as error:
+        return exit_line(error)
     if outcome["failed"]:
         print(f"error: {len(outcome['failed'])} runs failed (tracebacks in the .error.txt files under "
               f"{args.output / 'runs'}); rerun the same command to retry only those", file=sys.stderr)

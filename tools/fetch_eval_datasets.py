@@ -14,6 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from megamlm.errors import exit_line  # noqa: E402
 from megamlm.eval.paper_datasets import PAPER_DATASETS  # noqa: E402
 
 
@@ -39,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: {source.call()}", flush=True)
             split = datasets.load_dataset(source.path, source.name, split=source.split)
             groups.setdefault((source.path, source.name, source.folder_name()), {})[source.split] = split
-    if args.save_to:
-        for (_, _, folder), splits in groups.items():
+    try:
+        for (_, _, folder), splits in (groups.items() if args.save_to else ()):
             target = args.save_to / folder
             tmp = target.with_name(target.name + ".tmp")
             shutil.rmtree(tmp, ignore_errors=True)
@@ -48,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(target, ignore_errors=True)
             tmp.rename(target)
             print(f"wrote {target}", flush=True)
+    except OSError as error:
+        return exit_line(error)
     return 0
 
 

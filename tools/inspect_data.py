@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from megamlm.data import DataError, IndexedDataset, build_train_dataset, load_tokenizer  # noqa: E402
 from megamlm.data.inspection import dataset_statistics, sample_digest  # noqa: E402
+from megamlm.errors import UserError, exit_line  # noqa: E402
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -112,9 +113,8 @@ def main(argv=None) -> int:
             check_range(args, args.first, args.first + args.count, "--first/--count")
             dataset = run_dataset(args, args.first + args.count)
             print(f"samples [{args.first}, {args.first + args.count}): sha256 {sample_digest(dataset, args.first, args.count)}")
-    except DataError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except (UserError, OSError) as error:
+        return exit_line(error)
     return 0
 
 

@@ -21,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from megamlm.data.indexed import DataError, IndexedDataset, IndexedDatasetWriter, strip_suffix  # noqa: E402
 from megamlm.data.sidecar import check_one_tokenizer, sidecar_path, write_merged_sidecar  # noqa: E402
+from megamlm.errors import UserError, exit_line  # noqa: E402
 
 
 def input_prefixes(inputs: list[str]) -> list[str]:
@@ -69,9 +70,8 @@ def main(argv=None) -> int:
     try:
         prefixes = input_prefixes(args.input)
         merged = merge(prefixes, args.output_prefix, force=args.force)
-    except DataError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except (UserError, OSError) as error:
+        return exit_line(error)
     print(f"merged {len(prefixes)} datasets: {len(merged):,} sequences, {merged.num_documents:,} documents, "
           f"{merged.num_tokens:,} tokens -> {merged.prefix}.bin/.idx")
     return 0

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from megamlm.errors import UserError  # noqa: E402
+from megamlm.errors import UserError, exit_line  # noqa: E402
 from megamlm.study.commands import REPO, pretrain_command  # noqa: E402
 from megamlm.study.cost import throughput_for  # noqa: E402
 from megamlm.study.local import LocalRunner, outcome_table, subprocess_executor  # noqa: E402
@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--emit", nargs="+", metavar=("KIND", "DIR"),
                    help="slurm DIR: one sbatch script per run and submit.sh, chained with afterok; "
                         "local [FILE]: the commands in dependency order as one shell script (stdout without FILE)")
+    p.add_argument("--force", action="store_true", help="--emit: replace scripts that already exist")
     p.add_argument("--run", action="store_true", help="execute the plan here, then write the results and report")
     p.add_argument("--nproc-per-node", type=int, default=1, help="--run: processes per pretraining run (torchrun)")
     p.add_argument("--eval-workers", type=int, default=1, help="--run: fine-tuning processes in parallel")
@@ -70,6 +71,22 @@ def local_script(plan, study_path: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_script(path: Path, text: str, force: bool) -> None:
+    """``--emit local FILE``: refused where FILE exists unless --force; written to a temporary name, then renamed."""
+    if path.is_dir():
+        raise StudyError(f"--emit local {path}: that is a folder; pass a file name for the script")
+    if path.exists() and not force:
+        raise StudyError(f"{path} already exists; pass --force to replace it, or choose another --emit local file")
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text)
+        tmp.chmod(0o755)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, path)
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -82,20 +99,19 @@ def main(argv=None) -> int:
         plan = build_plan(study, args.root)
         print(plan_table(plan, throughput_for(study, args.tokens_per_second, args.benchmark)))
         if args.emit and args.emit[0] == "slurm":
-            written = emit_slurm(plan, args.emit[1])
+            written = emit_slurm(plan, args.emit[1], force=args.force)
             print(f"wrote {len(written)} scripts to {args.emit[1]}; submit with: bash {args.emit[1]}/submit.sh")
         elif args.emit:
             text = local_script(plan, args.study)
             if len(args.emit) == 2:
-                Path(args.emit[1]).write_text(text)
+                write_script(Path(args.emit[1]), text, args.force)
                 print(f"wrote {args.emit[1]}")
             else:
                 print(text)
         if args.run:
             return run_plan(plan, args)
-    except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except (UserError, OSError) as error:
+        return exit_line(error)
     return 0
 
 

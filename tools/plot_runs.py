@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from megamlm.errors import UserError  # noqa: E402
+from megamlm.errors import UserError, exit_line  # noqa: E402
 from megamlm.training.run_plots import plot_runs  # noqa: E402
 
 
@@ -27,9 +27,8 @@ def main(argv=None) -> int:
     try:
         for path in plot_runs(args.runs, args.output):
             print(path)
-    except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except (UserError, OSError) as error:
+        return exit_line(error)
     return 0
 
 

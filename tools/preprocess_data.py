@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from megamlm.data.indexed import DataError  # noqa: E402
 from megamlm.data.preprocess import TOKENIZER_TYPES, PreprocessSettings, preprocess  # noqa: E402
+from megamlm.errors import UserError, exit_line  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -71,9 +71,8 @@ def main(argv=None) -> int:
     )
     try:
         summary = preprocess(settings)
-    except DataError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    except (UserError, OSError) as error:
+        return exit_line(error)
     print(summary.line())
     for prefix in summary.outputs:
         print(f"  {prefix}.bin / .idx")

@@ -23,9 +23,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from megamlm.errors import UserError  # noqa: E402
+from megamlm.errors import UserError, exit_line  # noqa: E402
 from megamlm.study.plan import build_plan  # noqa: E402
-from megamlm.study.report import has_results, report_path, write_report  # noqa: E402
+from megamlm.study.report import check_report_target, has_results, report_path, write_report  # noqa: E402
 from megamlm.study.schema import StudyError, load_study  # noqa: E402
 
 
@@ -38,19 +38,20 @@ def main(argv=None) -> int:
     p.add_argument("--root", help="folder of the runs (default: the study's root, else runs/NAME)")
     p.add_argument("--output", help="report file (default: the study's report, else ROOT/report/REPORT.md)")
     p.add_argument("--no-figures", action="store_true", help="tables only")
+    p.add_argument("--force", action="store_true", help="replace an --output file that is not a study report")
     args = p.parse_args(argv)
     try:
         plan = build_plan(load_study(args.study, args.overrides, args.scale), args.root)
         output = Path(args.output) if args.output else report_path(plan)
+        check_report_target(output, args.force)  # a file that is not a report is never replaced without --force
         if output.exists() and not has_results(plan):
             # e.g. the committed report of a study, asked for in a fresh clone where none of its runs exist
             raise StudyError(f"no run of study {plan.study.name!r} has results under {plan.root}, and {output} "
                              "already holds a report: not replacing it with an empty one. Pass --root where the "
                              "runs are (and the --set/--scale they were planned with), or --output elsewhere")
-        print(write_report(plan, output, figures=not args.no_figures))
-    except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        print(write_report(plan, output, figures=not args.no_figures, force=args.force))
+    except (UserError, OSError) as error:
+        return exit_line(error)
     return 0
 
 

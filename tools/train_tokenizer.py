@@ -16,6 +16,10 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from megamlm.errors import exit_line  # noqa: E402
+
 SPECIAL_TOKENS = ["<|bos|>", "<|eos|>", "<|pad|>", "<|mask|>"]
 
 
@@ -47,7 +51,7 @@ def train(paths: list[str], vocab_size: int, key: str = "text", min_frequency: i
     return tokenizer
 
 
-def main(argv=None) -> None:
+def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--input", nargs="+", required=True, help="jsonl files (plain or .gz)")
     parser.add_argument("--output", required=True, help="tokenizer.json to write")
@@ -60,14 +64,18 @@ def main(argv=None) -> None:
             parser.error(f"input {path} not found")
     if args.vocab_size < 256 + len(SPECIAL_TOKENS):
         parser.error(f"--vocab-size must be at least {256 + len(SPECIAL_TOKENS)} (bytes plus special tokens)")
-    tokenizer = train(args.input, args.vocab_size, args.json_key, args.min_frequency)
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output.with_name(output.name + ".tmp")
-    tokenizer.save(str(tmp))
-    os.replace(tmp, output)
+    try:
+        tokenizer = train(args.input, args.vocab_size, args.json_key, args.min_frequency)
+        output = Path(args.output)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        tmp = output.with_name(output.name + ".tmp")
+        tokenizer.save(str(tmp))
+        os.replace(tmp, output)
+    except OSError as error:
+        return exit_line(error)
     print(f"wrote {output}: {tokenizer.get_vocab_size()} ids", file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

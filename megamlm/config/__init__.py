@@ -35,7 +35,15 @@ from megamlm.config.derived import (
 )
 from megamlm.config.docs import choices_of, field_docs
 from megamlm.config.flags import build_parser, parse_flags
-from megamlm.config.loader import ALTERNATIVES, FORMER_SWITCHES, config_from_settings, load_yaml, settings_of
+from megamlm.config.loader import (
+    ALTERNATIVES,
+    FORMER_SWITCHES,
+    config_from_settings,
+    load_yaml,
+    read_yaml,
+    settings_of,
+    yaml_problem,
+)
 from megamlm.config.resolve import Adopter, launch_world_size, parse_args, resolve
 from megamlm.config.sections import (
     MODEL_FLAG_NAMES,

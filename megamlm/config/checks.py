@@ -23,7 +23,7 @@ from megamlm.config.derived import (
 )
 from megamlm.config.docs import choices_of
 from megamlm.config.loader import ALTERNATIVES
-from megamlm.config.sections import SECTION_CLASSES, CheckpointConfig, Config, PerformanceConfig
+from megamlm.config.sections import OBJECTIVE_PHASES, SECTION_CLASSES, CheckpointConfig, Config, PerformanceConfig
 from megamlm.errors import ConfigError
 from megamlm.extras import installed
 from megamlm.model.attention_backends import attention_backend_problem
@@ -151,6 +151,11 @@ def check_objective(cfg: Config) -> None:
     o, t = cfg.objective, cfg.training
     if o.switch is not None and not 0.0 < o.switch < 1.0:
         raise ConfigError(f"--switch must be a fraction strictly between 0 and 1, got {o.switch}")
+    given = [flag for flag, value in (("--switch", o.switch), ("--switch-step", o.switch_step)) if value is not None]
+    if given and len(OBJECTIVE_PHASES[o.objective]) == 1:
+        two_phase = ", ".join(name for name, phases in OBJECTIVE_PHASES.items() if len(phases) == 2)
+        raise ConfigError(f"{given[0]} places the objective switch, but --objective {o.objective} has one objective "
+                          f"and no switch; drop {given[0]}, or pick a two-phase objective ({two_phase})")
     step = switch_step(o, t.train_iters)
     if step is not None and not 0 < step < t.train_iters:
         given = f"--switch-step {o.switch_step}" if o.switch_step is not None else f"--switch {switch_fraction(o)}"
@@ -178,6 +183,15 @@ def check_training(cfg: Config) -> None:
         raise ConfigError(f"--lr-warmup-fraction must be in [0, 1), got {t.lr_warmup_fraction}")
     if t.lr_wsd_decay_fraction is not None and not 0.0 < t.lr_wsd_decay_fraction <= 1.0:
         raise ConfigError(f"--lr-wsd-decay-fraction must be in (0, 1], got {t.lr_wsd_decay_fraction}")
+    wsd_given = [flag for flag, value in (("--lr-wsd-decay-iters", t.lr_wsd_decay_iters),
+                                          ("--lr-wsd-decay-fraction", t.lr_wsd_decay_fraction)) if value is not None]
+    if wsd_given and t.lr_decay_style != "wsd":
+        raise ConfigError(f"{wsd_given[0]} sets the decay of the wsd schedule, but --lr-decay-style is "
+                          f"{t.lr_decay_style} (it decays over the whole run after warmup); drop {wsd_given[0]}, or "
+                          "pass --lr-decay-style wsd")
+    if t.lr_decay_style == "constant" and t.min_lr > 0:
+        raise ConfigError(f"--min-lr {t.min_lr} is where the learning rate decays to, but --lr-decay-style constant "
+                          "never decays; drop --min-lr, or pick wsd, cosine or linear")
     warmup, decay = warmup_iters(t), wsd_decay_iters(t)
     if warmup + (decay if t.lr_decay_style == "wsd" else 0) > t.train_iters:
         raise ConfigError(f"warmup ({warmup}) plus decay ({decay}) steps exceed --train-iters {t.train_iters}; "

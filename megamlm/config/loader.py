@@ -90,20 +90,52 @@ def _typed_list(name: str, annotation, value) -> list:
     return [str(v) for v in items]
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a mapping that gives a key twice (PyYAML keeps the last one silently): a
+    section or a setting written twice is one of them lost. Used for --config files and study files alike."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            first_line: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    earlier = first_line.get(key)
+                except TypeError:  # an unhashable key: PyYAML's own error follows
+                    continue
+                if earlier is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} given twice (first at line {earlier})", key_node.start_mark)
+                first_line[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+
+def yaml_problem(err: yaml.YAMLError) -> str:
+    """``at line L, column C: PROBLEM`` of a PyYAML error, in one line."""
+    mark = getattr(err, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    return f"{where}: {problem}"
+
+
+def read_yaml(text: str):
+    """YAML text as Python values (safe types only), refusing duplicate keys; raises yaml.YAMLError."""
+    return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+
+
 def settings_of(path: str) -> dict:
     """The sections of a YAML config file as mappings (not yet typed); one line naming the problem otherwise."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"config file {path} not found; pass an existing YAML file to --config")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        data = read_yaml(p.read_text(encoding="utf-8"))
     except UnicodeDecodeError as err:
         raise ConfigError(f"config file {path} is not UTF-8 text (byte {err.start}); pass a YAML file") from None
     except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ConfigError(f"config file {path} is not valid YAML{where}: {problem}; fix that line") from None
+        raise ConfigError(f"config file {path} is not valid YAML{yaml_problem(err)}; fix that line") from None
     if data is not None and not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold sections ({', '.join(SECTION_CLASSES)}) as a mapping, "
                           f"not a {type(data).__name__}")

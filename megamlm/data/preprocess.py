@@ -23,6 +23,7 @@ import os
 import sys
 import threading
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -33,6 +34,7 @@ from tqdm import tqdm
 from megamlm.data.indexed import DataError, IndexedDataset, IndexedDatasetWriter, best_dtype
 from megamlm.data.sidecar import SIDECAR_SUFFIX, write_sidecar
 from megamlm.data.tokenizer import load_tokenizer
+from megamlm.errors import os_error_text
 
 # --tokenizer-type names accepted, and the tokenizer kind each maps to (see the module docstring).
 TOKENIZER_TYPES = {
@@ -97,7 +99,15 @@ def check_settings(s: PreprocessSettings) -> None:
     if not s.json_keys:
         raise DataError("--json-keys is empty")
     folder = Path(s.output_prefix).parent
-    folder.mkdir(parents=True, exist_ok=True)
+    blocker = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise DataError(f"--output-prefix {s.output_prefix}: {blocker} is a file, not a folder; choose another "
+                        "--output-prefix")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise DataError(f"cannot create the folder of --output-prefix {s.output_prefix}: {os_error_text(err)}; "
+                        "choose another --output-prefix") from None
     if not os.access(folder, os.W_OK):
         raise DataError(f"cannot write to {folder}; choose another --output-prefix")
     existing = existing_outputs(s)
@@ -162,35 +172,66 @@ def _decode(path: str, number: int, line: bytes) -> str:
 
 def read_chunks(paths: list[str], json_keys: list[str]) -> Iterator[tuple[str, int, list]]:
     """(file, line number of the first record, records): jsonl lines stay strings (parsed in
-    the workers); parquet rows become dicts of the json keys."""
+    the workers); parquet rows become dicts of the json keys. A damaged input is a DataError naming it."""
     for path in paths:
-        if path.endswith(".parquet"):
-            import pyarrow.parquet as pq
+        try:
+            yield from _file_chunks(path, json_keys)
+        except DataError:
+            raise
+        except OSError as err:
+            if err.errno is not None:  # an I/O error of the file system (entry points name it with its errno)
+                raise
+            raise _damaged_input(path, err) from None
+        except Exception as err:
+            if not _is_damage(err):
+                raise
+            raise _damaged_input(path, err) from None
 
-            table = pq.ParquetFile(path)
-            missing = [k for k in json_keys if k not in table.schema_arrow.names]
-            if missing:
-                raise DataError(f"{path} has no column {missing[0]!r}; columns are {table.schema_arrow.names}")
-            row = 1
-            for batch in table.iter_batches(batch_size=CHUNK_DOCUMENTS, columns=json_keys):
-                records = batch.to_pylist()
-                yield path, row, records
-                row += len(records)
-            continue
-        with _open_binary(path) as f:
-            chunk, first = [], 1
-            for number, raw in enumerate(f, 1):
-                line = _decode(path, number, raw)
-                if not line.strip():
-                    continue
-                if not chunk:
-                    first = number
-                chunk.append(line)
-                if len(chunk) == CHUNK_DOCUMENTS:
-                    yield path, first, chunk
-                    chunk = []
-            if chunk:
+
+def _is_damage(err: Exception) -> bool:
+    """What a corrupt .gz / .zst / parquet raises while it is read (gzip's EOFError and zlib.error, zstandard's
+    ZstdError, pyarrow's ArrowException)."""
+    return isinstance(err, (EOFError, zlib.error)) or type(err).__module__.split(".")[0] in (
+        "pyarrow", "zstd", "zstandard")
+
+
+def _damaged_input(path: str, err: Exception) -> DataError:
+    first_line = next((line for line in str(err).splitlines() if line.strip()), type(err).__name__)
+    name = type(err).__name__ if type(err).__name__ != "error" else f"{type(err).__module__}.error"  # zlib.error
+    kind = "parquet" if path.endswith(".parquet") else "gzip" if path.endswith(".gz") else \
+        "zstandard" if path.endswith(".zst") else "jsonl"
+    return DataError(f"{path} is not a readable {kind} file ({name}: {first_line}); it is truncated "
+                     "or damaged: copy or download it again, or drop it from --input")
+
+
+def _file_chunks(path: str, json_keys: list[str]) -> Iterator[tuple[str, int, list]]:
+    if path.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        table = pq.ParquetFile(path)
+        missing = [k for k in json_keys if k not in table.schema_arrow.names]
+        if missing:
+            raise DataError(f"{path} has no column {missing[0]!r}; columns are {table.schema_arrow.names}")
+        row = 1
+        for batch in table.iter_batches(batch_size=CHUNK_DOCUMENTS, columns=json_keys):
+            records = batch.to_pylist()
+            yield path, row, records
+            row += len(records)
+        return
+    with _open_binary(path) as f:
+        chunk, first = [], 1
+        for number, raw in enumerate(f, 1):
+            line = _decode(path, number, raw)
+            if not line.strip():
+                continue
+            if not chunk:
+                first = number
+            chunk.append(line)
+            if len(chunk) == CHUNK_DOCUMENTS:
                 yield path, first, chunk
+                chunk = []
+        if chunk:
+            yield path, first, chunk
 
 
 # ---- encoding (runs in worker processes) ------------------------------------------------------

@@ -223,6 +223,27 @@ def execute(plan: EvalPlan, tasks: dict[str, TaskData] | None = None, log=print)
     return report
 
 
+OUTPUT_ENTRIES = ("runs", "hf_exports", "results.md", "results.csv", "scores_per_lr.csv", "score_per_model.png",
+                  "score_vs_lr.png")
+"""What tools/evaluate.py writes into --output: a folder holding one of them is one it wrote (and resumes)."""
+
+
+def check_output_folder(output: Path, force: bool = False) -> None:
+    """--output is new, empty, or an earlier evaluation's folder (rerunning resumes it: finished runs are skipped);
+    a folder holding only other files is someone else's and refused unless ``force``."""
+    output = Path(output)
+    blocker = next((p for p in (output, *output.parents) if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        raise PlanError(f"--output {output}: {blocker} is a file, not a folder; choose a folder for the results")
+    if not output.is_dir() or force:
+        return
+    entries = sorted(p.name for p in output.iterdir())
+    if entries and not set(entries) & set(OUTPUT_ENTRIES):
+        raise PlanError(f"--output {output} holds files tools/evaluate.py did not write ({', '.join(entries[:3])}"
+                        f"{', ...' if len(entries) > 3 else ''}); choose a new or empty folder, or pass --force to "
+                        "write into it anyway")
+
+
 def evaluate(plan: EvalPlan, plots: bool = True, log=print) -> dict:
     """Check, run what is missing, then aggregate everything finished into tables and figures."""
     tasks = check_plan(plan, log=log)

@@ -117,8 +117,9 @@ def _weight_files(source: HFSource) -> list[Path]:
 
 
 def _damaged(path: Path, error: Exception) -> ConversionError:
-    return ConversionError(f"cannot read the weights in {path} ({type(error).__name__}: {error}); the file is "
-                           "truncated or damaged: download or copy it again")
+    first_line = next((line for line in str(error).splitlines() if line.strip()), "")  # torch's run to pages
+    return ConversionError(f"cannot read the weights in {path} ({type(error).__name__}: {first_line}); the file is "
+                           "truncated, damaged or not plain tensors: download or copy it again")
 
 
 def _hf_name(name: str) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from megamlm.config import OBJECTIVE_PHASES, Config, ConfigError, parse_flags, validate
+from megamlm.config import OBJECTIVE_PHASES, Config, ConfigError, batch_start, parse_flags, validate
 from megamlm.model.config import PRESETS
 from megamlm.study.naming import arm_label, continuation_label, run_name
 from megamlm.study.schema import Study, StudyError, grid_arms, merge_settings, pretrain_settings
@@ -75,7 +75,14 @@ class Run:
     @property
     def tokens_per_step(self) -> int:
         seq_length = self.config.model.seq_length or PRESETS[self.size]["max_seq_length"]
-        return self.config.training.global_batch_size * seq_length
+        return self.global_batch_size * seq_length
+
+    @property
+    def global_batch_size(self) -> int:
+        """The study's global batch, else the one a launch starts from: the preset's recipe (config/batches.py;
+        a launch keeps it unless its data-parallel ranks need more)."""
+        given = self.config.training.global_batch_size
+        return given if given is not None else batch_start(self.size)[1]
 
     def objective_steps(self, independent: bool = False) -> dict[str, int]:
         """Steps this run trains itself per objective (``independent``: all its steps, as if nothing were shared)."""
@@ -293,9 +300,24 @@ def build_plan(study: Study, root: str | None = None) -> Plan:
         twice = sorted({n for n in names if names.count(n) > 1})
         raise StudyError(f"two arms get the same run name {twice}; give distinct mask ratios or steps")
     plan = Plan(study, root or study.default_root, runs)
+    _check_checkpoint_steps(plan)
     _pin_checkpoints(plan)
     _check_branches(plan)
     return plan
+
+
+def _check_checkpoint_steps(plan: Plan) -> None:
+    """Every evaluation.checkpoint_steps step is a step some run trains itself: one beyond every run's budget
+    would be evaluated nowhere, without a word."""
+    if plan.study.evaluation is None:
+        return
+    unused = [s for s in plan.study.evaluation.checkpoint_steps
+              if not any(run.branch_step < s <= run.train_iters for run in plan.runs)]
+    if unused:
+        longest = max(run.train_iters for run in plan.runs)
+        scaled = f" (after --scale {plan.study.scale:g})" if plan.study.scale != 1 else ""
+        raise StudyError(f"evaluation.checkpoint_steps {unused}{scaled} lie outside every run (the longest trains "
+                         f"steps 1-{longest}); no checkpoint would be evaluated there: drop them or lower them")
 
 
 def _pin_checkpoints(plan: Plan) -> None:

@@ -504,9 +504,30 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def write_report(plan: Plan, path: str | Path | None = None, figures: bool = True) -> Path:
-    """Write the report (and its figures into ``figures/`` beside it); returns its path."""
+REPORT_TITLE = "# Study `"
+"""How every report this module writes begins: a file at the report's path that does not is someone else's."""
+
+
+def check_report_target(path: Path, force: bool = False) -> None:
+    """The report replaces an earlier report (it is rewritten from the runs at any time), never another file."""
+    if path.is_dir():
+        raise UserError(f"report path {path} is a folder; pass a file name (e.g. {path / 'REPORT.md'})")
+    if path.exists() and not force:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                head = f.read(len(REPORT_TITLE))
+        except OSError:
+            head = ""
+        if head != REPORT_TITLE:
+            raise UserError(f"{path} exists and is not a study report; pass --force to replace it, or choose "
+                            "another --output")
+
+
+def write_report(plan: Plan, path: str | Path | None = None, figures: bool = True, force: bool = False) -> Path:
+    """Write the report (and its figures into ``figures/`` beside it); returns its path. An existing file there that
+    is not a report is refused unless ``force``."""
     path = Path(path) if path else report_path(plan)
+    check_report_target(path, force)
     rehearsal = plan.study.is_rehearsal
     if rehearsal and _same_folder(path, own_report_path(plan)):
         raise UserError(f"a rehearsal (--scale {plan.study.scale:g}) does not write its report to {path}: that is "
@@ -541,8 +562,8 @@ def write_report(plan: Plan, path: str | Path | None = None, figures: bool = Tru
             images = [(title, p) for title, p in made if p is not None]
     finished = sum(finished_step(plan.save_dir(r), r.train_iters) for r in plan.runs)
     study_file = _shown(plan.study.source)
-    title = (f"# Study `{plan.study.name}`: a rehearsal of the pipeline (`--scale {plan.study.scale:g}`), not its "
-             "results" if rehearsal else f"# Study `{plan.study.name}`: report")
+    title = (f"{REPORT_TITLE}{plan.study.name}`: a rehearsal of the pipeline (`--scale {plan.study.scale:g}`), not its "
+             "results" if rehearsal else f"{REPORT_TITLE}{plan.study.name}`: report")
     parts = [title, ""]
     if rehearsal:
         parts += [f"Every step count of the study was multiplied by {plan.study.scale:g}. This report shows that the "

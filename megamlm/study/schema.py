@@ -22,7 +22,7 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
-from megamlm.config import ALTERNATIVES, SECTION_CLASSES, ConfigError, field_docs, load_yaml
+from megamlm.config import ALTERNATIVES, SECTION_CLASSES, ConfigError, field_docs, load_yaml, read_yaml, yaml_problem
 from megamlm.errors import UserError
 from megamlm.eval.finetune import Hyperparameters
 from megamlm.eval.paper_datasets import RETRIEVAL_CORPORA
@@ -206,9 +206,11 @@ def load_study(path: str | Path, overrides: list[str] = (), scale: float | None 
     if not path.is_file():
         raise StudyError(f"study file {path} not found; pass the path of a study YAML (see examples/studies/)")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = read_yaml(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise StudyError(f"{path} is not UTF-8 text (byte {err.start}); pass a study YAML file") from None
     except yaml.YAMLError as err:
-        raise StudyError(f"{path} is not valid YAML: {str(err).splitlines()[0]}") from None
+        raise StudyError(f"{path} is not valid YAML{yaml_problem(err)}") from None
     if not isinstance(data, dict):
         raise StudyError(f"{path} must hold a mapping of study keys (name, sizes, grids, ...)")
     own_report = data.get("report")

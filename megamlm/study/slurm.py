@@ -18,7 +18,7 @@ from pathlib import Path
 
 from megamlm.study.commands import REPO, evaluate_command, evaluated_models, export_command
 from megamlm.study.plan import Plan, Run
-from megamlm.study.schema import check_script_path, check_slurm_values
+from megamlm.study.schema import StudyError, check_script_path, check_slurm_values
 
 
 _REPO = "__REPO__"  # placeholder replaced by "$REPO" in the scripts
@@ -157,25 +157,35 @@ def submit_script(plan: Plan, logs: Path) -> str:
     return "\n".join(lines)
 
 
-def emit_slurm(plan: Plan, out_dir: str | Path, workdir: str | Path | None = None) -> list[Path]:
-    """Write the scripts into ``out_dir``; commands run from ``workdir`` (default: the current folder)."""
+def emit_slurm(plan: Plan, out_dir: str | Path, workdir: str | Path | None = None, force: bool = False) -> list[Path]:
+    """Write the scripts into ``out_dir``; commands run from ``workdir`` (default: the current folder). Scripts
+    already there are refused unless ``force``; each file is written to a temporary name, then renamed."""
     out_dir = Path(out_dir)
     workdir = Path(workdir or os.getcwd()).resolve()
     logs = (workdir / plan.root / "logs").resolve()
     check_slurm_values(plan.study.slurm)  # load_study checked them; a plan made in code is checked here
     check_script_path(logs, "the logs folder (--root, or the folder the scripts run from)")
-    out_dir.mkdir(parents=True, exist_ok=True)
     files = {f"{run.name}.sbatch": pretrain_script(plan, run, workdir, logs) for run in plan.runs}
     if plan.study.evaluation is not None:
         files.update({f"{run.name}.eval.sbatch": evaluation_script(plan, run, workdir, logs) for run in plan.runs})
     files["submit.sh"] = submit_script(plan, logs)
-    written = []
-    for name, text in files.items():
-        path = out_dir / name
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text)
-        tmp.chmod(0o755)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise StudyError(f"--emit slurm {out_dir}: that is a file, not a folder; choose a folder for the scripts")
+    existing = [out_dir / name for name in files if (out_dir / name).exists()]
+    if existing and not force:
+        raise StudyError(f"{existing[0]} already exists ({len(existing)} of the {len(files)} scripts do); pass "
+                         "--force to replace them, or choose another --emit folder")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    temporary = {out_dir / name: out_dir / f".{name}.tmp" for name in files}
+    try:
+        for (path, tmp), text in zip(temporary.items(), files.values()):
+            tmp.write_text(text)
+            tmp.chmod(0o755)
+    except OSError:
+        for tmp in temporary.values():
+            tmp.unlink(missing_ok=True)
+        raise
+    for path, tmp in temporary.items():
         os.replace(tmp, path)
-        written.append(path)
-    return written
+    return list(temporary)
 

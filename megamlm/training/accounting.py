@@ -20,10 +20,11 @@ from typing import Callable
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
+from megamlm.errors import os_error_text
 from megamlm.log import log, rank
 from megamlm.model.config import ModelArgs
 from megamlm.training.metrics import format_duration, throughput
-from megamlm.training.metrics_file import MetricsFile
+from megamlm.training.metrics_file import METRICS_FILE, MetricsFile
 from megamlm.training.nonfinite import NonFiniteGuard
 from megamlm.training.step import StepOutcome
 from megamlm.training.validation import ValidationResult
@@ -140,6 +141,17 @@ class RunReporter:
         self.tensorboard = TensorBoardWriter(tensorboard_dir)
         self.metrics = MetricsFile(save_dir, start_step)
         self.run_start = time.perf_counter()
+        self.failure: str | None = None
+        """Why writing the metrics or TensorBoard events failed (a full disk): the trainer stops the run on it
+        like on a signal, saving a checkpoint if it can. Nothing more is written after a failure."""
+
+    def _write(self, what: str, write, *args, **kwargs) -> None:
+        if self.failure is not None:
+            return
+        try:
+            write(*args, **kwargs)
+        except OSError as err:
+            self.failure = f"writing {what} failed: {os_error_text(err)}"
 
     def logs_at(self, step: int, is_switch_step: bool) -> bool:
         return step % self.log_interval == 0 or step == self.train_iters or is_switch_step
@@ -147,8 +159,8 @@ class RunReporter:
     def step(self, s: StepOutcome, global_batch_size: int) -> None:
         """One finished step, with host numbers (``s`` read)."""
         self.meter.add(s.loss, s.grad_norm, global_batch_size * self.seq_length, s.predicted_tokens)
-        self.tensorboard.scalars(s.step, {"loss": s.loss, f"loss/{s.objective}": s.loss, "lr": s.lr,
-                                          "grad_norm": s.grad_norm})
+        self._write("the TensorBoard events", self.tensorboard.scalars, s.step, {
+            "loss": s.loss, f"loss/{s.objective}": s.loss, "lr": s.lr, "grad_norm": s.grad_norm})
         if not self.logs_at(s.step, s.is_switch_step):
             return
         summary = self.meter.flush()
@@ -160,11 +172,10 @@ class RunReporter:
         log(f"step {s.step}/{self.train_iters} | objective {s.objective} | loss {summary.loss:.4f} | lr {s.lr:.1e} | "
             f"grad-norm {summary.grad_norm:.2f} | {rate.tokens_per_second:.0f} tok/s{mfu}{memory} | "
             f"eta {format_duration(eta)}")
-        self.tensorboard.scalars(s.step, {"tokens_per_second": rate.tokens_per_second,
-                                          **({"mfu": rate.mfu} if rate.mfu is not None else {}),
-                                          **({"peak_memory_mib": rate.peak_memory_mib}
-                                             if rate.peak_memory_mib is not None else {})})
-        self.metrics.append("train", s.step, samples=s.consumed_samples,
+        self._write("the TensorBoard events", self.tensorboard.scalars, s.step, {
+            "tokens_per_second": rate.tokens_per_second, **({"mfu": rate.mfu} if rate.mfu is not None else {}),
+            **({"peak_memory_mib": rate.peak_memory_mib} if rate.peak_memory_mib is not None else {})})
+        self._write(METRICS_FILE, self.metrics.append, "train", s.step, samples=s.consumed_samples,
                             tokens=s.consumed_samples * self.seq_length, objective=s.objective, loss=summary.loss,
                             lr=s.lr, grad_norm=summary.grad_norm, tokens_per_second=rate.tokens_per_second,
                             mfu=rate.mfu, peak_memory_mib=rate.peak_memory_mib)
@@ -172,11 +183,16 @@ class RunReporter:
     def validation(self, result: ValidationResult, consumed_samples: int) -> None:
         self.meter.start += result.seconds  # tokens/s measures training: the evaluation's time does not count
         log(result.describe())
-        self.tensorboard.scalars(result.step, {f"validation/{name}": value for name, value in result.scalars().items()})
-        self.metrics.append("validation", result.step, samples=consumed_samples,
+        self._write("the TensorBoard events", self.tensorboard.scalars, result.step,
+                    {f"validation/{name}": value for name, value in result.scalars().items()})
+        self._write(METRICS_FILE, self.metrics.append, "validation", result.step, samples=consumed_samples,
                             tokens=consumed_samples * self.seq_length, **result.scalars(),
                             validation_samples=result.samples, mlm_tokens=result.mlm_tokens,
                             clm_tokens=result.clm_tokens)
 
     def close(self) -> None:
-        self.tensorboard.close()
+        """Flush and close the TensorBoard events (also after a failed write: what was written stays whole)."""
+        try:
+            self.tensorboard.close()
+        except OSError as err:
+            self.failure = self.failure or f"writing the TensorBoard events failed: {os_error_text(err)}"

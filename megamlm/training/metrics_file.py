@@ -63,13 +63,34 @@ class MetricsFile:
         if self.path is not None and self.path.exists():
             kept = [r for r in read_metrics(self.path) if int(r.get("step", 0)) <= start_step]
             tmp = self.path.with_name(self.path.name + f".tmp{os.getpid()}")
-            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+            try:
+                tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+            except OSError:
+                tmp.unlink(missing_ok=True)  # the file itself is untouched
+                raise
             os.replace(tmp, self.path)
 
     def append(self, kind: str, step: int, **fields) -> None:
+        """One record as one whole line: a write that fails (a full disk) is cut back to the file's previous
+        size, and the OSError, naming the file, is raised."""
         if self.path is None:
             return
         record = {"kind": kind, "step": step, **{k: _finite(v) for k, v in fields.items()}}
+        line = (json.dumps(record) + "\n").encode()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            try:
+                _write_all(fd, line)
+            except OSError as err:
+                os.ftruncate(fd, size)
+                raise OSError(err.errno, err.strerror, str(self.path)) from None
+        finally:
+            os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]

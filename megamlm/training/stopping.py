@@ -24,6 +24,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from megamlm.errors import UserError
 from megamlm.log import log
 from megamlm.parallel.launch import host_collective_device
 
@@ -85,6 +86,11 @@ def any_rank(flags: list[bool], group=None) -> list[bool]:
     return [bool(v) for v in tensor.tolist()]
 
 
+class WriteFailure(UserError):
+    """The run stopped because a file it writes as it goes (metrics.jsonl, TensorBoard events) could not be
+    written, e.g. a full disk; the message says which checkpoint holds the run (exit 2)."""
+
+
 class StopPolicy:
     def __init__(self, signals: ExitSignalHandler, exit_interval: int | None = None,
                  exit_duration_in_mins: float | None = None, start_time: float | None = None, group=None):
@@ -93,12 +99,20 @@ class StopPolicy:
         self.exit_duration_in_mins = exit_duration_in_mins
         self.start_time = PROCESS_START if start_time is None else start_time
         self.group = group
+        self.failure: str | None = None
+        """Set by the trainer: this rank's failed write (training/accounting.py), a reason to stop on every rank."""
+        self.failed = False
+        """Whether some rank's write failed, as of the last ``reason_to_stop``."""
 
     def reason_to_stop(self, step: int) -> str | None:
         """Why the run stops after ``step`` (the same answer on every rank), or None to continue."""
         out_of_time = (self.exit_duration_in_mins is not None
                        and time.monotonic() - self.start_time >= 60.0 * self.exit_duration_in_mins)
-        signalled, out_of_time = any_rank([self.signals.requested, out_of_time], self.group)
+        failed, signalled, out_of_time = any_rank([self.failure is not None, self.signals.requested, out_of_time],
+                                                  self.group)
+        self.failed = failed
+        if failed:
+            return self.failure or "a failed write on another rank"
         if signalled:
             return f"signal {self.signals.received}" if self.signals.received else "a signal on another rank"
         if out_of_time:

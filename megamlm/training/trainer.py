@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 
 from megamlm.checkpoint import load_model_weights
+from megamlm.checkpoint.checkpointer import CheckpointSaveError
 from megamlm.checkpoint.lock import lock_save_folder
 from megamlm.checkpoint.manager import CheckpointManager
 from megamlm.config import Config, ConfigError, split_weights
@@ -48,7 +49,7 @@ from megamlm.training.resume import Start, TrainProgress, plan_start
 from megamlm.training.run_record import build_run_record, write_run_record
 from megamlm.training.setup import RunPlan, backends_on_device, plan_run
 from megamlm.training.step import StepOutcome, train_step
-from megamlm.training.stopping import ExitSignalHandler, StopPolicy
+from megamlm.training.stopping import ExitSignalHandler, StopPolicy, WriteFailure
 from megamlm.training.validation import ValidationSet, load_validation_set
 
 
@@ -135,6 +136,9 @@ class Trainer:
             if self.after_step(self.progress.step):
                 break
         self.reporter.close()
+        if self.reporter.failure is not None:  # the last events' flush (the checkpoint is written)
+            raise WriteFailure(f"{self.reporter.failure}; the run finished, its checkpoints are whole"
+                               + ("" if self.manager.save_dir is None else f" ({self.result.last_checkpoint})"))
         log(f"done: {self.progress.step - self.result.start_step} steps in "
             f"{format_duration(time.perf_counter() - run_start)}")
 
@@ -172,7 +176,11 @@ class Trainer:
                                      self.progress.consumed_samples)
         if manager.due(step):
             result.last_checkpoint = manager.save(step)
-        if step < t.train_iters and (reason := self.stop.reason_to_stop(step)):
+        self.stop.failure = self.reporter.failure
+        reason = self.stop.reason_to_stop(step)
+        if self.stop.failed:
+            self.stop_on_failure(step, reason)
+        if step < t.train_iters and reason:
             self.settle(step)
             result.last_checkpoint = manager.save(step) or result.last_checkpoint
             result.stop_reason = reason
@@ -180,6 +188,24 @@ class Trainer:
                                                            if manager.save_dir else "nothing saved (no --save)"))
             return True
         return False
+
+    def stop_on_failure(self, step: int, reason: str) -> None:
+        """A write that failed (a full disk under metrics.jsonl or the TensorBoard events) stops the run as a signal
+        does, saving a checkpoint if it can; then a WriteFailure (exit 2) says what happened."""
+        self.settle(step)
+        manager = self.manager
+        if manager.save_dir is None:
+            saved = "nothing saved (no --save)"
+        else:
+            try:
+                saved = f"saved checkpoint {manager.save(step)}: free space, then relaunch the same command"
+            except CheckpointSaveError as err:
+                saved = f"no checkpoint could be written either ({err})"
+                if self.result.last_checkpoint is not None:
+                    saved += f"; the last one is {self.result.last_checkpoint}"
+        self.result.stop_reason = reason
+        self.reporter.close()
+        raise WriteFailure(f"stopped after step {step}: {reason}; {saved}")
 
     def settle(self, step: int) -> None:
         """Account for the steps up to ``step`` (training/accounting.py); raise NonFiniteError, after saving a
@@ -215,6 +241,10 @@ def build_trainer(cfg: Config, signals: ExitSignalHandler, held: ExitStack,
     if c.init_from and is_hf_model(c.init_from):  # load_config imports it and adopts its shape and tokenizer
         raise ConfigError(f"--init-from {c.init_from} is a Hugging Face model that this config has not adopted: "
                           "build the config with megamlm.cli.load_config, which imports it")
+    tensorboard_dir = cfg.logging.tensorboard_dir
+    if tensorboard_dir and Path(tensorboard_dir).exists() and not Path(tensorboard_dir).is_dir():
+        raise ConfigError(f"--tensorboard-dir {tensorboard_dir} is a file, not a folder; pass a folder for the "
+                          "TensorBoard events (it is created if missing)")
     plan = plan_run(cfg)
     mesh, device = start_parallel(plan.dims, plan.device)
     record = build_run_record(cfg, plan, plan.dims.world_size)

@@ -61,6 +61,13 @@ def test_tokenizer_larger_than_the_model_vocabulary(capsys, cache_dir, monkeypat
     (["--compile", "fast"], "argument --compile: invalid choice: 'fast'"),
     (["--device", "cpu", "--compile", "cudagraphs"], "--compile cudagraphs needs one GPU process"),
     (["--device", "cpu", "--attention-backend", "sdpa_cudnn"], "--attention-backend sdpa_cudnn runs on a GPU"),
+    # issue 22: flags that would do nothing in the combination given
+    (["--objective", "clm", "--switch", "0.5"], "--switch places the objective switch, but --objective clm has one"),
+    (["--objective", "mlm", "--switch-step", "3"], "--switch-step places the objective switch, but --objective mlm"),
+    (["--switch", "0.5"], "--objective mlm has one objective"),  # mlm is the default
+    (["--lr-decay-style", "cosine", "--lr-wsd-decay-iters", "2"], "--lr-wsd-decay-iters sets the decay of the wsd"),
+    (["--lr-decay-style", "linear", "--lr-wsd-decay-fraction", "0.1"], "but --lr-decay-style is linear"),
+    (["--lr-decay-style", "constant", "--min-lr", "1e-5"], "--lr-decay-style constant never decays; drop --min-lr"),
 ])
 def test_flag_errors_through_the_command_line(capsys, argv, message):
     expect_cli_error(capsys, argv, message)
@@ -192,6 +199,11 @@ def test_numeric_flags_out_of_range(capsys, argv, message):
     ("training:\n  lr: fast\n", "training.lr must be a number, got 'fast'"),
     ("training:\n  train_iters: 1.5\n", "training.train_iters must be a whole number, got 1.5"),
     ("model:\n  model: null\n", "model.model needs a value"),
+    # issue 22: PyYAML keeps the last of two equal keys; a section or a setting given twice is refused
+    ("model:\n  model: tiny\ntraining:\n  lr: 0.1\nmodel:\n  seq_length: 64\n",
+     "at line 5, column 1: key 'model' given twice (first at line 1)"),
+    ("training:\n  lr: 0.1\n  min_lr: 0.0\n  lr: 0.2\n", "at line 4, column 3: key 'lr' given twice (first at line 2)"),
+    ("training: {lr: 0.1, lr: 0.2}\n", "key 'lr' given twice (first at line 1)"),
 ])
 def test_a_malformed_yaml_config_is_named_with_its_line(capsys, tmp_path, text, message):
     path = tmp_path / "run.yaml"
@@ -337,3 +349,295 @@ def test_the_vocabulary_message_first_suggests_retokenizing(capsys, tmp_path, ca
     err = capsys.readouterr().err
     assert err.index("Re-tokenize it with tools/preprocess_data.py") < err.index("pass that one as --tokenizer-model")
     assert "--vocab-size" not in err
+
+
+# ---- issue 22: flags that do nothing, duplicate keys, studies, environment arguments ----------------------------
+
+MINIMAL_STUDY = "name: mini\nsizes: [tiny]\nseeds: [1]\ngrids:\n  - budgets: [100]\n    clm_fractions: [0, 0.5]\n"
+
+
+def test_a_study_file_with_a_key_twice_is_refused_naming_the_key_and_line(capsys, tmp_path):
+    for text, message in ((MINIMAL_STUDY + "seeds: [2]\n", "at line 7, column 1: key 'seeds' given twice (first at "
+                           "line 3)"),
+                          (MINIMAL_STUDY + "    budgets: [50]\n", "at line 7, column 5: key 'budgets' given twice "
+                           "(first at line 5)")):
+        study = tmp_path / "study.yaml"
+        study.write_text(text)
+        before = snapshot(tmp_path)
+        expect_one_line(capsys, tool_main("plan_study")([str(study)]), f"{study} is not valid YAML {message}")
+        assert snapshot(tmp_path) == before
+
+
+def test_evaluation_checkpoint_steps_outside_every_run_are_refused(capsys, tmp_path):
+    study = tmp_path / "study.yaml"
+    study.write_text(MINIMAL_STUDY + "evaluation:\n  tasks: [austen-qa]\n  checkpoint_steps: [50, 100, 150, 400]\n")
+    expect_one_line(capsys, tool_main("plan_study")([str(study)]),
+                    "evaluation.checkpoint_steps [150, 400] lie outside every run (the longest trains steps 1-100)")
+    study.write_text(MINIMAL_STUDY + "evaluation:\n  tasks: [austen-qa]\n  checkpoint_steps: [50]\n")
+    assert tool_main("plan_study")([str(study)]) == 0
+    assert tool_main("plan_study")([str(study), "--scale", "0.1"]) == 0  # the steps scale with the budgets
+
+
+def test_a_minimal_study_without_batch_sizes_is_priced_with_the_presets_recipe_batch(capsys, tmp_path):
+    from megamlm.config import batch_start
+    from megamlm.study.plan import build_plan
+    from megamlm.study.schema import load_study
+
+    study = tmp_path / "study.yaml"
+    study.write_text(MINIMAL_STUDY)
+    assert tool_main("plan_study")([str(study)]) == 0
+    plan = build_plan(load_study(study))
+    run = plan.runs[0]
+    assert run.global_batch_size == batch_start("tiny")[1] and run.tokens_per_step > 0
+    assert "--global-batch-size" not in plan.flags(run)  # the launch fits it to its world size
+
+
+def test_the_planner_passes_no_switch_to_a_one_objective_run(tmp_path):
+    from megamlm.study.plan import build_plan
+    from megamlm.study.schema import load_study
+
+    (tmp_path / "base.yaml").write_text("objective:\n  objective: clm_then_mlm\n  switch_step: 30\n")  # as the paper's
+    study = tmp_path / "study.yaml"
+    study.write_text(MINIMAL_STUDY.replace("[0, 0.5]", "[0, 0.5, 1]") + "pretrain:\n  config: base.yaml\n")
+    plan = build_plan(load_study(study))
+    assert sorted(run.objective for run in plan.runs) == ["clm", "clm_then_mlm", "mlm"]
+    for run in plan.runs:
+        flags = plan.flags(run)
+        assert ("--switch" in flags or "--switch-step" in flags) == (run.switch_step is not None), (run.name, flags)
+
+
+@pytest.mark.parametrize("program", ["pretrain", "evaluate"])
+def test_an_unbalanced_quote_in_the_environments_arguments_is_one_line(capsys, monkeypatch, program):
+    monkeypatch.setenv(f"MEGAMLM_{program.upper()}_ARGS", "--train-iters '20")
+    monkeypatch.setattr(sys, "argv", [program])
+    run = main if program == "pretrain" else tool_main("evaluate")
+    expect_one_line(capsys, run(None), f"MEGAMLM_{program.upper()}_ARGS does not parse as shell words "
+                                       "(No closing quotation)")
+
+
+# ---- issue 22: a disk that fills during training stops the run like a signal, with every file whole ------------
+
+def failing_write(monkeypatch, module, name, after: int, torn: bool = True):
+    """``module.name`` (a write) succeeds ``after`` times, then writes half (``torn``) and raises ENOSPC."""
+    real, calls = getattr(module, name), []
+
+    def write(*args, **kwargs):
+        calls.append(1)
+        if len(calls) <= after:
+            return real(*args, **kwargs)
+        if torn and isinstance(args[-1], bytes):
+            real(args[0], args[-1][:len(args[-1]) // 2])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(module, name, write)
+
+
+def test_a_full_disk_under_metrics_jsonl_saves_a_checkpoint_and_leaves_no_torn_line(tmp_path, cache_dir, capsys,
+                                                                                   monkeypatch):
+    from megamlm.checkpoint.catalog import LATEST
+    from megamlm.training import metrics_file
+    from megamlm.training.metrics_file import read_metrics
+
+    failing_write(monkeypatch, metrics_file, "_write_all", after=2)  # the records of steps 1 and 2 are written
+    capsys.readouterr()
+    assert tiny_run(tmp_path, "--train-iters", "6") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: stopped after step 3: writing metrics.jsonl failed: No "
+                                                   f"space left on device (ENOSPC): {tmp_path / 'metrics.jsonl'}"), err
+    assert f"saved checkpoint {tmp_path / 'iter_0000003'}: free space, then relaunch the same command" in err
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [1, 2]  # whole lines only: the half line was cut back
+    assert (tmp_path / LATEST).read_text().strip() == "3"
+    monkeypatch.undo()
+    assert tiny_run(tmp_path, "--train-iters", "6") == 0  # the disk has room again: it resumes at step 3
+    assert [r["step"] for r in read_metrics(tmp_path, "train")] == [1, 2, 4, 5, 6]
+
+
+def test_a_full_disk_under_tensorboard_events_stops_the_run_in_one_line(tmp_path, cache_dir, capsys, monkeypatch):
+    from torch.utils.tensorboard import SummaryWriter
+
+    failing_write(monkeypatch, SummaryWriter, "add_scalar", after=8, torn=False)
+    capsys.readouterr()
+    assert tiny_run(tmp_path / "run", "--train-iters", "6", "--tensorboard-dir", tmp_path / "tb") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "writing the TensorBoard events failed: No space left on device (ENOSPC)" in err
+    assert "saved checkpoint" in err and (tmp_path / "run" / "iter_0000002").is_dir(), err
+
+
+def test_a_tensorboard_dir_that_is_a_file_is_refused_before_any_work(tmp_path, cache_dir, capsys):
+    (tmp_path / "tb").write_text("a file")
+    before = snapshot(tmp_path)
+    expect_cli_error(capsys, [*SMALL, "--train-iters", "2", "--tensorboard-dir", tmp_path / "tb", "--save",
+                              tmp_path / "run"], f"--tensorboard-dir {tmp_path / 'tb'} is a file, not a folder")
+    assert snapshot(tmp_path) == before and not (tmp_path / "run").exists()
+
+
+# ---- issue 22: damaged inputs and unwritable outputs of the tools -------------------------------------------------
+
+def _gzip_of_lines(count: int) -> bytes:
+    import gzip
+    import random
+
+    rng = random.Random(0)
+    return gzip.compress("".join(json.dumps({"text": " ".join(str(rng.random()) for _ in range(12))}) + "\n"
+                                 for _ in range(count)).encode())
+
+
+@pytest.mark.parametrize("name,content,message", [
+    ("c.parquet", b"PAR1 not really a parquet file", "is not a readable parquet file (ArrowInvalid: "),
+    ("c.jsonl.gz", b"\x1f\x8b\x08\x00" + b"garbage" * 20, "is not a readable gzip file (zlib.error: "),
+    ("c.jsonl.gz", _gzip_of_lines(3000)[:4000], "is not a readable gzip file (EOFError: "),
+])
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_damaged_compressed_or_parquet_input_is_one_line(capsys, tmp_path, name, content, message, workers):
+    if name.endswith(".parquet"):
+        pytest.importorskip("pyarrow")
+    corpus = tmp_path / "in" / name
+    corpus.parent.mkdir()
+    corpus.write_bytes(content)
+    (tmp_path / "out").mkdir()
+    before = snapshot(tmp_path)
+    status = tool_main("preprocess_data")(["--input", str(corpus), "--output-prefix", str(tmp_path / "out" / "c"),
+                                           "--tokenizer-model", str(TOKENIZER_FILE), "--workers", workers,
+                                           "--no-progress"])
+    expect_one_line(capsys, status, f"{corpus} {message}")
+    assert snapshot(tmp_path) == before
+
+
+def test_preprocess_into_a_folder_it_cannot_write_is_one_line(capsys, tmp_path, monkeypatch):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"text": "some text"}\n')
+    (tmp_path / "blocker").write_text("a file")
+    before = snapshot(tmp_path)
+    argv = ["--input", str(corpus), "--tokenizer-model", str(TOKENIZER_FILE), "--no-progress", "--output-prefix"]
+    status = tool_main("preprocess_data")([*argv, str(tmp_path / "blocker" / "sub" / "c")])
+    expect_one_line(capsys, status, f"{tmp_path / 'blocker'} is a file, not a folder; choose another --output-prefix")
+    from megamlm.data import indexed  # a folder that refuses writes (as root, permissions do not: simulated)
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(tmp_path / "out" / "c_text_document.bin"))
+    monkeypatch.setattr(indexed.IndexedDatasetWriter, "__init__", refuse)
+    status = tool_main("preprocess_data")([*argv, str(tmp_path / "out" / "c")])
+    expect_one_line(capsys, status, f"Permission denied (EACCES): {tmp_path / 'out' / 'c_text_document.bin'}")
+    assert snapshot(tmp_path) == before
+
+
+# ---- issue 22: outputs of the tools are never replaced without --force ------------------------------------------
+
+def test_evaluate_refuses_a_foreign_output_folder_and_an_output_that_is_a_file(capsys, tmp_path):
+    from megamlm.eval.runner import check_output_folder
+
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("my notes")
+    (tmp_path / "a_file").write_text("a file")
+    before = snapshot(tmp_path)
+    evaluate = tool_main("evaluate")
+    argv = ["--model", f"m={tmp_path / 'no_model'}", "--tasks", "austen-qa", "--devices", "cpu", "--output"]
+    expect_one_line(capsys, evaluate([*argv, str(foreign)]),
+                    f"--output {foreign} holds files tools/evaluate.py did not write (notes.txt); choose a new or "
+                    "empty folder, or pass --force")
+    expect_one_line(capsys, evaluate([*argv, str(tmp_path / "a_file")]), "is a file, not a folder")
+    assert snapshot(tmp_path) == before
+    check_output_folder(foreign, force=True)  # --force writes into it
+    (tmp_path / "earlier" / "runs").mkdir(parents=True)  # an earlier evaluation's folder: resumed
+    (tmp_path / "earlier" / "results.md").write_text("# Fine-tuning results\n")
+    check_output_folder(tmp_path / "earlier")
+    check_output_folder(tmp_path / "new")
+
+
+def test_plan_study_emit_refuses_existing_scripts_unless_force(capsys, tmp_path):
+    study = tmp_path / "study.yaml"
+    study.write_text(MINIMAL_STUDY)
+    plan_study = tool_main("plan_study")
+    script = tmp_path / "local.sh"
+    script.write_text("# my own script\n")
+    before = snapshot(tmp_path)
+    expect_one_line(capsys, plan_study([str(study), "--emit", "local", str(script)]),
+                    f"{script} already exists; pass --force to replace it")
+    assert snapshot(tmp_path) == before
+    assert plan_study([str(study), "--emit", "local", str(script), "--force"]) == 0
+    assert script.read_text().startswith("#!/bin/bash") and not list(tmp_path.glob(".*.tmp"))
+    slurm = tmp_path / "slurm"
+    assert plan_study([str(study), "--emit", "slurm", str(slurm)]) == 0
+    before = snapshot(tmp_path)
+    capsys.readouterr()
+    expect_one_line(capsys, plan_study([str(study), "--emit", "slurm", str(slurm)]),
+                    "already exists (3 of the 3 scripts do); pass --force to replace them")
+    assert snapshot(tmp_path) == before
+    assert plan_study([str(study), "--emit", "slurm", str(slurm), "--force"]) == 0
+    assert not list(slurm.glob(".*.tmp"))
+
+
+def test_study_report_refuses_to_replace_a_file_that_is_not_a_report(capsys, tmp_path):
+    study = tmp_path / "study.yaml"
+    study.write_text(MINIMAL_STUDY)
+    other = tmp_path / "README.md"
+    other.write_text("# my readme\n")
+    before = snapshot(tmp_path)
+    expect_one_line(capsys, tool_main("study_report")([str(study), "--output", str(other), "--no-figures"]),
+                    f"{other} exists and is not a study report; pass --force to replace it")
+    assert snapshot(tmp_path) == before
+
+
+# ---- issue 22: every entry point, an output it cannot write: one line naming the path, exit 2 -------------------
+
+def _unwritable_cases(tmp_path: Path) -> dict:
+    """Each entry point with its output under ``blocker``, a file (root ignores permissions: a file where a folder is
+    needed fails for everyone)."""
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"text": f"some words of text {i}"}) + "\n" for i in range(50)))
+    assert tool_main("preprocess_data")(["--input", str(corpus), "--output-prefix", str(tmp_path / "d" / "c"),
+                                         "--tokenizer-model", str(TOKENIZER_FILE), "--no-progress"]) == 0
+    study = tmp_path / "study.yaml"
+    study.write_text(MINIMAL_STUDY)
+    out = tmp_path / "blocker" / "out"
+    dataset = str(tmp_path / "d" / "c_text_document")
+    return {
+        "pretrain": lambda: main([*SMALL, "--train-iters", "1", "--save", str(out)]),
+        "preprocess_data": lambda: tool_main("preprocess_data")([
+            "--input", str(corpus), "--output-prefix", str(out / "c"), "--tokenizer-model", str(TOKENIZER_FILE),
+            "--no-progress"]),
+        "merge_datasets": lambda: tool_main("merge_datasets")(["--input", dataset, dataset, "--output-prefix",
+                                                               str(out / "m")]),
+        "train_tokenizer": lambda: tool_main("train_tokenizer")(["--input", str(corpus), "--output",
+                                                                 str(out / "t.json"), "--vocab-size", "300"]),
+        "plan_study local": lambda: tool_main("plan_study")([str(study), "--emit", "local", str(out / "run.sh")]),
+        "plan_study slurm": lambda: tool_main("plan_study")([str(study), "--emit", "slurm", str(out)]),
+        "study_report": lambda: tool_main("study_report")([str(study), "--output", str(out / "R.md"),
+                                                           "--no-figures"]),
+        "evaluate": lambda: tool_main("evaluate")(["--model", f"m={tmp_path / 'no_model'}", "--tasks", "austen-qa",
+                                                   "--devices", "cpu", "--output", str(out)]),
+    }
+
+
+@pytest.mark.parametrize("tool", ["pretrain", "preprocess_data", "merge_datasets", "train_tokenizer",
+                                  "plan_study local", "plan_study slurm", "study_report", "evaluate"])
+def test_every_entry_point_says_in_one_line_that_it_cannot_write_its_output(capsys, tmp_path, cache_dir, tool):
+    run = _unwritable_cases(tmp_path)[tool]
+    (tmp_path / "blocker").write_text("a file")
+    before = snapshot(tmp_path)
+    capsys.readouterr()
+    status = run()
+    err = capsys.readouterr().err
+    assert status == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+    assert str(tmp_path / "blocker") in err, err
+    assert any(word in err for word in ("(ENOTDIR)", "(EEXIST)", "not a folder")), err
+    assert snapshot(tmp_path) == before
+
+
+def test_a_full_disk_that_also_refuses_the_checkpoint_says_so(tmp_path, cache_dir, capsys, monkeypatch):
+    from megamlm.checkpoint import manager as checkpoint_manager
+    from megamlm.checkpoint.checkpointer import CheckpointSaveError
+    from megamlm.training import metrics_file
+
+    failing_write(monkeypatch, metrics_file, "_write_all", after=1)
+
+    def no_room(save_dir, step, *args, **kwargs):
+        raise CheckpointSaveError(f"could not save the checkpoint of step {step}: No space left on device (ENOSPC)")
+    monkeypatch.setattr(checkpoint_manager, "save_checkpoint", no_room)
+    capsys.readouterr()
+    assert tiny_run(tmp_path, "--train-iters", "6") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: stopped after step 2: writing metrics.jsonl failed"), err
+    assert "no checkpoint could be written either (could not save the checkpoint of step 2: No space left" in err
+    assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1]

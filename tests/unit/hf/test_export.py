@@ -1,6 +1,7 @@
 """Export: megamlm logits == transformers' logits, tokenizer and heads usable, bad input refused."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -186,3 +187,29 @@ def test_tokenizer_that_is_not_a_tokenizer_json(tmp_path, kit):
     with pytest.raises(ConversionError, match="not a Hugging Face tokenizer.json.*convert it to tokenizer.json"):
         export_checkpoint(save_dir, tmp_path / "x")
     assert not (tmp_path / "x").exists()
+
+
+def test_convert_to_hf_refuses_an_existing_output_in_one_line_and_leaves_it_byte_identical(tiny_checkpoint, tmp_path,
+                                                                                         capsys):
+    import hashlib
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("convert_to_hf", Path(__file__).resolve().parents[3] / "tools" /
+                                                  "convert_to_hf.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    save_dir, _ = tiny_checkpoint
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    before = hashlib.sha256((out / "keep.txt").read_bytes()).hexdigest()
+    capsys.readouterr()
+    assert tool.main(["--input", str(save_dir), "--output", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "already exists; pass --force" in err and err.count("\n") == 1, err
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+    assert hashlib.sha256((out / "keep.txt").read_bytes()).hexdigest() == before
+    (tmp_path / "blocker").write_text("a file")  # an output it cannot write: one line naming the path
+    assert tool.main(["--input", str(save_dir), "--output", str(tmp_path / "blocker" / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and str(tmp_path / "blocker") in err and err.count("\n") == 1, err

@@ -122,6 +122,10 @@ def test_tools_round_trip_and_report_errors(tmp_path, kit, capsys):
     assert "already exists; pass --force" in capsys.readouterr().err
     assert tool("convert_from_hf")(["--input", str(tmp_path / "nothing"), "--output", str(tmp_path / "c2")]) == 2
     assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "blocker").write_text("a file")  # an output it cannot write (issue 22): one line naming the path
+    assert tool("convert_from_hf")(["--input", str(tmp_path / "llama"), "--output", str(tmp_path / "blocker" / "c")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and str(tmp_path / "blocker") in err and err.count("\n") == 1, err
     assert tool("convert_from_hf")(["--input", str(tmp_path / "llama"), "--output", str(tmp_path / "c3"),
                                     "--untie-embeddings", "--mask-token", "sister"]) == 0
     record = json.loads(next((tmp_path / "c3").glob("iter_*/config.json")).read_text())
@@ -163,8 +167,9 @@ def test_sliding_window_longer_than_the_run_is_refused(tmp_path, kit):
     assert json.loads(next((tmp_path / "ckpt").glob("iter_*/config.json")).read_text())["seq_length"] == 16
 
 
-@pytest.mark.parametrize("weights", ["model.safetensors", "pytorch_model.bin"])
-def test_truncated_weights_are_one_line_and_nothing_is_written(tmp_path, kit, capsys, weights):
+@pytest.mark.parametrize("weights,damage", [("model.safetensors", "truncated"), ("pytorch_model.bin", "truncated"),
+                                            ("pytorch_model.bin", "garbage"), ("pytorch_model.bin", "pickle")])
+def test_truncated_weights_are_one_line_and_nothing_is_written(tmp_path, kit, capsys, weights, damage):
     import hashlib
     import importlib.util
 
@@ -177,13 +182,19 @@ def test_truncated_weights_are_one_line_and_nothing_is_written(tmp_path, kit, ca
         (tmp_path / "llama" / "model.safetensors").unlink()
         torch.save(model.state_dict(), tmp_path / "llama" / weights)
     path = tmp_path / "llama" / weights
-    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    if damage == "truncated":
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif damage == "garbage":  # UnpicklingError, not a RuntimeError (issue 22)
+        path.write_bytes(b"not a pickle at all" * 8)
+    else:  # a plain pickle of something other than tensors: weights_only refuses it
+        import pickle
+        path.write_bytes(pickle.dumps({"model.embed_tokens.weight": Path("x")}))
     before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (tmp_path / "llama").iterdir()}
     capsys.readouterr()
     assert tool.main(["--input", str(tmp_path / "llama"), "--output", str(tmp_path / "ckpt")]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"error: cannot read the weights in {path}") and err.count("\n") == 1
-    assert "truncated or damaged: download or copy it again" in err
+    assert "truncated, damaged or not plain tensors: download or copy it again" in err
     assert before == {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (tmp_path / "llama").iterdir()}
     assert not (tmp_path / "ckpt").exists() and not list(tmp_path.glob(".ckpt*"))
 

@@ -180,10 +180,10 @@ def report_tool(*argv) -> int:
 def test_the_report_tool_does_not_replace_a_report_with_an_empty_one(small_plan, tmp_path, capsys):
     plan = small_plan(STUDY)
     report = tmp_path / "REPORT.md"
-    report.write_text("committed results\n")
+    report.write_text("# Study `small`: report\n\ncommitted results\n")  # an earlier report: it may be replaced
     args = [str(plan.study.source), "--root", plan.root, "--output", str(report), "--no-figures"]
     assert report_tool(*args) == 2
-    assert report.read_text() == "committed results\n"
+    assert report.read_text() == "# Study `small`: report\n\ncommitted results\n"
     assert "not replacing it with an empty one" in capsys.readouterr().err
     write_run(plan, plan.runs[0], [10, 20])  # one run with metrics: something to report
     assert report_tool(*args) == 0
