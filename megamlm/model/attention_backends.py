@@ -15,8 +15,9 @@ probe and the flag checks all read it):
 - ``flex``: FlexAttention (GPU), with or without documents.
 - ``flash``: flash-attn (``flash_attn_func``; ``flash_attn_varlen_func`` with documents).
 - Sliding windows (``window=W``: bidirectional |i - j| < W, causal the last W tokens, as transformers defines
-  Gemma 3's) take SDPA with a dense boolean mask (composed with the document mask) on every backend: the
-  FlexAttention, flash-attn and held-kernel variants do not cover windows here, and fall back to it (logged once).
+  Gemma 3's): flash-attn takes the window as its ``window_size`` and FlexAttention as a block mask (on a GPU), both
+  composed with the documents; ``sdpa`` takes a dense boolean mask (window and documents), and the SDPA variants
+  held to one kernel, which take no mask, fall back to it (logged once).
   ``scale`` (None: 1/sqrt(head dim)) is passed to every backend.
 - ``auto`` is not a kernel: ``Backends.attention_for`` resolves it to the backend measured fastest for the
   attention mode (``megamlm.model.attention_probe``) before any call gets here.
@@ -133,10 +134,7 @@ def attention(
                          "(Backends.attention_for); pass a concrete backend")
     spec = ATTENTION_TABLE[backend]
     if window is not None:
-        if backend != "sdpa":
-            _note_window_fallback(backend)
-        return _sdpa(q, k, v, attn_mask=window_mask(q.shape[1], window, causal, document_ids, q.device),
-                     causal=False, scale=scale)
+        return _windowed(q, k, v, causal, document_ids, backend, window, scale)
     if spec.implementation == "flash":
         return _flash_attention(q, k, v, causal, document_ids, scale)
     if spec.sdpa_kernel is not None:
@@ -162,14 +160,29 @@ def attention(
                  scale=scale)
 
 
+def _windowed(q, k, v, causal, document_ids, backend: str, window: int, scale):
+    """A sliding-window layer: flash-attn's window, FlexAttention's block mask (both with documents), else SDPA with
+    a dense window mask (on CPU, and for the SDPA variants held to one kernel, which take no mask; logged once)."""
+    implementation = ATTENTION_TABLE[backend].implementation
+    on_gpu = q.device.type == "cuda"
+    if implementation == "flash":
+        return _flash_attention(q, k, v, causal, document_ids, scale, window)
+    if implementation == "flex" and on_gpu and q.shape[-1] >= FLEX_MIN_HEAD_DIM:
+        return _flex_attention(q, k, v, causal, document_ids, scale, window)
+    if backend != "sdpa":
+        _note_window_fallback(backend)
+    return _sdpa(q, k, v, attn_mask=window_mask(q.shape[1], window, causal, document_ids, q.device), causal=False,
+                 scale=scale)
+
+
 _window_fallbacks: set[str] = set()
 
 
 def _note_window_fallback(backend: str) -> None:
     if backend not in _window_fallbacks:
         _window_fallbacks.add(backend)
-        log(f"attention backend {backend!r} does not cover sliding windows here: the sliding-window layers use "
-            "SDPA with a dense window mask")
+        log(f"attention backend {backend!r} does not cover sliding windows on this device: the sliding-window "
+            "layers use SDPA with a dense window mask")
 
 
 def window_mask(seq: int, window: int, causal: bool, document_ids: torch.Tensor | None, device) -> torch.Tensor:
@@ -244,38 +257,38 @@ def _compiled_flex():
     return torch.compile(flex_attention, dynamic=False)
 
 
-def _flex_block_mask(document_ids: torch.Tensor | None, causal: bool, batch: int, seq: int, device):
+def _flex_block_mask(document_ids: torch.Tensor | None, causal: bool, batch: int, seq: int, device,
+                     window: int | None = None):
+    """FlexAttention's block mask: causal and/or within each document and/or within ``window`` (|i - j| < W)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    if document_ids is None:
-        def causal_mask(b, h, q_idx, kv_idx):
-            return q_idx >= kv_idx
+    seg = segment_ids(document_ids) if document_ids is not None else None
 
-        return create_block_mask(causal_mask, None, None, seq, seq, device=device)
+    def mask_mod(b, h, q_idx, kv_idx):
+        keep = q_idx >= kv_idx if causal else q_idx == q_idx
+        if window is not None:
+            keep = keep & (q_idx - kv_idx < window) & (kv_idx - q_idx < window)
+        if seg is not None:
+            keep = keep & (seg[b, q_idx] == seg[b, kv_idx])
+        return keep
 
-    seg = segment_ids(document_ids)
-
-    def document_mask(b, h, q_idx, kv_idx):
-        same = seg[b, q_idx] == seg[b, kv_idx]
-        return same & (q_idx >= kv_idx) if causal else same
-
-    return create_block_mask(document_mask, batch, None, seq, seq, device=device)
+    return create_block_mask(mask_mod, batch if seg is not None else None, None, seq, seq, device=device)
 
 
-def _flex_attention(q, k, v, causal, document_ids, scale=None):
+def _flex_attention(q, k, v, causal, document_ids, scale=None, window: int | None = None):
     batch, seq = q.shape[:2]
     block_mask = None
     if document_ids is not None:
-        block_mask = _cached("flex", document_ids, causal,
-                             lambda ids, c: _flex_block_mask(ids, c, batch, seq, q.device))
-    elif causal:
-        block_mask = _flex_block_mask(None, True, batch, seq, q.device)
+        block_mask = _cached(f"flex-{window}", document_ids, causal,
+                             lambda ids, c: _flex_block_mask(ids, c, batch, seq, q.device, window))
+    elif causal or window is not None:
+        block_mask = _flex_block_mask(None, causal, batch, seq, q.device, window)
     qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
     out = _compiled_flex()(qt, kt, vt, block_mask=block_mask, enable_gqa=kt.shape[1] != qt.shape[1], scale=scale)
     return out.transpose(1, 2)
 
 
-def _flash_attention(q, k, v, causal, document_ids, scale=None):
+def _flash_attention(q, k, v, causal, document_ids, scale=None, window: int | None = None):
     try:
         import flash_attn
     except ImportError as e:
@@ -285,13 +298,15 @@ def _flash_attention(q, k, v, causal, document_ids, scale=None):
             f"attention backend 'flash' runs on CUDA/ROCm in fp16/bf16, got {q.dtype} on {q.device.type}; "
             "enable bf16 autocast or use --attention-backend sdpa"
         )
+    # flash-attn's window (left, right) keeps keys i - left .. i + right: |i - j| < W, or the last W when causal.
+    window_size = (-1, -1) if window is None else (window - 1, 0 if causal else window - 1)
     if document_ids is None:
-        return flash_attn.flash_attn_func(q, k, v, causal=causal, softmax_scale=scale)
+        return flash_attn.flash_attn_func(q, k, v, causal=causal, softmax_scale=scale, window_size=window_size)
     batch, seq, heads, dim = q.shape
     cu_seqlens, longest = _cached("flash", document_ids, causal, lambda ids, c: varlen_boundaries(ids))
     flat = [t.reshape(batch * seq, t.shape[2], dim) for t in (q, k, v)]
     out = flash_attn.flash_attn_varlen_func(*flat, cu_seqlens, cu_seqlens, longest, longest, causal=causal,
-                                         softmax_scale=scale)
+                                         softmax_scale=scale, window_size=window_size)
     return out.view(batch, seq, heads, dim)
 
 

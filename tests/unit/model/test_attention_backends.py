@@ -188,3 +188,38 @@ def test_attention_backend_problem_names_the_fix(monkeypatch):
     assert problem("sdpa_cudnn", None) is None and problem("flex", "cuda") is None
     assert problem("sdpa", "cpu") is None and problem("auto", "cpu") is None
     assert problem("xformers", None).startswith("unknown attention backend 'xformers'; choose one of auto, sdpa")
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("with_documents", [False, True])
+def test_flex_window_block_masks_give_the_dense_window_masks_output(monkeypatch, causal, with_documents):
+    """Sliding windows on the GPU path (a block mask, no dense mask) against SDPA with the dense window mask, forward
+    on CPU with the uncompiled flex_attention; the window is shorter than the sequence, so it matters."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    monkeypatch.setattr(attention_backends, "_compiled_flex", lambda: flex_attention)
+    docs = torch.cat([DOCS, torch.tensor([[3] * 7, [6] * 7])], dim=1)
+    q, k, v = (t.detach() for t in _qkv(seq=16))
+    ids = docs if with_documents else None
+    got = attention_backends._flex_attention(q, k, v, causal, ids, window=5)
+    torch.testing.assert_close(got, attention(q, k, v, causal, ids, backend="sdpa", window=5), atol=1e-5, rtol=1e-4)
+    assert not torch.allclose(got, attention(q, k, v, causal, ids, backend="sdpa"), atol=1e-3)
+
+
+def test_flash_attn_is_given_the_window_as_transformers_defines_it(monkeypatch):
+    """flash-attn (absent here) gets window_size (W - 1, W - 1) bidirectional and (W - 1, 0) causal."""
+    import sys
+    import types
+
+    calls = []
+    fake = types.SimpleNamespace(flash_attn_func=lambda q, k, v, **kw: calls.append(kw) or q)
+    monkeypatch.setitem(sys.modules, "flash_attn", fake)
+    q = torch.zeros(1, 8, 2, 16, dtype=torch.bfloat16)
+    # A CPU tensor that reads as a GPU one, past flash's device check (only the arguments are looked at).
+    monkeypatch.setattr(torch.Tensor, "device", property(lambda self: torch.device("cuda")), raising=False)
+    try:
+        attention_backends._flash_attention(q, q, q, False, None, window=4)
+        attention_backends._flash_attention(q, q, q, True, None, window=4)
+    finally:
+        monkeypatch.undo()
+    assert [c["window_size"] for c in calls] == [(3, 3), (3, 0)]
