@@ -16,6 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from megamlm.errors import UserError  # noqa: E402
 from megamlm.checkpoint import CheckpointError  # noqa: E402
 from megamlm.hf.importer import import_hf  # noqa: E402
 
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
             raise CheckpointError(f"--seq-length must be positive, got {args.seq_length}")
         import_hf(args.input, args.output, force=args.force, max_seq_length=args.seq_length,
                   untie=args.untie_embeddings, mask_token=args.mask_token)
-    except CheckpointError as error:
+    except UserError as error:  # a missing optional package too
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from megamlm.checkpoint import CheckpointError  # noqa: E402
+from megamlm.errors import UserError  # noqa: E402
 from megamlm.hf.export import export_checkpoint  # noqa: E402
 from megamlm.hf.keymaps import EXPORT_ARCHS  # noqa: E402
 
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         export_checkpoint(args.input, args.output, arch=args.arch, dtype=args.dtype, force=args.force,
                           tokenizer=args.tokenizer)
-    except CheckpointError as error:
+    except UserError as error:  # a missing optional package too
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0

@@ -25,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from megamlm.errors import UserError  # noqa: E402
 from megamlm.data import DataError, IndexedDataset, build_train_dataset, load_tokenizer  # noqa: E402
 from megamlm.data.inspection import dataset_statistics, sample_digest  # noqa: E402
 
@@ -112,7 +113,7 @@ def main(argv=None) -> int:
             check_range(args, args.first, args.first + args.count, "--first/--count")
             dataset = run_dataset(args, args.first + args.count)
             print(f"samples [{args.first}, {args.first + args.count}): sha256 {sample_digest(dataset, args.first, args.count)}")
-    except DataError as error:
+    except UserError as error:  # a missing optional package too
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0

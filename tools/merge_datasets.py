@@ -17,6 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from megamlm.errors import UserError  # noqa: E402
 from megamlm.data.indexed import DataError, IndexedDataset, IndexedDatasetWriter, strip_suffix  # noqa: E402
 from megamlm.data.sidecar import write_merged_sidecar  # noqa: E402
 
@@ -59,7 +60,7 @@ def main(argv=None) -> int:
     try:
         prefixes = input_prefixes(args.input)
         merged = merge(prefixes, args.output_prefix)
-    except DataError as error:
+    except UserError as error:  # a missing optional package too
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"merged {len(prefixes)} datasets: {len(merged):,} sequences, {merged.num_documents:,} documents, "

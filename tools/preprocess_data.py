@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from megamlm.errors import UserError  # noqa: E402
 from megamlm.data.indexed import DataError  # noqa: E402
 from megamlm.data.preprocess import TOKENIZER_TYPES, PreprocessSettings, preprocess  # noqa: E402
 
@@ -68,7 +69,7 @@ def main(argv=None) -> int:
     )
     try:
         summary = preprocess(settings)
-    except DataError as error:
+    except UserError as error:  # a missing optional package too
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(summary.line())

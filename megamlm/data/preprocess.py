@@ -29,6 +29,7 @@ from typing import Iterator
 import numpy as np
 from tqdm import tqdm
 
+from megamlm import extras
 from megamlm.data.indexed import DataError, IndexedDataset, IndexedDatasetWriter, best_dtype
 from megamlm.data.sidecar import write_sidecar
 from megamlm.data.tokenizer import load_tokenizer
@@ -101,10 +102,7 @@ def check_settings(s: PreprocessSettings) -> None:
 
 
 def _require(module: str, path: str) -> None:
-    try:
-        __import__(module)
-    except ImportError:
-        raise DataError(f"reading {path} needs the {module} package: pip install {module}") from None
+    extras.require(module, f"reading {path}")
 
 
 def output_prefix(base: str, key: str, shard: int | None) -> str:
@@ -121,7 +119,7 @@ def _open_binary(path: str):
     if path.endswith(".gz"):
         return gzip.open(path, "rb")
     if path.endswith(".zst"):
-        import zstandard
+        zstandard = extras.require("zstandard", f"reading {path}")
 
         return io.BufferedReader(zstandard.open(path, "rb"))
     return open(path, "rb")
@@ -141,7 +139,7 @@ def read_chunks(paths: list[str], json_keys: list[str]) -> Iterator[tuple[str, i
     the workers); parquet rows become dicts of the json keys."""
     for path in paths:
         if path.endswith(".parquet"):
-            import pyarrow.parquet as pq
+            pq = extras.require("pyarrow", f"reading {path}").parquet
 
             table = pq.ParquetFile(path)
             missing = [k for k in json_keys if k not in table.schema_arrow.names]

@@ -159,7 +159,7 @@ def test_fp8_without_torchao_names_the_fix(monkeypatch):
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torchao" else real(name, *a))
-    with pytest.raises(ConfigError, match="--fp8 needs torchao, which is not installed; pip install torchao"):
+    with pytest.raises(ConfigError, match=r'--fp8 needs the torchao package, which is not installed; pip install "megamlm\[fp8\]"'):
         parse_args(["--fp8"])
 
 
