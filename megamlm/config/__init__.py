@@ -36,7 +36,7 @@ from megamlm.config.derived import (
 from megamlm.config.docs import choices_of, field_docs
 from megamlm.config.flags import build_parser, parse_flags
 from megamlm.config.loader import ALTERNATIVES, FORMER_SWITCHES, config_from_settings, load_yaml, settings_of
-from megamlm.config.resolve import Adopter, launch_world_size, parse_args, resolve
+from megamlm.config.resolve import Adopter, given_config, launch_world_size, parse_args, resolve
 from megamlm.config.sections import (
     MODEL_FLAG_NAMES,
     OBJECTIVE_PHASES,

@@ -210,7 +210,7 @@ def test_help_names_each_default_once_and_never_none(capsys):
             continue
         assert text.count("default") == 1, (flag, text)
         assert "default: None" not in text and "default: []" not in text, (flag, text)
-    assert "(default: 300)" in entries["--train-iters"]
+    assert "(default: 300; --model 210m/610m/1b: 42000" in entries["--train-iters"]
     assert "beside the data" not in entries["--data-cache-path"]
     assert "no index cache" in entries["--data-cache-path"]
 
