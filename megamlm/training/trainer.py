@@ -78,9 +78,24 @@ def pretrain(cfg: Config, on_step: Callable[[StepOutcome], None] | None = None,
     """
     with ExitSignalHandler() as signals, ExitStack() as held:
         trainer = build_trainer(cfg, signals, held, on_step, read_on_device)
+        if trainer.progress.step >= cfg.training.train_iters:  # a finished run relaunched: nothing to do
+            log(complete_note(trainer.progress.step, cfg.training.train_iters))
+            return trainer.result
         announce(trainer)
         trainer.train()
         return trainer.result
+
+
+def complete_note(step: int, train_iters: int) -> str:
+    """What a relaunch of a finished run says (it exits 0 without training)."""
+    return (f"the run is already complete at step {step} (--train-iters {train_iters}); nothing to train. Raise "
+            "--train-iters to continue it, or give another --save to start a new run")
+
+
+def unsaved_note(steps: int) -> str:
+    """The last line of a run without --save."""
+    return (f"nothing was saved: this run had no --save, so its {steps} steps are gone when it exits; relaunch with "
+            "--save DIR (and --load DIR to resume it later) to keep the weights")
 
 
 @dataclass
@@ -137,6 +152,8 @@ class Trainer:
         self.reporter.close()
         log(f"done: {self.progress.step - self.result.start_step} steps in "
             f"{format_duration(time.perf_counter() - run_start)}")
+        if self.manager.save_dir is None and self.result.stop_reason is None:
+            log(unsaved_note(self.progress.step - self.result.start_step))
 
     def run_step(self, loaded: list[dict]) -> StepOutcome:
         """One optimizer step on the next global batch (``loaded``: this rank's micro-batches from the loader)."""
