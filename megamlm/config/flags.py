@@ -72,12 +72,14 @@ def _add_flag(group, section: str, f: dataclasses.Field, hint, doc: str) -> None
         if f.name in FORMER_SWITCHES:
             kwargs.update(nargs="?", const=FORMER_SWITCHES[f.name][True])
             group.add_argument("--no-" + f.name.replace("_", "-"), dest=kwargs["dest"], action="store_const",
-                               const=FORMER_SWITCHES[f.name][False], default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+                               const=FORMER_SWITCHES[f.name][False], default=argparse.SUPPRESS,
+                               help=f"the same as --{f.name.replace('_', '-')} {FORMER_SWITCHES[f.name][False]}")
     group.add_argument(*flags, **kwargs)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="pretrain.py", description="Pretrain a text encoder with MLM, CLM or a CLM-then-MLM schedule.")
+    parser = _Parser(prog="pretrain.py", usage="%(prog)s [--config run.yaml] [flags]  (flags override --config)",
+                     description="Pretrain a text encoder with MLM, CLM or a CLM-then-MLM schedule.")
     parser.add_argument("--config", help="YAML file with config sections; flags override it.")
     for section, cls in SECTION_CLASSES.items():
         group = parser.add_argument_group(section)
