@@ -340,7 +340,7 @@ def restore(start: Start, manager: CheckpointManager, cfg: Config, seq_length: i
 def announce(trainer: Trainer) -> None:
     """The start-up lines, once the run is built and restored."""
     cfg, plan, args = trainer.cfg, trainer.plan, trainer.plan.model_args
-    log(f"model: {count_parameters(trainer.pm.model, include_lm_head=False) / 1e6:.1f}M parameters on this rank "
+    log(f"model: {rank_parameters_note(trainer.pm.model, plan.dims.world_size)} "
         f"without the LM head ({args.num_layers} layers, hidden {args.hidden_size}, "
         f"vocab {args.vocab_size}, seq {args.max_seq_length})")
     log(trainer.schedule.describe())
@@ -351,6 +351,16 @@ def announce(trainer: Trainer) -> None:
             "steps, at the switch and at the end (MLM loss and accuracy, CLM loss)")
     log(describe_performance(cfg))
     log(memory_note(cfg, plan.dims, args, trainer.device))
+
+
+def rank_parameters_note(model: torch.nn.Module, world_size: int) -> str:
+    """``1.4M parameters on this rank (1.8M unsharded)``: the tensor-parallel and FSDP shards this rank holds, and
+    its (pipeline stage's) parameters whole."""
+    held = count_parameters(model, include_lm_head=False, local=True)
+    whole = count_parameters(model, include_lm_head=False)
+    if world_size == 1 or held == whole:
+        return f"{held / 1e6:.1f}M parameters" + (" on this rank" if world_size > 1 else "")
+    return f"{held / 1e6:.1f}M parameters on this rank ({whole / 1e6:.1f}M unsharded)"
 
 
 def describe_performance(cfg: Config) -> str:
