@@ -9,6 +9,7 @@ sections are frozen dataclasses, and the parallel layout is computed from it onc
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 from megamlm.config.batches import fit_batch_sizes
@@ -17,6 +18,7 @@ from megamlm.config.flags import given_settings
 from megamlm.config.loader import config_from_settings
 from megamlm.config.recipes import recipe_file, with_recipe
 from megamlm.config.sections import Config
+from megamlm.data.sidecar import sidecar_tokenizer
 from megamlm.launcher_env import world_size_from_env
 from megamlm.log import log
 
@@ -33,11 +35,27 @@ def resolve(cfg: Config, adopt: Adopter | None = None, world_size: int | None = 
     """``cfg`` completed for this launch and validated; raises ConfigError naming the fix."""
     if adopt is not None:
         cfg = adopt(cfg)
+    cfg, tokenizer_note = adopt_sidecar_tokenizer(cfg)
     cfg, note = fit_batch_sizes(cfg, world_size or launch_world_size(cfg))
     validate(cfg)
-    if note:  # after the checks, which can still refuse the launch
-        log(note)
+    for line in (tokenizer_note, note):  # after the checks, which can still refuse the launch
+        if line:
+            log(line)
     return cfg
+
+
+def adopt_sidecar_tokenizer(cfg: Config) -> tuple[Config, str | None]:
+    """``--data-path`` without ``--tokenizer-model``: the tokenizer the data's sidecar names (it made the data),
+    when that file exists here, and the note saying so. A given --tokenizer-model is kept (and checked against the
+    sidecar before the run builds anything, megamlm/data/sidecar.py)."""
+    if not cfg.data.data_path or cfg.data.tokenizer_model:
+        return cfg, None
+    found = sidecar_tokenizer(list(cfg.data.data_path))
+    if found is None:
+        return cfg, None
+    path, dataset = found
+    return (dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, tokenizer_model=path)),
+            f"--tokenizer-model {path}: the tokenizer that made {dataset} (its sidecar says so)")
 
 
 def given_config(argv: list[str] | None = None) -> tuple[Config, str | None]:
