@@ -21,6 +21,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from megamlm.log import quiet_imports  # noqa: E402
+
+quiet_imports()  # before transformers is imported: known third-party import noise (megamlm/log.py)
+
 from megamlm.env_args import command_line  # noqa: E402
 from megamlm.errors import UserError  # noqa: E402
 from megamlm.eval.finetune import PRECISIONS, Hyperparameters  # noqa: E402

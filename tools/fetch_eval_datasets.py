@@ -14,6 +14,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from megamlm.log import quiet_imports  # noqa: E402
+
+quiet_imports()  # before transformers is imported: known third-party import noise (megamlm/log.py)
+
 from megamlm.eval.paper_datasets import PAPER_DATASETS  # noqa: E402
 from megamlm.extras import MissingExtra, require  # noqa: E402
 

@@ -17,6 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from megamlm.log import quiet_imports  # noqa: E402
+
+quiet_imports()  # before transformers is imported: known third-party import noise (megamlm/log.py)
+
 from megamlm.errors import UserError  # noqa: E402
 from megamlm.data.indexed import DataError, IndexedDataset, IndexedDatasetWriter, strip_suffix  # noqa: E402
 from megamlm.data.sidecar import write_merged_sidecar  # noqa: E402
