@@ -48,8 +48,6 @@ KNOWN_IMPORT_NOISE = {
 
 def quiet_imports() -> None:
     """Drop ``KNOWN_IMPORT_NOISE`` (call once at the top of an entry point, before transformers is imported)."""
-    import logging
-
     for name, prefixes in KNOWN_IMPORT_NOISE.items():
         logger = logging.getLogger(name)
         if not any(isinstance(f, _DropMessages) for f in logger.filters):
