@@ -2,8 +2,9 @@
 
 ``--model 610m`` alone trains with the recipe of ``examples/configs/paper_610m_clm_then_mlm.yaml`` (learning
 rate, warmup and decay, batch sizes, train steps; the sequence length is the preset's shape, 2,048, in
-megamlm/model/config.py's PRESETS; tests/unit/test_recipes.py checks both against those files); flags and ``--config`` override each value. The objective schedule is not a preset's: it
-is the run's choice (the files' ``objective`` section is their example run's). The two batch sizes are the
+megamlm/model/config.py's PRESETS; tests/unit/test_recipes.py checks both against those files); flags and
+``--config`` override each value, and a run given its own ``--train-iters`` keeps warmup and decay lengths that
+scale with it (``FOLLOW_TRAIN_ITERS``). The objective schedule is not a preset's: it is the run's choice (the files' ``objective`` section is their example run's). The two batch sizes are the
 starting point of the batch fit (``batches.py``), which may shrink the micro-batch to the layout; the rest is
 filled in by ``with_recipe`` on the settings as given, before the Config is built (``resolve.parse_args``).
 """
@@ -26,6 +27,10 @@ RECIPES: dict[str, dict[str, dict]] = {"210m": PAPER_RECIPE, "610m": PAPER_RECIP
 """Preset -> {section: {key: value}}; presets not listed (tiny) keep the sections' own defaults."""
 BATCH_KEYS = ("micro_batch_size", "global_batch_size")
 """Recipe keys the batch fit starts from instead of setting them (so a layout they do not fit still runs)."""
+FOLLOW_TRAIN_ITERS = ("lr_warmup_iters", "lr_wsd_decay_iters")
+"""Recipe step counts that belong to the recipe's --train-iters: a run given its own --train-iters keeps the
+defaults that scale with it (warmup 5%, as the recipe's 2,000 of 42,000), so `--model 610m --train-iters 100`
+still runs."""
 _ALTERNATIVE = {("training", "lr_warmup_iters"): "lr_warmup_fraction",
                 ("training", "lr_wsd_decay_iters"): "lr_wsd_decay_fraction"}
 """A recipe key that is not filled in when its alternative is given."""
@@ -67,7 +72,8 @@ def with_recipe(settings: dict, default_preset: str = "tiny") -> tuple[dict, lis
         given = out.get(section) or {}
         for key, value in values.items():
             if (key in BATCH_KEYS or key in given or _ALTERNATIVE.get((section, key)) in given
-                    or value == _section_default(section, key)):
+                    or value == _section_default(section, key)
+                    or (key in FOLLOW_TRAIN_ITERS and "train_iters" in given)):
                 continue
             given[key] = value
             filled.append(f"--{key.replace('_', '-')} {value:g}" if isinstance(value, float) else

@@ -62,3 +62,10 @@ def test_help_says_where_each_default_comes_from():
     assert "Peak learning rate. (default: 0.003; --model 210m/610m/1b: 0.0005, their recipe in " \
            "examples/configs/paper_*.yaml)" in text
     assert "(default: 300; --model 210m/610m/1b: 42000" in text
+
+
+def test_a_preset_run_of_its_own_length_keeps_warmup_and_decay_that_scale_with_it(capsys):
+    cfg = parse_args(["--model", "610m", "--train-iters", "100", "--dry-run"])
+    t = cfg.training
+    assert (t.train_iters, t.lr, t.lr_warmup_iters, t.lr_wsd_decay_iters) == (100, 5e-4, None, None)
+    assert "--model 610m: --lr 0.0005 from its recipe" in capsys.readouterr().out
