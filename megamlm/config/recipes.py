@@ -68,12 +68,13 @@ def with_recipe(settings: dict, default_preset: str = "tiny") -> tuple[dict, lis
     if recipe is None:
         return settings, []
     out, filled = copy.deepcopy(settings), []
+    own_length = "train_iters" in (settings.get("training") or {})
     for section, values in recipe.items():
         given = out.get(section) or {}
         for key, value in values.items():
             if (key in BATCH_KEYS or key in given or _ALTERNATIVE.get((section, key)) in given
                     or value == _section_default(section, key)
-                    or (key in FOLLOW_TRAIN_ITERS and "train_iters" in given)):
+                    or (key in FOLLOW_TRAIN_ITERS and own_length)):
                 continue
             given[key] = value
             filled.append(f"--{key.replace('_', '-')} {value:g}" if isinstance(value, float) else
