@@ -2,7 +2,11 @@
 
 import sys
 
-from megamlm.cli import main
+from megamlm.log import quiet_imports
+
+quiet_imports()  # before transformers is imported: known third-party import noise (megamlm/log.py)
+
+from megamlm.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -35,6 +35,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from megamlm.log import quiet_imports  # noqa: E402
+
+quiet_imports()  # before transformers is imported: known third-party import noise (megamlm/log.py)
+
 CORPUS = REPO / "megamlm" / "assets" / "austen" / "austen.jsonl.gz"
 SENTENCE = "Elizabeth and her {mask} Jane walked to Netherfield."
 

@@ -1,12 +1,17 @@
-"""The optional packages megamlm can use, declared once: their import name, the distributions that carry them
-and the command that installs them, and how to ask whether one is there.
+"""The optional packages megamlm can use, declared once: their import name, the distributions that carry them,
+the ``megamlm[extra]`` that installs them (pyproject.toml's ``optional-dependencies``), and how to ask whether one
+is there. transformers and matplotlib are core dependencies (conversion, evaluation and figures are main jobs of
+the tool), so they are not in this table.
+
+``require(name, purpose)`` imports a package for code about to use it, or raises ``MissingExtra`` (a
+``UserError``: every entry point prints it as one line and exits 2) naming ``pip install "megamlm[extra]"``.
 
 ``installed(name)`` only looks the package up (``importlib.util.find_spec``, which imports nothing): checks that
 run while parsing flags use it. ``usable(name)`` imports it once (and the submodules its entry lists), so a broken
 install counts as absent: code about to run the package uses it. ``version(name)`` reads the installed
 distribution's version without importing the package.
 
-This module is on the lowest floor: it imports nothing from megamlm.
+This module is on the lowest floor: it imports only ``megamlm.errors``.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import importlib
 import importlib.metadata
 import importlib.util
 from dataclasses import dataclass
+
+from megamlm.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -25,8 +32,11 @@ class Extra:
     """The import name (``flash_attn``); also the key of ``EXTRAS``."""
     distributions: tuple[str, ...]
     """Distribution names to read the version from, first found wins (``flash-attn``)."""
-    pip: str
-    """The command that installs it (``pip install flash-attn``)."""
+    extra: str | None
+    """The pyproject extra that brings it (``flash`` for ``pip install "megamlm[flash]"``); None when it has no
+    wheel an extra can name (apex builds from its repository): then ``pip`` says how."""
+    pip: str | None = None
+    """The install command when ``extra`` is None."""
     submodules: tuple[str, ...] = ()
     """Further modules ``usable`` imports (``triton.language``): the package counts as usable when all import."""
 
@@ -35,17 +45,25 @@ class Extra:
         """The distribution's name as messages give it (``flash-attn``)."""
         return self.distributions[0]
 
+    @property
+    def install(self) -> str:
+        """The command that installs it: ``pip install "megamlm[flash]"``."""
+        return f'pip install "megamlm[{self.extra}]"' if self.extra else str(self.pip)
+
 
 EXTRAS: dict[str, Extra] = {extra.module: extra for extra in (
-    Extra("flash_attn", ("flash-attn", "flash_attn"), "pip install flash-attn"),
-    Extra("transformer_engine", ("transformer-engine", "transformer_engine", "transformer-engine-cu12"),
-          "pip install transformer-engine[pytorch]"),
-    Extra("apex", ("apex",), "pip install git+https://github.com/NVIDIA/apex"),
-    Extra("torchao", ("torchao",), "pip install torchao"),
-    Extra("triton", ("triton", "pytorch-triton-rocm", "pytorch-triton"), "pip install triton",
-          submodules=("triton.language",)),
-    Extra("mpi4py", ("mpi4py",), "pip install mpi4py"),
-    Extra("matplotlib", ("matplotlib",), "pip install matplotlib"),
+    Extra("flash_attn", ("flash-attn", "flash_attn"), "flash"),
+    Extra("transformer_engine", ("transformer-engine", "transformer_engine", "transformer-engine-cu12"), "te"),
+    Extra("apex", ("apex",), None, pip="pip install git+https://github.com/NVIDIA/apex (apex has no wheel)"),
+    Extra("torchao", ("torchao",), "fp8"),
+    Extra("triton", ("triton", "pytorch-triton-rocm", "pytorch-triton"), "kernels", submodules=("triton.language",)),
+    Extra("mpi4py", ("mpi4py",), "mpi"),
+    Extra("gguf", ("gguf",), "gguf"),
+    Extra("pyarrow", ("pyarrow",), "data", submodules=("pyarrow.parquet",)),
+    Extra("zstandard", ("zstandard",), "data"),
+    Extra("sentencepiece", ("sentencepiece",), "data"),
+    Extra("tiktoken", ("tiktoken",), "data"),
+    Extra("datasets", ("datasets",), "eval"),
 )}
 
 ACCELERATORS = ("flash_attn", "transformer_engine", "apex", "torchao", "triton")
@@ -98,8 +116,30 @@ def version(name: str) -> str | None:
 
 
 def install_command(name: str) -> str:
-    """The command that installs ``name`` (``pip install flash-attn``)."""
-    return extra(name).pip
+    """The command that installs ``name`` (``pip install "megamlm[flash]"``)."""
+    return extra(name).install
+
+
+class MissingExtra(UserError, ImportError):
+    """An optional package a command needs is not installed; the message is the one line naming its install."""
+
+
+def missing_message(name: str, purpose: str) -> str:
+    """The one line for ``purpose`` (``reading a GGUF file``) without ``name``: what is missing and its install."""
+    entry = extra(name)
+    return f"{purpose} needs the {entry.distribution} package, which is not installed; {entry.install}"
+
+
+def require(name: str, purpose: str):
+    """Import and return the package ``name`` (and the submodules its entry lists) for ``purpose``, or raise
+    ``MissingExtra`` with ``missing_message``; a package that fails to import counts as missing."""
+    entry = extra(name)
+    try:
+        for module in entry.submodules:
+            importlib.import_module(module)
+        return importlib.import_module(entry.module)
+    except ImportError:
+        raise MissingExtra(missing_message(name, purpose)) from None
 
 
 def detect_optional_extras() -> dict[str, str | None]:

@@ -1,7 +1,7 @@
 """Figure set-up and saving, once for every figure megamlm draws (run overlays, evaluation and study reports).
 
-matplotlib is an optional extra (``pip install matplotlib``): it is imported inside these functions, on the
-non-interactive Agg backend, so importing this module needs nothing. ``save`` writes a temporary file beside the
+matplotlib is a core dependency; it is imported inside these functions, on the non-interactive Agg backend, so
+importing this module costs nothing. ``save`` writes a temporary file beside the
 target and renames it over the target, so a reader never sees half a PNG, and closes the figure.
 """
 
@@ -10,17 +10,23 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from megamlm import extras
-
 DPI = 120
 """Resolution of every saved figure."""
-MISSING = f"plotting needs matplotlib, which is not installed; {extras.install_command('matplotlib')}"
-"""The message for a figure asked for without matplotlib."""
+MISSING = "plotting needs matplotlib, a dependency of megamlm, which does not import here; reinstall it (pip install -e .)"
+"""The message for a figure asked for where matplotlib is broken or was removed."""
+_available: list[bool] = []
 
 
 def available() -> bool:
     """True when matplotlib imports (checked once per process)."""
-    return extras.usable("matplotlib")
+    if not _available:
+        try:
+            import matplotlib  # noqa: F401
+
+            _available.append(True)
+        except Exception:  # a broken install counts as absent
+            _available.append(False)
+    return _available[0]
 
 
 def pyplot():

@@ -16,6 +16,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from megamlm.log import quiet_imports  # noqa: E402
+
+quiet_imports()  # before transformers is imported: known third-party import noise (megamlm/log.py)
+
 from megamlm.checkpoint import CheckpointError  # noqa: E402
 from megamlm.errors import UserError, exit_line  # noqa: E402
 from megamlm.hf.importer import import_hf  # noqa: E402

@@ -22,6 +22,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from megamlm.log import quiet_imports  # noqa: E402
+
+quiet_imports()  # before transformers is imported: known third-party import noise (megamlm/log.py)
+
 from megamlm.env_args import command_line  # noqa: E402
 from megamlm.errors import UserError, exit_line  # noqa: E402
 from megamlm.eval.finetune import PRECISIONS, Hyperparameters  # noqa: E402
@@ -37,6 +41,9 @@ from megamlm.eval.runner import (  # noqa: E402
     evaluate,
 )
 from megamlm.eval.tasks import TaskSettings  # noqa: E402
+from megamlm.eval.examples import TASK_KINDS  # noqa: E402
+from megamlm.eval.paper_datasets import PAPER_DATASETS  # noqa: E402
+from megamlm.eval.registry import LOCAL_TASKS  # noqa: E402
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -52,17 +59,35 @@ def _int_or_protocol(text: str) -> int | None:
     return None if text == "protocol" else int(text)
 
 
+class _DefaultOnce(argparse.HelpFormatter):
+    """Appends "(default: X)" to a flag's help unless the help already says what its default is, or it has none."""
+
+    def _get_help_string(self, action):
+        text, default = action.help or "", action.default
+        if "default" in text or default is None or default is False or default is argparse.SUPPRESS \
+                or not action.option_strings:
+            return text
+        shown = ",".join(map(str, default)) if isinstance(default, (tuple, list)) else str(default)
+        return f"{text} (default: {shown.replace('%', '%%')})"
+
+
+def _task_epilog() -> str:
+    return (f"tasks: local, runnable offline: {', '.join(LOCAL_TASKS)}; the paper's datasets (Hugging Face Hub, "
+            f"needs megamlm[eval]): {', '.join(PAPER_DATASETS)}; or TYPE:PATH, TYPE one of {', '.join(TASK_KINDS)}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     hp, ts = Hyperparameters(), TaskSettings()
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=_DefaultOnce,
+                                prog="evaluate.py", usage="%(prog)s --model NAME=PATH --tasks TASKS --output DIR [options]",
+                                epilog=_task_epilog())
     p.add_argument("--model", action="append", required=True,
                    help="NAME=PATH (repeatable or comma-separated); PATH is a Hugging Face folder, a megamlm "
                         "checkpoint, or a megamlm run folder (see --checkpoints)")
     p.add_argument("--checkpoints", choices=CHECKPOINT_CHOICES, default="all",
                    help="for a run folder given as --model: evaluate every whole checkpoint (models NAME-stepN) "
                         "or only the newest (model NAME)")
-    p.add_argument("--tasks", required=True, help="comma-separated task names or TYPE:PATH folders")
+    p.add_argument("--tasks", required=True, help="comma-separated task names or TYPE:PATH folders (listed below)")
     p.add_argument("--output", required=True, type=Path, help="folder for run results, tables and figures")
     p.add_argument("--lrs", type=_floats, default=PAPER_LRS, help="comma-separated learning-rate grid")
     p.add_argument("--seeds", type=_ints, default=PAPER_SEEDS, help="comma-separated seeds")
@@ -75,9 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "one epoch for token classification")
     p.add_argument("--epochs", type=float, default=hp.epochs, help="passes over train when --max-steps is -1")
     p.add_argument("--warmup-ratio", type=float, default=hp.warmup_ratio, help="linear warmup fraction, then linear decay")
-    p.add_argument("--beta1", type=float, default=hp.beta1)
-    p.add_argument("--beta2", type=float, default=hp.beta2)
-    p.add_argument("--eps", type=float, default=hp.eps)
+    p.add_argument("--beta1", type=float, default=hp.beta1, help="AdamW first-moment decay")
+    p.add_argument("--beta2", type=float, default=hp.beta2, help="AdamW second-moment decay")
+    p.add_argument("--eps", type=float, default=hp.eps, help="AdamW epsilon")
     p.add_argument("--weight-decay", type=float, default=hp.weight_decay, help="AdamW decay of matrices")
     p.add_argument("--max-grad-norm", type=float, default=hp.max_grad_norm, help="clipping; 0 = off")
     p.add_argument("--precision", choices=PRECISIONS, default=hp.precision,
@@ -85,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-length", type=_int_or_protocol, default="protocol",
                    help="longest input in tokens; protocol = 99%% of the model's max_position_embeddings")
     p.add_argument("--max-query-length", type=int, default=ts.max_query_length, help="QA question tokens")
-    p.add_argument("--doc-stride", type=int, default=ts.doc_stride, help="QA window overlap in tokens (default: 128, or half the room a window leaves for context where less)")
+    p.add_argument("--doc-stride", type=int, default=ts.doc_stride, help="QA window overlap in tokens (default: 128, or half the room a window leaves for context "
+                        "where less)")
     p.add_argument("--max-answer-length", type=int, default=ts.max_answer_length, help="QA answer tokens")
     p.add_argument("--no-answer-threshold", type=float, default=ts.no_answer_threshold,
                    help="QA: answer nothing when null score > best span score + this")
@@ -97,7 +123,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retrieval-corpus", choices=RETRIEVAL_CORPORA, default="judged",
                    help="the paper's retrieval sets: judged = the documents judged for validation or test "
                         "(EncodEval's corpus), full = the whole corpus")
-    p.add_argument("--eval-batch-size", type=int, default=ts.eval_batch_size)
+    p.add_argument("--eval-batch-size", type=int, default=ts.eval_batch_size,
+                   help="examples per forward pass when scoring validation and test")
     p.add_argument("--max-train-examples", type=int, default=0, help="fixed random subset of train; 0 = all")
     p.add_argument("--max-eval-examples", type=int, default=0, help="fixed random subset of validation/test; 0 = all")
     p.add_argument("--data-dir", help="folder of the local tasks' data (default: ../shared/data beside the repo)")

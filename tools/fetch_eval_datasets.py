@@ -14,8 +14,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from megamlm.log import quiet_imports  # noqa: E402
+
+quiet_imports()  # before transformers is imported: known third-party import noise (megamlm/log.py)
+
 from megamlm.errors import exit_line  # noqa: E402
 from megamlm.eval.paper_datasets import PAPER_DATASETS  # noqa: E402
+from megamlm.extras import MissingExtra, require  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,7 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"error: unknown datasets {unknown}; use names from: {', '.join(PAPER_DATASETS)}", file=sys.stderr)
         return 2
-    import datasets
+    try:
+        datasets = require("datasets", "downloading the paper's datasets")
+    except MissingExtra as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
 
     groups: dict[tuple, dict] = {}
     for name in names:

@@ -25,6 +25,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from megamlm.log import quiet_imports  # noqa: E402
+
+quiet_imports()  # before transformers is imported: known third-party import noise (megamlm/log.py)
+
 from megamlm.data import DataError, IndexedDataset, build_train_dataset, load_tokenizer  # noqa: E402
 from megamlm.data.inspection import dataset_statistics, sample_digest  # noqa: E402
 from megamlm.errors import UserError, exit_line  # noqa: E402

@@ -24,6 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from megamlm.log import quiet_imports  # noqa: E402
+
+quiet_imports()  # before transformers is imported: known third-party import noise (megamlm/log.py)
+
 from megamlm.errors import UserError, exit_line  # noqa: E402
 from megamlm.study.commands import REPO, pretrain_command  # noqa: E402
 from megamlm.study.cost import throughput_for  # noqa: E402

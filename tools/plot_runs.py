@@ -3,8 +3,9 @@
     python tools/plot_runs.py ckpt/610m/clm_then_mlm_12k ckpt/610m/mlm_12k --output figures/
 
 writes validation_vs_steps.png and validation_vs_tokens.png (validation MLM and CLM loss of every run) and
-training_loss.png (training loss, each run's objective switch dashed) into --output. RUN_DIR is a run's --save
-folder.
+training_loss.png (training loss, each run's objective switch dashed) into --output (default: run_plots/).
+RUN_DIR is a run's --save folder; a branch or continuation of another plotted run is drawn from where it leaves
+that run.
 """
 
 from __future__ import annotations
@@ -15,18 +16,24 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from megamlm.log import quiet_imports  # noqa: E402
+
+quiet_imports()  # before transformers is imported: known third-party import noise (megamlm/log.py)
+
 from megamlm.errors import UserError, exit_line  # noqa: E402
-from megamlm.training.run_plots import plot_runs  # noqa: E402
+from megamlm.training.run_plots import DEFAULT_OUTPUT, plot_runs  # noqa: E402
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="--save folders of the runs to overlay")
-    parser.add_argument("--output", default=".", help="folder for the PNG files (default: here)")
+    parser.add_argument("--output", default=DEFAULT_OUTPUT, help=f"folder for the PNG files (default: {DEFAULT_OUTPUT}/)")
     args = parser.parse_args(argv)
     try:
-        for path in plot_runs(args.runs, args.output):
+        written = plot_runs(args.runs, args.output)
+        for path in written:
             print(path)
+        print(f"wrote {len(written)} figures to {Path(args.output)}/")
     except (UserError, OSError) as error:
         return exit_line(error)
     return 0

@@ -18,6 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from megamlm.log import quiet_imports  # noqa: E402
+
+quiet_imports()  # before transformers is imported: known third-party import noise (megamlm/log.py)
+
 from megamlm.data.preprocess import TOKENIZER_TYPES, PreprocessSettings, preprocess  # noqa: E402
 from megamlm.errors import UserError, exit_line  # noqa: E402
 

@@ -23,6 +23,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from megamlm.log import quiet_imports  # noqa: E402
+
+quiet_imports()  # before transformers is imported: known third-party import noise (megamlm/log.py)
+
 from megamlm.errors import UserError, exit_line  # noqa: E402
 from megamlm.study.plan import build_plan  # noqa: E402
 from megamlm.study.report import check_report_target, has_results, report_path, write_report  # noqa: E402

@@ -44,7 +44,7 @@ from megamlm.config.loader import (
     settings_of,
     yaml_problem,
 )
-from megamlm.config.resolve import Adopter, launch_world_size, parse_args, resolve
+from megamlm.config.resolve import Adopter, given_config, launch_world_size, parse_args, resolve
 from megamlm.config.sections import (
     MODEL_FLAG_NAMES,
     OBJECTIVE_PHASES,

@@ -20,12 +20,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from megamlm.config.recipes import RECIPES, recipe_batch
 from megamlm.config.sections import Config
 
 DEFAULT_BATCH = (16, 16)
 """(micro, global) of presets without a recipe."""
-RECIPE_BATCH = {"210m": (12, 1152), "610m": (12, 1152), "1b": (12, 1152)}
-"""(micro, global) of the paper's recipe per preset (examples/configs/paper_<preset>_clm_then_mlm.yaml)."""
+RECIPE_BATCH = {preset: recipe_batch(preset) for preset in RECIPES}
+"""(micro, global) of the paper's recipe per preset (recipes.py, as examples/configs/paper_<preset>_*.yaml)."""
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from megamlm.config.docs import choices_of
 from megamlm.config.loader import ALTERNATIVES
 from megamlm.config.sections import OBJECTIVE_PHASES, SECTION_CLASSES, CheckpointConfig, Config, PerformanceConfig
 from megamlm.errors import ConfigError
-from megamlm.extras import installed
+from megamlm.extras import installed, missing_message
 from megamlm.model.attention_backends import attention_backend_problem
 from megamlm.model.config import PRESETS
 
@@ -285,8 +285,8 @@ def check_performance(p: PerformanceConfig) -> None:
     if problem := attention_backend_problem(p.attention_backend, None):
         raise ConfigError(problem)
     if p.optimizer_impl == "apex" and not installed("apex"):
-        raise ConfigError("--optimizer-impl apex needs NVIDIA apex, which is not installed; use --optimizer-impl torch")
+        raise ConfigError(missing_message("apex", "--optimizer-impl apex") + ", or use --optimizer-impl torch")
     if p.kernel_backend == "triton" and not installed("triton"):
-        raise ConfigError("--kernel-backend triton needs the triton package; pip install triton, or use auto")
+        raise ConfigError(missing_message("triton", "--kernel-backend triton") + ", or use --kernel-backend auto")
     if p.fp8 and not installed("torchao"):
-        raise ConfigError("--fp8 needs torchao, which is not installed; pip install torchao, or drop --fp8")
+        raise ConfigError(missing_message("torchao", "--fp8") + ", or drop --fp8")

@@ -8,6 +8,7 @@ from typing import Any, get_args, get_origin, get_type_hints
 
 from megamlm.config.docs import choices_of, field_docs, scalar_type
 from megamlm.config.loader import ALTERNATIVES, FORMER_SWITCHES, config_from_settings, load_yaml
+from megamlm.config.recipes import BATCH_KEYS, recipe_defaults
 from megamlm.config.sections import SECTION_CLASSES, Config
 from megamlm.errors import ConfigError
 
@@ -32,18 +33,30 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(f"{message}; see pretrain.py --help")
 
 
-def help_text(f: dataclasses.Field, doc: str) -> str:
+def help_text(f: dataclasses.Field, doc: str, section: str = "") -> str:
     """The field's doc with its default named once: a doc that explains its default (every field whose default is
-    unset or empty does) is printed as written, any other gets "(default: VALUE)"."""
+    unset or empty does) is printed as written, any other gets "(default: VALUE)"; a value the paper presets'
+    recipe sets instead is named with where it comes from."""
     default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    # the batch sizes' and the sequence length's own docs already say what the presets use
+    by_preset = {} if f.name in BATCH_KEYS or section == "model" else recipe_defaults(section, f.name)
     if "default" not in doc and default not in (None, []):
-        doc = f"{doc} (default: {default})"
+        doc = f"{doc} (default: {default}{'; ' + _recipe_note(by_preset) if by_preset else ''})"
+    elif by_preset:
+        doc = f"{doc} ({_recipe_note(by_preset)})"
     return doc.replace("%", "%%")
+
+
+def _recipe_note(by_preset: dict) -> str:
+    values = sorted({str(v) for v in by_preset.values()})
+    presets = ", ".join(by_preset)
+    shown = values[0] if len(values) == 1 else "/".join(str(by_preset[p]) for p in by_preset)
+    return f"--model {presets.replace(', ', '/')}: {shown}, their recipe in examples/configs/paper_*.yaml"
 
 
 def _add_flag(group, section: str, f: dataclasses.Field, hint, doc: str) -> None:
     flags = ["--" + f.name.replace("_", "-"), *FLAG_ALIASES.get(f.name, [])]
-    kwargs: dict[str, Any] = dict(dest=f"{section}.{f.name}", help=help_text(f, doc), default=argparse.SUPPRESS)
+    kwargs: dict[str, Any] = dict(dest=f"{section}.{f.name}", help=help_text(f, doc, section), default=argparse.SUPPRESS)
     if get_origin(hint) is list:
         kwargs["nargs"], kwargs["metavar"] = "+", f.name.upper()
         if get_args(hint) == (int,):
@@ -59,12 +72,14 @@ def _add_flag(group, section: str, f: dataclasses.Field, hint, doc: str) -> None
         if f.name in FORMER_SWITCHES:
             kwargs.update(nargs="?", const=FORMER_SWITCHES[f.name][True])
             group.add_argument("--no-" + f.name.replace("_", "-"), dest=kwargs["dest"], action="store_const",
-                               const=FORMER_SWITCHES[f.name][False], default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+                               const=FORMER_SWITCHES[f.name][False], default=argparse.SUPPRESS,
+                               help=f"the same as --{f.name.replace('_', '-')} {FORMER_SWITCHES[f.name][False]}")
     group.add_argument(*flags, **kwargs)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="pretrain.py", description="Pretrain a text encoder with MLM, CLM or a CLM-then-MLM schedule.")
+    parser = _Parser(prog="pretrain.py", usage="%(prog)s [--config run.yaml] [flags]  (flags override --config)",
+                     description="Pretrain a text encoder with MLM, CLM or a CLM-then-MLM schedule.")
     parser.add_argument("--config", help="YAML file with config sections; flags override it.")
     for section, cls in SECTION_CLASSES.items():
         group = parser.add_argument_group(section)
@@ -76,6 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_flags(argv: list[str] | None = None) -> Config:
     """Flags over an optional ``--config`` YAML file -> a Config as given (frozen, typed, not yet validated)."""
+    return config_from_settings(given_settings(argv))
+
+
+def given_settings(argv: list[str] | None = None) -> dict:
+    """Flags over an optional ``--config`` YAML file -> {section: {key: value}} of what was given, nothing else."""
     ns = vars(build_parser().parse_args(argv))
     config_file = ns.pop("config", None)
     settings = load_yaml(config_file).to_dict() if config_file else {}
@@ -85,7 +105,7 @@ def parse_flags(argv: list[str] | None = None) -> Config:
         for pair_section, *pair in ALTERNATIVES:
             if section == pair_section and name in pair and f"{section}.{_other(pair, name)}" not in ns:
                 settings[section][_other(pair, name)] = None  # the command line replaces the YAML's
-    return config_from_settings(settings)
+    return settings
 
 
 def _other(pair: list[str], name: str) -> str:

@@ -2,18 +2,23 @@
 
 ``parse_args`` = flags (and YAML) -> ``resolve``. Resolving adopts what a caller lends (``adopt``: the shape and
 tokenizer of a Hugging Face ``--init-from`` model, megamlm/hf/init_from.py, which this package may not import),
-then fits the unset batch sizes to the layout, then runs every check. After it nothing changes the Config: its
+then fits the unset batch sizes to the layout, then runs every check; ``parse_args`` first fills in the paper
+presets' recipe where flags are unset (recipes.py). After it nothing changes the Config: its
 sections are frozen dataclasses, and the parallel layout is computed from it once (megamlm/parallel/dims.py).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 from megamlm.config.batches import fit_batch_sizes
 from megamlm.config.checks import validate
-from megamlm.config.flags import parse_flags
+from megamlm.config.flags import given_settings
+from megamlm.config.loader import config_from_settings
+from megamlm.config.recipes import recipe_file, with_recipe
 from megamlm.config.sections import Config
+from megamlm.data.sidecar import sidecar_tokenizer
 from megamlm.launcher_env import world_size_from_env
 from megamlm.log import log
 
@@ -30,13 +35,45 @@ def resolve(cfg: Config, adopt: Adopter | None = None, world_size: int | None = 
     """``cfg`` completed for this launch and validated; raises ConfigError naming the fix."""
     if adopt is not None:
         cfg = adopt(cfg)
+    cfg, tokenizer_note = adopt_sidecar_tokenizer(cfg)
     cfg, note = fit_batch_sizes(cfg, world_size or launch_world_size(cfg))
-    if note:
-        log(note)
     validate(cfg)
+    for line in (tokenizer_note, note):  # after the checks, which can still refuse the launch
+        if line:
+            log(line)
     return cfg
+
+
+def adopt_sidecar_tokenizer(cfg: Config) -> tuple[Config, str | None]:
+    """``--data-path`` without ``--tokenizer-model``: the tokenizer the data's sidecar names (it made the data),
+    when that file exists here, and the note saying so. A given --tokenizer-model is kept (and checked against the
+    sidecar before the run builds anything, megamlm/data/sidecar.py)."""
+    if not cfg.data.data_path or cfg.data.tokenizer_model:
+        return cfg, None
+    found = sidecar_tokenizer(list(cfg.data.data_path))
+    if found is None:
+        return cfg, None
+    path, dataset = found
+    return (dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, tokenizer_model=path)),
+            f"--tokenizer-model {path}: the tokenizer that made {dataset} (its sidecar says so)")
+
+
+def given_config(argv: list[str] | None = None) -> tuple[Config, str | None]:
+    """Flags (and an optional YAML file) -> the Config as given with the preset's recipe (recipes.py) filled in
+    where a flag is unset, not yet validated, and the note naming what the recipe filled (None when nothing)."""
+    settings, filled = with_recipe(given_settings(argv))
+    cfg = config_from_settings(settings)
+    if not filled:
+        return cfg, None
+    preset = cfg.model.model
+    return cfg, (f"--model {preset}: {' '.join(filled)} from its recipe ({recipe_file(preset)}); "
+                 "flags and --config override them")
 
 
 def parse_args(argv: list[str] | None = None, adopt: Adopter | None = None) -> Config:
     """Flags (and an optional YAML file) -> the launch's validated, frozen Config."""
-    return resolve(parse_flags(argv), adopt)
+    cfg, note = given_config(argv)
+    cfg = resolve(cfg, adopt)
+    if note:
+        log(note)
+    return cfg

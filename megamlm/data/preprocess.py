@@ -31,6 +31,7 @@ from typing import Iterator
 import numpy as np
 from tqdm import tqdm
 
+from megamlm import extras
 from megamlm.data.indexed import DataError, IndexedDataset, IndexedDatasetWriter, best_dtype
 from megamlm.data.sidecar import SIDECAR_SUFFIX, write_sidecar
 from megamlm.data.tokenizer import load_tokenizer
@@ -117,10 +118,7 @@ def check_settings(s: PreprocessSettings) -> None:
 
 
 def _require(module: str, path: str) -> None:
-    try:
-        __import__(module)
-    except ImportError:
-        raise DataError(f"reading {path} needs the {module} package: pip install {module}") from None
+    extras.require(module, f"reading {path}")
 
 
 def output_prefix(base: str, key: str, shard: int | None) -> str:
@@ -155,7 +153,7 @@ def _open_binary(path: str):
     if path.endswith(".gz"):
         return gzip.open(path, "rb")
     if path.endswith(".zst"):
-        import zstandard
+        zstandard = extras.require("zstandard", f"reading {path}")
 
         return io.BufferedReader(zstandard.open(path, "rb"))
     return open(path, "rb")
@@ -206,8 +204,7 @@ def _damaged_input(path: str, err: Exception) -> DataError:
 
 def _file_chunks(path: str, json_keys: list[str]) -> Iterator[tuple[str, int, list]]:
     if path.endswith(".parquet"):
-        import pyarrow.parquet as pq
-
+        pq = extras.require("pyarrow", f"reading {path}").parquet
         table = pq.ParquetFile(path)
         missing = [k for k in json_keys if k not in table.schema_arrow.names]
         if missing:
@@ -308,14 +305,25 @@ class Summary:
     input_bytes: int = 0
     output_bytes: int = 0
     seconds: float = 0.0
+    """Wall time from the start (``started``) to the last output finalized."""
     outputs: list[str] = field(default_factory=list)
+    started: float = field(default_factory=time.perf_counter)
+
+    def elapsed(self) -> float:
+        """Seconds since the start: the one clock of the progress bar's rates and the summary's."""
+        return self.seconds or time.perf_counter() - self.started
+
+    def rates(self) -> str:
+        """``574,000 tok/s, 3.1 MB/s``: tokens and input text per second of ``elapsed`` (one definition)."""
+        seconds = max(self.elapsed(), 1e-9)
+        return f"{self.tokens / seconds:,.0f} tok/s, {self.input_bytes / seconds / 1e6:,.1f} MB/s"
 
     def line(self) -> str:
         rate = max(self.seconds, 1e-9)
         return (
             f"{self.documents:,} documents ({self.empty_documents:,} empty), {self.tokens:,} tokens, "
             f"{self.input_bytes / 1e6:,.1f} MB text -> {self.output_bytes / 1e6:,.1f} MB in {len(self.outputs)} "
-            f"file pair(s), {self.seconds:.1f} s: {self.documents / rate:,.0f} docs/s, {self.tokens / rate:,.0f} tokens/s"
+            f"file pair(s), {self.seconds:.1f} s: {self.documents / rate:,.0f} docs/s, {self.rates()}"
         )
 
 
@@ -326,7 +334,6 @@ class _Progress:
         self.bar = None
         self.interval = max(1, interval)
         self.next_update = self.interval
-        self.start = time.perf_counter()
         if enabled:
             self.bar = tqdm(unit="doc", file=sys.stderr, mininterval=1.0, dynamic_ncols=True)
 
@@ -335,14 +342,13 @@ class _Progress:
             return
         self.bar.update(documents)
         if summary.documents >= self.next_update:
-            elapsed = max(time.perf_counter() - self.start, 1e-9)
-            self.bar.set_postfix_str(
-                f"{summary.tokens / elapsed:,.0f} tok/s, {summary.input_bytes / elapsed / 1e6:,.1f} MB/s", refresh=False
-            )
+            self.bar.set_postfix_str(summary.rates(), refresh=False)
             self.next_update = summary.documents + self.interval
 
-    def close(self) -> None:
+    def close(self, summary: Summary) -> None:
+        """Close the bar showing the final rates, the summary line's."""
         if self.bar is not None:
+            self.bar.set_postfix_str(summary.rates(), refresh=False)
             self.bar.close()
 
 
@@ -352,7 +358,6 @@ def preprocess(settings: PreprocessSettings) -> Summary:
     _init_worker(settings)  # also loads the tokenizer once here, so a bad file fails before the pool starts
     dtype = _worker["dtype"]
     summary = Summary()
-    start = time.perf_counter()
     shard = 0 if settings.shard_documents else None
     writers: dict[str, IndexedDatasetWriter] = {}
     finished: list[IndexedDatasetWriter] = []
@@ -409,6 +414,7 @@ def preprocess(settings: PreprocessSettings) -> Summary:
         for writer in writers.values():
             writer.finalize()
         finished.extend(writers.values())
+        summary.seconds = time.perf_counter() - summary.started
     except BaseException:
         for writer in writers.values():
             writer.abort()
@@ -418,7 +424,7 @@ def preprocess(settings: PreprocessSettings) -> Summary:
                     os.remove(writer.prefix + suffix)
         raise
     finally:
-        progress.close()
+        progress.close(summary)
         if pool is not None:
             pool.terminate()
             pool.join()
@@ -429,7 +435,6 @@ def preprocess(settings: PreprocessSettings) -> Summary:
     written = {w.prefix + suffix for w in finished for suffix in OUTPUT_SUFFIXES}
     for path in set(replaced) - written:  # --force: shards of an earlier run beyond this one's count
         os.remove(path)
-    summary.seconds = time.perf_counter() - start
     summary.outputs = [w.prefix for w in finished]
     summary.output_bytes = sum(os.path.getsize(w.prefix + ".bin") + os.path.getsize(w.prefix + ".idx") for w in finished)
     return summary

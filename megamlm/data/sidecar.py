@@ -93,6 +93,21 @@ def read_sidecar(prefix: str | os.PathLike) -> dict | None:
     return record
 
 
+def sidecar_tokenizer(data_path: list[str]) -> tuple[str, str] | None:
+    """(tokenizer path, the dataset whose sidecar names it) when every dataset of ``data_path`` has a sidecar, all
+    name the same tokenizer file and it exists here; None otherwise (``--tokenizer-model`` is then needed)."""
+    _, prefixes = parse_data_path(data_path)
+    named = set()
+    for prefix in prefixes:
+        record = read_sidecar(prefix)
+        if record is None or not record["tokenizer"].get("path"):
+            return None
+        named.add(record["tokenizer"]["path"])
+    if len(named) != 1 or not prefixes or not os.path.exists(next(iter(named))):
+        return None
+    return next(iter(named)), strip_suffix(prefixes[0])
+
+
 def check_dataset_files(data_path: list[str], tokenizer: Tokenizer) -> None:
     """Every dataset of ``data_path`` opens (IndexedDataset names a missing or unreadable file), and each one with a
     sidecar was made by ``tokenizer``."""

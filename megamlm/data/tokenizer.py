@@ -17,6 +17,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer as RustTokenizer
 
+from megamlm import extras
 from megamlm.data.indexed import DataError
 
 # Candidate token strings, most specific first; a tokenizer_config.json beside the file wins.
@@ -159,7 +160,7 @@ class TiktokenTokenizer(Tokenizer):
     kind = "tiktoken"
 
     def __init__(self, path: str, special_tokens: dict[str, int] | None = None, pattern: str | None = None, **overrides):
-        import tiktoken
+        tiktoken = extras.require("tiktoken", f"the tiktoken tokenizer {path}")
 
         ranks = read_tiktoken_ranks(path)
         if special_tokens is None:
@@ -213,7 +214,7 @@ class SentencePieceTokenizer(Tokenizer):
     kind = "sentencepiece"
 
     def __init__(self, path: str, **overrides):
-        import sentencepiece
+        sentencepiece = extras.require("sentencepiece", f"the sentencepiece tokenizer {path}")
 
         self._sp = sentencepiece.SentencePieceProcessor(model_file=path)
         n = self._sp.get_piece_size()

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from megamlm import extras
 from megamlm.eval.examples import (
     QAExample,
     RetrievalSplit,
@@ -108,12 +109,7 @@ def how_to_fetch(dataset: PaperDataset, local_dir: Path | None) -> str:
 
 
 def _import_datasets():
-    try:
-        import datasets
-    except ImportError:
-        raise TaskDataError("the paper's datasets are read with the Hugging Face `datasets` package, which is not "
-                            "installed; pip install datasets") from None
-    return datasets
+    return extras.require("datasets", "reading the paper's datasets from the Hugging Face Hub")
 
 
 def _class_names(feature, column: str | None):

@@ -23,13 +23,18 @@ def _csv(rows: list) -> str:
     return buffer.getvalue()
 
 
+def mean_and_interval(mean: float, ci: float, seeds: int) -> str:
+    """``71.20 ± 1.05``; with one seed there is no interval: ``71.20 ± n/a``."""
+    return f"{mean:.2f} ± {ci:.2f}" if seeds > 1 else f"{mean:.2f} ± n/a"
+
+
 def markdown_table(summaries: list[TaskSummary]) -> str:
     lines = ["| model | family | task | metric | best LR | val | test (mean ± 95% CI) | seeds | runs |",
              "|---|---|---|---|---|---|---|---|---|"]
     for s in sorted(summaries, key=lambda s: (s.family, s.task, s.model)):
         runs = f"{s.runs}/{s.planned_runs}" + (f", {s.diverged_runs} diverged" if s.diverged_runs else "")
         lines.append(f"| {s.model} | {s.family} | {s.task} | {s.metric} | {s.best_lr:g} | {s.validation_mean:.2f} | "
-                     f"{s.test_mean:.2f} ± {s.test_ci:.2f} | {s.seeds} | {runs} |")
+                     f"{mean_and_interval(s.test_mean, s.test_ci, s.seeds)} | {s.seeds} | {runs} |")
     families = family_averages(summaries)
     if families:
         models = sorted({m for m, _ in families})

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from megamlm.hf.errors import ConversionError
 from megamlm.hf.keymaps import EXPORT_ARCHS, KeyMap, keymap_for_model_type
 from megamlm.model.config import ModelArgs
@@ -281,6 +283,16 @@ def _windowed_layers(config) -> str | None:
     return ",".join("sliding" if kind == "sliding_attention" else "full" for kind in kinds)
 
 
+def source_float(value) -> float:
+    """A float setting as its source writes it: a value that is exactly a float32 (a GGUF file's metadata, read
+    back through float32: 9.999999747378752e-06) is the shortest decimal that float32 spells (1e-05); any other
+    value (config.json's float64) is kept."""
+    x = float(value)
+    if np.isfinite(x) and float(np.float32(x)) == x:
+        return float(str(np.float32(x)))
+    return x
+
+
 def model_args_from_config(config, max_seq_length: int | None = None, untie: bool = False) -> ModelArgs:
     """The megamlm shape of a Hugging Face config (checked with check_importable first).
 
@@ -314,9 +326,9 @@ def model_args_from_config(config, max_seq_length: int | None = None, untie: boo
         num_attention_heads=config.num_attention_heads,
         num_query_groups=getattr(config, "num_key_value_heads", None) or config.num_attention_heads,
         max_seq_length=max_seq_length or context,
-        rope_theta=float(rope["rope_theta"]),
-        norm_epsilon=float(config.rms_norm_eps),
-        init_method_std=float(getattr(config, "initializer_range", 0.02)),
+        rope_theta=source_float(rope["rope_theta"]),
+        norm_epsilon=source_float(config.rms_norm_eps),
+        init_method_std=source_float(getattr(config, "initializer_range", 0.02)),
         head_dim=getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads,
         attention_bias=attention_bias,
         attention_out_bias=attention_out_bias,

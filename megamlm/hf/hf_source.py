@@ -11,6 +11,7 @@ from typing import Iterator
 import torch
 from safetensors import safe_open
 
+from megamlm import extras
 from megamlm.hf.errors import ConversionError
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
@@ -177,7 +178,8 @@ def check_gguf(source: HFSource) -> None:
     """Refuse, by reading the GGUF metadata only, what transformers' GGUF loader would load wrongly or not at all:
     a tensor type gguf cannot dequantize, and RoPE scaling (llama.cpp's ``rope_freqs`` factors or a
     ``rope.scaling.type``), which that loader drops."""
-    from gguf import GGUFReader, dequantize
+    gguf = extras.require("gguf", f"reading the GGUF file {source.gguf_file}")
+    GGUFReader, dequantize = gguf.GGUFReader, gguf.dequantize
 
     path = source.folder / source.gguf_file
     try:

@@ -180,10 +180,12 @@ def load_hf_weights(hf_dir: str | Path, model: torch.nn.Module) -> ImportPlan:
 
 
 def model_flags(args: ModelArgs) -> list[str]:
-    """The pretrain.py flags that build a model of shape ``args`` (features only where they are set)."""
+    """The pretrain.py flags that build a model of shape ``args`` and train at its sequence length (features only
+    where they are set)."""
     flags = ["--num-layers", str(args.num_layers), "--hidden-size", str(args.hidden_size),
              "--ffn-hidden-size", str(args.ffn_hidden_size), "--num-attention-heads", str(args.num_attention_heads),
              "--num-query-groups", str(args.num_query_groups), "--vocab-size", str(args.vocab_size),
+             "--seq-length", str(args.max_seq_length),
              "--rope-theta", repr(args.rope_theta), "--norm-epsilon", repr(args.norm_epsilon)]
     if args.head_dim != args.hidden_size // args.num_attention_heads:
         flags += ["--head-dim", str(args.head_dim)]

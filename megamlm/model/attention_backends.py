@@ -74,8 +74,8 @@ ATTENTION_TABLE: dict[str, AttentionBackendSpec] = {
 ATTENTION_BACKENDS: tuple[str, ...] = ("auto", *ATTENTION_TABLE)
 """The ``--attention-backend`` choices: ``auto`` (resolved per attention mode before any call) and the table's."""
 FLEX_MIN_HEAD_DIM = 16  # FlexAttention's compiled kernels refuse smaller head dims
-_FLASH_MISSING = ("attention backend 'flash' needs the flash-attn package, which is not installed "
-                  f"({extras.install_command('flash_attn')} --no-build-isolation), or use --attention-backend sdpa")
+_FLASH_MISSING = (extras.missing_message("flash_attn", "--attention-backend flash")
+                  + " (with --no-build-isolation), or use --attention-backend sdpa")
 
 # The last mask built, reused while the same document_ids tensor comes back (every layer of a step).
 _mask_cache: dict[str, tuple] = {}
@@ -104,9 +104,7 @@ def attention_backend_problem(name: str, device_type: str | None = None) -> str 
     if spec is None:  # auto
         return None
     if spec.package is not None and not extras.installed(spec.package):
-        extra = extras.extra(spec.package)
-        return (f"--attention-backend {name} needs the {extra.distribution} package, which is not installed; "
-                f"{extra.pip}, or use --attention-backend sdpa")
+        return extras.missing_message(spec.package, f"--attention-backend {name}") + ", or use --attention-backend sdpa"
     if device_type is not None and device_type != "cuda" and spec.gpu_only:
         return (f"--attention-backend {name} runs on a GPU, and this run is on {device_type}; "
                 "use --attention-backend sdpa or auto")

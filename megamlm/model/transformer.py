@@ -185,5 +185,10 @@ class Transformer(nn.Module):
         return self.lm_head(hidden)
 
 
-def count_parameters(model: nn.Module, include_lm_head: bool = True) -> int:
-    return sum(p.numel() for n, p in model.named_parameters() if include_lm_head or not n.startswith("lm_head"))
+def count_parameters(model: nn.Module, include_lm_head: bool = True, local: bool = False) -> int:
+    """Parameter count; ``local``: only what this rank holds (the local shard of a tensor-parallel or FSDP
+    DTensor, whose ``numel`` is the whole tensor's)."""
+    def numel(p) -> int:
+        return p.to_local().numel() if local and hasattr(p, "to_local") else p.numel()
+
+    return sum(numel(p) for n, p in model.named_parameters() if include_lm_head or not n.startswith("lm_head"))

@@ -27,8 +27,7 @@ _FP8_ALIGNMENT = 16
 def check_float8(dims: ParallelDims) -> None:
     """Raise ConfigError naming the fix when ``--fp8`` cannot run in this layout or installation."""
     if not extras.installed("torchao"):
-        raise ConfigError(f"--fp8 needs torchao, which is not installed; {extras.install_command('torchao')}, "
-                          "or drop --fp8")
+        raise ConfigError(extras.missing_message("torchao", "--fp8") + ", or drop --fp8")
     if dims.tp > 1:
         raise ConfigError("--fp8 with --tp > 1 is not supported (torchao's float8 tensor-parallel layouts are not "
                           "wired in); use --tp 1 with FSDP2 data parallelism, or drop --fp8")

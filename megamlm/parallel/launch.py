@@ -18,6 +18,7 @@ from typing import Mapping
 import torch
 import torch.distributed as dist
 
+from megamlm import extras
 from megamlm.errors import UserError
 from megamlm.launcher_env import (  # noqa: F401  (rank_from_env, world_size_from_env: also importable from here)
     detect_launcher,
@@ -69,7 +70,7 @@ def launcher_env(environ: Mapping[str, str] | None = None, resolve_master=_mpi_m
     if master is None:
         if int(env[size]) > 1 and launcher != "torchrun":
             raise LaunchError(f"launched by {launcher} without MASTER_ADDR; export MASTER_ADDR=<host of rank 0> "
-                              "(e.g. `mpirun -x MASTER_ADDR=$(hostname)`) or install mpi4py")
+                              f"(e.g. `mpirun -x MASTER_ADDR=$(hostname)`) or install mpi4py ({extras.install_command('mpi4py')})")
         master = "127.0.0.1"
     out["MASTER_ADDR"] = master
     out["MASTER_PORT"] = env.get("MASTER_PORT", DEFAULT_MASTER_PORT)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from megamlm.config import OBJECTIVE_PHASES, Config, ConfigError, batch_start, parse_flags, validate
+from megamlm.config import OBJECTIVE_PHASES, Config, ConfigError, batch_start, given_config, validate
 from megamlm.model.config import PRESETS
 from megamlm.study.naming import arm_label, continuation_label, run_name
 from megamlm.study.schema import Study, StudyError, grid_arms, merge_settings, pretrain_settings
@@ -179,7 +179,7 @@ def _parse(flags: list[str], where: str) -> Config:
     """A run's flags as a validated Config, without a launch's fill-ins (the batch sizes fitted to a world size are
     the launch's: the plan does not know where each run will run)."""
     try:
-        cfg = parse_flags(flags)
+        cfg, _ = given_config(flags)  # with the preset's recipe, as pretrain.py will run it
         validate(cfg)
         return cfg
     except ConfigError as err:

@@ -28,7 +28,6 @@ import platform
 from collections import defaultdict
 from pathlib import Path
 
-from megamlm import extras
 from megamlm import figures as figs  # `figures` is write_report's flag
 from megamlm.eval.aggregate import TaskSummary, collect, summarize
 from megamlm.eval.metrics import SIGNIFICANCE, Comparison, compare, holm, mean_confidence_interval
@@ -544,7 +543,7 @@ def write_report(plan: Plan, path: str | Path | None = None, figures: bool = Tru
     images, note = [], ""
     if figures:
         if not figs.available():
-            note = f"Figures left out: matplotlib is not installed ({extras.install_command('matplotlib')}).\n"
+            note = f"Figures left out: {figs.MISSING}.\n"
         else:
             folder = path.parent / "figures"
             made = [("validation curves", figure_validation(plan, folder / "validation.png"))]

@@ -14,6 +14,7 @@ step's batch while the device still runs the current one.
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, replace
 from typing import Callable
 
@@ -124,6 +125,10 @@ class TensorBoardWriter:
             self.writer.close()
 
 
+ETA_WINDOW = 3
+"""Log intervals the ETA's pace is measured over (after the first step, which compiles and warms up)."""
+
+
 class RunReporter:
     """Logs every ``log_interval`` steps (and at the switch and the last step) and every validation.
 
@@ -152,6 +157,19 @@ class RunReporter:
             write(*args, **kwargs)
         except OSError as err:
             self.failure = f"writing {what} failed: {os_error_text(err)}"
+        self.marks: deque[tuple[int, float]] = deque(maxlen=ETA_WINDOW + 1)
+        """(step, time it was accounted) of the first step and the recent log lines: the ETA's window."""
+
+    def eta(self, step: int, now: float) -> float:
+        """Seconds left, at the pace of the recent steps: from the end of the first step (which compiles and warms
+        up) or, later, over the last ``ETA_WINDOW`` log intervals; the whole run's pace at the first step."""
+        earlier = [(s, t) for s, t in self.marks if s < step]
+        if earlier:
+            first_step, first_time = earlier[0]
+            per_step = (now - first_time) / (step - first_step)
+        else:
+            per_step = (now - self.run_start) / max(step - self.start_step, 1)
+        return per_step * (self.train_iters - step)
 
     def logs_at(self, step: int, is_switch_step: bool) -> bool:
         return step % self.log_interval == 0 or step == self.train_iters or is_switch_step
@@ -159,6 +177,9 @@ class RunReporter:
     def step(self, s: StepOutcome, global_batch_size: int) -> None:
         """One finished step, with host numbers (``s`` read)."""
         self.meter.add(s.loss, s.grad_norm, global_batch_size * self.seq_length, s.predicted_tokens)
+        now = time.perf_counter()
+        if s.step == self.start_step + 1:
+            self.marks.append((s.step, now))
         self._write("the TensorBoard events", self.tensorboard.scalars, s.step, {
             "loss": s.loss, f"loss/{s.objective}": s.loss, "lr": s.lr, "grad_norm": s.grad_norm})
         if not self.logs_at(s.step, s.is_switch_step):
@@ -166,7 +187,9 @@ class RunReporter:
         summary = self.meter.flush()
         rate = throughput(self.model_args, summary.tokens, summary.predicted, s.objective == "clm", summary.seconds,
                           self.device, devices=self.devices)
-        eta = (time.perf_counter() - self.run_start) / (s.step - self.start_step) * (self.train_iters - s.step)
+        eta = self.eta(s.step, now)
+        if not self.marks or self.marks[-1][0] != s.step:
+            self.marks.append((s.step, now))
         mfu = f" | MFU {100 * rate.mfu:.1f}%" if rate.mfu is not None else ""
         memory = f" | peak memory {rate.peak_memory_mib:.0f} MiB" if rate.peak_memory_mib is not None else ""
         log(f"step {s.step}/{self.train_iters} | objective {s.objective} | loss {summary.loss:.4f} | lr {s.lr:.1e} | "

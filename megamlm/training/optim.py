@@ -7,6 +7,7 @@ import math
 
 import torch
 
+from megamlm import extras
 from megamlm.config import LRDecayStyle
 from megamlm.errors import ResumeError
 
@@ -23,6 +24,7 @@ def build_optimizer(model: torch.nn.Module, lr: float, weight_decay: float, beta
             (decay if p.ndim >= 2 else no_decay).append(p)
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     if impl == "apex":
+        extras.require("apex", "--optimizer-impl apex")
         from apex.optimizers import FusedAdam
 
         return FusedAdam(groups, lr=lr, betas=betas, eps=eps, adam_w_mode=True)

@@ -1,7 +1,9 @@
-"""Figures that overlay the runs of a study from their ``metrics.jsonl`` files (matplotlib, an optional extra).
+"""Figures that overlay the runs of a study from their ``metrics.jsonl`` files.
 
-- ``validation_vs_steps.png`` and ``validation_vs_tokens.png``: validation MLM loss and CLM loss of every run;
-  against tokens, a ``--continue-from`` run starts where its parent stopped;
+- ``validation_vs_steps.png`` and ``validation_vs_tokens.png``: validation MLM loss and CLM loss of every run; a
+  branch (``--load`` of another run's checkpoint) or continuation (``--continue-from``) whose parent is plotted too
+  is drawn from the parent's point where it leaves the parent (as the study report draws it), a continuation's
+  steps after its parent's; a run without validation records is named so in the legend;
 - ``training_loss.png``: the training loss of every run, each run's objective switch marked by a dashed line.
 """
 
@@ -18,12 +20,19 @@ from megamlm.training.run_record import RUN_RECORD
 FIGURES = ("validation_vs_steps.png", "validation_vs_tokens.png", "training_loss.png")
 
 
+DEFAULT_OUTPUT = "run_plots"
+"""The folder tools/plot_runs.py writes into when no --output is given."""
+
+
 @dataclass
 class RunMetrics:
     name: str
     train: list[dict]
     validation: list[dict]
     switch_step: int | None
+    folder: Path | None = None
+    origin: dict | None = None
+    """The lineage event the run started from: kind ``branch`` or ``continue``, ``parent_run``, ``step``."""
 
 
 def load_run(folder: str | Path) -> RunMetrics:
@@ -31,11 +40,41 @@ def load_run(folder: str | Path) -> RunMetrics:
     folder = Path(folder)
     records = read_metrics(folder)
     train = [r for r in records if r.get("kind") == "train"]
+    origin = None
     if (folder / RUN_RECORD).is_file():
-        switch = json.loads((folder / RUN_RECORD).read_text()).get("switch_step")
+        record = json.loads((folder / RUN_RECORD).read_text())
+        switch = record.get("switch_step")
+        origin = next((e for e in record.get("lineage") or [] if e.get("kind") in ("branch", "continue")), None)
     else:  # the trainer logs the switch step itself, so the last record of the first objective is the switch
         switch = next((a["step"] for a, b in zip(train, train[1:]) if a.get("objective") != b.get("objective")), None)
-    return RunMetrics(folder.name, train, [r for r in records if r.get("kind") == "validation"], switch)
+    return RunMetrics(folder.name, train, [r for r in records if r.get("kind") == "validation"], switch,
+                      folder.resolve(), origin)
+
+
+def validation_curve(run: RunMetrics, runs: list[RunMetrics], x: str, metric: str) -> tuple[list, list]:
+    """``run``'s validation ``metric`` against ``x`` (step or tokens) as drawn: a branch starts at its parent's
+    last point up to the branch step, a continuation at its parent's point where it stopped, with its own steps
+    counted after the parent's (tokens already count the parent's)."""
+    xs, ys = _series(run.validation, x, metric)
+    origin = run.origin
+    parent = None
+    if origin is not None:
+        parent_folder = Path(origin.get("parent_run", "")).resolve()
+        parent = next((r for r in runs if r.folder == parent_folder and r is not run), None)
+    if parent is None:
+        return xs, ys
+    leave_step = int(origin.get("step", 0))
+    before = [r for r in parent.validation if r.get("step", 0) <= leave_step and r.get(metric) is not None]
+    if origin["kind"] == "continue" and x == "step":
+        xs = [leave_step + v for v in xs]
+    if before:
+        xs, ys = [before[-1][x], *xs], [before[-1][metric], *ys]
+    return xs, ys
+
+
+def legend_name(run: RunMetrics) -> str:
+    """The run's name, and ``(no validation)`` when it has no validation records to draw."""
+    return run.name if run.validation else f"{run.name} (no validation)"
 
 
 def _series(records: list[dict], x: str, y: str) -> tuple[list, list]:
@@ -55,7 +94,8 @@ def plot_runs(folders: list[str | Path], output: str | Path) -> list[Path]:
         fig, axes = figures.figure(1, 2, figsize=(11, 4))
         for ax, metric, title in zip(axes, ("mlm_loss", "clm_loss"), ("validation MLM loss", "validation CLM loss")):
             for run in runs:
-                ax.plot(*_series(run.validation, x, metric), marker="o", markersize=3, label=run.name)
+                ax.plot(*validation_curve(run, runs, x, metric), marker="o", markersize=3, label=legend_name(run),
+                        linestyle="-" if run.validation else "none")
             ax.set(xlabel=label, ylabel="loss", title=title)
             ax.xaxis.set_major_formatter(figures.engineering_formatter())  # token counts stay readable
             ax.grid(alpha=0.3)

@@ -66,7 +66,8 @@ def resolve_data_sources(cfg: Config) -> tuple[list[str], str]:
         return [prefix], tokenizer_path
     if not cfg.data.tokenizer_model:
         raise ConfigError("--data-path needs --tokenizer-model (the tokenizer the data was preprocessed with): "
-                          "it gives the mask, padding and special-token ids")
+                          "it gives the mask, padding and special-token ids; data from tools/preprocess_data.py "
+                          "names it in its sidecar, which this data lacks or whose tokenizer file is not here")
     return list(cfg.data.data_path), cfg.data.tokenizer_model
 
 

@@ -79,9 +79,24 @@ def pretrain(cfg: Config, on_step: Callable[[StepOutcome], None] | None = None,
     """
     with ExitSignalHandler() as signals, ExitStack() as held:
         trainer = build_trainer(cfg, signals, held, on_step, read_on_device)
+        if trainer.progress.step >= cfg.training.train_iters:  # a finished run relaunched: nothing to do
+            log(complete_note(trainer.progress.step, cfg.training.train_iters))
+            return trainer.result
         announce(trainer)
         trainer.train()
         return trainer.result
+
+
+def complete_note(step: int, train_iters: int) -> str:
+    """What a relaunch of a finished run says (it exits 0 without training)."""
+    return (f"the run is already complete at step {step} (--train-iters {train_iters}); nothing to train. Raise "
+            "--train-iters to continue it, or give another --save to start a new run")
+
+
+def unsaved_note(steps: int) -> str:
+    """The last line of a run without --save."""
+    return (f"nothing was saved: this run had no --save, so its {steps} steps are gone when it exits; relaunch with "
+            "--save DIR (and --load DIR to resume it later) to keep the weights")
 
 
 @dataclass
@@ -141,6 +156,8 @@ class Trainer:
                                + ("" if self.manager.save_dir is None else f" ({self.result.last_checkpoint})"))
         log(f"done: {self.progress.step - self.result.start_step} steps in "
             f"{format_duration(time.perf_counter() - run_start)}")
+        if self.manager.save_dir is None and self.result.stop_reason is None:
+            log(unsaved_note(self.progress.step - self.result.start_step))
 
     def run_step(self, loaded: list[dict]) -> StepOutcome:
         """One optimizer step on the next global batch (``loaded``: this rank's micro-batches from the loader)."""
@@ -353,7 +370,7 @@ def restore(start: Start, manager: CheckpointManager, cfg: Config, seq_length: i
 def announce(trainer: Trainer) -> None:
     """The start-up lines, once the run is built and restored."""
     cfg, plan, args = trainer.cfg, trainer.plan, trainer.plan.model_args
-    log(f"model: {count_parameters(trainer.pm.model, include_lm_head=False) / 1e6:.1f}M parameters on this rank "
+    log(f"model: {rank_parameters_note(trainer.pm.model, plan.dims.world_size)} "
         f"without the LM head ({args.num_layers} layers, hidden {args.hidden_size}, "
         f"vocab {args.vocab_size}, seq {args.max_seq_length})")
     log(trainer.schedule.describe())
@@ -364,6 +381,16 @@ def announce(trainer: Trainer) -> None:
             "steps, at the switch and at the end (MLM loss and accuracy, CLM loss)")
     log(describe_performance(cfg))
     log(memory_note(cfg, plan.dims, args, trainer.device))
+
+
+def rank_parameters_note(model: torch.nn.Module, world_size: int) -> str:
+    """``1.4M parameters on this rank (1.8M unsharded)``: the tensor-parallel and FSDP shards this rank holds, and
+    its (pipeline stage's) parameters whole."""
+    held = count_parameters(model, include_lm_head=False, local=True)
+    whole = count_parameters(model, include_lm_head=False)
+    if world_size == 1 or held == whole:
+        return f"{held / 1e6:.1f}M parameters" + (" on this rank" if world_size > 1 else "")
+    return f"{held / 1e6:.1f}M parameters on this rank ({whole / 1e6:.1f}M unsharded)"
 
 
 def describe_performance(cfg: Config) -> str:

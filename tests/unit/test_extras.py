@@ -4,10 +4,13 @@ figure set-up (megamlm.figures)."""
 from __future__ import annotations
 
 import importlib.util
+import re
+from pathlib import Path
 
 import pytest
 
 from megamlm import extras, figures
+from megamlm.errors import UserError
 from megamlm.launcher_env import detect_launcher, local_rank_from_env, rank_from_env, world_size_from_env
 
 
@@ -20,17 +23,43 @@ def test_installed_and_version_only_look_packages_up(monkeypatch):
 
 
 def test_each_extra_names_the_command_that_installs_it():
-    assert extras.install_command("flash_attn") == "pip install flash-attn"
-    assert extras.install_command("torchao") == "pip install torchao"
+    assert extras.install_command("flash_attn") == 'pip install "megamlm[flash]"'
+    assert extras.install_command("torchao") == 'pip install "megamlm[fp8]"'
+    assert extras.install_command("apex").startswith("pip install git+https://github.com/NVIDIA/apex")
     assert extras.extra("flash_attn").distribution == "flash-attn"
     with pytest.raises(KeyError, match="unknown optional package 'nope'"):
         extras.installed("nope")
 
 
 def test_usable_counts_a_package_that_fails_to_import_as_absent(monkeypatch):
-    monkeypatch.setitem(extras.EXTRAS, "broken", extras.Extra("megamlm_no_such_module", ("x",), "pip install x"))
+    monkeypatch.setitem(extras.EXTRAS, "broken", extras.Extra("megamlm_no_such_module", ("x",), "x"))
     monkeypatch.setattr(extras, "_usable", {})
     assert not extras.usable("broken") and not extras.installed("broken")
+
+
+def test_every_extra_named_is_one_of_pyproject_and_brings_its_package():
+    """The table's extras are pyproject.toml's: `pip install "megamlm[X]"` installs the package the line is about,
+    and transformers and matplotlib, which conversion, evaluation and figures need, are core dependencies."""
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
+    optional = project["optional-dependencies"]
+    core = {re.split(r"[<>=\[ ]", d)[0] for d in project["dependencies"]}
+    assert {"transformers", "matplotlib"} <= core and not {"transformers", "matplotlib"} & set(extras.EXTRAS)
+    for entry in extras.EXTRAS.values():
+        if entry.extra is None:
+            assert entry.pip  # apex: no wheel, its own command
+            continue
+        named = {re.split(r"[<>=\[ ]", d)[0].replace("_", "-") for d in optional[entry.extra]}
+        assert entry.distribution.replace("_", "-") in named, (entry.module, entry.extra)
+
+
+def test_require_raises_one_user_error_line_naming_the_extra(monkeypatch):
+    monkeypatch.setitem(extras.EXTRAS, "gone", extras.Extra("megamlm_no_such_module", ("gone-dist",), "gguf"))
+    with pytest.raises(extras.MissingExtra) as caught:
+        extras.require("gone", "reading m.gguf")
+    assert isinstance(caught.value, UserError)
+    assert str(caught.value) == ('reading m.gguf needs the gone-dist package, which is not installed; '
+                                 'pip install "megamlm[gguf]"')
 
 
 def test_launcher_environment_is_read_without_torch():

@@ -110,3 +110,17 @@ def test_unsupported_megatron_types_name_the_alternative(tmp_path):
     source = write_jsonl(tmp_path / "c.jsonl", RECORDS)
     with pytest.raises(DataError, match="TikTokenizer is not supported; use TiktokenBPE"):
         preprocess(settings(tmp_path, [source], tokenizer_type="TikTokenizer"))
+
+
+def test_the_progress_bar_and_the_summary_give_one_rate(tmp_path, capsys):
+    """Issue 23, item 6: tok/s has one definition (tokens over the time since the start); the bar closes showing
+    the rate the summary line gives."""
+    import re
+
+    path = tmp_path / "in.jsonl"
+    write_jsonl(path, RECORDS * 50)
+    summary = preprocess(settings(tmp_path, [str(path)], progress=True, log_interval=10))
+    bar_rates = re.findall(r"([\d,]+) tok/s", capsys.readouterr().err)
+    assert bar_rates, "the bar shows its rate"
+    assert bar_rates[-1] == re.search(r"([\d,]+) tok/s", summary.line()).group(1)
+    assert summary.line().endswith(summary.rates())

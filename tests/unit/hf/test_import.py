@@ -365,3 +365,33 @@ def test_sharded_and_renamed_weights_import_the_same(tmp_path, kit, layout):
     ids = torch.randint(3, hf.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(6))
     with torch.no_grad():
         assert (model.logits(model(ids, causal=True))[..., :hf.config.vocab_size] - hf(input_ids=ids).logits).abs().max() < 1e-4
+
+
+def test_the_printed_command_trains_what_was_imported(tmp_path, kit, capsys):
+    """Issue 23, item 3: every shape and sequence flag, values as the source writes them (a GGUF's float32
+    1e-05 read back as 9.999999747378752e-06 prints as 1e-05), and the printed command's dry run reports the
+    imported shape and length."""
+    import shlex
+
+    import numpy as np
+
+    from megamlm.cli import main as pretrain_main
+
+    float32_eps = float(np.float32(1e-5))
+    assert repr(float32_eps) == "9.999999747378752e-06"
+    kit.save_tiny_llama(tmp_path / "llama", rms_norm_eps=float32_eps, max_position_embeddings=96)
+    lines = []
+    import_hf(tmp_path / "llama", tmp_path / "ckpt", log=lines.append)
+    command = lines[-1].split("\n", 1)[1].split(" --data-path <")[0]
+    words = shlex.split(command)[2:]  # after `python pretrain.py`
+    assert words[words.index("--norm-epsilon") + 1] == "1e-05"
+    assert words[words.index("--seq-length") + 1] == "96"
+    for flag in ("--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads",
+                 "--num-query-groups", "--vocab-size", "--rope-theta", "--tie-word-embeddings"):
+        assert flag in words, flag
+    record = json.loads(next((tmp_path / "ckpt").glob("iter_*/config.json")).read_text())
+    assert record["model_args"]["norm_epsilon"] == 1e-05
+    capsys.readouterr()
+    assert pretrain_main([*words, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "2 layers, hidden 64" in out and "seq 96" in out, out

@@ -108,7 +108,7 @@ def test_bad_inputs_raise_clear_errors():
 @pytest.mark.skipif(importlib.util.find_spec("flash_attn") is not None, reason="flash-attn is installed")
 def test_flash_backend_without_flash_attn_names_the_fix():
     q, k, v = _qkv()
-    with pytest.raises(ImportError, match="pip install flash-attn"):
+    with pytest.raises(ImportError, match=r'pip install "megamlm\[flash\]"'):
         attention(q, k, v, True, backend="flash")
 
 
@@ -182,7 +182,7 @@ def test_attention_backend_problem_names_the_fix(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "flash_attn" else real(name, *a))
     assert problem("flash", None) == ("--attention-backend flash needs the flash-attn package, which is not installed; "
-                                      "pip install flash-attn, or use --attention-backend sdpa")
+                                      'pip install "megamlm[flash]", or use --attention-backend sdpa')
     assert problem("sdpa_cudnn", "cpu") == ("--attention-backend sdpa_cudnn runs on a GPU, and this run is on cpu; "
                                             "use --attention-backend sdpa or auto")
     assert problem("sdpa_cudnn", None) is None and problem("flex", "cuda") is None

@@ -91,7 +91,7 @@ def test_bad_backends_are_refused_when_built():
     if importlib.util.find_spec("flash_attn") is None:
         from megamlm.model.attention_backends import check_attention_backend
 
-        with pytest.raises(ImportError, match="pip install flash-attn"):
+        with pytest.raises(ImportError, match=r'pip install "megamlm\[flash\]"'):
             check_attention_backend("flash")
 
 

@@ -27,7 +27,7 @@ needs_torchao = pytest.mark.skipif(importlib.util.find_spec("torchao") is None, 
 def test_without_torchao_fp8_is_refused_in_one_line(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torchao" else real(name, *a))
-    with pytest.raises(ConfigError, match="--fp8 needs torchao, which is not installed; pip install torchao"):
+    with pytest.raises(ConfigError, match=r'--fp8 needs the torchao package, which is not installed; pip install "megamlm\[fp8\]"'):
         parallelize(Transformer(ARGS), ONE, None, CPU, fp8=True)
 
 
