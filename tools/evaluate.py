@@ -118,8 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=ts.temperature,
                    help="retrieval ranking-loss temperature (0.05 = sentence-transformers' scale 20)")
     p.add_argument("--classifier-pooling", choices=POOLINGS, default=ts.classifier_pooling,
-                   help="sequence classification head pooling (default mean, as the paper reports; EuroBERT's "
-                        "own default: late)")
+                   help="sequence classification head pooling (default mean, as the paper reports; late is "
+                        "EuroBERT's own)")
     p.add_argument("--retrieval-corpus", choices=RETRIEVAL_CORPORA, default="judged",
                    help="the paper's retrieval sets: judged = the documents judged for validation or test "
                         "(EncodEval's corpus), full = the whole corpus")
