@@ -149,6 +149,8 @@ class RunReporter:
         self.failure: str | None = None
         """Why writing the metrics or TensorBoard events failed (a full disk): the trainer stops the run on it
         like on a signal, saving a checkpoint if it can. Nothing more is written after a failure."""
+        self.marks: deque[tuple[int, float]] = deque(maxlen=ETA_WINDOW + 1)
+        """(step, time it was accounted) of the first step and the recent log lines: the ETA's window."""
 
     def _write(self, what: str, write, *args, **kwargs) -> None:
         if self.failure is not None:
@@ -157,8 +159,6 @@ class RunReporter:
             write(*args, **kwargs)
         except OSError as err:
             self.failure = f"writing {what} failed: {os_error_text(err)}"
-        self.marks: deque[tuple[int, float]] = deque(maxlen=ETA_WINDOW + 1)
-        """(step, time it was accounted) of the first step and the recent log lines: the ETA's window."""
 
     def eta(self, step: int, now: float) -> float:
         """Seconds left, at the pace of the recent steps: from the end of the first step (which compiles and warms
@@ -199,9 +199,9 @@ class RunReporter:
             "tokens_per_second": rate.tokens_per_second, **({"mfu": rate.mfu} if rate.mfu is not None else {}),
             **({"peak_memory_mib": rate.peak_memory_mib} if rate.peak_memory_mib is not None else {})})
         self._write(METRICS_FILE, self.metrics.append, "train", s.step, samples=s.consumed_samples,
-                            tokens=s.consumed_samples * self.seq_length, objective=s.objective, loss=summary.loss,
-                            lr=s.lr, grad_norm=summary.grad_norm, tokens_per_second=rate.tokens_per_second,
-                            mfu=rate.mfu, peak_memory_mib=rate.peak_memory_mib)
+                    tokens=s.consumed_samples * self.seq_length, objective=s.objective, loss=summary.loss, lr=s.lr,
+                    grad_norm=summary.grad_norm, tokens_per_second=rate.tokens_per_second, mfu=rate.mfu,
+                    peak_memory_mib=rate.peak_memory_mib)
 
     def validation(self, result: ValidationResult, consumed_samples: int) -> None:
         self.meter.start += result.seconds  # tokens/s measures training: the evaluation's time does not count
@@ -209,9 +209,8 @@ class RunReporter:
         self._write("the TensorBoard events", self.tensorboard.scalars, result.step,
                     {f"validation/{name}": value for name, value in result.scalars().items()})
         self._write(METRICS_FILE, self.metrics.append, "validation", result.step, samples=consumed_samples,
-                            tokens=consumed_samples * self.seq_length, **result.scalars(),
-                            validation_samples=result.samples, mlm_tokens=result.mlm_tokens,
-                            clm_tokens=result.clm_tokens)
+                    tokens=consumed_samples * self.seq_length, **result.scalars(), validation_samples=result.samples,
+                    mlm_tokens=result.mlm_tokens, clm_tokens=result.clm_tokens)
 
     def close(self) -> None:
         """Flush and close the TensorBoard events (also after a failed write: what was written stays whole)."""
