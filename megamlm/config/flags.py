@@ -9,7 +9,7 @@ from typing import Any, get_args, get_origin, get_type_hints
 from megamlm.config.docs import choices_of, field_docs, scalar_type
 from megamlm.config.loader import ALTERNATIVES, FORMER_SWITCHES, config_from_settings, load_yaml
 from megamlm.config.recipes import BATCH_KEYS, recipe_defaults
-from megamlm.config.sections import SECTION_CLASSES, Config
+from megamlm.config.sections import OBJECTIVE_PHASES, SECTION_CLASSES, Config
 from megamlm.errors import ConfigError
 
 FLAG_ALIASES = {"tensor_model_parallel_size": ["--tp"], "pipeline_model_parallel_size": ["--pp"]}
@@ -105,6 +105,12 @@ def given_settings(argv: list[str] | None = None) -> dict:
         for pair_section, *pair in ALTERNATIVES:
             if section == pair_section and name in pair and f"{section}.{_other(pair, name)}" not in ns:
                 settings[section][_other(pair, name)] = None  # the command line replaces the YAML's
+    objective = ns.get("objective.objective")
+    if objective is not None and len(OBJECTIVE_PHASES[objective]) == 1 and not {"objective.switch",
+                                                                                 "objective.switch_step"} & set(ns):
+        # A one-objective --objective on the command line replaces the YAML's schedule, its switch included (a CLM
+        # parent run launched from a CLM-then-MLM config); a switch given on the command line is still refused.
+        settings.setdefault("objective", {}).update(switch=None, switch_step=None)
     return settings
 
 

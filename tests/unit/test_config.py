@@ -294,3 +294,12 @@ def test_layer_types_are_checked_before_any_work(flags, message):
 
     with pytest.raises(ConfigError, match=message):
         validate(parse_args(flags))
+
+
+def test_a_one_objective_command_line_replaces_the_yamls_switch_but_a_given_switch_is_refused(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("objective:\n  objective: clm_then_mlm\n  switch_step: 5\ntraining:\n  train_iters: 20\n")
+    cfg = parse_args(["--config", str(path), "--objective", "clm"])
+    assert (cfg.objective.objective, cfg.objective.switch_step, switch_step(cfg.objective, 20)) == ("clm", None, None)
+    with pytest.raises(ConfigError, match="has one objective"):
+        parse_args(["--config", str(path), "--objective", "clm", "--switch-step", "5"])
