@@ -183,12 +183,6 @@ def check_training(cfg: Config) -> None:
         raise ConfigError(f"--lr-warmup-fraction must be in [0, 1), got {t.lr_warmup_fraction}")
     if t.lr_wsd_decay_fraction is not None and not 0.0 < t.lr_wsd_decay_fraction <= 1.0:
         raise ConfigError(f"--lr-wsd-decay-fraction must be in (0, 1], got {t.lr_wsd_decay_fraction}")
-    wsd_given = [flag for flag, value in (("--lr-wsd-decay-iters", t.lr_wsd_decay_iters),
-                                          ("--lr-wsd-decay-fraction", t.lr_wsd_decay_fraction)) if value is not None]
-    if wsd_given and t.lr_decay_style != "wsd":
-        raise ConfigError(f"{wsd_given[0]} sets the decay of the wsd schedule, but --lr-decay-style is "
-                          f"{t.lr_decay_style} (it decays over the whole run after warmup); drop {wsd_given[0]}, or "
-                          "pass --lr-decay-style wsd")
     if t.lr_decay_style == "constant" and t.min_lr > 0:
         raise ConfigError(f"--min-lr {t.min_lr} is where the learning rate decays to, but --lr-decay-style constant "
                           "never decays; drop --min-lr, or pick wsd, cosine or linear")

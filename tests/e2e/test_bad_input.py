@@ -65,8 +65,6 @@ def test_tokenizer_larger_than_the_model_vocabulary(capsys, cache_dir, monkeypat
     (["--objective", "clm", "--switch", "0.5"], "--switch places the objective switch, but --objective clm has one"),
     (["--objective", "mlm", "--switch-step", "3"], "--switch-step places the objective switch, but --objective mlm"),
     (["--switch", "0.5"], "--objective mlm has one objective"),  # mlm is the default
-    (["--lr-decay-style", "cosine", "--lr-wsd-decay-iters", "2"], "--lr-wsd-decay-iters sets the decay of the wsd"),
-    (["--lr-decay-style", "linear", "--lr-wsd-decay-fraction", "0.1"], "but --lr-decay-style is linear"),
     (["--lr-decay-style", "constant", "--min-lr", "1e-5"], "--lr-decay-style constant never decays; drop --min-lr"),
 ])
 def test_flag_errors_through_the_command_line(capsys, argv, message):
