@@ -29,6 +29,7 @@ from megamlm.config.derived import (
     split_weights,
     switch_fraction,
     switch_step,
+    unused_lr_settings,
     validation_enabled,
     warmup_iters,
     wsd_decay_iters,

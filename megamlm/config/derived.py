@@ -63,6 +63,19 @@ def wsd_decay_iters(t: TrainingConfig) -> int:
     return min(max(1, round(0.05 * t.train_iters)), t.train_iters - 1)
 
 
+def unused_lr_settings(t: TrainingConfig) -> str | None:
+    """A WSD decay length given with another --lr-decay-style sets nothing; the start-up line says so. (Not an
+    error: a config file's WSD length under a command line's --lr-decay-style cosine is a normal layering.)"""
+    if t.lr_decay_style == "wsd":
+        return None
+    given = [flag for flag, value in (("--lr-wsd-decay-iters", t.lr_wsd_decay_iters),
+                                      ("--lr-wsd-decay-fraction", t.lr_wsd_decay_fraction)) if value is not None]
+    if not given:
+        return None
+    return (f"{' and '.join(given)} unused: {'they set' if len(given) > 1 else 'it sets'} the decay of "
+            f"--lr-decay-style wsd, and this run's style is {t.lr_decay_style}")
+
+
 def split_weights(d: DataConfig) -> tuple[float, float, float] | None:
     """--split as normalised (train, validation, test) weights, Megatron's way: up to three numbers separated by
     commas or slashes, missing ones 0 ("99,1" is 0.99, 0.01, 0)."""

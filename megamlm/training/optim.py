@@ -73,6 +73,19 @@ class LRSchedule:
             return self.min_lr + span * (1.0 - progress)
         raise ValueError(f"unknown LR schedule {self.style!r}")
 
+    def describe(self) -> str:
+        """The start-up line: ``learning rate 0.001: 50 warmup steps, then constant to step 400 and a linear decay
+        over the last 100 steps to 0 (wsd)``."""
+        warmup = f"{self.warmup_iters} warmup steps, then " if self.warmup_iters else ""
+        if self.style == "constant":
+            shape = "constant"
+        elif self.style == "wsd":
+            shape = (f"constant to step {self.train_iters - self.decay_iters} and a linear decay over the last "
+                     f"{self.decay_iters} steps to {self.min_lr:g} (wsd)")
+        else:
+            shape = f"{self.style} decay to {self.min_lr:g} at step {self.train_iters}"
+        return f"learning rate {self.peak_lr:g}: {warmup}{shape}"
+
     def state_dict(self) -> dict:
         return dict(peak_lr=self.peak_lr, min_lr=self.min_lr, style=self.style, warmup_iters=self.warmup_iters,
                     decay_iters=self.decay_iters, train_iters=self.train_iters)

@@ -28,7 +28,7 @@ from megamlm.checkpoint import load_model_weights
 from megamlm.checkpoint.checkpointer import CheckpointSaveError
 from megamlm.checkpoint.lock import lock_save_folder
 from megamlm.checkpoint.manager import CheckpointManager
-from megamlm.config import Config, ConfigError, split_weights
+from megamlm.config import Config, ConfigError, split_weights, unused_lr_settings
 from megamlm.data import GlobalBatchSampler, MicroBatchLoader, build_train_dataset
 from megamlm.hf.hf_source import is_hf_model
 from megamlm.hf.init_from import warn_if_context_shorter
@@ -374,6 +374,8 @@ def announce(trainer: Trainer) -> None:
         f"without the LM head ({args.num_layers} layers, hidden {args.hidden_size}, "
         f"vocab {args.vocab_size}, seq {args.max_seq_length})")
     log(trainer.schedule.describe())
+    unused = unused_lr_settings(cfg.training)
+    log(trainer.lr_schedule.describe() + (f" ({unused})" if unused else ""))
     log(f"data: {', '.join(plan.data_path)} | samples {trainer.progress.consumed_samples}-{trainer.end_sample - 1} "
         f"of the stream | tokenizer {plan.tokenizer_path} | device {trainer.device}")
     if trainer.validation is not None:

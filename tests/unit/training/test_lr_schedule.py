@@ -51,3 +51,26 @@ def test_a_short_wsd_run_decays():
     assert [wsd_decay_iters(TrainingConfig(train_iters=n)) for n in (1, 2, 8, 9, 20, 30, 300)] == [0, 1, 1, 1, 1, 2, 15]
     schedule = LRSchedule(3e-3, 0.0, "wsd", 0, wsd_decay_iters(TrainingConfig(train_iters=8)), 8)
     assert [schedule.lr_at(step) for step in range(1, 9)] == [3e-3] * 7 + [0.0]
+
+
+def test_the_start_up_line_describes_each_style():
+    assert LRSchedule(1e-3, 0.0, "wsd", 50, 100, 500).describe() == (
+        "learning rate 0.001: 50 warmup steps, then constant to step 400 and a linear decay over the last 100 steps "
+        "to 0 (wsd)")
+    assert LRSchedule(3e-4, 1e-5, "cosine", 0, 0, 1000).describe() == (
+        "learning rate 0.0003: cosine decay to 1e-05 at step 1000")
+    assert LRSchedule(1.0, 0.0, "constant", 10, 0, 100).describe() == "learning rate 1: 10 warmup steps, then constant"
+
+
+def test_a_wsd_decay_length_with_another_style_is_named_as_unused():
+    from megamlm.config import parse_args, unused_lr_settings
+
+    def unused(*flags):
+        return unused_lr_settings(parse_args(["--model", "tiny", "--train-iters", "100", *flags]).training)
+
+    assert unused("--lr-wsd-decay-iters", "10") is None
+    assert unused("--lr-decay-style", "cosine") is None
+    assert unused("--lr-decay-style", "cosine", "--lr-wsd-decay-iters", "10") == (
+        "--lr-wsd-decay-iters unused: it sets the decay of --lr-decay-style wsd, and this run's style is cosine")
+    assert unused("--lr-decay-style", "linear", "--lr-wsd-decay-fraction", "0.1") == (
+        "--lr-wsd-decay-fraction unused: it sets the decay of --lr-decay-style wsd, and this run's style is linear")
