@@ -32,7 +32,7 @@ from megamlm.model.config import PRESETS
 from megamlm.study.naming import arm_label
 
 ContinuationObjective = Literal["mlm", "clm"]
-ExportArch = Literal["eurobert", "llama"]
+ExportArch = Literal["eurobert", "llama", "gemma3_encoder"]
 
 # pretrain.py settings the planner sets for each run from the grid: (section, key) -> the study key that sets it.
 PLANNER_SETTINGS = {
@@ -113,7 +113,8 @@ class Evaluation:
     retrieval_corpus: str = "judged"
     """The paper's retrieval sets: judged (EncodEval's corpus) or full."""
     export_arch: ExportArch = "eurobert"
-    """Hugging Face architecture the checkpoints are exported as."""
+    """Hugging Face architecture the checkpoints are exported as: eurobert, llama, or gemma3_encoder (a study of
+    encoders continued from Gemma 3, exported as the native bidirectional Gemma 3)."""
 
 
 @dataclass

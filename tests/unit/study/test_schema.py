@@ -27,6 +27,7 @@ def load(tmp_path, changes=None, overrides=()):
     ({"evaluation": {"tasks": ["brown-pos"], "hyperparameters": {"lr": 1e-3}}}, "evaluation.hyperparameters.lr is not"),
     ({"name": "my study"}, "name 'my study' may only use"),
     ({"cost": {"benchmarks": ["nope.json"]}}, "cost.benchmarks: .*nope.json not found"),
+    ({"evaluation": {"tasks": ["brown-pos"], "export_arch": "gemma3"}}, "evaluation.export_arch"),
 ])
 def test_mistakes_are_named(tmp_path, changes, message):
     with pytest.raises(StudyError, match=message):
@@ -73,3 +74,15 @@ def test_key_reference_documents_every_key():
                 "`slurm.gpus_per_node`", "`cost.tokens_per_second`"):
         assert key in text
     assert "| `source` |" not in text
+
+
+def test_each_encoder_export_of_the_converter_is_a_study_export(tmp_path):
+    """A study continued from Gemma 3 exports its encoders as the native bidirectional Gemma 3."""
+    from typing import get_args
+
+    from megamlm.hf.keymaps import EXPORT_ARCHS
+    from megamlm.study.schema import ExportArch
+
+    assert set(get_args(ExportArch)) <= set(EXPORT_ARCHS)
+    study = load(tmp_path, {"evaluation": {"tasks": ["brown-pos"], "export_arch": "gemma3_encoder"}})
+    assert study.evaluation.export_arch == "gemma3_encoder"
