@@ -243,3 +243,29 @@ def test_refusals_are_one_line_exit_2(case, tmp_path, capsys):
     assert code == 2, err
     assert len(err.strip().splitlines()) == 1 and words in err, err
     assert not (tmp_path / "ckpt").exists()
+
+
+def test_a_qwen3_with_use_sliding_window_imports_its_windowed_layers(tmp_path):
+    """Qwen3's use_sliding_window windows the layers from max_window_layers on (transformers' layer_types): the
+    import keeps them windowed, and its logits over a sequence longer than the window equal transformers'."""
+    import dataclasses
+
+    base = QK_NORM_FAMILIES["qwen3"]
+    family = dataclasses.replace(base, config=dict(base.config, use_sliding_window=True, sliding_window=5,
+                                                   max_window_layers=2))
+    hf = build(family, tmp_path / "hf")
+    assert hf.config.layer_types == ["full_attention"] * 2 + ["sliding_attention"] * 2
+    import_hf(tmp_path / "hf", tmp_path / "ckpt", **QUIET)
+    model = load_model(read_record(tmp_path / "ckpt"))
+    assert model.args.sliding_window == 5 and model.args.layer_types == "full,full,sliding,sliding"
+    ids = word_ids(family, 2, 24, seed=0)
+    with torch.no_grad():
+        ours = model.logits(model(ids, causal=True))
+        theirs = hf(input_ids=ids).logits
+        unwindowed = _swap(model.layers["3"].self_attn, "window", None)
+        whole = model.logits(model(ids, causal=True))
+        unwindowed()
+    mask_id = read_record(tmp_path / "ckpt").tokenizer["mask_id"]
+    keep = [i for i in range(hf.config.vocab_size) if i != mask_id]
+    assert (ours[..., keep] - theirs[..., keep]).abs().max() < 1e-4
+    assert (whole - ours).abs().max() > 1e-3  # the window is shorter than the sequence: it is what matches
