@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -359,6 +360,22 @@ SETTINGS = {
 }
 
 
+def _validation_facts(validation: dict[str, dict[str, Sample]] | None, arms_: list[Arm]) -> str:
+    """The final validation MLM accuracy and loss (means over pretraining seeds) of the arms that train with MLM,
+    where the study measured them: how far along its MLM curve each arm ended."""
+    parts = []
+    for arm in arms_:
+        metrics = (validation or {}).get(arm.label, {})
+        accuracy, loss = metrics.get("mlm_accuracy"), metrics.get("mlm_loss")
+        if arm.kind != "clm" and accuracy and accuracy.pretraining and loss and loss.pretraining:
+            parts.append(f"{arm.label} {statistics.fmean(accuracy.pretraining):.3f} "
+                         f"({statistics.fmean(loss.pretraining):.2f})")
+    if not parts:
+        return ""
+    return (" Final validation MLM accuracy (and MLM loss) here, means over pretraining seeds: "
+            + "; ".join(parts) + ".")
+
+
 def _fill(key: str, plan: Plan, arm: Arm, **extra) -> str:
     values = {**_setting(plan, arm), "paper_steps": PAPER["steps"], "paper_tps": PAPER["tokens_per_step"],
               "paper_sizes": PAPER["sizes"], "paper_early": PAPER["early_steps"],
@@ -375,9 +392,10 @@ STATEMENTS = {"a": "MLM beats CLM at the end of pretraining",
               "e": "CLM fine-tunes more stably across learning rates"}
 
 
-def claims(plan: Plan, scores: Scores) -> list[Claim]:
+def claims(plan: Plan, scores: Scores, validation: dict[str, dict[str, Sample]] | None = None) -> list[Claim]:
     """The paper's claims (a)-(e), each with its tests (signed: > 0 is the paper's direction), Holm-adjusted
-    together over every test of the section."""
+    together over every test of the section. ``validation`` (arm label -> metric -> values, the report's final
+    validation table) adds the MLM arms' final validation MLM accuracy to the setting of (a) and (c)."""
     all_arms = arms(plan)
     groups: dict[tuple, dict[str, list[Arm]]] = defaultdict(lambda: defaultdict(list))
     for arm in all_arms:
@@ -391,7 +409,9 @@ def claims(plan: Plan, scores: Scores) -> list[Claim]:
     for clm, mlm, _ in pairs:
         a, b = family_samples(plan, scores, mlm), family_samples(plan, scores, clm)
         tests += [t for f in scores.families if (t := _pair(a, b, f"{mlm.label} − {clm.label}", f))]
-    out["a"] = Claim("a", STATEMENTS["a"], tests, _fill("a", plan, pairs[0][0]) if pairs else "",
+    out["a"] = Claim("a", STATEMENTS["a"], tests,
+                     _fill("a", plan, pairs[0][0]) + _validation_facts(validation, [m for _, m, _ in pairs])
+                     if pairs else "",
                      "" if pairs else none)
 
     tests, early = [], None
@@ -418,7 +438,10 @@ def claims(plan: Plan, scores: Scores) -> list[Claim]:
     phases = sorted({s.runs[0].train_iters - s.runs[0].switch_step for s, _ in split_pairs})
     mlm_phase = ", ".join(f"{p:,}" for p in phases)
     out["c"] = Claim("c", STATEMENTS["c"], tests,
-                     _fill("c", plan, split_pairs[0][1], mlm_phase=mlm_phase) if split_pairs else "",
+                     _fill("c", plan, split_pairs[0][1], mlm_phase=mlm_phase)
+                     + _validation_facts(validation, list({id(a): a for pair in split_pairs for a in pair[::-1]}
+                                                           .values()))
+                     if split_pairs else "",
                      "" if split_pairs else "no CLM-then-MLM arm beside an MLM arm of its budget", matches=True)
 
     by_parent: dict[tuple, dict[str, Arm]] = defaultdict(dict)
@@ -474,9 +497,10 @@ def _test_line(t: Test, rehearsal: bool) -> str:
             f"{c.difference + c.half_width:+.2f}], {_p(t.adjusted)}{mark} (over {t.basis})")
 
 
-def claims_section(plan: Plan, scores: Scores, rehearsal: bool = False) -> str:
+def claims_section(plan: Plan, scores: Scores, rehearsal: bool = False,
+                   validation: dict[str, dict[str, Sample]] | None = None) -> str:
     """The section answering the paper's claims (a)-(e) with the numbers; in a rehearsal, the differences only."""
-    found = claims(plan, scores)
+    found = claims(plan, scores, validation)
     if not any(c.tests for c in found):
         return ""
     n = sum(len(c.tests) for c in found)

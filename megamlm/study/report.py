@@ -534,12 +534,12 @@ def write_report(plan: Plan, path: str | Path | None = None, figures: bool = Tru
                         f"elsewhere (the default is {Path(plan.root) / 'rehearsal' / 'REPORT.md'})")
     results = evaluation_results(plan)
     summaries = evaluation_summaries(plan, results)
-    validation_text, _ = validation_section(plan, rehearsal)
+    validation_text, validation_values = validation_section(plan, rehearsal)
     downstream_text, arm_task_scores = (downstream_section(plan, summaries, results, rehearsal) if summaries
                                         else ("", {}))
     tasks = sorted({s.task for s in summaries})
     scores = Scores.of(results)
-    claims_text = claims_section(plan, scores, rehearsal) if summaries else ""
+    claims_text = claims_section(plan, scores, rehearsal, validation_values) if summaries else ""
     images, note = [], ""
     if figures:
         if not figs.available():

@@ -152,6 +152,21 @@ def test_the_claims_section_gives_the_numbers_and_the_setting_behind_a_departure
     assert supported.count("What in this setting could explain it") == 1  # (c) only, not distinguishable
 
 
+def test_the_setting_of_a_and_c_cites_the_mlm_arms_final_validation(small_plan):
+    """How far along its MLM curve each MLM-trained arm ended: the report's final validation, means over seeds."""
+    from megamlm.study.evidence import Sample
+
+    plan = small_plan(STUDY)
+    validation = {arm.label: {"mlm_accuracy": Sample([0.06, 0.08]), "mlm_loss": Sample([6.2, 6.4])}
+                  for arm in arms(plan)}
+    text = claims_section(plan, write_results(plan, **REVERSED), validation=validation)
+    facts = "Final validation MLM accuracy (and MLM loss) here, means over pretraining seeds: "
+    assert text.count(facts) == 2  # (a) and (c), both departures here
+    assert facts + "tiny-mlm100-m40 0.070 (6.30)." in text  # (a): the MLM arm, not the CLM one
+    assert facts + "tiny-mlm100-m40 0.070 (6.30); tiny-clm50-mlm50-m40 0.070 (6.30)." in text  # (c)
+    assert facts not in claims_section(plan, write_results(plan, **REVERSED))  # no validation measured
+
+
 def test_claims_without_the_arms_to_answer_them_say_so(small_plan):
     plan = small_plan({**STUDY, "continued_pretraining": [],
                        "evaluation": {**STUDY["evaluation"], "checkpoint_steps": []}})
