@@ -1,6 +1,7 @@
 """Two gloo ranks under torchrun: every rank takes the same decision when only one rank sees the problem.
 
-The second test runs pretrain.py itself with FSDP2 over two ranks and signals only one of them.
+The other tests run pretrain.py itself with FSDP2 over two ranks and signal only one of them, or fill the disk
+under rank 0's metrics.jsonl only.
 
 One launch checks: a checkpoint's marker covers every rank's shard; a shard damaged on one rank makes all
 ranks fall back to the previous checkpoint; a save failing on one rank fails on all (no hang, old checkpoint
@@ -140,16 +141,40 @@ def test_two_ranks_agree_on_damaged_checkpoints_failed_saves_nan_skips_and_signa
 
 
 PRETRAIN_DRIVER = r'''
-import os, sys
+import errno, os, sys
 from pathlib import Path
 Path(os.environ["PID_DIR"], "rank" + os.environ["RANK"]).write_text(str(os.getpid()))
 import torch
 torch.set_num_threads(1)
+if os.environ.get("FULL_DISK_AFTER") and os.environ["RANK"] == "0":  # metrics.jsonl's disk fills on rank 0 only
+    from megamlm.training import metrics_file
+    real, calls = metrics_file._write_all, []
+    def write(fd, data):
+        calls.append(1)
+        if len(calls) > int(os.environ["FULL_DISK_AFTER"]):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd, data)
+    metrics_file._write_all = write
 from megamlm.cli import main
-sys.exit(main(sys.argv[1:]))
+code = main(sys.argv[1:])
+Path(os.environ["PID_DIR"], "exit" + os.environ["RANK"]).write_text(str(code))
+sys.exit(code)
 '''
 
 TINY = [*TINY_SHAPE, *TINY_BATCH, "--train-iters", "6", "--log-interval", "1"]
+
+
+def two_rank_pretrain(tmp_path, **env_extra) -> tuple[list[str], dict, Path]:
+    """(torchrun command of pretrain.py over 2 gloo ranks with the driver above, its environment, --save)."""
+    pytest.importorskip("megamlm.parallel.runtime", reason="the trainer's multi-rank path (megamlm.parallel) is absent")
+    driver = tmp_path / "driver.py"
+    driver.write_text(PRETRAIN_DRIVER)
+    save = tmp_path / "ckpt"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+           "PID_DIR": str(tmp_path), **env_extra}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(driver),
+               *TINY, "--save", str(save)]
+    return command, env, save
 
 
 @pytest.mark.slow
@@ -157,14 +182,7 @@ def test_sigterm_to_one_rank_of_an_fsdp_run_stops_both_after_the_same_step_and_t
     import signal
     import time
 
-    pytest.importorskip("megamlm.parallel.runtime", reason="the trainer's multi-rank path (megamlm.parallel) is absent")
-    driver = tmp_path / "driver.py"
-    driver.write_text(PRETRAIN_DRIVER)
-    save = tmp_path / "ckpt"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
-           "PID_DIR": str(tmp_path)}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", str(driver),
-               *TINY, "--save", str(save)]
+    command, env, save = two_rank_pretrain(tmp_path)
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     deadline = time.monotonic() + 240
@@ -187,3 +205,16 @@ def test_sigterm_to_one_rank_of_an_fsdp_run_stops_both_after_the_same_step_and_t
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"resumed from {save / stopped[0]} at step {step}" in again.stdout
     assert (save / "latest_checkpointed_iteration.txt").read_text() == "6"
+
+
+@pytest.mark.slow
+def test_a_full_disk_seen_by_rank_0_only_stops_both_ranks_with_exit_2_after_the_same_checkpoint(tmp_path):
+    command, env, save = two_rank_pretrain(tmp_path, FULL_DISK_AFTER="2")  # steps 1-2 written, step 3's fails
+    proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode != 0, log
+    assert [(tmp_path / f"exit{rank}").read_text() for rank in (0, 1)] == ["2", "2"], log  # not 0 on rank 1
+    assert "stopped after step 3: writing metrics.jsonl failed: No space left on device (ENOSPC)" in log, log
+    assert "stopped after step 3: a failed write on another rank" in log, log
+    assert [p.name for p in save.glob("iter_*")] == ["iter_0000003"], log  # one checkpoint, saved by both ranks
+    assert (save / "latest_checkpointed_iteration.txt").read_text().strip() == "3"
