@@ -79,3 +79,11 @@ def test_imported_decoders_train_alike_with_tp_and_fsdp_under_a_pipeline(tmp_pat
     families = ["llama3.2", "qwen2.5"]
     compared = _families_in_layouts(tmp_path, families, 4, FOUR_RANK_LAYOUTS)
     assert compared == [(name, layout) for name in families for layout in FOUR_RANK_LAYOUTS]
+
+
+@pytest.mark.slow
+def test_qwen3_and_gemma3_train_alike_with_tp_and_fsdp_under_a_pipeline(tmp_path):
+    """The same 4-rank layouts for Qwen3 and Gemma 3: q/k norms under TP inside a pipeline stage, and Gemma 3's
+    per-layer windows and local RoPE tables split across the stages."""
+    compared = _families_in_layouts(tmp_path, list(QK_NORM_FAMILIES), 4, FOUR_RANK_LAYOUTS)
+    assert compared == [(name, layout) for name in QK_NORM_FAMILIES for layout in FOUR_RANK_LAYOUTS]
