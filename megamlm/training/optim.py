@@ -76,7 +76,8 @@ class LRSchedule:
     def describe(self) -> str:
         """The start-up line: ``learning rate 0.001: 50 warmup steps, then constant to step 400 and a linear decay
         over the last 100 steps to 0 (wsd)``."""
-        warmup = f"{self.warmup_iters} warmup steps, then " if self.warmup_iters else ""
+        plural = "s" if self.warmup_iters != 1 else ""
+        warmup = f"{self.warmup_iters} warmup step{plural}, then " if self.warmup_iters else ""
         if self.style == "constant":
             shape = "constant"
         elif self.style == "wsd":
