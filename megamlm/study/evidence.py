@@ -363,8 +363,11 @@ SETTINGS = {
 def _validation_facts(validation: dict[str, dict[str, Sample]] | None, arms_: list[Arm]) -> str:
     """The final validation MLM accuracy and loss (means over pretraining seeds) of the arms that train with MLM,
     where the study measured them: how far along its MLM curve each arm ended."""
-    parts = []
+    parts, seen = [], set()
     for arm in arms_:
+        if arm.label in seen:  # an MLM arm beside several of its splits is named once
+            continue
+        seen.add(arm.label)
         metrics = (validation or {}).get(arm.label, {})
         accuracy, loss = metrics.get("mlm_accuracy"), metrics.get("mlm_loss")
         if arm.kind != "clm" and accuracy and accuracy.pretraining and loss and loss.pretraining:
@@ -439,8 +442,7 @@ def claims(plan: Plan, scores: Scores, validation: dict[str, dict[str, Sample]] 
     mlm_phase = ", ".join(f"{p:,}" for p in phases)
     out["c"] = Claim("c", STATEMENTS["c"], tests,
                      _fill("c", plan, split_pairs[0][1], mlm_phase=mlm_phase)
-                     + _validation_facts(validation, list({id(a): a for pair in split_pairs for a in pair[::-1]}
-                                                           .values()))
+                     + _validation_facts(validation, [a for split, mlm in split_pairs for a in (mlm, split)])
                      if split_pairs else "",
                      "" if split_pairs else "no CLM-then-MLM arm beside an MLM arm of its budget", matches=True)
 
