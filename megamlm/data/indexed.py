@@ -103,6 +103,25 @@ def write_index(path: str, dtype, sequence_lengths, document_indices) -> None:
         f.write(documents.tobytes(order="C"))
 
 
+def require_dataset_files(prefix: str | os.PathLike) -> tuple[str, str]:
+    """The (.idx, .bin) paths of ``prefix``, both readable; else a DataError naming the first missing or unreadable
+    file (checked before anything else reads the dataset, its sidecar included, so the message names the file)."""
+    prefix = strip_suffix(prefix)
+    idx_file, bin_file = idx_path(prefix), bin_path(prefix)
+    for path in (idx_file, bin_file):
+        if not os.path.isfile(path):
+            raise DataError(
+                f"dataset file {path} not found; --data-path takes the prefix shared by the .bin and .idx "
+                f"files (e.g. out/corpus_text_document), made by tools/preprocess_data.py"
+            )
+        try:
+            open(path, "rb").close()
+        except OSError as err:
+            raise DataError(f"cannot read dataset file {path}: {err.strerror or err}; give this user read access "
+                            "(e.g. chmod a+r) or copy the data somewhere readable") from None
+    return idx_file, bin_file
+
+
 class IndexedDatasetWriter:
     """Writes `<prefix>.bin` and `<prefix>.idx`.
 
@@ -220,18 +239,7 @@ class IndexedDataset:
 
     def __init__(self, prefix: str | os.PathLike, validate: bool = True):
         self.prefix = strip_suffix(prefix)
-        idx_file, bin_file = idx_path(self.prefix), bin_path(self.prefix)
-        for path in (idx_file, bin_file):
-            if not os.path.isfile(path):
-                raise DataError(
-                    f"dataset file {path} not found; --data-path takes the prefix shared by the .bin and .idx "
-                    f"files (e.g. out/corpus_text_document), made by tools/preprocess_data.py"
-                )
-            try:
-                open(path, "rb").close()
-            except OSError as err:
-                raise DataError(f"cannot read dataset file {path}: {err.strerror or err}; give this user read access "
-                                "(e.g. chmod a+r) or copy the data somewhere readable") from None
+        idx_file, bin_file = require_dataset_files(self.prefix)
 
         idx_size = os.path.getsize(idx_file)
         if idx_size < HEADER_BYTES:

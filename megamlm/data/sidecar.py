@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from megamlm.data.blending import parse_data_path
-from megamlm.data.indexed import DataError, IndexedDataset, strip_suffix
+from megamlm.data.indexed import DataError, IndexedDataset, require_dataset_files, strip_suffix
 from megamlm.data.tokenizer import Tokenizer
 
 SIDECAR_SUFFIX = ".megamlm.json"
@@ -99,6 +99,7 @@ def sidecar_tokenizer(data_path: list[str]) -> tuple[str, str] | None:
     _, prefixes = parse_data_path(data_path)
     named = set()
     for prefix in prefixes:
+        require_dataset_files(prefix)  # a missing .idx/.bin is the problem to name, not the tokenizer it would need
         record = read_sidecar(prefix)
         if record is None or not record["tokenizer"].get("path"):
             return None

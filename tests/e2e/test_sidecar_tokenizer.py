@@ -46,3 +46,15 @@ def test_an_explicit_different_tokenizer_is_still_refused(tmp_path, capsys):
     assert main([*TINY, "--data-path", prefix, "--tokenizer-model", other, "--train-iters", "5"]) == 2
     err = capsys.readouterr().err
     assert "was tokenized by" in err and len([l for l in err.splitlines() if l.startswith("error:")]) == 1
+
+
+def test_a_missing_data_file_is_named_before_the_tokenizer(tmp_path, capsys):
+    """Issue 31, item 3: without --tokenizer-model, a --data-path whose files are not there names the missing file
+    (not the sidecar or the tokenizer it would need)."""
+    prefix = _data(tmp_path)
+    missing = tmp_path / "nowhere" / "corpus_text_document"
+    for data_path in ([str(missing)], ["1", prefix, "1", str(missing)]):
+        assert main([*TINY, "--data-path", *data_path, "--train-iters", "5"]) == 2
+        err = capsys.readouterr().err
+        assert f"dataset file {missing}.idx not found" in err, err
+        assert "tokenizer" not in err.split("not found")[0] and len(err.strip().splitlines()) == 1, err
