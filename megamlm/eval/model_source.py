@@ -15,7 +15,8 @@ from megamlm.checkpoint.catalog import list_checkpoints, problem, step_of
 from megamlm.eval.model_io import ModelFolderError, check_model_folder
 from megamlm.eval.megamlm_encoder import write_marker
 from megamlm.hf.export import export_checkpoint
-from megamlm.hf.hf_config import default_arch, export_problem
+from megamlm.hf.hf_config import default_arch, export_problem, unheld_features
+from megamlm.hf.keymaps import EXPORT_ARCHS
 from megamlm.hf.megamlm_checkpoint import read_record
 
 CHECKPOINT_CHOICES = ("all", "latest")
@@ -94,7 +95,9 @@ def resolve_model(name: str, path: Path, export_root: Path, export_arch: str | N
                 export_checkpoint(path, target, arch=export_arch, log=log)
             else:  # no Hugging Face encoder holds it: the causal export, evaluated by megamlm's own model
                 arch, reason = fallback
-                log(f"{reason}; evaluating megamlm's own bidirectional model from its causal --arch {arch} export")
+                # Says what happens instead of an export refusal, whose advice (run tools/evaluate.py) is this.
+                log(f"{path}: {reason}; evaluating it with megamlm's own bidirectional model, read from its causal "
+                    f"--arch {arch} export in {target}")
                 export_checkpoint(path, target, arch=arch, log=log)
                 write_marker(target, reason)
         check_model_folder(target)
@@ -107,10 +110,12 @@ def _megamlm_encoder_arch(path: Path) -> tuple[str, str] | None:
     """(causal arch, why) for a checkpoint whose encoder export is refused but a causal family holds it exactly
     (Qwen3: query/key norms), else None (the encoder export, or its refusal, applies)."""
     args = read_record(path).model_args
-    problem = export_problem(default_arch(args), args)
-    if problem is None:
+    encoder = default_arch(args)
+    if export_problem(encoder, args) is None:
         return None
     for arch in ("qwen3",):
         if export_problem(arch, args) is None:
-            return arch, problem
+            unheld = unheld_features(encoder, args) or ["features"]  # a Gemma 3 encoder never reaches here
+            return arch, (f"no Hugging Face encoder holds its {unheld[0]} ({EXPORT_ARCHS[encoder].architecture} "
+                          "has none)")
     return None

@@ -114,8 +114,7 @@ def export_problem(arch: str, args: ModelArgs) -> str | None:
             return (f"--arch {arch}: the model lacks {lacking[0]}, which every Gemma 3 block has; export it with "
                     f"--arch {default_arch(args)}")
         return None
-    allowed = ("query/key norms (qk_norm)",) if arch == "qwen3" else ()
-    present = [name for name, on in features.items() if on and name not in allowed]
+    present = unheld_features(arch, args)
     if arch == "qwen3" and not present and not args.qk_norm:
         return "--arch qwen3: the model lacks query/key norms (qk_norm), which every Qwen3 layer has; export it " \
                "with --arch llama"
@@ -129,6 +128,12 @@ def export_problem(arch: str, args: ModelArgs) -> str | None:
     alternatives.append("tools/evaluate.py on the run folder (it evaluates megamlm's own bidirectional model)")
     return (f"--arch {arch} cannot hold {present[0]} of this model ({EXPORT_ARCHS[arch].architecture} has none); "
             f"use {' or '.join(alternatives)}")
+
+
+def unheld_features(arch: str, args: ModelArgs) -> list[str]:
+    """The features of ``args`` that the Llama-shaped export ``arch`` (not Gemma 3) has no place for, named."""
+    allowed = ("query/key norms (qk_norm)",) if arch == "qwen3" else ()
+    return [name for name, on in _features(args).items() if on and name not in allowed]
 
 
 def default_arch(args: ModelArgs) -> str:

@@ -25,6 +25,10 @@ def test_a_qwen3_run_is_evaluated_by_megamlm_s_own_bidirectional_model(tmp_path)
     lines = []
     entry = resolve_model("qwen3", tmp_path / "run", tmp_path / "exports", log=lines.append)
     assert is_megamlm_encoder(entry.hf_path) and any("query/key norms" in line for line in lines)
+    # Issue 31, item 5: it says what it does, not the export's refusal advising the very command being run.
+    said = "\n".join(lines)
+    assert "evaluating it with megamlm's own bidirectional model" in said, said
+    assert "tools/evaluate.py" not in said and "use the causal Qwen3 export" not in said, said
     encoder = load_encoder(entry.hf_path, log=lines.append)
     assert isinstance(encoder, MegamlmEncoder) and encoder.config.hidden_size == 64
     trained = load_model(read_record(tmp_path / "run"))
