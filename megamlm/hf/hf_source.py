@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -166,12 +167,21 @@ def _safetensors_tensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
 def _torch_state(path: Path) -> dict[str, torch.Tensor]:
     try:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    except pickle.UnpicklingError as error:  # weights_only refused what the pickle asks to build (nothing ran)
+        raise _refused_pickle(path, error) from None
     except RuntimeError:  # a legacy (pre-zip) pickle cannot be memory-mapped; a damaged file fails again below
         pass
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises many types for a truncated or damaged file
         raise _damaged(path, error) from None
+
+
+def _refused_pickle(path: Path, error: Exception) -> ConversionError:
+    detail = next((line for line in str(error).splitlines() if "GLOBAL" in line or "Unsupported" in line), "")
+    return ConversionError(f"cannot read the weights in {path}: the file is not plain tensors, weights_only loading "
+                           f"refused it ({detail.strip() or type(error).__name__}) and nothing in it was run; "
+                           "use the model's model.safetensors, or download or copy it again")
 
 
 def check_gguf(source: HFSource) -> None:
