@@ -1,4 +1,4 @@
-"""Import a Hugging Face model (Llama 1-3.2, Mistral, Qwen2/2.5, SmolLM, EuroBERT, or a GGUF file) as a megamlm checkpoint.
+"""Import a Hugging Face model (the families megamlm/hf/keymaps.py declares, or a GGUF file) as a megamlm checkpoint.
 
     python tools/convert_from_hf.py --input models/SmolLM2-135M --output ckpt/smollm2
     python pretrain.py --init-from ckpt/smollm2 ...      # the flags to use are printed at the end
@@ -23,10 +23,15 @@ quiet_imports()  # before transformers is imported: known third-party import noi
 from megamlm.checkpoint import CheckpointError  # noqa: E402
 from megamlm.errors import UserError, exit_line  # noqa: E402
 from megamlm.hf.importer import import_hf  # noqa: E402
+from megamlm.hf.keymaps import imported_families  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    # The supported families come from the key maps the importer uses, so --help cannot drift from them.
+    description = (f"Import a Hugging Face model as a megamlm checkpoint: {imported_families()}; from a model "
+                   "folder or a GGUF file.\n\n" + __doc__.split("\n\n", 1)[1])
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--input", required=True,
                         help="Hugging Face model folder (config.json + weights + tokenizer), or a .gguf file / a folder "
                              "holding one")

@@ -1,6 +1,6 @@
 """Hugging Face decoder or encoder -> megamlm, for continued pretraining.
 
-Llama 1-3.2, Mistral, Qwen2/Qwen2.5, SmolLM, TinyLlama, EuroBERT, and GGUF files of them are read; attention
+The families of megamlm/hf/keymaps.py (``imported_families()``), and GGUF files of them, are read; attention
 biases, head_dim, RoPE scaling and tied embeddings carry over (``untie=True`` gives the LM head its own copy).
 The tokenizer gets a mask token (its own; else a reserved one, as EuroBERT takes Llama 3's
 ``<|reserved_special_token_0|>``; else an added ``<|mask|>``), and the embedding (and an untied LM head) grow

@@ -74,6 +74,9 @@ class KeyMap:
     """Prefixes of a larger checkpoint's tensors -> the text model's (Gemma 3's multimodal text tower)."""
     skipped_prefixes: tuple[str, ...] = ()
     """Tensors of parts megamlm does not import (vision towers), named in the import log."""
+    families: str = ""
+    """The model families this map imports, as people name them (tools/convert_from_hf.py --help and the import
+    errors list them); empty for an export-only map."""
 
     def source_name(self, hf_name: str) -> str | None:
         """A checkpoint's tensor name as the text model's, or None for a part that is skipped."""
@@ -112,19 +115,28 @@ def _translate(name: str, global_keys: dict[str, str], layer_keys: dict[str, str
                           "megamlm's model does not have (check the architecture of the checkpoint)")
 
 
-EUROBERT = KeyMap("eurobert", ("eurobert",), "EuroBertForMaskedLM", _GLOBAL_KEYS, _LAYER_KEYS)
+EUROBERT = KeyMap("eurobert", ("eurobert",), "EuroBertForMaskedLM", _GLOBAL_KEYS, _LAYER_KEYS, families="EuroBERT")
 # The decoders share Llama's names; their attention biases differ (megamlm.hf.hf_config).
-LLAMA = KeyMap("llama", ("llama",), "LlamaForCausalLM", _GLOBAL_KEYS, _LAYER_KEYS)
-QWEN2 = KeyMap("qwen2", ("qwen2",), "Qwen2ForCausalLM", _GLOBAL_KEYS, _LAYER_KEYS)
-MISTRAL = KeyMap("mistral", ("mistral",), "MistralForCausalLM", _GLOBAL_KEYS, _LAYER_KEYS)
+LLAMA = KeyMap("llama", ("llama",), "LlamaForCausalLM", _GLOBAL_KEYS, _LAYER_KEYS,
+               families="Llama 1-3.2, SmolLM, TinyLlama")
+QWEN2 = KeyMap("qwen2", ("qwen2",), "Qwen2ForCausalLM", _GLOBAL_KEYS, _LAYER_KEYS, families="Qwen2/2.5")
+MISTRAL = KeyMap("mistral", ("mistral",), "MistralForCausalLM", _GLOBAL_KEYS, _LAYER_KEYS, families="Mistral")
 
-QWEN3 = KeyMap("qwen3", ("qwen3",), "Qwen3ForCausalLM", _GLOBAL_KEYS, {**_LAYER_KEYS, **_QK_NORM_KEYS})
+QWEN3 = KeyMap("qwen3", ("qwen3",), "Qwen3ForCausalLM", _GLOBAL_KEYS, {**_LAYER_KEYS, **_QK_NORM_KEYS},
+               families="Qwen3")
 GEMMA3 = KeyMap("gemma3", ("gemma3_text", "gemma3"), "Gemma3ForCausalLM", _GLOBAL_KEYS, _GEMMA3_LAYER_KEYS,
-                norm_offset=1.0, renamed_prefixes=_GEMMA3_TEXT_TOWER, skipped_prefixes=_GEMMA3_VISION)
+                norm_offset=1.0, renamed_prefixes=_GEMMA3_TEXT_TOWER, skipped_prefixes=_GEMMA3_VISION,
+                families="Gemma 3 (text models, and the text tower of multimodal ones)")
 # The encoder export of a Gemma 3 decoder: the same tensors, a bidirectional config (use_bidirectional_attention).
-GEMMA3_ENCODER = dataclasses.replace(GEMMA3, name="gemma3_encoder", model_types=(), architecture="Gemma3TextModel")
+GEMMA3_ENCODER = dataclasses.replace(GEMMA3, name="gemma3_encoder", model_types=(), architecture="Gemma3TextModel",
+                                     families="")
 
 EXPORT_ARCHS = {m.name: m for m in (EUROBERT, LLAMA, QWEN2, MISTRAL, QWEN3, GEMMA3, GEMMA3_ENCODER)}
+
+
+def imported_families() -> str:
+    """The families tools/convert_from_hf.py imports, from the maps' own declarations (``KeyMap.families``)."""
+    return ", ".join(m.families for m in EXPORT_ARCHS.values() if m.model_types)
 
 
 def keymap_for_model_type(model_type: str) -> KeyMap:
@@ -133,4 +145,4 @@ def keymap_for_model_type(model_type: str) -> KeyMap:
             return keymap
     supported = sorted(t for m in EXPORT_ARCHS.values() for t in m.model_types)
     raise ConversionError(f"unsupported architecture model_type={model_type!r}; megamlm imports "
-                          f"{', '.join(supported)} (SmolLM, TinyLlama and Llama 3.x are llama)")
+                          f"{', '.join(supported)} ({imported_families()})")

@@ -168,7 +168,8 @@ def test_sliding_window_longer_than_the_run_is_refused(tmp_path, kit):
 
 
 @pytest.mark.parametrize("weights,damage", [("model.safetensors", "truncated"), ("pytorch_model.bin", "truncated"),
-                                            ("pytorch_model.bin", "garbage"), ("pytorch_model.bin", "pickle")])
+                                            ("pytorch_model.bin", "garbage"), ("pytorch_model.bin", "pickle"),
+                                            ("pytorch_model.bin", "crafted")])
 def test_truncated_weights_are_one_line_and_nothing_is_written(tmp_path, kit, capsys, weights, damage):
     import hashlib
     import importlib.util
@@ -186,17 +187,33 @@ def test_truncated_weights_are_one_line_and_nothing_is_written(tmp_path, kit, ca
         path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     elif damage == "garbage":  # UnpicklingError, not a RuntimeError (issue 22)
         path.write_bytes(b"not a pickle at all" * 8)
-    else:  # a plain pickle of something other than tensors: weights_only refuses it
+    elif damage == "pickle":  # a plain pickle of something other than tensors: weights_only refuses it
         import pickle
         path.write_bytes(pickle.dumps({"model.embed_tokens.weight": Path("x")}))
+    else:  # issue 31, item 11: torch.save's zip format asking to call a function; refused, and nothing runs
+        torch.save({"model.embed_tokens.weight": _Crafted(tmp_path / "ran")}, path)
     before = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (tmp_path / "llama").iterdir()}
     capsys.readouterr()
     assert tool.main(["--input", str(tmp_path / "llama"), "--output", str(tmp_path / "ckpt")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"error: cannot read the weights in {path}") and err.count("\n") == 1
-    assert "truncated, damaged or not plain tensors: download or copy it again" in err
+    assert err.startswith(f"error: cannot read the weights in {path}") and err.count("\n") == 1, err
+    if damage == "crafted":
+        assert "weights_only loading refused it" in err and "nothing in it was run" in err, err
+        assert not (tmp_path / "ran").exists()
+    else:
+        assert "truncated, damaged or not plain tensors: download or copy it again" in err
     assert before == {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in (tmp_path / "llama").iterdir()}
     assert not (tmp_path / "ckpt").exists() and not list(tmp_path.glob(".ckpt*"))
+
+
+class _Crafted:
+    """Pickles as a call to Path.touch: what a malicious checkpoint does, harmless here (and refused)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __reduce__(self):
+        return (Path.touch, (self.path,))
 
 
 def test_unsupported_model_type_names_the_supported(tmp_path):
@@ -395,3 +412,22 @@ def test_the_printed_command_trains_what_was_imported(tmp_path, kit, capsys):
     assert pretrain_main([*words, "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "2 layers, hidden 64" in out and "seq 96" in out, out
+
+
+def test_convert_from_hf_help_names_every_imported_family_from_the_key_maps():
+    """Issue 31, item 8: --help lists what the importer imports (Qwen3 and Gemma 3 included), read from the key
+    maps' declaration, so the two cannot drift apart."""
+    import importlib.util
+
+    from megamlm.hf.keymaps import EXPORT_ARCHS
+
+    spec = importlib.util.spec_from_file_location("convert_from_hf_help", Path(__file__).resolve().parents[3] /
+                                                  "tools" / "convert_from_hf.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    flat = " ".join(tool.build_parser().format_help().split())
+    imported = [m for m in EXPORT_ARCHS.values() if m.model_types]
+    assert {"qwen3", "gemma3"} <= {m.name for m in imported}
+    for keymap in imported:
+        assert keymap.families and " ".join(keymap.families.split()) in flat, keymap.name
+    assert "Qwen3" in flat and "Gemma 3" in flat and "GGUF" in flat
