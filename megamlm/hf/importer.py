@@ -211,6 +211,17 @@ def pretrain_flags(args: ModelArgs, checkpoint: Path) -> list[str]:
             "--tokenizer-model", str(checkpoint / TOKENIZER_DIR / "tokenizer.json")]
 
 
+CPT_RECIPE = ("--lr", "1e-4", "--lr-warmup-fraction", "0.1", "--lr-wsd-decay-fraction", "0.2")
+"""The schedule the printed command continues an imported model with. A pretrained model is not a random one: the
+defaults (the tiny preset's LR 3e-3, no warmup) throw it far from its weights on step 1 (Qwen3's first grad-norm
+was 41). A small peak LR, re-warmed and re-decayed: the rule of Ibrahim et al. 2024 ("Simple and Scalable Strategies
+to Continually Pre-train Large Language Models", arXiv 2403.08763), at the peak and fractions of
+examples/cpt_hf_decoder.py."""
+CPT_RECIPE_SOURCE = ("LR 1e-4 after a 10% warmup, decayed over the last 20%: re-warm and re-decay, as Ibrahim et al. "
+                     "2024, arXiv 2403.08763, continue pretrained models; not the from-scratch default 3e-3 "
+                     "without warmup")
+
+
 def _run_config(args: ModelArgs) -> dict:
     cfg = Config()
     return replace(cfg, model=replace(cfg.model, **model_section_values(args))).to_dict()
@@ -253,6 +264,7 @@ def import_hf(input_path: str | Path, output: str | Path, force: bool = False, m
                               "mask_added": plan.mask_added},
         }
         write_weights_checkpoint(tmp, state, record, {"consumed_samples": 0})
-    log(f"wrote megamlm checkpoint {target.destination}; continue pretraining with:\n  python pretrain.py "
-        + shlex.join(pretrain_flags(args, target.destination)) + " --data-path <data tokenized with that tokenizer>")
+    log(f"wrote megamlm checkpoint {target.destination}; continue pretraining with ({CPT_RECIPE_SOURCE}):\n"
+        "  python pretrain.py " + shlex.join([*pretrain_flags(args, target.destination), *CPT_RECIPE])
+        + " --data-path <data tokenized with that tokenizer>")
     return target.destination

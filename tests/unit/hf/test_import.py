@@ -431,3 +431,20 @@ def test_convert_from_hf_help_names_every_imported_family_from_the_key_maps():
     for keymap in imported:
         assert keymap.families and " ".join(keymap.families.split()) in flat, keymap.name
     assert "Qwen3" in flat and "Gemma 3" in flat and "GGUF" in flat
+
+
+def test_the_printed_command_continues_pretraining_with_a_cpt_recipe(tmp_path, kit):
+    """Issue 31, item 9: the printed command re-warms a small LR (the source named in the line), not the tiny
+    preset's from-scratch 3e-3 without warmup."""
+    import shlex
+
+    from megamlm.config import parse_args, warmup_iters, wsd_decay_iters
+
+    kit.save_tiny_llama(tmp_path / "llama")
+    lines = []
+    import_hf(tmp_path / "llama", tmp_path / "ckpt", log=lines.append)
+    said, command = lines[-1].split("\n", 1)
+    assert "arXiv 2403.08763" in said and "warmup" in said, said
+    words = shlex.split(command.split(" --data-path <")[0])[2:]
+    cfg = parse_args([*words, "--train-iters", "200"])
+    assert cfg.training.lr <= 1e-4 and warmup_iters(cfg.training) == 20 and wsd_decay_iters(cfg.training) == 40
