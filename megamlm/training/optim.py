@@ -81,8 +81,9 @@ class LRSchedule:
         if self.style == "constant":
             shape = "constant"
         elif self.style == "wsd":
-            shape = (f"constant to step {self.train_iters - self.decay_iters} and a linear decay over the last "
-                     f"{self.decay_iters} steps to {self.min_lr:g} (wsd)")
+            decay = "the last step" if self.decay_iters == 1 else f"the last {self.decay_iters} steps"
+            shape = (f"constant to step {self.train_iters - self.decay_iters} and a linear decay over {decay} to "
+                     f"{self.min_lr:g} (wsd)")
         else:
             shape = f"{self.style} decay to {self.min_lr:g} at step {self.train_iters}"
         return f"learning rate {self.peak_lr:g}: {warmup}{shape}"

@@ -60,6 +60,9 @@ def test_the_start_up_line_describes_each_style():
     assert LRSchedule(3e-4, 1e-5, "cosine", 0, 0, 1000).describe() == (
         "learning rate 0.0003: cosine decay to 1e-05 at step 1000")
     assert LRSchedule(1.0, 0.0, "constant", 10, 0, 100).describe() == "learning rate 1: 10 warmup steps, then constant"
+    # Issue 31, item 10: one decay step is "the last step", not "the last 1 steps".
+    assert LRSchedule(1e-3, 0.0, "wsd", 1, 1, 5).describe() == (
+        "learning rate 0.001: 1 warmup step, then constant to step 4 and a linear decay over the last step to 0 (wsd)")
 
 
 def test_a_wsd_decay_length_with_another_style_is_named_as_unused():
