@@ -2,7 +2,12 @@
 
 import sys
 
-from megamlm.log import quiet_imports
+from megamlm.config.flags import answer_flags_first
+
+if __name__ == "__main__":
+    answer_flags_first()  # --help and a flag error answered before torch and transformers are imported
+
+from megamlm.log import quiet_imports  # noqa: E402
 
 quiet_imports()  # before transformers is imported: known third-party import noise (megamlm/log.py)
 

@@ -24,7 +24,8 @@ from megamlm.model.attention_probe import candidate_backends, time_attention  # 
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                allow_abbrev=False)
     p.add_argument("--seq-lengths", default="2048,8192")
     p.add_argument("--tokens", type=int, default=16384, help="tokens per call (batch = tokens / sequence length)")
     p.add_argument("--heads", type=int, default=18)

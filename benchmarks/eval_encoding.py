@@ -74,7 +74,7 @@ def reference_pass(model, tokenizer, queries, documents, batch_size, max_length)
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     p.add_argument("--preset", choices=["tiny", "210m"], default="tiny")
     p.add_argument("--documents", type=int, default=2048)
     p.add_argument("--queries", type=int, default=64)

@@ -94,7 +94,8 @@ def time_cache(sizes, seq_length, seed, epochs) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--tokens", type=float, default=100e9, help="corpus size in tokens (default 100e9)")
     parser.add_argument("--seq-length", type=int, default=2048)
     parser.add_argument("--mean-document-length", type=int, default=2000)

@@ -230,7 +230,7 @@ def print_table(results: list[Case], device_name: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="auto", help="auto (cuda when available), cpu or cuda")
     parser.add_argument("--reps", type=int, default=3, help="timed repetitions per case (median reported)")
     parser.add_argument("--quick", action="store_true", help="smaller shapes (smoke run)")

@@ -65,7 +65,8 @@ BENCH_PRESETS = {
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                allow_abbrev=False)
     p.add_argument("--preset", default="cpu", choices=sorted(BENCH_PRESETS))
     p.add_argument("--objective", default="mlm", choices=["mlm", "clm"])
     p.add_argument("--compare", default="hf", choices=["hf", "none"])

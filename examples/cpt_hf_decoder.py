@@ -188,7 +188,7 @@ def fill_mask_megamlm(run: Path) -> list[dict]:
 
 def build_parser(description: str = __doc__.split("\n\n")[0], model: bool = True) -> argparse.ArgumentParser:
     """This script's flags; ``model=False`` leaves out --model (examples/cpt_smollm2.py fixes the model)."""
-    parser = argparse.ArgumentParser(description=description)
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=description)
     if model:
         parser.add_argument("--model", required=True,
                             help="Hugging Face model folder (config.json, safetensors, tokenizer) or a .gguf file")

@@ -6,14 +6,16 @@ import logging
 import sys
 import time
 
-import torch.distributed as dist
-
 from megamlm.launcher_env import rank_from_env
 
 
 def rank() -> int:
-    """Global rank: from the process group once it exists, before that from the launcher's environment."""
-    if dist.is_available() and dist.is_initialized():
+    """Global rank: from the process group once it exists, before that from the launcher's environment.
+
+    torch.distributed is looked up, not imported: a process that has not imported it has no process group, and
+    commands that never need torch (``pretrain.py --help``) then start without it."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
         return dist.get_rank()
     return rank_from_env()
 

@@ -27,7 +27,7 @@ from megamlm.hf.keymaps import EXPORT_ARCHS  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     parser.add_argument("--input", required=True, help="megamlm --save folder or one of its iter_NNNNNNN folders")
     parser.add_argument("--output", required=True, help="Hugging Face folder to write")
     parser.add_argument("--arch", default=None, choices=list(EXPORT_ARCHS),

@@ -80,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     hp, ts = Hyperparameters(), TaskSettings()
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=_DefaultOnce,
                                 prog="evaluate.py", usage="%(prog)s --model NAME=PATH --tasks TASKS --output DIR [options]",
-                                epilog=_task_epilog())
+                                epilog=_task_epilog(), allow_abbrev=False)
     p.add_argument("--model", action="append", required=True,
                    help="NAME=PATH (repeatable or comma-separated); PATH is a Hugging Face folder, a megamlm "
                         "checkpoint, or a megamlm run folder (see --checkpoints)")

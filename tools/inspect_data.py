@@ -44,17 +44,18 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     commands = parser.add_subparsers(dest="command", required=True)
-    stats = commands.add_parser("stats", help="sizes, lengths and token range of .bin/.idx pairs")
+    stats = commands.add_parser("stats", allow_abbrev=False, help="sizes, lengths and token range of .bin/.idx pairs")
     stats.add_argument("prefixes", nargs="+")
     stats.add_argument("--no-scan", action="store_true", help="skip reading every token for the max token id")
     stats.add_argument("--json", action="store_true", help="print JSON")
-    sample = commands.add_parser("sample", help="decode global samples of a run's order")
+    sample = commands.add_parser("sample", allow_abbrev=False, help="decode global samples of a run's order")
     add_run_arguments(sample)
     sample.add_argument("--index", type=int, nargs="+", required=True, help="global sample numbers")
     sample.add_argument("--tokenizer", default=None, help="tokenizer file to decode the text with")
-    digest = commands.add_parser("digest", help="sha256 over a range of a run's samples")
+    digest = commands.add_parser("digest", allow_abbrev=False, help="sha256 over a range of a run's samples")
     add_run_arguments(digest)
     digest.add_argument("--first", type=int, default=0)
     digest.add_argument("--count", type=int, default=1024)

@@ -66,7 +66,8 @@ def merge(prefixes: list[str], output_prefix: str, force: bool = False) -> Index
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--input", nargs="+", required=True, help="dataset prefixes, or folders of .bin/.idx pairs")
     parser.add_argument("--output-prefix", required=True, help="writes <prefix>.bin and <prefix>.idx")
     parser.add_argument("--force", action="store_true", help="replace an existing dataset at --output-prefix")

@@ -42,7 +42,8 @@ EMIT_KINDS = ("slurm", "local")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                allow_abbrev=False)
     p.add_argument("study", help="study YAML file (see examples/studies/)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="replace a study key before planning (dotted key, YAML value), e.g. --set seeds=[1]")

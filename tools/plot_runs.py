@@ -25,7 +25,8 @@ from megamlm.training.run_plots import DEFAULT_OUTPUT, plot_runs  # noqa: E402
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="--save folders of the runs to overlay")
     parser.add_argument("--output", default=DEFAULT_OUTPUT, help=f"folder for the PNG files (default: {DEFAULT_OUTPUT}/)")
     args = parser.parse_args(argv)

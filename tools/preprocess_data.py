@@ -27,7 +27,8 @@ from megamlm.errors import UserError, exit_line  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     group = parser.add_argument_group("input data")
     group.add_argument("--input", nargs="+", required=True, help="jsonl(.gz/.zst) or parquet files")
     group.add_argument("--json-keys", nargs="+", default=["text"], help="fields (columns) to tokenize")

@@ -52,7 +52,8 @@ def train(paths: list[str], vocab_size: int, key: str = "text", min_frequency: i
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--input", nargs="+", required=True, help="jsonl files (plain or .gz)")
     parser.add_argument("--output", required=True, help="tokenizer.json to write")
     parser.add_argument("--vocab-size", type=int, default=8192)

@@ -26,7 +26,7 @@ from megamlm.config.loader import ALTERNATIVES
 from megamlm.config.sections import OBJECTIVE_PHASES, SECTION_CLASSES, CheckpointConfig, Config, PerformanceConfig
 from megamlm.errors import ConfigError
 from megamlm.extras import installed, missing_message
-from megamlm.model.attention_backends import attention_backend_problem
+from megamlm.model.attention_table import attention_backend_problem
 from megamlm.model.config import PRESETS
 
 

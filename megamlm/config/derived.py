@@ -17,7 +17,7 @@ from megamlm.config.sections import (
 )
 from megamlm.errors import ConfigError
 from megamlm.model.config import PRESETS, ModelArgs, pad_vocab_size
-from megamlm.model.rope import RopeScaling
+from megamlm.model.rope_scaling import RopeScaling
 
 DEFAULT_SWITCH = 0.25
 DEFAULT_EVAL_INTERVAL, DEFAULT_EVAL_ITERS = 1000, 10

@@ -10,7 +10,8 @@ from megamlm.config.docs import choices_of, field_docs, scalar_type
 from megamlm.config.loader import ALTERNATIVES, FORMER_SWITCHES, config_from_settings, load_yaml
 from megamlm.config.recipes import BATCH_KEYS, recipe_defaults
 from megamlm.config.sections import OBJECTIVE_PHASES, SECTION_CLASSES, Config
-from megamlm.errors import ConfigError
+from megamlm.env_args import command_line
+from megamlm.errors import ConfigError, UserError, exit_line
 
 FLAG_ALIASES = {"tensor_model_parallel_size": ["--tp"], "pipeline_model_parallel_size": ["--pp"]}
 
@@ -78,8 +79,9 @@ def _add_flag(group, section: str, f: dataclasses.Field, hint, doc: str) -> None
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # allow_abbrev=False: a misspelt flag (--train-iter) is an error, not silently the flag it prefixes
     parser = _Parser(prog="pretrain.py", usage="%(prog)s [--config run.yaml] [flags]  (flags override --config)",
-                     description="Pretrain a text encoder with MLM, CLM or a CLM-then-MLM schedule.")
+                     description="Pretrain a text encoder with MLM, CLM or a CLM-then-MLM schedule.", allow_abbrev=False)
     parser.add_argument("--config", help="YAML file with config sections; flags override it.")
     for section, cls in SECTION_CLASSES.items():
         group = parser.add_argument_group(section)
@@ -87,6 +89,16 @@ def build_parser() -> argparse.ArgumentParser:
         for f in dataclasses.fields(cls):
             _add_flag(group, section, f, hints[f.name], docs.get(f.name, ""))
     return parser
+
+
+def answer_flags_first() -> None:
+    """pretrain.py's command line parsed before anything heavy is imported: ``--help`` prints and exits 0, a flag
+    error prints its one line and exits 2, in a moment (torch and transformers take seconds to import); flags that
+    parse return, and training parses them again with the rest of its checks."""
+    try:
+        given_settings(command_line("pretrain", say=lambda _line: None))  # the full parse says what the env adds
+    except (UserError, OSError) as err:
+        raise SystemExit(exit_line(err)) from None
 
 
 def parse_flags(argv: list[str] | None = None) -> Config:

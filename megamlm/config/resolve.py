@@ -18,7 +18,6 @@ from megamlm.config.flags import given_settings
 from megamlm.config.loader import config_from_settings
 from megamlm.config.recipes import recipe_file, with_recipe
 from megamlm.config.sections import Config
-from megamlm.data.sidecar import sidecar_tokenizer
 from megamlm.launcher_env import world_size_from_env
 from megamlm.log import log
 
@@ -50,6 +49,10 @@ def adopt_sidecar_tokenizer(cfg: Config) -> tuple[Config, str | None]:
     sidecar before the run builds anything, megamlm/data/sidecar.py)."""
     if not cfg.data.data_path or cfg.data.tokenizer_model:
         return cfg, None
+    # Imported here, not above: the data package imports torch, which the flag parser (pretrain.py --help, a flag
+    # error) must start without (tests/unit/test_imports.py, DEFERRED).
+    from megamlm.data.sidecar import sidecar_tokenizer
+
     found = sidecar_tokenizer(list(cfg.data.data_path))
     if found is None:
         return cfg, None

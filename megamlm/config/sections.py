@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Literal, get_type_hints
 
 from megamlm.config.docs import field_docs
-from megamlm.model.attention_backends import ATTENTION_TABLE
+from megamlm.model.attention_table import ATTENTION_TABLE
 from megamlm.model.config import AttentionBackend, KernelBackend, ModelArgs
 
 # The objectives and the phases each trains in order, declared once (the Literal below is built from it).

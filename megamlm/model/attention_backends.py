@@ -5,7 +5,7 @@ and k/v (batch, seq, kv_heads, dim) (grouped-query when kv_heads < heads) and re
 (batch, seq, heads, dim). With ``document_ids`` (batch, seq) a token attends only to tokens of its
 own document (a maximal run of equal ids in its row), causally or not.
 
-backend (``ATTENTION_TABLE`` declares them, once: whether each runs on a GPU only, the optional package it
+backend (``ATTENTION_TABLE``, in megamlm/model/attention_table.py, declares them, once: whether each runs on a GPU only, the optional package it
 needs and the SDPA kernel it holds SDPA to; the ``AttentionBackend`` choice, the dispatch below, the ``auto``
 probe and the flag checks all read it):
 - ``sdpa``: ``scaled_dot_product_attention``, torch choosing its kernel. With documents it uses a
@@ -30,9 +30,7 @@ another device) for the flag checks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -40,39 +38,15 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from megamlm import extras
 from megamlm.log import log
+from megamlm.model.attention_table import (  # noqa: F401 (re-exported: the table is declared there, torch-free)
+    ATTENTION_BACKENDS,
+    ATTENTION_TABLE,
+    AttentionBackendSpec,
+    unknown_backend,
+    attention_backend_problem,
+)
 
 
-@dataclass(frozen=True)
-class AttentionBackendSpec:
-    """One attention backend: how it computes, where it runs, what it needs."""
-
-    implementation: Literal["sdpa", "flex", "flash"]
-    """The function that computes it: SDPA (``_sdpa``), FlexAttention or flash-attn."""
-    gpu_only: bool
-    """Runs on a CUDA/ROCm GPU only."""
-    package: str | None = None
-    """The optional package it needs (a ``megamlm.extras`` name), None when torch is enough."""
-    sdpa_kernel: SDPBackend | None = None
-    """The one SDPA kernel SDPA is held to; None: torch chooses (or not SDPA)."""
-    half_precision_only: bool = False
-    """Takes fp16/bf16 inputs only."""
-    summary: str = ""
-    """A few words for --help."""
-
-
-ATTENTION_TABLE: dict[str, AttentionBackendSpec] = {
-    "sdpa": AttentionBackendSpec("sdpa", gpu_only=False, summary="scaled_dot_product_attention"),
-    "sdpa_flash": AttentionBackendSpec("sdpa", gpu_only=True, sdpa_kernel=SDPBackend.FLASH_ATTENTION,
-                                       summary="SDPA held to its flash kernel"),
-    "sdpa_cudnn": AttentionBackendSpec("sdpa", gpu_only=True, sdpa_kernel=SDPBackend.CUDNN_ATTENTION,
-                                       summary="SDPA held to its cuDNN kernel"),
-    "flex": AttentionBackendSpec("flex", gpu_only=True, summary="FlexAttention"),
-    "flash": AttentionBackendSpec("flash", gpu_only=True, package="flash_attn", half_precision_only=True,
-                                  summary="flash-attn"),
-}
-"""The attention backends, declared once (in the order ``--help`` and the ``auto`` probe list them)."""
-ATTENTION_BACKENDS: tuple[str, ...] = ("auto", *ATTENTION_TABLE)
-"""The ``--attention-backend`` choices: ``auto`` (resolved per attention mode before any call) and the table's."""
 FLEX_MIN_HEAD_DIM = 16  # FlexAttention's compiled kernels refuse smaller head dims
 _FLASH_MISSING = (extras.missing_message("flash_attn", "--attention-backend flash")
                   + " (with --no-build-isolation), or use --attention-backend sdpa")
@@ -84,35 +58,11 @@ _mask_cache: dict[str, tuple] = {}
 def check_attention_backend(name: str) -> str:
     """``name`` if it is one of ``ATTENTION_BACKENDS`` whose package is installed; else a clear error."""
     if name not in ATTENTION_BACKENDS:
-        raise ValueError(_unknown(name))
+        raise ValueError(unknown_backend(name))
     package = ATTENTION_TABLE[name].package if name in ATTENTION_TABLE else None
     if package is not None and not extras.installed(package):
         raise ImportError(_FLASH_MISSING if name == "flash" else attention_backend_problem(name, None))
     return name
-
-
-def attention_backend_problem(name: str, device_type: str | None = None) -> str | None:
-    """Why ``--attention-backend name`` cannot run, in one line naming the fix, or None when it can.
-
-    Checks that the package it needs is installed (looked up, never imported) and, with ``device_type``
-    (``"cpu"``, ``"cuda"``), that a GPU-only backend runs on a GPU; ``device_type=None`` checks the package only.
-    ``auto`` always can (it measures what runs here, ``sdpa`` on CPU).
-    """
-    if name not in ATTENTION_BACKENDS:
-        return _unknown(name)
-    spec = ATTENTION_TABLE.get(name)
-    if spec is None:  # auto
-        return None
-    if spec.package is not None and not extras.installed(spec.package):
-        return extras.missing_message(spec.package, f"--attention-backend {name}") + ", or use --attention-backend sdpa"
-    if device_type is not None and device_type != "cuda" and spec.gpu_only:
-        return (f"--attention-backend {name} runs on a GPU, and this run is on {device_type}; "
-                "use --attention-backend sdpa or auto")
-    return None
-
-
-def _unknown(name: str) -> str:
-    return f"unknown attention backend {name!r}; choose one of {', '.join(ATTENTION_BACKENDS)}"
 
 
 def attention(
@@ -140,7 +90,7 @@ def attention(
             raise ValueError(f"attention backend {backend!r} selects a GPU kernel of SDPA, got a {q.device.type} "
                              "tensor; use backend 'sdpa'")
         if document_ids is None:
-            with sdpa_kernel(spec.sdpa_kernel):
+            with sdpa_kernel(getattr(SDPBackend, spec.sdpa_kernel)):
                 return _sdpa(q, k, v, attn_mask=None, causal=causal, scale=scale)
         # With documents every SDPA variant takes the block-mask path below (a dense mask rules out both kernels).
     if spec.implementation == "flex":
@@ -310,7 +260,7 @@ def _flash_attention(q, k, v, causal, document_ids, scale=None, window: int | No
 
 def _check_inputs(q, k, v, document_ids, backend):
     if backend not in ATTENTION_BACKENDS:
-        raise ValueError(_unknown(backend))
+        raise ValueError(unknown_backend(backend))
     if q.dim() != 4 or k.shape != v.shape or k.dim() != 4 or q.shape[:2] != k.shape[:2] or q.shape[3] != k.shape[3]:
         raise ValueError(
             f"attention: expected q (batch, seq, heads, dim) and k, v (batch, seq, kv_heads, dim), got "

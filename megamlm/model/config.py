@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Literal, get_args
 
-from megamlm.model.attention_backends import ATTENTION_BACKENDS
-from megamlm.model.rope import RopeScaling
+from megamlm.model.attention_table import ATTENTION_BACKENDS
+from megamlm.model.rope_scaling import RopeScaling
 
 KernelBackend = Literal["auto", "triton", "chunked", "reference"]
 """auto: Triton on GPU tensors, the chunked LM-head loss on CPU; see ``megamlm.kernels``."""
