@@ -53,6 +53,20 @@ def test_every_extra_named_is_one_of_pyproject_and_brings_its_package():
         assert entry.distribution.replace("_", "-") in named, (entry.module, entry.extra)
 
 
+def test_the_test_extra_installs_what_a_cpu_machine_runs_and_ci_adds_the_gpu_packages():
+    """Issue 31, item 7: the README's `pip install -e ".[test]"` brings no GPU package (torchao makes every
+    `import transformers` log its unloadable CUDA kernels); CI adds [kernels] and [fp8] itself, whose tests also
+    run on a CPU (the Triton interpreter, torch's emulated float8) and skip without them."""
+    tomllib = pytest.importorskip("tomllib")
+    root = Path(__file__).resolve().parents[2]
+    optional = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    gpu = {"triton", "torchao", "flash-attn", "transformer-engine"}
+    assert not {re.split(r"[<>=\[ ]", d)[0] for d in optional["test"]} & gpu
+    assert {re.split(r"[<>=\[ ]", d)[0] for e in ("kernels", "fp8") for d in optional[e]} == {"triton", "torchao"}
+    assert 'pip install -e ".[test]"' in (root / "README.md").read_text()
+    assert '-e ".[test,kernels,fp8]"' in (root / ".ci" / "run").read_text()
+
+
 def test_require_raises_one_user_error_line_naming_the_extra(monkeypatch):
     monkeypatch.setitem(extras.EXTRAS, "gone", extras.Extra("megamlm_no_such_module", ("gone-dist",), "gguf"))
     with pytest.raises(extras.MissingExtra) as caught:
