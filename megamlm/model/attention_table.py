@@ -65,7 +65,3 @@ def attention_backend_problem(name: str, device_type: str | None = None) -> str 
 
 def unknown_backend(name: str) -> str:
     return f"unknown attention backend {name!r}; choose one of {', '.join(ATTENTION_BACKENDS)}"
-
-
-def unknown_backend(name: str) -> str:
-    return f"unknown attention backend {name!r}; choose one of {', '.join(ATTENTION_BACKENDS)}"

@@ -41,7 +41,7 @@ from megamlm.parallel.dims import ParallelDims
 from megamlm.parallel.dry_run import GIB, rank_estimates
 from megamlm.parallel.parallelize import ParallelModel, parallelize
 from megamlm.parallel.runtime import start_parallel
-from megamlm.training.accounting import RunReporter, StepLedger
+from megamlm.training.accounting import RunReporter, StepLedger, check_tensorboard_dir
 from megamlm.training.metrics import format_duration
 from megamlm.training.nonfinite import NonFiniteGuard, SkipStreak, skip_streak
 from megamlm.training.optim import LRSchedule, build_optimizer, set_hyperparameters
@@ -258,10 +258,7 @@ def build_trainer(cfg: Config, signals: ExitSignalHandler, held: ExitStack,
     if c.init_from and is_hf_model(c.init_from):  # load_config imports it and adopts its shape and tokenizer
         raise ConfigError(f"--init-from {c.init_from} is a Hugging Face model that this config has not adopted: "
                           "build the config with megamlm.cli.load_config, which imports it")
-    tensorboard_dir = cfg.logging.tensorboard_dir
-    if tensorboard_dir and Path(tensorboard_dir).exists() and not Path(tensorboard_dir).is_dir():
-        raise ConfigError(f"--tensorboard-dir {tensorboard_dir} is a file, not a folder; pass a folder for the "
-                          "TensorBoard events (it is created if missing)")
+    check_tensorboard_dir(cfg.logging.tensorboard_dir)  # a file, or a disk already full
     plan = plan_run(cfg)
     mesh, device = start_parallel(plan.dims, plan.device)
     record = build_run_record(cfg, plan, plan.dims.world_size)
