@@ -128,7 +128,10 @@ GEMMA3 = KeyMap("gemma3", ("gemma3_text", "gemma3"), "Gemma3ForCausalLM", _GLOBA
                 norm_offset=1.0, renamed_prefixes=_GEMMA3_TEXT_TOWER, skipped_prefixes=_GEMMA3_VISION,
                 families="Gemma 3 (text models, and the text tower of multimodal ones)")
 # The encoder export of a Gemma 3 decoder: the same tensors, a bidirectional config (use_bidirectional_attention).
-GEMMA3_ENCODER = dataclasses.replace(GEMMA3, name="gemma3_encoder", model_types=(), architecture="Gemma3TextModel",
+# Its config names the causal-LM class: transformers has no masked-LM class for Gemma 3, and pipeline("fill-mask")
+# loads the class config.json names, whose LM head gives the MLM logits on this bidirectional config (AutoModel and
+# the sequence classifier load by model_type, unchanged).
+GEMMA3_ENCODER = dataclasses.replace(GEMMA3, name="gemma3_encoder", model_types=(), architecture="Gemma3ForCausalLM",
                                      families="")
 
 EXPORT_ARCHS = {m.name: m for m in (EUROBERT, LLAMA, QWEN2, MISTRAL, QWEN3, GEMMA3, GEMMA3_ENCODER)}

@@ -36,21 +36,30 @@ def training_facts(record: CheckpointRecord) -> dict:
     }
 
 
-_GEMMA3_ENCODER_USE = """## Use
+def _gemma3_encoder_use(window: int | None) -> str:
+    """How to use a bidirectional Gemma 3 export: fill-mask, hidden states, a classifier, and its window."""
+    reach = ("" if window is None else
+             f"\n\nIts sliding-window layers attend |i - j| < {window} (W = {window}, the source decoder's causal window "
+             f"reaching as far on each side); config.json writes `sliding_window: {2 * (window - 1)}` = 2(W-1), because "
+             "transformers' bidirectional Gemma 3 attends |i - j| < sliding_window // 2 + 1 (megamlm checks the logits "
+             "are equal). Setting `use_bidirectional_attention: true` on the source decoder's own config instead keeps "
+             f"its `sliding_window: {window}` and so reaches only {window // 2 + 1} tokens on each side: another model "
+             "from the same Gemma 3.")
+    return f"""## Use
 
 A native bidirectional Gemma 3 (`use_bidirectional_attention: true` in config.json, sliding windows included):
-it loads without remote code.
+it loads without remote code. transformers has no masked-LM class for Gemma 3, so config.json names the causal-LM
+class, `Gemma3ForCausalLM`: on this bidirectional config its LM head (the tied embedding) gives the MLM logits at
+every position, and `pipeline("fill-mask")` fills masks with it.
 
 ```python
-from transformers import AutoModel, AutoModelForSequenceClassification
+from transformers import AutoModel, AutoModelForSequenceClassification, pipeline
+fill = pipeline("fill-mask", model=path)                       # Gemma3ForCausalLM, bidirectional: MLM logits
 encoder = AutoModel.from_pretrained(path)                      # Gemma3TextModel: hidden states
 classifier = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
 ```
 
-sentence-transformers loads it too (`SentenceTransformer(path)`, mean pooling). transformers has no masked-LM
-class for Gemma 3: for MLM logits, load the causal-LM class on this bidirectional config,
-`AutoModelForCausalLM.from_pretrained(path)` (its LM head is the tied embedding), and read the logits at the
-mask token's positions.
+sentence-transformers loads it too (`SentenceTransformer(path)`, mean pooling).{reach}
 """
 
 
@@ -67,11 +76,12 @@ def model_card(record: CheckpointRecord, arch_class: str, dtype: str, arch: str 
     lines = [
         "---",
         "library_name: transformers",
-        "tags: [megamlm, " + ("fill-mask" if arch_class.endswith("MaskedLM") else
-                              "feature-extraction" if arch == "gemma3_encoder" else "text-generation") + "]",
+        "tags: [megamlm, " + ("fill-mask" if arch_class.endswith("MaskedLM") or arch == "gemma3_encoder" else
+                              "text-generation") + "]",
         "---",
         "",
-        f"# {arch_class} exported from megamlm",
+        f"# {'A bidirectional Gemma 3 (' + arch_class + ')' if arch == 'gemma3_encoder' else arch_class} exported "
+        "from megamlm",
         "",
         f"Converted by megamlm's `tools/convert_to_hf.py` from `{record.path}`.",
         "",
@@ -98,5 +108,5 @@ def model_card(record: CheckpointRecord, arch_class: str, dtype: str, arch: str 
         "",
     ]
     if arch == "gemma3_encoder":
-        lines.append(_GEMMA3_ENCODER_USE)
+        lines.append(_gemma3_encoder_use(a.sliding_window if a.has_sliding_layers() else None))
     return "\n".join(lines)

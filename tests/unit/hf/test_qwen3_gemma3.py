@@ -155,7 +155,21 @@ def test_gemma_encoder_exports_as_bidirectional_gemma3(imported, tmp_path):
     assert type(classifier).__name__ == "Gemma3TextForSequenceClassification"
     assert info["missing_keys"] == {"score.weight"} and info["unexpected_keys"] == set(), info
     card = (out / "README.md").read_text()
-    assert "use_bidirectional_attention" in card and "AutoModelForCausalLM" in card
+    assert "use_bidirectional_attention" in card and 'pipeline("fill-mask", model=path)' in card
+    # Issue 31, item 4: the card names the window (W = 5 here: sliding_window 8 = 2(W-1), not the source's 5 whose
+    # bidirectional reach transformers halves to 5 // 2 + 1 = 3)
+    assert "|i - j| < 5" in card and "`sliding_window: 8` = 2(W-1)" in card and "only 3 tokens" in card, card
+    # ...and pipeline("fill-mask") fills masks: config.json names the causal-LM class, bidirectional here
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(out))
+    text = f"{tokenizer.decode(ids[0, :6])}{tokenizer.mask_token}{tokenizer.decode(ids[0, 7:12])}"
+    fill = transformers.pipeline("fill-mask", model=str(out), device="cpu")
+    masked = tokenizer(text, return_tensors="pt")["input_ids"]
+    position = int((masked[0] == tokenizer.mask_token_id).nonzero()[0, 0])
+    with torch.no_grad():
+        want = model.logits(model(masked, causal=False))[0, position].softmax(-1)  # the padded rows too, as exported
+    got = fill(text, top_k=3)
+    assert [p["token"] for p in got] == want.topk(3).indices.tolist()
+    assert abs(got[0]["score"] - float(want.max())) < 1e-4
     # a bidirectional Gemma 3 (EmbeddingGemma-style) is an import source too: the same model comes back
     import_hf(out, tmp_path / "back", **QUIET)
     back = load_model(read_record(tmp_path / "back"))
