@@ -81,7 +81,8 @@ def _add_flag(group, section: str, f: dataclasses.Field, hint, doc: str) -> None
 def build_parser() -> argparse.ArgumentParser:
     # allow_abbrev=False: a misspelt flag (--train-iter) is an error, not silently the flag it prefixes
     parser = _Parser(prog="pretrain.py", usage="%(prog)s [--config run.yaml] [flags]  (flags override --config)",
-                     description="Pretrain a text encoder with MLM, CLM or a CLM-then-MLM schedule.", allow_abbrev=False)
+                     description="Pretrain a text encoder with MLM, CLM or a CLM-then-MLM schedule.",
+                     allow_abbrev=False)
     parser.add_argument("--config", help="YAML file with config sections; flags override it.")
     for section, cls in SECTION_CLASSES.items():
         group = parser.add_argument_group(section)

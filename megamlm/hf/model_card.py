@@ -39,12 +39,13 @@ def training_facts(record: CheckpointRecord) -> dict:
 def _gemma3_encoder_use(window: int | None) -> str:
     """How to use a bidirectional Gemma 3 export: fill-mask, hidden states, a classifier, and its window."""
     reach = ("" if window is None else
-             f"\n\nIts sliding-window layers attend |i - j| < {window} (W = {window}, the source decoder's causal window "
-             f"reaching as far on each side); config.json writes `sliding_window: {2 * (window - 1)}` = 2(W-1), because "
-             "transformers' bidirectional Gemma 3 attends |i - j| < sliding_window // 2 + 1 (megamlm checks the logits "
-             "are equal). Setting `use_bidirectional_attention: true` on the source decoder's own config instead keeps "
-             f"its `sliding_window: {window}` and so reaches only {window // 2 + 1} tokens on each side: another model "
-             "from the same Gemma 3.")
+             f"\n\nIts sliding-window layers attend |i - j| < {window} (W = {window}: the source decoder's causal "
+             "window, reaching as far on each side); config.json writes "
+             f"`sliding_window: {2 * (window - 1)}` = 2(W-1), because transformers' bidirectional Gemma 3 attends "
+             "|i - j| < sliding_window // 2 + 1 (megamlm checks the logits are equal). Setting "
+             "`use_bidirectional_attention: true` on the source decoder's own config instead keeps its "
+             f"`sliding_window: {window}` and so reaches only {window // 2 + 1} tokens on each side: another "
+             "model from the same Gemma 3.")
     return f"""## Use
 
 A native bidirectional Gemma 3 (`use_bidirectional_attention: true` in config.json, sliding windows included):

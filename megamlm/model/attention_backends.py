@@ -5,7 +5,8 @@ and k/v (batch, seq, kv_heads, dim) (grouped-query when kv_heads < heads) and re
 (batch, seq, heads, dim). With ``document_ids`` (batch, seq) a token attends only to tokens of its
 own document (a maximal run of equal ids in its row), causally or not.
 
-backend (``ATTENTION_TABLE``, in megamlm/model/attention_table.py, declares them, once: whether each runs on a GPU only, the optional package it
+backend (``ATTENTION_TABLE``, in megamlm/model/attention_table.py, declares them, once: whether each runs on a
+GPU only, the optional package it
 needs and the SDPA kernel it holds SDPA to; the ``AttentionBackend`` choice, the dispatch below, the ``auto``
 probe and the flag checks all read it):
 - ``sdpa``: ``scaled_dot_product_attention``, torch choosing its kernel. With documents it uses a

@@ -1,6 +1,7 @@
 """Rotary embedding tables, with the frequency scalings of the decoders people continue from.
 
-``RopeScaling`` (megamlm/model/rope_scaling.py, torch-free) holds the parameters Hugging Face keeps in ``rope_parameters`` (the same key names), for
+``RopeScaling`` (megamlm/model/rope_scaling.py, torch-free) holds the parameters Hugging Face keeps in
+``rope_parameters`` (the same key names), for
 the scalings these models use: ``linear`` (position interpolation), ``llama3`` (Llama 3.1/3.2) and
 ``yarn`` (Qwen2.5's long-context setting). Scaling changes only the tables: the inverse frequencies, and
 for YaRN a factor on cos and sin, so every rotary kernel takes the scaled tables unchanged.

@@ -10,7 +10,7 @@ from float8_checks import check_fp8_fsdp
 from harness import spawn
 
 pytestmark = [pytest.mark.distributed,
-              pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason="torchao is not installed (pip install 'megamlm[fp8]')")]
+              pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason="torchao is not installed")]
 
 
 def test_fp8_under_fsdp2_matches_fp8_in_one_process():

@@ -47,7 +47,7 @@ def test_compiled_runs_match_eager(run, flags):
         assert compiled.losses[step] == pytest.approx(eager.losses[step], rel=1e-3)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason="torchao is not installed (pip install 'megamlm[fp8]')")
+@pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason="torchao is not installed")
 def test_fp8_reaches_the_run(run):
     """The blocks' matmuls run in float8 (emulated on CPU): the losses move, by a little."""
     plain = run(*SHORT)

@@ -63,6 +63,6 @@ def test_no_command_line_takes_a_prefix_of_a_flag():
     calls = [(path, call) for path in files for call in _parser_calls(path)]
     assert len(calls) > 15
     takes_prefixes = [f"{path.relative_to(ROOT)}:{call.lineno}" for path, call in calls
-                      if not any(k.arg == "allow_abbrev" and isinstance(k.value, ast.Constant) and k.value.value is False
-                                 for k in call.keywords)]
+                      if not any(k.arg == "allow_abbrev" and isinstance(k.value, ast.Constant)
+                                 and k.value.value is False for k in call.keywords)]
     assert takes_prefixes == []

@@ -21,7 +21,8 @@ from megamlm.training.step import train_step
 ARGS = tiny_args(hidden_size=64, ffn_hidden_size=128, max_seq_length=32)
 CPU = torch.device("cpu")
 ONE = ParallelDims(world_size=1)
-needs_torchao = pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason="torchao is not installed (pip install 'megamlm[fp8]')")
+NO_TORCHAO = "torchao is not installed (pip install 'megamlm[fp8]')"
+needs_torchao = pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason=NO_TORCHAO)
 
 
 def test_without_torchao_fp8_is_refused_in_one_line(monkeypatch):
