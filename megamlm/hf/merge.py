@@ -36,6 +36,9 @@ Kind = Literal["megamlm", "hf"]
 _KINDS = {"megamlm": "a megamlm checkpoint", "hf": "a Hugging Face folder"}
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "merges.txt")
 """An HF folder's tokenizer files whose bytes must agree (the vocabulary and how text becomes ids)."""
+_NOT_IN_THE_WEIGHTS = {"max_seq_length"}
+"""Settings of a run, not of its weights: an adapted model trained at a shorter length merges with its source (the
+output keeps the first input's)."""
 
 
 @dataclass
@@ -142,7 +145,8 @@ def check_compatible(inputs: list[MergeInput]) -> None:
             raise ConversionError(f"{where} have different tokenizers (their tokenizer files differ); merge models "
                                   "that share one tokenizer")
         _check_tensors(first, other, where)
-        differing = [key for key in first.architecture if first.architecture[key] != other.architecture.get(key)]
+        differing = [key for key in first.architecture if first.architecture[key] != other.architecture.get(key)
+                     and key not in _NOT_IN_THE_WEIGHTS]
         if differing:  # the same tensors, read differently (RoPE, norms, attention features)
             key = differing[0]
             raise ConversionError(f"{where} are different architectures ({key} {other.architecture.get(key)!r} and "

@@ -64,7 +64,8 @@ class Segment:
     def of_config(cls, cfg: Config) -> "Segment":
         """The settings a launch with ``cfg`` trains with (what ``of_record`` reads from its run record)."""
         t = cfg.training
-        return cls(1, schedule_state(cfg.objective.objective, t.train_iters, switch_steps(cfg.objective, t.train_iters)),
+        objective = schedule_state(cfg.objective.objective, t.train_iters, switch_steps(cfg.objective, t.train_iters))
+        return cls(1, objective,
                    lr_schedule_for(t).state_dict(), {key: getattr(t, key) for key in OPTIMIZER_FLAGS},
                    t.global_batch_size)
 

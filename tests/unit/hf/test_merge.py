@@ -152,3 +152,33 @@ def test_inputs_that_do_not_fit_together_are_refused_in_one_line(tool, two, kit,
     out.mkdir()
     assert "already exists; pass --force" in _refusal(tool, capsys, ["--input", str(a), str(b), "--output", str(out)])
     shutil.rmtree(out)
+
+
+def test_a_decoder_adapted_with_mntp_merges_with_its_source(tool, kit, tmp_path):
+    """BidirLM's recipe at a tiny scale: import a decoder, adapt it with MNTP (at a shorter --seq-length than its
+    context), merge the adapted model with the import."""
+    import random
+
+    from helpers import write_dataset
+    from megamlm.cli import load_config
+    from megamlm.hf.importer import import_hf, model_flags
+    from megamlm.training.trainer import pretrain
+
+    kit.save_tiny_llama(tmp_path / "llama")
+    import_hf(tmp_path / "llama", tmp_path / "source", log=lambda *_: None)
+    tokenizer, rng = kit.word_tokenizer(), random.Random(0)
+    texts = [" ".join(rng.choice(kit.WORDS) for _ in range(rng.randint(10, 30))) for _ in range(40)]
+    write_dataset(tmp_path / "words_text_document",
+                  [tokenizer(text)["input_ids"] + [tokenizer.eos_token_id] for text in texts], "int32")
+    flags = model_flags(read_record(tmp_path / "source").model_args)  # its context is 64: trained at 32 here
+    cfg = load_config([*flags, "--init-from", str(tmp_path / "source"), "--objective", "mntp", "--seq-length", "32",
+                       "--data-path", str(tmp_path / "words_text_document"), "--tokenizer-model",
+                       str(tmp_path / "source" / "tokenizer" / "tokenizer.json"), "--train-iters", "2",
+                       "--micro-batch-size", "2", "--global-batch-size", "2", "--lr-warmup-iters", "0",
+                       "--lr-wsd-decay-iters", "1", "--device", "cpu", "--save", str(tmp_path / "mntp")])
+    pretrain(cfg)
+    assert tool(["--input", str(tmp_path / "mntp"), str(tmp_path / "source"), "--weights", "0.5,0.5", "--output",
+                 str(tmp_path / "merged")]) == 0
+    merged, adapted, source = (weights_of(tmp_path / name) for name in ("merged", "mntp", "source"))
+    name = "layers.1.mlp.down_proj.weight"
+    assert torch.equal(merged[name], (0.5 * adapted[name].double() + 0.5 * source[name].double()).float())
