@@ -13,11 +13,11 @@ from typing import get_type_hints
 from megamlm.config.derived import (
     DEFAULT_SWITCH,
     SHAPE_FIELDS,
+    as_tuple,
     model_features,
+    objective_phases,
     resolved_shape,
     split_weights,
-    as_tuple,
-    objective_phases,
     switch_steps,
     validation_enabled,
     warmup_iters,

@@ -6,10 +6,10 @@ import argparse
 import dataclasses
 from typing import Any, get_args, get_origin, get_type_hints
 
+from megamlm.config.derived import objective_phases
 from megamlm.config.docs import choices_of, field_docs, scalar_type
 from megamlm.config.loader import ALTERNATIVES, FORMER_SWITCHES, config_from_settings, load_yaml
 from megamlm.config.recipes import BATCH_KEYS, recipe_defaults
-from megamlm.config.derived import objective_phases
 from megamlm.config.sections import OBJECTIVE_PHASES, PHASE_OBJECTIVES, SECTION_CLASSES, Config
 from megamlm.errors import ConfigError
 

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from megamlm.training.metrics_file import read_metrics
+from megamlm.training.run_plots import load_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -33,6 +34,17 @@ def test_a_three_phase_run_checkpoints_validates_and_records_every_boundary(stra
     assert record["switch_steps"] == [6, 9]
     state = json.loads((save / "iter_0000009" / "train_state.json").read_text())
     assert state["state"]["objective_schedule"]["switch_step"] == [6, 9]
+    assert load_run(save).switch_steps == (6, 9)  # the training-loss figure marks both switches
+
+
+def test_the_model_card_names_every_phase(straight, tmp_path):
+    from megamlm.hf.export import export_checkpoint
+
+    save, _ = straight
+    export_checkpoint(save, tmp_path / "hf", log=lambda *_: None)
+    card = (tmp_path / "hf" / "README.md").read_text()
+    assert "- Objective schedule: MLM, then CLM, then MLM, switching after steps 6, 9 of 10" in card
+    assert "- Switch steps: 6, 9" in card
 
 
 def test_the_detour_equals_three_chained_runs_branching_at_its_boundaries_bitwise(straight, tiny, tmp_path):

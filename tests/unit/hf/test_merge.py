@@ -160,6 +160,7 @@ def test_a_decoder_adapted_with_mntp_merges_with_its_source(tool, kit, tmp_path)
     import random
 
     from helpers import write_dataset
+
     from megamlm.cli import load_config
     from megamlm.hf.importer import import_hf, model_flags
     from megamlm.training.trainer import pretrain
