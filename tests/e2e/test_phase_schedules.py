@@ -19,7 +19,7 @@ VALIDATION = ["--split", "969,30,1", "--eval-interval", "100", "--eval-iters", "
 @pytest.fixture(scope="module")
 def straight(tiny, tmp_path_factory):
     save = tmp_path_factory.mktemp("detour") / "straight"
-    return save, tiny(*DETOUR, "--save", save, *VALIDATION)
+    return save, tiny(*DETOUR, "--save", save, "--keep-last", "1", *VALIDATION)  # keeps the pinned boundaries
 
 
 def test_a_three_phase_run_checkpoints_validates_and_records_every_boundary(straight, capsys):
