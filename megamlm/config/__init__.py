@@ -5,7 +5,7 @@ derived from settings; and ``resolve``, the one place that completes and validat
     docs.py      field docstrings (help texts) and Literal choices of a dataclass
     loader.py    YAML files and mappings -> Config
     flags.py     the command line (one flag per field)
-    derived.py   switch step, warmup/decay lengths, split weights, the resolved model shape
+    derived.py   phases and switch steps, warmup/decay lengths, split weights, the resolved model shape
     batches.py   batch sizes fitted to the layout
     checks.py    validation, one function per section
     resolve.py   adopt -> fit -> validate -> frozen
@@ -19,16 +19,20 @@ from megamlm.config.derived import (
     DEFAULT_SWITCH,
     FEATURE_FIELDS,
     SHAPE_FIELDS,
+    as_tuple,
     eval_interval,
     eval_iters,
     model_args_for,
     model_args_values,
     model_features,
     model_section_values,
+    objective_name,
+    objective_phases,
     resolved_shape,
     split_weights,
     switch_fraction,
     switch_step,
+    switch_steps,
     unused_lr_settings,
     validation_enabled,
     warmup_iters,
@@ -49,6 +53,7 @@ from megamlm.config.resolve import Adopter, given_config, launch_world_size, par
 from megamlm.config.sections import (
     MODEL_FLAG_NAMES,
     OBJECTIVE_PHASES,
+    PHASE_OBJECTIVES,
     SECTION_CLASSES,
     CheckpointConfig,
     CompileMode,

@@ -11,19 +11,29 @@ import math
 from typing import get_type_hints
 
 from megamlm.config.derived import (
+    DEFAULT_SWITCH,
     SHAPE_FIELDS,
+    as_tuple,
     model_features,
+    objective_phases,
     resolved_shape,
     split_weights,
-    switch_fraction,
-    switch_step,
+    switch_steps,
     validation_enabled,
     warmup_iters,
     wsd_decay_iters,
 )
 from megamlm.config.docs import choices_of
 from megamlm.config.loader import ALTERNATIVES
-from megamlm.config.sections import OBJECTIVE_PHASES, SECTION_CLASSES, CheckpointConfig, Config, PerformanceConfig
+from megamlm.config.sections import (
+    OBJECTIVE_PHASES,
+    PHASE_OBJECTIVES,
+    SECTION_CLASSES,
+    CheckpointConfig,
+    Config,
+    ObjectiveConfig,
+    PerformanceConfig,
+)
 from megamlm.errors import ConfigError
 from megamlm.extras import installed, missing_message
 from megamlm.model.attention_table import attention_backend_problem
@@ -148,25 +158,60 @@ def check_model(cfg: Config) -> None:
 
 
 def check_objective(cfg: Config) -> None:
-    o, t = cfg.objective, cfg.training
-    if o.switch is not None and not 0.0 < o.switch < 1.0:
-        raise ConfigError(f"--switch must be a fraction strictly between 0 and 1, got {o.switch}")
-    given = [flag for flag, value in (("--switch", o.switch), ("--switch-step", o.switch_step)) if value is not None]
-    if given and len(OBJECTIVE_PHASES[o.objective]) == 1:
-        two_phase = ", ".join(name for name, phases in OBJECTIVE_PHASES.items() if len(phases) == 2)
-        raise ConfigError(f"{given[0]} places the objective switch, but --objective {o.objective} has one objective "
-                          f"and no switch; drop {given[0]}, or pick a two-phase objective ({two_phase})")
-    step = switch_step(o, t.train_iters)
-    if step is not None and not 0 < step < t.train_iters:
-        given = f"--switch-step {o.switch_step}" if o.switch_step is not None else f"--switch {switch_fraction(o)}"
-        raise ConfigError(f"{given} with --train-iters {t.train_iters} puts the switch at step {step}, leaving one "
-                          "phase empty; raise --train-iters or move the switch")
+    o = cfg.objective
+    check_phases(o.objective)
+    check_switches(o, cfg.training.train_iters)
     if not 0.0 < o.mask_ratio < 1.0:
         raise ConfigError(f"--mask-ratio must be strictly between 0 and 1, got {o.mask_ratio}")
     probs = (o.mask_replace_prob, o.mask_random_prob, o.mask_keep_prob)
     if any(p < 0 for p in probs) or abs(sum(probs) - 1.0) > 1e-6:
         raise ConfigError(f"--mask-replace-prob/--mask-random-prob/--mask-keep-prob must be >= 0 and sum to 1, "
                           f"got {probs}")
+
+
+def check_phases(objective: str) -> None:
+    """A named objective, or known phases joined by commas with no phase repeated next to itself."""
+    phases = objective_phases(objective)
+    if objective not in OBJECTIVE_PHASES and (not objective or set(phases) - set(PHASE_OBJECTIVES)):
+        raise ConfigError(f"unknown --objective {objective!r}; choose one of {', '.join(OBJECTIVE_PHASES)}, or phases "
+                          f"of {', '.join(PHASE_OBJECTIVES)} joined by commas (e.g. mlm,clm,mlm)")
+    for number, (a, b) in enumerate(zip(phases, phases[1:]), start=1):
+        if a == b:
+            raise ConfigError(f"--objective {objective} trains {a} in phases {number} and {number + 1} next to each "
+                              f"other; make them one phase (drop that phase and its switch)")
+
+
+def check_switches(o: ObjectiveConfig, train_iters: int) -> None:
+    """One switch per boundary between phases, strictly increasing and inside the run (no phase left empty)."""
+    phases, fractions, given = objective_phases(o.objective), as_tuple(o.switch), as_tuple(o.switch_step)
+    flag, values = ("--switch-step", given) if o.switch_step is not None else ("--switch", fractions)
+    shown_values = values or ((DEFAULT_SWITCH,) if len(phases) == 2 else ())
+    shown = f"{flag} {','.join(map(str, shown_values))}"
+    if any(not 0.0 < f < 1.0 for f in fractions):
+        bad = next(f for f in fractions if not 0.0 < f < 1.0)
+        raise ConfigError(f"--switch must be a fraction strictly between 0 and 1, got {bad}")
+    if values and len(phases) == 1:
+        two_phase = ", ".join(name for name, named in OBJECTIVE_PHASES.items() if len(named) == 2)
+        raise ConfigError(f"{flag} places the objective switch, but --objective {o.objective} has one objective "
+                          f"and no switch; drop {flag}, or pick a two-phase objective ({two_phase}) or a phase "
+                          "sequence (e.g. mlm,clm,mlm)")
+    needed = len(phases) - 1
+    if needed > 1 and len(values) != needed or needed == 1 and len(values) > 1:
+        raise ConfigError(f"--objective {o.objective} has {len(phases)} phases, so {needed} switch"
+                          f"{'es' if needed > 1 else ''}, but {flag} gives {len(values)}; give one per boundary "
+                          f"(e.g. --switch {','.join(str(round((k + 1) / (needed + 1), 2)) for k in range(needed))})")
+    if any(b <= a for a, b in zip(values, values[1:])):
+        raise ConfigError(f"{shown} is not strictly increasing; give each phase's end after the one before it")
+    steps = switch_steps(o, train_iters)
+    if any(b <= a for a, b in zip(steps, steps[1:])):
+        raise ConfigError(f"{shown} with --train-iters {train_iters} puts two switches at steps "
+                          f"{','.join(map(str, steps))}, leaving a phase empty; raise --train-iters or spread the "
+                          "switches")
+    for step in steps:
+        if not 0 < step < train_iters:
+            where = "the switch" if len(steps) == 1 else "a switch"
+            raise ConfigError(f"{shown} with --train-iters {train_iters} puts {where} at step {step}, leaving one "
+                              "phase empty; raise --train-iters or move the switch")
 
 
 def check_training(cfg: Config) -> None:

@@ -30,18 +30,50 @@ FEATURE_FIELDS = tuple(f.name for f in dataclasses.fields(ModelArgs)[_FIRST_FEAT
 """ModelArgs' features of imported decoders (the fields after init_method_std), each off by default."""
 
 
+def objective_phases(objective: str) -> tuple[str, ...]:
+    """The phases a --objective trains in order: a named objective's, else the comma-separated phases as given
+    (checked by ``check_objective``)."""
+    if objective in OBJECTIVE_PHASES:
+        return OBJECTIVE_PHASES[objective]
+    return tuple(part.strip() for part in str(objective).split(","))
+
+
+def objective_name(phases: tuple[str, ...]) -> str:
+    """The one name of a phase sequence: the named objective that trains it (``clm,mlm`` is ``clm_then_mlm``), else
+    the phases joined by commas; schedules are stored under it, so that both spellings resume each other."""
+    named = [name for name, named_phases in OBJECTIVE_PHASES.items() if named_phases == tuple(phases)]
+    return named[0] if named else ",".join(phases)
+
+
+def as_tuple(value) -> tuple:
+    """A setting given as one value or a list (--switch, --switch-step, a stored switch step) as a tuple."""
+    if value is None:
+        return ()
+    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
+
+
 def switch_fraction(o: ObjectiveConfig) -> float:
-    return o.switch if o.switch is not None else DEFAULT_SWITCH
+    """The first switch's fraction (the only one of a two-phase schedule)."""
+    return as_tuple(o.switch)[0] if o.switch is not None else DEFAULT_SWITCH
+
+
+def switch_steps(o: ObjectiveConfig, train_iters: int) -> tuple[int, ...]:
+    """The last step of every phase but the last (none for one objective): --switch-step, else round(--switch x
+    iters) of each fraction; a two-phase schedule without either switches at 0.25. The one place switch steps are
+    computed (``check_objective`` checks one per boundary, increasing, inside the run)."""
+    if len(objective_phases(o.objective)) == 1:
+        return ()
+    if o.switch_step is not None:
+        return as_tuple(o.switch_step)
+    if o.switch is None:
+        return (round(DEFAULT_SWITCH * train_iters),) if len(objective_phases(o.objective)) == 2 else ()
+    return tuple(round(fraction * train_iters) for fraction in as_tuple(o.switch))
 
 
 def switch_step(o: ObjectiveConfig, train_iters: int) -> int | None:
-    """The last step of the first objective of a two-phase schedule (None for one objective): --switch-step, else
-    round(--switch x iters). The one place the switch step is computed."""
-    if len(OBJECTIVE_PHASES[o.objective]) == 1:
-        return None
-    if o.switch_step is not None:
-        return o.switch_step
-    return round(switch_fraction(o) * train_iters)
+    """The first switch step (the switch of a two-phase schedule); None for one objective."""
+    steps = switch_steps(o, train_iters)
+    return steps[0] if steps else None
 
 
 def _steps(iters: int | None, fraction: float | None, train_iters: int) -> int:

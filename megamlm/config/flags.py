@@ -6,14 +6,46 @@ import argparse
 import dataclasses
 from typing import Any, get_args, get_origin, get_type_hints
 
+from megamlm.config.derived import objective_phases
 from megamlm.config.docs import choices_of, field_docs, scalar_type
 from megamlm.config.loader import ALTERNATIVES, FORMER_SWITCHES, config_from_settings, load_yaml
 from megamlm.config.recipes import BATCH_KEYS, recipe_defaults
-from megamlm.config.sections import OBJECTIVE_PHASES, SECTION_CLASSES, Config
+from megamlm.config.sections import OBJECTIVE_PHASES, PHASE_OBJECTIVES, SECTION_CLASSES, Config
 from megamlm.env_args import command_line
 from megamlm.errors import ConfigError, UserError, exit_line
 
 FLAG_ALIASES = {"tensor_model_parallel_size": ["--tp"], "pipeline_model_parallel_size": ["--pp"]}
+
+
+def _objective(value: str) -> str:
+    """--objective: a named objective, or phases joined by commas (``mlm,clm,mlm``); adjacent repeats and the
+    switches are checked with the rest of the config."""
+    if value in OBJECTIVE_PHASES or value and not set(objective_phases(value)) - set(PHASE_OBJECTIVES):
+        return value
+    raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from {', '.join(OBJECTIVE_PHASES)}, or "
+                                     f"phases of {', '.join(PHASE_OBJECTIVES)} joined by commas, e.g. mlm,clm,mlm)")
+
+
+FLAG_TYPES = {"objective": (_objective, "{" + ",".join(OBJECTIVE_PHASES) + "} or a sequence of phases "
+                                        "(" + ",".join(PHASE_OBJECTIVES) + ") joined by commas")}
+"""Flags whose values a function checks (type, metavar): a str field with more values than a Literal can list."""
+
+
+class _OneOrMany(argparse.Action):
+    """One number or several (comma-separated or separate): ``--switch 0.25`` stays a number, ``--switch 0.6,0.9``
+    is a list."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        kind = self.type_of_items
+        try:
+            items = [kind(v) for value in values for v in str(value).split(",") if v.strip()]
+        except ValueError:
+            example = "0.6,0.9" if kind is float else "6000,9000"
+            raise ConfigError(f"{option_string} takes {'numbers' if kind is float else 'integers'} (e.g. {example}), "
+                              f"got {' '.join(values)}") from None
+        if not items:
+            raise ConfigError(f"{option_string} needs a value; see pretrain.py --help")
+        setattr(namespace, self.dest, items[0] if len(items) == 1 else items)
 
 
 class _IntList(argparse.Action):
@@ -58,10 +90,16 @@ def _recipe_note(by_preset: dict) -> str:
 def _add_flag(group, section: str, f: dataclasses.Field, hint, doc: str) -> None:
     flags = ["--" + f.name.replace("_", "-"), *FLAG_ALIASES.get(f.name, [])]
     kwargs: dict[str, Any] = dict(dest=f"{section}.{f.name}", help=help_text(f, doc, section), default=argparse.SUPPRESS)
+    listed = [arg for arg in get_args(hint) if get_origin(arg) is list]
     if get_origin(hint) is list:
         kwargs["nargs"], kwargs["metavar"] = "+", f.name.upper()
         if get_args(hint) == (int,):
             kwargs["action"] = _IntList
+    elif listed:  # one value or a list of them
+        kwargs.update(nargs="+", metavar=f.name.upper(),
+                      action=type("_Items", (_OneOrMany,), {"type_of_items": get_args(listed[0])[0]}))
+    elif f.name in FLAG_TYPES:
+        kwargs["type"], kwargs["metavar"] = FLAG_TYPES[f.name]
     elif hint is bool:
         kwargs["action"] = argparse.BooleanOptionalAction
     else:
@@ -119,7 +157,7 @@ def given_settings(argv: list[str] | None = None) -> dict:
             if section == pair_section and name in pair and f"{section}.{_other(pair, name)}" not in ns:
                 settings[section][_other(pair, name)] = None  # the command line replaces the YAML's
     objective = ns.get("objective.objective")
-    if objective is not None and len(OBJECTIVE_PHASES[objective]) == 1 and not {"objective.switch",
+    if objective is not None and len(objective_phases(objective)) == 1 and not {"objective.switch",
                                                                                  "objective.switch_step"} & set(ns):
         # A one-objective --objective on the command line replaces the YAML's schedule, its switch included (a CLM
         # parent run launched from a CLM-then-MLM config); a switch given on the command line is still refused.

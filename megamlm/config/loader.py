@@ -56,6 +56,10 @@ def _typed(name: str, annotation, value):
         raise ConfigError(f"{name} needs a value, got nothing (null)")
     if get_origin(annotation) is list:
         return _typed_list(name, annotation, value)
+    listed = [arg for arg in get_args(annotation) if get_origin(arg) is list]
+    if listed and isinstance(value, list):  # a setting given as one value or a list (--switch 0.6,0.9)
+        return [_typed(name, get_args(listed[0])[0], item) for item in value] if len(value) != 1 else \
+            _typed(name, get_args(listed[0])[0], value[0])
     expected = scalar_type(annotation)
     if expected is bool:
         ok = isinstance(value, bool)

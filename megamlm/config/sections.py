@@ -27,8 +27,11 @@ OBJECTIVE_PHASES: dict[str, tuple[str, ...]] = {
     "clm_then_mlm": ("clm", "mlm"),
     "mlm_then_clm": ("mlm", "clm"),
 }
+PHASE_OBJECTIVES = ("mlm", "clm", "mntp")
+"""What one phase of a schedule trains; ``--objective`` also takes them joined by commas (``mlm,clm,mlm``)."""
 # Every choice flag's values, declared once: the parser offers them, --help lists them, validation checks them.
 Objective = Literal[tuple(OBJECTIVE_PHASES)]
+"""The named objectives (a phase sequence such as ``mlm,clm,mlm`` is a str beside them)."""
 LRDecayStyle = Literal["wsd", "cosine", "linear", "constant"]
 Precision = Literal["auto", "bf16", "fp32"]
 Device = Literal["auto", "cpu", "cuda"]
@@ -99,14 +102,15 @@ ModelConfig = _model_section()
 
 @dataclass(frozen=True)
 class ObjectiveConfig:
-    objective: Objective = "mlm"
-    """Training objective (two-phase schedules switch at --switch or --switch-step)."""
-    switch: float | None = None
-    """Fraction of --train-iters spent in the first objective of a two-phase schedule; switch step =
-    round(F * iters); default 0.25 unless --switch-step is given."""
-    switch_step: int | None = None
-    """The last step of the first objective, as a step (instead of --switch): branches never depend on rounding
-    (default: from --switch)."""
+    objective: str = "mlm"
+    """Training objective: mlm, clm, mntp (masked next-token prediction), clm_then_mlm, mlm_then_clm, or phases
+    joined by commas, e.g. mlm,clm,mlm (one switch between each two phases, at --switch or --switch-step)."""
+    switch: float | list[float] | None = None
+    """Where each phase ends, as fractions of --train-iters (one per switch, increasing: 0.6,0.9); switch step =
+    round(F * iters); default 0.25 for a two-phase schedule unless --switch-step is given."""
+    switch_step: int | list[int] | None = None
+    """The last step of each phase but the last, as steps (instead of --switch; increasing: 6000,9000): branches
+    never depend on rounding (default: from --switch)."""
     mask_ratio: float = 0.4
     """MLM: probability that a non-special token is selected for prediction."""
     mask_replace_prob: float = 1.0

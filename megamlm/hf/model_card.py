@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+from megamlm.config import objective_phases
 from megamlm.hf.hf_config import describe_features
 from megamlm.hf.megamlm_checkpoint import CheckpointRecord
-from megamlm.objectives import PHASES
 
 _OBJECTIVE_NAMES = {
     "mlm": "masked language modeling (MLM)",
     "clm": "causal language modeling (CLM)",
     "clm_then_mlm": "CLM, then MLM",
     "mlm_then_clm": "MLM, then CLM",
+    "mntp": "masked next-token prediction (MNTP)",
 }
 
 
@@ -24,6 +25,7 @@ def training_facts(record: CheckpointRecord) -> dict:
     return {
         "objective": objective,
         "switch_step": record.config.get("switch_step"),
+        "switch_steps": record.config.get("switch_steps") or [],
         "switch": (run.get("objective") or {}).get("switch"),
         "train_iters": (run.get("training") or {}).get("train_iters"),
         "steps": steps,
@@ -67,8 +69,13 @@ sentence-transformers loads it too (`SentenceTransformer(path)`, mean pooling).{
 def model_card(record: CheckpointRecord, arch_class: str, dtype: str, arch: str | None = None) -> str:
     f = training_facts(record)
     a = record.model_args
-    objective = _OBJECTIVE_NAMES.get(f["objective"], f["objective"] or "unknown")
-    if len(PHASES.get(f["objective"], ())) == 2:
+    phases = objective_phases(f["objective"]) if f["objective"] else ()
+    sequence = ", then ".join(p.upper() for p in phases) if len(phases) > 1 else None  # mntp,mlm or mlm,clm,mlm
+    objective = _OBJECTIVE_NAMES.get(f["objective"]) or sequence or f["objective"] or "unknown"
+    if len(f["switch_steps"]) > 1:  # three or more phases
+        steps = ", ".join(map(str, f["switch_steps"]))
+        schedule = f"{objective}, switching after steps {steps} of {f['train_iters']}"
+    elif len(phases) == 2:
         given = f" (--switch {f['switch']})" if f["switch"] is not None else ""
         schedule = f"{objective}, switching after step {f['switch_step']} of {f['train_iters']}{given}"
     else:
@@ -89,7 +96,8 @@ def model_card(record: CheckpointRecord, arch_class: str, dtype: str, arch: str 
         "## Training",
         "",
         f"- Objective schedule: {schedule}",
-        f"- Switch step: {f['switch_step'] if f['switch_step'] is not None else 'none (single objective)'}",
+        f"- Switch step: {f['switch_step'] if f['switch_step'] is not None else 'none (single objective)'}"
+        if len(f["switch_steps"]) <= 1 else f"- Switch steps: {', '.join(map(str, f['switch_steps']))}",
         f"- Steps: {f['steps']}",
         f"- Tokens seen: {f['tokens_seen']:,} ({f['consumed_samples']:,} samples x {f['seq_length']} tokens)",
         f"- Data: {data}",

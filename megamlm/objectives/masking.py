@@ -49,6 +49,28 @@ def mlm_mask(tokens: np.ndarray, sample_index: int, seed: int, spec: MaskingSpec
     return inputs, targets
 
 
+def mntp_targets(tokens: np.ndarray, sample_index: int, seed: int, spec: MaskingSpec,
+                 document_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Masked next-token prediction (LLM2Vec, BidirLM): tokens (seq,) -> (inputs, targets).
+
+    The sample's MLM mask (same spec, same random stream), each masked token scored one position early: its target
+    sits at position i-1, whose output predicts it, so an adapted decoder's LM head keeps predicting the next
+    token. The first position has no predecessor and is never selected; with ``document_ids`` (document masks) nor
+    is a position whose predecessor belongs to another document. Only predecessor positions carry a target, so
+    sparse prediction applies as for MLM.
+    """
+    inputs, selected_targets = mlm_mask(tokens, sample_index, seed, spec)
+    selected = selected_targets != IGNORE_INDEX
+    scored = selected.copy()
+    scored[0] = False
+    if document_ids is not None:
+        scored[1:] &= np.asarray(document_ids)[1:] == np.asarray(document_ids)[:-1]
+    inputs = np.where(selected & ~scored, tokens.astype(np.int64), inputs)  # not scored: shown as it is
+    targets = np.full_like(inputs, IGNORE_INDEX)
+    targets[:-1] = np.where(scored[1:], selected_targets[1:], IGNORE_INDEX)
+    return inputs, targets
+
+
 def clm_targets(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """tokens (seq,) -> (inputs, targets): target of position i is token i+1; the last position has none."""
     inputs = tokens.astype(np.int64, copy=True)

@@ -1,36 +1,41 @@
 """The ObjectiveSchedule: which objective (attention mode + targets + loss) each step trains.
 
-Steps are numbered 1..train_iters. A two-phase schedule runs its first objective on steps 1..switch_step
-and its second on switch_step+1..train_iters; the switch step is resolved once, by ``megamlm.config.switch_step``.
+Steps are numbered 1..train_iters. A schedule is a sequence of phases, each one objective, and a switch step
+between each two: phase k runs steps switch[k-1]+1..switch[k] (a two-phase schedule its first objective on steps
+1..switch_step, its second on the rest). The switch steps are resolved once, by ``megamlm.config.switch_steps``.
 """
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from megamlm.config import OBJECTIVE_PHASES, Objective
+from megamlm.config import OBJECTIVE_PHASES, as_tuple, objective_name, objective_phases
 from megamlm.errors import ResumeError
-from megamlm.objectives.masking import MaskingSpec, clm_targets, mlm_mask
+from megamlm.objectives.masking import MaskingSpec, clm_targets, mlm_mask, mntp_targets
 
-PHASES: dict[Objective, tuple[str, ...]] = OBJECTIVE_PHASES
-"""Each objective's phases in order (declared in ``megamlm.config``; this name stays for existing callers)."""
-
-
-def objective_at_step(objective: Objective, switch_step: int | None, step: int) -> str:
-    """The objective a schedule (``--objective``, its switch step) trains at 1-based ``step``."""
-    phases = PHASES[objective]
-    if len(phases) == 1 or switch_step is None or step <= switch_step:
-        return phases[0]
-    return phases[1]
+PHASES: dict[str, tuple[str, ...]] = OBJECTIVE_PHASES
+"""Each named objective's phases in order (declared in ``megamlm.config``; this name stays for existing callers)."""
 
 
-def schedule_state(objective: Objective, train_iters: int, switch_step: int | None) -> dict:
-    """An ObjectiveSchedule's state_dict, from its settings."""
-    return {"objective": objective, "train_iters": train_iters,
-            "switch_step": switch_step if len(PHASES[objective]) == 2 else None}
+def objective_at_step(objective: str, switch_step, step: int) -> str:
+    """The objective a schedule (``--objective``, its switch step or steps) trains at 1-based ``step``."""
+    phases = objective_phases(objective)
+    switches = as_tuple(switch_step)[:len(phases) - 1]
+    return phases[bisect.bisect_left(switches, step)]
+
+
+def schedule_state(objective: str, train_iters: int, switch_step) -> dict:
+    """An ObjectiveSchedule's state_dict, from its settings: the objective under its one name (``clm,mlm`` is
+    ``clm_then_mlm``), and its switch as before (None for one phase, the step for two) or, for more phases, the
+    list of steps."""
+    phases = objective_phases(objective)
+    switches = as_tuple(switch_step)[:len(phases) - 1]
+    stored = None if not switches else switches[0] if len(phases) == 2 else list(switches)
+    return {"objective": objective_name(phases), "train_iters": train_iters, "switch_step": stored}
 
 
 @dataclass
@@ -46,9 +51,12 @@ class Batch:
 
 def make_batch(objective: str, tokens: np.ndarray, sample_ids: list[int], seed: int, masking: MaskingSpec,
                document_ids: np.ndarray | None = None) -> Batch:
-    """tokens (micro_batch, seq) -> the Batch of one objective ("mlm": masks keyed by (seed, sample id))."""
+    """tokens (micro_batch, seq) -> the Batch of one objective ("mlm", "mntp": masks keyed by (seed, sample id))."""
     if objective == "mlm":
         pairs = [mlm_mask(row, sid, seed, masking) for row, sid in zip(tokens, sample_ids)]
+    elif objective == "mntp":
+        rows = document_ids if document_ids is not None else [None] * len(sample_ids)
+        pairs = [mntp_targets(row, sid, seed, masking, docs) for row, sid, docs in zip(tokens, sample_ids, rows)]
     else:
         pairs = [clm_targets(row) for row in tokens]
     inputs = torch.from_numpy(np.stack([p[0] for p in pairs]))
@@ -58,29 +66,39 @@ def make_batch(objective: str, tokens: np.ndarray, sample_ids: list[int], seed: 
 
 
 class ObjectiveSchedule:
-    def __init__(self, objective: Objective, switch_step: int | None, train_iters: int, masking: MaskingSpec,
-                 seed: int):
-        self.objective = objective
+    def __init__(self, objective: str, switch_step, train_iters: int, masking: MaskingSpec, seed: int):
+        """``switch_step``: the switch step of a two-phase schedule, or the list of them (``switch_steps``)."""
+        self.phases = objective_phases(objective)
+        self.objective = objective_name(self.phases)
         self.train_iters = train_iters
         self.masking = masking
         self.seed = seed
-        self.phases = PHASES[objective]
-        self.switch_step = switch_step if len(self.phases) == 2 else None
+        self.switch_steps: tuple[int, ...] = as_tuple(switch_step)[:len(self.phases) - 1]
+
+    @property
+    def switch_step(self) -> int | None:
+        """The first switch (the only one of a two-phase schedule); None for one objective."""
+        return self.switch_steps[0] if self.switch_steps else None
 
     def objective_at(self, step: int) -> str:
         """The objective trained at 1-based ``step``."""
-        return objective_at_step(self.objective, self.switch_step, step)
+        return objective_at_step(self.objective, self.switch_steps, step)
 
     def is_switch_step(self, step: int) -> bool:
-        """True for the last step of the first phase (a checkpoint is written after it)."""
-        return self.switch_step is not None and step == self.switch_step
+        """True for the last step of every phase but the last (a checkpoint is written after it)."""
+        return step in self.switch_steps
 
     def describe(self) -> str:
-        if self.switch_step is None:
+        if not self.switch_steps:
             return f"objective {self.objective} for all {self.train_iters} steps"
-        first, second = self.phases
-        return (f"objective {self.objective}: {first} for steps 1-{self.switch_step}, {second} for steps "
-                f"{self.switch_step + 1}-{self.train_iters} (switch step {self.switch_step})")
+        if len(self.phases) == 2:
+            first, second = self.phases
+            return (f"objective {self.objective}: {first} for steps 1-{self.switch_step}, {second} for steps "
+                    f"{self.switch_step + 1}-{self.train_iters} (switch step {self.switch_step})")
+        ends = (*self.switch_steps, self.train_iters)
+        spans = ", ".join(f"{phase} for steps {start + 1}-{end}"
+                          for phase, start, end in zip(self.phases, (0, *self.switch_steps), ends))
+        return f"objective {self.objective}: {spans} (switch steps {', '.join(map(str, self.switch_steps))})"
 
     def make_batch(self, step: int, tokens: np.ndarray, sample_ids: list[int],
                    document_ids: np.ndarray | None = None) -> Batch:
@@ -89,7 +107,7 @@ class ObjectiveSchedule:
 
     def state_dict(self) -> dict:
         """The settings that decide each step's objective (it has no other state)."""
-        return schedule_state(self.objective, self.train_iters, self.switch_step)
+        return schedule_state(self.objective, self.train_iters, self.switch_steps)
 
     def load_state_dict(self, state: dict) -> None:
         """Resume checks compare schedules before any work (training/resume.py); this only guards against a

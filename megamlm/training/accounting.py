@@ -253,7 +253,7 @@ class RunReporter:
                     {f"validation/{name}": value for name, value in result.scalars().items()})
         self._write(METRICS_FILE, self.metrics.append, "validation", result.step, samples=consumed_samples,
                     tokens=consumed_samples * self.seq_length, **result.scalars(), validation_samples=result.samples,
-                    mlm_tokens=result.mlm_tokens, clm_tokens=result.clm_tokens)
+                    **result.token_counts())
 
     def close(self) -> None:
         """Flush and close the TensorBoard events (also after a failed write: what was written stays whole)."""

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from megamlm.config import Config, switch_step
+from megamlm.config import Config, as_tuple, switch_steps
 from megamlm.objectives.schedule import objective_at_step, schedule_state
 from megamlm.training.optim import LRSchedule
 from megamlm.training.setup import lr_schedule_for
@@ -46,7 +46,7 @@ class Segment:
 
     first_step: int
     objective_schedule: dict
-    """ObjectiveSchedule.state_dict(): objective, train_iters, switch_step."""
+    """ObjectiveSchedule.state_dict(): objective, train_iters, switch_step (a list for more than two phases)."""
     lr_schedule: dict
     """LRSchedule.state_dict()."""
     optimizer: dict
@@ -64,7 +64,8 @@ class Segment:
     def of_config(cls, cfg: Config) -> "Segment":
         """The settings a launch with ``cfg`` trains with (what ``of_record`` reads from its run record)."""
         t = cfg.training
-        return cls(1, schedule_state(cfg.objective.objective, t.train_iters, switch_step(cfg.objective, t.train_iters)),
+        objective = schedule_state(cfg.objective.objective, t.train_iters, switch_steps(cfg.objective, t.train_iters))
+        return cls(1, objective,
                    lr_schedule_for(t).state_dict(), {key: getattr(t, key) for key in OPTIMIZER_FLAGS},
                    t.global_batch_size)
 
@@ -142,8 +143,8 @@ class History:
 def _objective_difference(segment: Segment, launch: Segment, step: int, upto: int) -> str:
     trained, planned = segment.objective_at(step), launch.objective_at(step)
     what = f"step {step} trained {trained} in the checkpoint's history and trains {planned} here"
-    switch = launch.objective_schedule["switch_step"]
-    if switch is not None and step == switch + 1 and trained == launch.objective_at(switch):
+    switch = next((s for s in as_tuple(launch.objective_schedule["switch_step"]) if step == s + 1), None)
+    if switch is not None and trained == launch.objective_at(switch):
         return (f"the checkpoint (step {upto}) is past this launch's switch step {switch}: {what}; branch from a "
                 f"checkpoint at or before step {switch} (--save-at {switch} in the parent run)")
     return f"{what} ({describe_changes(segment.objective_schedule, launch.objective_schedule, OBJECTIVE_FLAGS)})"

@@ -9,7 +9,8 @@ Every record has ``kind``, ``step``, ``samples`` and ``tokens`` (consumed so far
   (rank 0's peak device memory so far; ``null`` off GPU), both as ``metrics.throughput`` computes them for the
   benchmark;
 - ``"validation"``: ``mlm_loss``, ``mlm_accuracy``, ``clm_loss``, ``validation_samples`` and the tokens scored
-  (``mlm_tokens``: the masked positions, ``clm_tokens``).
+  (``mlm_tokens``: the masked positions, ``clm_tokens``); a run that trains MNTP adds ``mntp_loss`` and
+  ``mntp_tokens``.
 
 Records may carry more fields (a reader takes those it knows); non-finite numbers are written as ``null``.
 A launch that starts at step k first drops every record after step k (the file is rewritten to a temporary name,

@@ -33,6 +33,8 @@ class RunMetrics:
     folder: Path | None = None
     origin: dict | None = None
     """The lineage event the run started from: kind ``branch`` or ``continue``, ``parent_run``, ``step``."""
+    switch_steps: tuple[int, ...] = ()
+    """Every objective switch (a schedule of three or more phases has several)."""
 
 
 def load_run(folder: str | Path) -> RunMetrics:
@@ -43,12 +45,12 @@ def load_run(folder: str | Path) -> RunMetrics:
     origin = None
     if (folder / RUN_RECORD).is_file():
         record = json.loads((folder / RUN_RECORD).read_text())
-        switch = record.get("switch_step")
+        switches = tuple(record.get("switch_steps") or ([record["switch_step"]] if record.get("switch_step") else []))
         origin = next((e for e in record.get("lineage") or [] if e.get("kind") in ("branch", "continue")), None)
     else:  # the trainer logs the switch step itself, so the last record of the first objective is the switch
-        switch = next((a["step"] for a, b in zip(train, train[1:]) if a.get("objective") != b.get("objective")), None)
-    return RunMetrics(folder.name, train, [r for r in records if r.get("kind") == "validation"], switch,
-                      folder.resolve(), origin)
+        switches = tuple(a["step"] for a, b in zip(train, train[1:]) if a.get("objective") != b.get("objective"))
+    return RunMetrics(folder.name, train, [r for r in records if r.get("kind") == "validation"],
+                      switches[0] if switches else None, folder.resolve(), origin, switches)
 
 
 def validation_curve(run: RunMetrics, runs: list[RunMetrics], x: str, metric: str) -> tuple[list, list]:
@@ -104,8 +106,8 @@ def plot_runs(folders: list[str | Path], output: str | Path) -> list[Path]:
     fig, ax = figures.figure(figsize=(7, 4))
     for run in runs:
         (line,) = ax.plot(*_series(run.train, "step", "loss"), label=run.name)
-        if run.switch_step is not None:
-            ax.axvline(run.switch_step, color=line.get_color(), linestyle="--", alpha=0.7)
+        for switch in run.switch_steps or ((run.switch_step,) if run.switch_step is not None else ()):
+            ax.axvline(switch, color=line.get_color(), linestyle="--", alpha=0.7)
     ax.set(xlabel="step", ylabel="training loss", title="training loss (dashed: objective switch)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)

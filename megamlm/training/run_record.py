@@ -96,6 +96,7 @@ def build_run_record(cfg, plan, world_size: int) -> dict:
         "megamlm_version": megamlm.__version__, "checkpoint_format": CHECKPOINT_FORMAT,
         "config": cfg.to_dict(), "model_args": plan.model_args.to_dict(),
         "switch_step": plan.objective_schedule.switch_step, "data_path": plan.data_path,
+        "switch_steps": list(plan.objective_schedule.switch_steps),
         "schedule": {"objective_schedule": plan.objective_schedule.state_dict(),
                      "lr_schedule": plan.lr_schedule.state_dict()},
         "seq_length": plan.model_args.max_seq_length,

@@ -17,7 +17,8 @@ from megamlm.config import (
     ConfigError,
     TrainingConfig,
     model_args_for,
-    switch_step,
+    objective_phases,
+    switch_steps,
     validation_enabled,
     warmup_iters,
     wsd_decay_iters,
@@ -72,7 +73,8 @@ def resolve_data_sources(cfg: Config) -> tuple[list[str], str]:
 
 
 def masking_spec_for(cfg: Config, tokenizer) -> MaskingSpec:
-    if tokenizer.mask_id is None and (cfg.objective.objective != "clm" or validation_enabled(cfg)):
+    if tokenizer.mask_id is None and (objective_phases(cfg.objective.objective) != ("clm",)
+                                      or validation_enabled(cfg)):
         raise ConfigError(f"tokenizer {tokenizer} has no mask token, which MLM (and validation, which scores MLM "
                           "too) needs; use a tokenizer with one (Llama 3's <|reserved_special_token_0|> is picked "
                           "automatically) or --objective clm without a validation set")
@@ -129,7 +131,7 @@ def plan_run(cfg: Config) -> RunPlan:
         check_dataset_files(cfg.data.valid_data_path, tokenizer)  # and so was --valid-data-path
     args = model_args_for(cfg, tokenizer.vocab_size)
     t = cfg.training
-    schedule = ObjectiveSchedule(cfg.objective.objective, switch_step(cfg.objective, t.train_iters), t.train_iters,
+    schedule = ObjectiveSchedule(cfg.objective.objective, switch_steps(cfg.objective, t.train_iters), t.train_iters,
                                  masking_spec_for(cfg, tokenizer), t.seed)
     lr_schedule = lr_schedule_for(t)
     return RunPlan(model_args=args, data_path=data_path, tokenizer_path=tokenizer_path, tokenizer=tokenizer,

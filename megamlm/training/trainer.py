@@ -60,6 +60,7 @@ class RunResult:
     start_step: int
     last_step: int
     switch_step: int | None
+    """The first objective switch (the only one of a two-phase schedule)."""
     resumed_from: Path | None = None
     start: str = "fresh"
     """How the run started (training/resume.py): fresh, init, continue, resume, branch or override."""
@@ -67,6 +68,8 @@ class RunResult:
     """Why the run stopped before --train-iters (signal, --exit-interval, --exit-duration-in-mins)."""
     last_checkpoint: Path | None = None
     total_skipped: int = 0
+    switch_steps: tuple[int, ...] = ()
+    """Every phase boundary: the last step of each phase but the last."""
 
 
 def pretrain(cfg: Config, on_step: Callable[[StepOutcome], None] | None = None,
@@ -181,7 +184,7 @@ class Trainer:
     def after_step(self, step: int) -> bool:
         """What is due after ``step``: its accounting, the switch, a validation, a checkpoint; True to stop here."""
         t, schedule, manager, result = self.cfg.training, self.schedule, self.manager, self.result
-        validating = self.validation is not None and self.validation.due(step, t.train_iters, schedule.switch_step)
+        validating = self.validation is not None and self.validation.due(step, t.train_iters, schedule.switch_steps)
         if (self.streak is None or self.on_step is not None or validating or manager.due(step)
                 or self.reporter.logs_at(step, schedule.is_switch_step(step))):
             self.settle(step)
@@ -287,7 +290,7 @@ def build_trainer(cfg: Config, signals: ExitSignalHandler, held: ExitStack,
                                  "objective_schedule": schedule, "lr_schedule": plan.lr_schedule,
                                  "history": start.history}, record,
                                 last_step=t.train_iters, interval=c.save_interval, keep_last=c.keep_last,
-                                pinned=pinned_steps(cfg, schedule.switch_step))
+                                pinned=pinned_steps(cfg, schedule.switch_steps))
     restore(start, manager, cfg, plan.model_args.max_seq_length)
     if not save_exists:
         held.enter_context(lock_save_folder(c.save))
@@ -295,7 +298,8 @@ def build_trainer(cfg: Config, signals: ExitSignalHandler, held: ExitStack,
         write_run_record(c.save, record)
 
     result = RunResult(start_step=progress.step, last_step=progress.step, switch_step=schedule.switch_step,
-                       resumed_from=start.path if start.restores_state else None, start=start.kind)
+                       resumed_from=start.path if start.restores_state else None, start=start.kind,
+                       switch_steps=schedule.switch_steps)
     loader = MicroBatchLoader(dataset, sampler, num_workers=cfg.data.num_workers, pin_memory=device.type == "cuda")
     return Trainer(cfg, plan, pm, optimizer, loader, progress, guard, manager, validation,
                    StopPolicy(signals, t.exit_interval, t.exit_duration_in_mins), device, result, end_sample,
@@ -331,11 +335,11 @@ def build_parallel_model(cfg: Config, plan: RunPlan, mesh, device: torch.device)
                        cfg.performance.compile, cfg.performance.fp8)
 
 
-def pinned_steps(cfg: Config, switch_step: int | None) -> dict[int, str]:
-    """Steps whose checkpoints --keep-last never deletes, and why."""
+def pinned_steps(cfg: Config, switch_steps: tuple[int, ...]) -> dict[int, str]:
+    """Steps whose checkpoints --keep-last never deletes, and why: --save-at and every phase boundary (a branch
+    point)."""
     pinned = {step: "--save-at" for step in cfg.checkpoint.save_at}
-    if switch_step:
-        pinned[switch_step] = "objective switch"
+    pinned.update((step, "objective switch") for step in switch_steps)
     return pinned
 
 
@@ -377,7 +381,7 @@ def announce(trainer: Trainer) -> None:
         f"of the stream | tokenizer {plan.tokenizer_path} | device {trainer.device}")
     if trainer.validation is not None:
         log(f"validation: {trainer.validation.num_samples} held-out samples every {trainer.validation.interval} "
-            "steps, at the switch and at the end (MLM loss and accuracy, CLM loss)")
+            f"steps, at the switch and at the end ({trainer.validation.scored()})")
     log(describe_performance(cfg))
     log(memory_note(cfg, plan.dims, args, trainer.device))
 

@@ -5,7 +5,8 @@ validation documents of ``--split`` (the training stream holds only the training
 of ``--valid-data-path``, cut into windows and ordered exactly like training samples (seed, seq length). The set
 must fit in one pass over those documents. Every evaluation runs three forward passes per sample in the run's
 parallel layout: bidirectional on the MLM-masked sample (MLM loss, MLM top-1 accuracy on the masked positions)
-and causal on the sample itself (CLM loss). Validation sample k is masked as sample id ``2**62 + k`` with the
+and causal on the sample itself (CLM loss); a run that trains MNTP also scores it (bidirectional, the same masks,
+each masked token scored from the position before it). Validation sample k is masked as sample id ``2**62 + k`` with the
 run's seed, a random stream no training sample uses, so two runs with the same seed, data, split, batch size and
 ``--eval-mask-ratio`` are scored on identical tokens.
 """
@@ -23,6 +24,7 @@ from megamlm.config import (
     Config,
     eval_interval,
     eval_iters,
+    objective_phases,
     split_weights,
     validation_enabled,
 )
@@ -48,13 +50,22 @@ class ValidationResult:
     clm_tokens: int
     seconds: float = 0.0
     """How long the evaluation took."""
+    mntp_loss: float | None = None
+    """MNTP loss, scored where the run trains MNTP (else None)."""
+    mntp_tokens: int | None = None
 
     def scalars(self) -> dict[str, float]:
-        return {"mlm_loss": self.mlm_loss, "mlm_accuracy": self.mlm_accuracy, "clm_loss": self.clm_loss}
+        scalars = {"mlm_loss": self.mlm_loss, "mlm_accuracy": self.mlm_accuracy, "clm_loss": self.clm_loss}
+        return scalars if self.mntp_loss is None else {**scalars, "mntp_loss": self.mntp_loss}
+
+    def token_counts(self) -> dict[str, int]:
+        counts = {"mlm_tokens": self.mlm_tokens, "clm_tokens": self.clm_tokens}
+        return counts if self.mntp_tokens is None else {**counts, "mntp_tokens": self.mntp_tokens}
 
     def describe(self) -> str:
+        mntp = "" if self.mntp_loss is None else f" | mntp loss {self.mntp_loss:.4f}"
         return (f"validation at step {self.step} | mlm loss {self.mlm_loss:.4f} | mlm accuracy "
-                f"{self.mlm_accuracy:.4f} | clm loss {self.clm_loss:.4f} | {self.samples} samples | "
+                f"{self.mlm_accuracy:.4f} | clm loss {self.clm_loss:.4f}{mntp} | {self.samples} samples | "
                 f"{self.seconds:.1f} s")
 
 
@@ -62,14 +73,22 @@ class ValidationSet:
     """The run's fixed validation samples and when to score them."""
 
     def __init__(self, dataset, num_samples: int, global_batch_size: int, micro_batch_size: int, seed: int,
-                 masking: MaskingSpec, interval: int, document_mask: bool = False):
+                 masking: MaskingSpec, interval: int, document_mask: bool = False, mntp: bool = False):
         self.dataset, self.num_samples = dataset, num_samples
         self.global_batch_size, self.micro_batch_size = global_batch_size, micro_batch_size
         self.seed, self.masking, self.interval, self.document_mask = seed, masking, interval, document_mask
+        self.objectives = ("mlm", "clm", "mntp") if mntp else ("mlm", "clm")
+        """What every evaluation scores: MLM and CLM always, MNTP where the run trains it."""
 
-    def due(self, step: int, last_step: int, switch_step: int | None) -> bool:
-        """Evaluate after ``step``: every ``interval`` steps, at the objective switch and at the last step."""
-        return step % self.interval == 0 or step == last_step or step == switch_step
+    def due(self, step: int, last_step: int, switch_steps) -> bool:
+        """Evaluate after ``step``: every ``interval`` steps, at every objective switch (``switch_steps``: one step
+        or several) and at the last step."""
+        switches = switch_steps if isinstance(switch_steps, (tuple, list)) else (switch_steps,)
+        return step % self.interval == 0 or step == last_step or step in switches
+
+    def scored(self) -> str:
+        """What an evaluation reports, in words."""
+        return "MLM loss and accuracy, CLM loss" + (", MNTP loss" if "mntp" in self.objectives else "")
 
     def micro_batches(self, pm: ParallelModel) -> list[list[list[int]]]:
         """This data-parallel rank's micro-batches (sample ids) of each validation global batch."""
@@ -80,23 +99,27 @@ class ValidationSet:
     def evaluate(self, pm: ParallelModel, step: int, device: torch.device, precision: str = "auto") -> ValidationResult:
         """MLM loss and accuracy and CLM loss over every validation sample; the same result on every rank."""
         start = time.perf_counter()
-        totals = {"mlm": np.zeros(3), "clm": np.zeros(3)}
+        totals = {objective: np.zeros(3) for objective in self.objectives}
         pm.train(False)
         try:
             for global_batch in self.micro_batches(pm):
                 rows = [(np.stack([self.dataset[k] for k in ids]),
                          np.stack([self.dataset.document_ids(k) for k in ids]) if self.document_mask else None, ids)
                         for ids in global_batch]
-                for objective in ("mlm", "clm"):
+                for objective in self.objectives:
                     batches = [make_batch(objective, tokens, [VALIDATION_MASK_ID_BASE + k for k in ids], self.seed,
                                           self.masking, documents) for tokens, documents, ids in rows]
                     totals[objective] += forward_metrics(pm, batches, device, precision, accuracy=objective == "mlm")
         finally:
             pm.train(True)
         (mlm_loss, mlm_tokens, correct), (clm_loss, clm_tokens, _) = totals["mlm"], totals["clm"]
-        return ValidationResult(step, mlm_loss / max(mlm_tokens, 1), correct / max(mlm_tokens, 1),
-                                clm_loss / max(clm_tokens, 1), self.num_samples, int(mlm_tokens), int(clm_tokens),
-                                time.perf_counter() - start)
+        result = ValidationResult(step, mlm_loss / max(mlm_tokens, 1), correct / max(mlm_tokens, 1),
+                                  clm_loss / max(clm_tokens, 1), self.num_samples, int(mlm_tokens), int(clm_tokens),
+                                  time.perf_counter() - start)
+        if "mntp" in totals:
+            mntp_loss, mntp_tokens, _ = totals["mntp"]
+            result.mntp_loss, result.mntp_tokens = mntp_loss / max(mntp_tokens, 1), int(mntp_tokens)
+        return result
 
 
 def load_validation_set(cfg: Config, data_path: list[str], seq_length: int, vocab_size: int, masking: MaskingSpec,
@@ -121,4 +144,5 @@ def load_validation_set(cfg: Config, data_path: list[str], seq_length: int, voca
     if v.eval_mask_ratio is not None:
         masking = dataclasses.replace(masking, mask_ratio=v.eval_mask_ratio)
     return ValidationSet(dataset, num_samples, t.global_batch_size, t.micro_batch_size, t.seed, masking,
-                         eval_interval(cfg), cfg.performance.document_mask)
+                         eval_interval(cfg), cfg.performance.document_mask,
+                         mntp="mntp" in objective_phases(cfg.objective.objective))

@@ -47,7 +47,8 @@ def reference(objective: str):
     return first.loss, grads, second.loss, first.grad_norm
 
 
-def check_layout(rank: int, world: int, layout: dict, recompute: bool = False, compile: str = "none") -> None:
+def check_layout(rank: int, world: int, layout: dict, recompute: bool = False, compile: str = "none",
+                 objectives: tuple[str, ...] = ("mlm", "clm")) -> None:
     from megamlm.model.transformer import Transformer
     from megamlm.parallel.dims import resolve_parallel_dims
     from megamlm.parallel.forward_backward import forward_backward
@@ -61,7 +62,7 @@ def check_layout(rank: int, world: int, layout: dict, recompute: bool = False, c
         vocab_size=TINY.vocab_size, micro_batch_size=2, global_batch_size=8)
     mesh = dims.build_mesh("cpu")
     cpu = torch.device("cpu")
-    for objective in ("mlm", "clm"):
+    for objective in objectives:
         ref_loss, ref_grads, ref_second, ref_norm = reference(objective)
         sched = schedule(objective)
         torch.manual_seed(SEED)
@@ -93,6 +94,15 @@ def check_layout(rank: int, world: int, layout: dict, recompute: bool = False, c
         assert second.loss == pytest.approx(ref_second, rel=1e-4), (objective, layout)
         if compile != "none":  # the compiler did capture the model
             assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > 0
+
+
+def check_mntp_layouts(rank: int, world: int, layouts: list[tuple]) -> None:
+    """MNTP (bidirectional, MLM masks, targets one position early) in the layouts MLM is checked in."""
+    for name, layout in layouts:
+        try:
+            check_layout(rank, world, layout, objectives=("mntp",))
+        except AssertionError as err:
+            raise AssertionError(f"layout {name} (mntp): {err}") from err
 
 
 def check_layouts(rank: int, world: int, layouts: list[tuple]) -> None:

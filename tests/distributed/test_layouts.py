@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from harness import spawn
-from layout_checks import check_layouts
+from layout_checks import check_layouts, check_mntp_layouts
 
 pytestmark = pytest.mark.distributed
 
@@ -31,6 +31,12 @@ SLOW_LAYOUTS = {
 def test_two_rank_layouts_match_single_process():
     """TP=2, PP=2 (1F1B and interleaved), FSDP2 DP=2 (with --recompute) and DDP DP=2, in one 2-rank world."""
     spawn(check_layouts, 2, [(name, layout, name in RECOMPUTE) for name, (_, layout) in LAYOUTS.items()])
+
+
+def test_mntp_in_the_two_rank_layouts_matches_single_process():
+    """MNTP under TP=2, PP=2 (1F1B) and FSDP2 DP=2, in one 2-rank world: its shifted sparse targets through the
+    vocabulary-parallel loss and the pipeline's last stage."""
+    spawn(check_mntp_layouts, 2, [(name, LAYOUTS[name][1]) for name in ("tp2", "pp2_1f1b", "fsdp_dp2")])
 
 
 def test_tensor_parallel_times_fsdp_on_four_ranks_matches_single_process():
