@@ -23,7 +23,14 @@ from megamlm.config.derived import (
 )
 from megamlm.config.docs import choices_of
 from megamlm.config.loader import ALTERNATIVES
-from megamlm.config.sections import OBJECTIVE_PHASES, SECTION_CLASSES, CheckpointConfig, Config, PerformanceConfig
+from megamlm.config.sections import (
+    OBJECTIVE_PHASES,
+    SECTION_CLASSES,
+    CheckpointConfig,
+    Config,
+    ModelConfig,
+    PerformanceConfig,
+)
 from megamlm.errors import ConfigError
 from megamlm.extras import installed, missing_message
 from megamlm.model.attention_backends import attention_backend_problem
@@ -272,6 +279,30 @@ def check_parallel(cfg: Config) -> None:
     if p.world_size is not None and not p.dry_run:
         raise ConfigError("--world-size only plans a layout with --dry-run; a real run takes its world size from "
                           "the launcher (torchrun, srun or mpirun)")
+
+
+def check_adopted_shape(m: ModelConfig, adopted: dict, source) -> None:
+    """The shape flags given explicitly agree with the ``adopted`` values (by flag name) of the --init-from model
+    ``source`` (megamlm/hf/init_from.py)."""
+    for name, value in adopted.items():
+        explicit = getattr(m, name)
+        if explicit is not None and explicit != value:
+            raise ConfigError(f"--{name.replace('_', '-')} {explicit} contradicts the --init-from model, which has "
+                              f"{value} ({source}); drop the flag (the shape comes from the model)")
+
+
+def check_hf_init_from(cfg: Config, source, imported: bool, world_size: int) -> None:
+    """A Hugging Face --init-from model ``source`` can be adopted by this launch: the data is tokenized by its
+    tokenizer (not the bundled corpus), and a multi-process launch finds it ``imported`` already."""
+    if not cfg.data.data_path:
+        raise ConfigError(f"--init-from {source}: the bundled corpus is tokenized with megamlm's own tokenizer, not "
+                          "this model's; tokenize your data with the model's tokenizer (tools/preprocess_data.py) "
+                          "and pass --data-path")
+    if not imported and world_size > 1:
+        raise ConfigError(f"--init-from {source} is a Hugging Face model that has not been imported yet, and "
+                          "importing it in every rank of a multi-process launch would race: run "
+                          f"`python tools/convert_from_hf.py --input {source} --output CKPT` once and pass "
+                          "--init-from CKPT")
 
 
 def check_performance(p: PerformanceConfig) -> None:

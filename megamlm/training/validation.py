@@ -23,14 +23,14 @@ from megamlm.config import (
     Config,
     eval_interval,
     eval_iters,
-    split_weights,
     validation_enabled,
 )
-from megamlm.data import DataError, GlobalBatchSampler, build_validation_dataset
+from megamlm.data import DataError, GlobalBatchSampler, StreamSpec, build_validation_dataset
 from megamlm.objectives import MaskingSpec
 from megamlm.objectives.schedule import make_batch
 from megamlm.parallel.forward_backward import forward_metrics
 from megamlm.parallel.parallelize import ParallelModel
+from megamlm.training.setup import RunPlan
 
 VALIDATION_MASK_ID_BASE = 1 << 62
 """Validation sample k draws its mask from the stream of sample id VALIDATION_MASK_ID_BASE + k."""
@@ -99,18 +99,19 @@ class ValidationSet:
                                 time.perf_counter() - start)
 
 
-def load_validation_set(cfg: Config, data_path: list[str], seq_length: int, vocab_size: int, masking: MaskingSpec,
-                        group=None) -> ValidationSet | None:
+def load_validation_set(cfg: Config, plan: RunPlan, group=None) -> ValidationSet | None:
     """The run's validation set (None without --split or --valid-data-path); a DataError, before any work, when
     it cannot hold ``--eval-iters`` global batches in one pass."""
     if not validation_enabled(cfg):
         return None
     t, v = cfg.training, cfg.validation
+    seq_length, vocab_size = plan.model_args.max_seq_length, plan.model_args.vocab_size
+    masking, split = plan.objective_schedule.masking, plan.split
     num_samples = eval_iters(cfg) * t.global_batch_size
-    source = cfg.data.valid_data_path or data_path
-    dataset = build_validation_dataset(source, seq_length, num_samples, t.seed, cache_dir=cfg.data.data_cache_path,
-                                       vocab_size=vocab_size, split=split_weights(cfg.data),
-                                       group=group)
+    source = cfg.data.valid_data_path or plan.data_path
+    dataset = build_validation_dataset(StreamSpec(source, seq_length, num_samples, t.seed,
+                                                  cache_dir=cfg.data.data_cache_path, vocab_size=vocab_size,
+                                                  split=split), group)
     available = dataset.first_pass_samples()
     if available < num_samples:
         where = f"--split {cfg.data.split}" if cfg.data.split else f"--valid-data-path {' '.join(source)}"
