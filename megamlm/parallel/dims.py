@@ -9,7 +9,7 @@ data-parallel shard and replica dimensions, pipeline slowest.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import get_args
+from typing import Mapping, get_args
 
 from torch.distributed.device_mesh import init_device_mesh
 
@@ -18,11 +18,11 @@ from megamlm.config import (
     DataParallelImpl,
     ParallelConfig,
     PipelineSchedule,
+    TrainingConfig,
     launch_world_size,
     resolved_shape,
 )
 from megamlm.errors import UserError
-from megamlm.model.config import ModelArgs
 
 MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "tp")
 
@@ -71,29 +71,11 @@ class ParallelDims:
                                 mesh_dim_names=MESH_DIMS)
 
 
-@dataclass(frozen=True)
-class LayoutShape:
-    """What a layout must divide evenly: the model's shape and the batch sizes."""
-
-    num_layers: int
-    num_attention_heads: int
-    num_query_groups: int
-    ffn_hidden_size: int
-    seq_length: int
-    vocab_size: int | None
-    """None: sized by the tokenizer later, padded to a multiple of TP then (megamlm.config.model_args_for)."""
-    micro_batch_size: int
-    global_batch_size: int
-
-    @classmethod
-    def of_model(cls, args: ModelArgs, micro_batch_size: int, global_batch_size: int) -> "LayoutShape":
-        return cls(args.num_layers, args.num_attention_heads, args.num_query_groups, args.ffn_hidden_size,
-                   args.max_seq_length, args.vocab_size, micro_batch_size, global_batch_size)
-
-
-def resolve_parallel_dims(world_size: int, parallel: ParallelConfig, shape: LayoutShape) -> ParallelDims:
-    """Check the layout ``parallel`` asks for against the world size, the model and the batch ``shape``; raise
-    LayoutError naming the fix.
+def resolve_parallel_dims(world_size: int, parallel: ParallelConfig, training: TrainingConfig,
+                          shape: Mapping[str, int | None]) -> ParallelDims:
+    """Check the layout ``parallel`` asks for against the world size, the batch sizes of ``training`` and the model
+    ``shape`` (by flag name, as ``megamlm.config.resolved_shape`` gives it; ``vocab_size`` None: tokenizer-sized,
+    padded to a multiple of TP later); raise LayoutError naming the fix.
 
     ``dp_shard = -1`` takes whatever the other degrees leave of the world.
     """
@@ -101,7 +83,8 @@ def resolve_parallel_dims(world_size: int, parallel: ParallelConfig, shape: Layo
     dp_replicate, dp_shard = parallel.dp_replicate, parallel.dp_shard
     data_parallel_impl, pipeline_schedule = parallel.data_parallel_impl, parallel.pipeline_schedule
     num_layers_per_virtual_stage = parallel.num_layers_per_virtual_stage
-    num_layers, micro_batch_size, global_batch_size = shape.num_layers, shape.micro_batch_size, shape.global_batch_size
+    micro_batch_size, global_batch_size = training.micro_batch_size, training.global_batch_size
+    num_layers = shape["num_layers"]
     if world_size < 1:
         raise LayoutError(f"world size must be positive, got {world_size}")
     for flag, value in (("--tensor-model-parallel-size", tp), ("--pipeline-model-parallel-size", pp),
@@ -142,14 +125,13 @@ def resolve_parallel_dims(world_size: int, parallel: ParallelConfig, shape: Layo
                               "make the product match or pass --dp-shard -1")
 
     if tp > 1:
-        for name, value in (("--num-attention-heads", shape.num_attention_heads),
-                            ("--num-query-groups", shape.num_query_groups),
-                            ("--ffn-hidden-size", shape.ffn_hidden_size), ("--seq-length", shape.seq_length)):
-            if value % tp:
-                raise LayoutError(f"{name} {value} is not divisible by --tensor-model-parallel-size {tp}; "
+        for name in ("num_attention_heads", "num_query_groups", "ffn_hidden_size", "seq_length"):
+            if shape[name] % tp:
+                raise LayoutError(f"--{name.replace('_', '-')} {shape[name]} is not divisible by --tensor-model-parallel-size {tp}; "
                                   "tensor parallelism splits it evenly: pick a TP size that divides it")
-        if shape.vocab_size is not None and shape.vocab_size % tp:
-            raise LayoutError(f"--vocab-size {shape.vocab_size} is not divisible by --tensor-model-parallel-size {tp}; "
+        vocab_size = shape["vocab_size"]
+        if vocab_size is not None and vocab_size % tp:
+            raise LayoutError(f"--vocab-size {vocab_size} is not divisible by --tensor-model-parallel-size {tp}; "
                               f"pad it to a multiple of {128 * tp} (128 x TP)")
 
     stages_per_rank = 1
@@ -192,17 +174,11 @@ def resolve_parallel_dims(world_size: int, parallel: ParallelConfig, shape: Layo
                         stages_per_rank=stages_per_rank)
 
 
-_MODEL_SHAPE = ("num_layers", "num_attention_heads", "num_query_groups", "ffn_hidden_size", "seq_length", "vocab_size")
-"""LayoutShape's fields that are model flags (the resolved shape's names)."""
-
-
 def dims_from_config(cfg: Config, world_size: int | None = None) -> ParallelDims:
     """The run's checked layout (world size: the argument, --world-size, else the launcher's environment).
 
     ``cfg`` is resolved (megamlm/config/resolve.py): its batch sizes are set, fitted to this layout where the user
     left them unset.
     """
-    t, model = cfg.training, resolved_shape(cfg.model)
-    shape = LayoutShape(**{name: model[name] for name in _MODEL_SHAPE}, micro_batch_size=t.micro_batch_size,
-                        global_batch_size=t.global_batch_size)
-    return resolve_parallel_dims(world_size or launch_world_size(cfg), cfg.parallel, shape)
+    return resolve_parallel_dims(world_size or launch_world_size(cfg), cfg.parallel, cfg.training,
+                                 resolved_shape(cfg.model))

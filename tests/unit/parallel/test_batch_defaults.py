@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from megamlm.config import ParallelConfig, parse_args
+from megamlm.config import ParallelConfig, TrainingConfig, parse_args
 from megamlm.config.batches import RECIPE_BATCH, fit_batch
-from megamlm.parallel.dims import LayoutError, LayoutShape, dims_from_config, resolve_parallel_dims
+from megamlm.parallel.dims import LayoutError, dims_from_config, resolve_parallel_dims
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -72,8 +72,9 @@ def test_a_preset_dry_run_uses_its_recipes_batch():
     dims = dims_from_config(cfg)
     assert (cfg.training.micro_batch_size, cfg.training.global_batch_size) == (12, 1152)
     resolve_parallel_dims(64, ParallelConfig(tensor_model_parallel_size=2, pipeline_model_parallel_size=4),
-                          LayoutShape(num_layers=26, num_attention_heads=18, num_query_groups=6, ffn_hidden_size=4096,
-                                      seq_length=2048, vocab_size=128256, micro_batch_size=12, global_batch_size=1152))
+                          TrainingConfig(micro_batch_size=12, global_batch_size=1152),
+                          dict(num_layers=26, num_attention_heads=18, num_query_groups=6, ffn_hidden_size=4096,
+                               seq_length=2048, vocab_size=128256))
     assert dims.dp == 8
 
 
