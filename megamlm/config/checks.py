@@ -1,7 +1,9 @@
 """Every check of a Config on its own, one function per section, run once by ``resolve.py`` before any work.
 
-Each raises ConfigError naming the fix. (The parallel layout against the world size is checked by
-``megamlm.parallel.dims``, which computes it.)
+Each raises ConfigError naming the fix. Also here: the checks of what a Hugging Face ``--init-from`` model lends
+the Config while it is resolved (megamlm/hf/init_from.py). What needs the launch itself (the layout against the
+world size, the device, installed packages, compile and float8 constraints, the data and tokenizer) is checked
+by the start-up check phase, megamlm/training/startup.py; no other module raises ConfigError.
 """
 
 from __future__ import annotations

@@ -106,16 +106,16 @@ def load_validation_set(cfg: Config, plan: RunPlan, group=None) -> ValidationSet
         return None
     t, v = cfg.training, cfg.validation
     seq_length, vocab_size = plan.model_args.max_seq_length, plan.model_args.vocab_size
-    masking, split = plan.objective_schedule.masking, plan.split
-    num_samples = eval_iters(cfg) * t.global_batch_size
+    iters, masking = eval_iters(cfg), plan.objective_schedule.masking
+    num_samples = iters * t.global_batch_size
     source = cfg.data.valid_data_path or plan.data_path
     dataset = build_validation_dataset(StreamSpec(source, seq_length, num_samples, t.seed,
                                                   cache_dir=cfg.data.data_cache_path, vocab_size=vocab_size,
-                                                  split=split), group)
+                                                  split=plan.split), group)
     available = dataset.first_pass_samples()
     if available < num_samples:
         where = f"--split {cfg.data.split}" if cfg.data.split else f"--valid-data-path {' '.join(source)}"
-        raise DataError(f"--eval-iters {eval_iters(cfg)} x --global-batch-size {t.global_batch_size} = {num_samples} "
+        raise DataError(f"--eval-iters {iters} x --global-batch-size {t.global_batch_size} = {num_samples} "
                         f"validation samples, but the validation set ({where}) holds {available} samples of "
                         f"{seq_length} tokens; lower --eval-iters to at most {available // t.global_batch_size}, or "
                         "give validation more documents")
