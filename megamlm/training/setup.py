@@ -12,15 +12,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from megamlm.config import (
-    Config,
-    TrainingConfig,
-    model_args_for,
-    split_weights,
-    switch_step,
-    warmup_iters,
-    wsd_decay_iters,
-)
+from megamlm.config import Config, model_args_for, split_weights
 from megamlm.data import load_tokenizer, prepare_embedded_corpus
 from megamlm.data.sidecar import check_dataset_files
 from megamlm.model.attention_probe import resolve_auto_attention
@@ -28,6 +20,7 @@ from megamlm.model.config import Backends, ModelArgs
 from megamlm.objectives import MaskingSpec, ObjectiveSchedule
 from megamlm.parallel.dims import ParallelDims
 from megamlm.precision import uses_bf16
+from megamlm.training.lineage import Segment
 from megamlm.training.optim import LRSchedule
 from megamlm.training.startup import check_launch, check_model, check_tokenizer
 
@@ -64,10 +57,6 @@ def masking_spec_for(cfg: Config, tokenizer) -> MaskingSpec:
                        special_ids=tuple(tokenizer.special_ids), random_vocab_size=tokenizer.vocab_size)
 
 
-def lr_schedule_for(t: TrainingConfig) -> LRSchedule:
-    return LRSchedule(t.lr, t.min_lr, t.lr_decay_style, warmup_iters(t), wsd_decay_iters(t), t.train_iters)
-
-
 def backends_on_device(plan: RunPlan, cfg: Config, device: torch.device) -> Backends:
     """``plan.backends`` with ``--attention-backend auto`` measured on this rank's ``device``; every rank takes
     rank 0's choice, so the whole job computes attention the same way."""
@@ -92,10 +81,10 @@ def plan_run(cfg: Config) -> RunPlan:
     args = model_args_for(cfg, tokenizer.vocab_size)
     check_tokenizer(cfg, tokenizer)
     check_model(cfg, args)
-    t = cfg.training
-    schedule = ObjectiveSchedule(cfg.objective.objective, switch_step(cfg.objective, t.train_iters), t.train_iters,
-                                 masking_spec_for(cfg, tokenizer), t.seed)
+    segment = Segment.of_config(cfg)  # the schedules, derived from the config in one place
+    schedule = ObjectiveSchedule(**segment.objective_schedule, masking=masking_spec_for(cfg, tokenizer),
+                                 seed=cfg.training.seed)
     return RunPlan(model_args=args, data_path=data_path, tokenizer_path=tokenizer_path, tokenizer=tokenizer,
-                   objective_schedule=schedule, lr_schedule=lr_schedule_for(t), dims=launch.dims,
+                   objective_schedule=schedule, lr_schedule=segment.lr_schedule_object(), dims=launch.dims,
                    device=launch.device, backends=launch.backends, compile_mode=launch.compile_mode,
                    split=split_weights(cfg.data))
