@@ -107,7 +107,8 @@ def _build_stream(spec: StreamSpec, part: int, rank, barrier):
                                    **options)
     for weight, dataset in zip(weights, datasets):
         if weight > 0 and dataset.num_tokens == 0:
-            raise DataError(f"dataset {dataset.prefix} has weight {weight} but holds no tokens; drop it from --data-path")
+            raise DataError(f"dataset {dataset.prefix} has weight {weight} but holds no tokens; drop it from "
+                            "--data-path")
     dataset_of, sample_in_dataset = load_or_build_blend_index(weights, spec.num_samples, **options)
     parts = []
     for d, dataset in enumerate(datasets):

@@ -127,8 +127,9 @@ def resolve_parallel_dims(world_size: int, parallel: ParallelConfig, training: T
     if tp > 1:
         for name in ("num_attention_heads", "num_query_groups", "ffn_hidden_size", "seq_length"):
             if shape[name] % tp:
-                raise LayoutError(f"--{name.replace('_', '-')} {shape[name]} is not divisible by --tensor-model-parallel-size {tp}; "
-                                  "tensor parallelism splits it evenly: pick a TP size that divides it")
+                raise LayoutError(f"--{name.replace('_', '-')} {shape[name]} is not divisible by "
+                                  f"--tensor-model-parallel-size {tp}; tensor parallelism splits it evenly: pick a TP "
+                                  "size that divides it")
         vocab_size = shape["vocab_size"]
         if vocab_size is not None and vocab_size % tp:
             raise LayoutError(f"--vocab-size {vocab_size} is not divisible by --tensor-model-parallel-size {tp}; "
