@@ -20,7 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from megamlm.model.attention_probe import candidate_backends, time_attention  # noqa: E402
+from megamlm.model.attention_probe import AttentionInputs, candidate_backends, time_attention  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -50,8 +50,8 @@ def main(argv=None) -> dict:
         for documents in (False, True):
             for causal in (False, True):
                 mode = ("causal" if causal else "bidirectional") + (" + documents" if documents else "")
-                times = {b: time_attention(b, batch, seq, opts.heads, opts.kv_heads, opts.head_dim, causal, device,
-                                           dtype, documents, reps=opts.reps)
+                inputs = AttentionInputs(batch, seq, opts.heads, opts.kv_heads, opts.head_dim, documents)
+                times = {b: time_attention(b, inputs, causal, device, dtype, reps=opts.reps)
                          for b in candidate_backends(device, opts.head_dim, dtype, documents)}
                 ran = {b: t for b, t in times.items() if t is not None}
                 best = min(ran, key=ran.get) if ran else None

@@ -29,7 +29,7 @@ from megamlm.log import quiet_imports  # noqa: E402
 
 quiet_imports()  # before transformers is imported: known third-party import noise (megamlm/log.py)
 
-from megamlm.data import DataError, IndexedDataset, build_train_dataset, load_tokenizer  # noqa: E402
+from megamlm.data import DataError, IndexedDataset, StreamSpec, build_train_dataset, load_tokenizer  # noqa: E402
 from megamlm.data.inspection import dataset_statistics, sample_digest  # noqa: E402
 from megamlm.errors import UserError, exit_line  # noqa: E402
 
@@ -88,7 +88,7 @@ def check_range(args, first: int, end: int, what: str) -> None:
 
 def run_dataset(args, end: int):
     """The run's stream with (at least) samples [0, end) available; sample k does not depend on `end`."""
-    return build_train_dataset(args.data_path, args.seq_length, end, args.seed, cache_dir=args.cache_dir)
+    return build_train_dataset(StreamSpec(args.data_path, args.seq_length, end, args.seed, cache_dir=args.cache_dir))
 
 
 def print_samples(args) -> None:

@@ -9,6 +9,7 @@ exit). Folder names belong to ``megamlm.checkpoint.catalog``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -24,15 +25,27 @@ class Stateful(Protocol):
     def load_state_dict(self, state: dict) -> None: ...
 
 
+@dataclass(frozen=True)
+class SavePolicy:
+    """Where checkpoints go and when: every ``interval`` steps, at the ``pinned`` steps and the last step."""
+
+    save_dir: str | None
+    """--save (None: nothing is saved)."""
+    last_step: int
+    interval: int | None = None
+    keep_last: int | None = None
+    """--keep-last: the checkpoints retention keeps (pinned ones aside); None keeps every one."""
+    pinned: dict[int, str] = field(default_factory=dict)
+    """step -> why its checkpoint must survive ``--keep-last``."""
+
+
 class CheckpointManager:
-    def __init__(self, save_dir: str | None, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                 stateful: dict[str, Stateful], record: dict, *, last_step: int, interval: int | None = None,
-                 keep_last: int | None = None, pinned: dict[int, str] | None = None):
-        self.save_dir = Path(save_dir) if save_dir else None
+    def __init__(self, policy: SavePolicy, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                 stateful: dict[str, Stateful], record: dict):
+        self.save_dir = Path(policy.save_dir) if policy.save_dir else None
         self.model, self.optimizer, self.stateful, self.record = model, optimizer, stateful, record
-        self.last_step, self.interval, self.keep_last = last_step, interval, keep_last
-        self.pinned = dict(pinned or {})
-        """step -> why its checkpoint must survive ``--keep-last``."""
+        self.last_step, self.interval, self.keep_last = policy.last_step, policy.interval, policy.keep_last
+        self.pinned = dict(policy.pinned)
         self.last_saved: Path | None = None
         self._last_saved_step: int | None = None
 

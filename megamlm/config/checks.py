@@ -1,7 +1,9 @@
 """Every check of a Config on its own, one function per section, run once by ``resolve.py`` before any work.
 
-Each raises ConfigError naming the fix. (The parallel layout against the world size is checked by
-``megamlm.parallel.dims``, which computes it.)
+Each raises ConfigError naming the fix. Also here: the checks of what a Hugging Face ``--init-from`` model lends
+the Config while it is resolved (megamlm/hf/init_from.py). What needs the launch itself (the layout against the
+world size, the device, installed packages, compile and float8 constraints, the data and tokenizer) is checked
+by the start-up check phase, megamlm/training/startup.py; no other module raises ConfigError.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from megamlm.config.sections import (
     SECTION_CLASSES,
     CheckpointConfig,
     Config,
+    ModelConfig,
     ObjectiveConfig,
     PerformanceConfig,
 )
@@ -317,6 +320,30 @@ def check_parallel(cfg: Config) -> None:
     if p.world_size is not None and not p.dry_run:
         raise ConfigError("--world-size only plans a layout with --dry-run; a real run takes its world size from "
                           "the launcher (torchrun, srun or mpirun)")
+
+
+def check_adopted_shape(m: ModelConfig, adopted: dict, source) -> None:
+    """The shape flags given explicitly agree with the ``adopted`` values (by flag name) of the --init-from model
+    ``source`` (megamlm/hf/init_from.py)."""
+    for name, value in adopted.items():
+        explicit = getattr(m, name)
+        if explicit is not None and explicit != value:
+            raise ConfigError(f"--{name.replace('_', '-')} {explicit} contradicts the --init-from model, which has "
+                              f"{value} ({source}); drop the flag (the shape comes from the model)")
+
+
+def check_hf_init_from(cfg: Config, source, imported: bool, world_size: int) -> None:
+    """A Hugging Face --init-from model ``source`` can be adopted by this launch: the data is tokenized by its
+    tokenizer (not the bundled corpus), and a multi-process launch finds it ``imported`` already."""
+    if not cfg.data.data_path:
+        raise ConfigError(f"--init-from {source}: the bundled corpus is tokenized with megamlm's own tokenizer, not "
+                          "this model's; tokenize your data with the model's tokenizer (tools/preprocess_data.py) "
+                          "and pass --data-path")
+    if not imported and world_size > 1:
+        raise ConfigError(f"--init-from {source} is a Hugging Face model that has not been imported yet, and "
+                          "importing it in every rank of a multi-process launch would race: run "
+                          f"`python tools/convert_from_hf.py --input {source} --output CKPT` once and pass "
+                          "--init-from CKPT")
 
 
 def check_performance(p: PerformanceConfig) -> None:

@@ -7,7 +7,7 @@ from typing import Sequence
 import numpy as np
 
 from megamlm.data._helpers_loader import helpers_for
-from megamlm.data.index_cache import INDEX_FORMAT_VERSION, cached_arrays, in_range
+from megamlm.data.index_cache import INDEX_FORMAT_VERSION, CacheEntry, cached_entries, in_range
 from megamlm.data.indexed import DataError
 
 
@@ -100,11 +100,9 @@ def load_or_build_blend_index(weights, num_samples, cache_dir=None, rank=None, b
         return (owner.ndim == 1 and owner.shape == number.shape
                 and in_range(owner, 0, len(description["weights"])) and in_range(number, 0, len(owner)))
 
-    owner, number = cached_arrays(
-        cache_dir, "blend", ("owner", "number"), description,
-        lambda: build_blend_index(weights, num_samples, use_cpp=use_cpp), valid, rank, barrier,
-        enough=lambda arrays: len(arrays[0]) >= num_samples,
-    )
+    entry = CacheEntry(description, lambda: build_blend_index(weights, num_samples, use_cpp=use_cpp), valid,
+                       enough=lambda arrays: len(arrays[0]) >= num_samples)
+    [(owner, number)] = cached_entries(cache_dir, "blend", ("owner", "number"), [entry], rank, barrier)
     return owner[:num_samples], number[:num_samples]
 
 

@@ -179,21 +179,6 @@ def cached_entries(
     return loaded
 
 
-def cached_arrays(
-    cache_dir: str | None,
-    kind: str,
-    names: Sequence[str],
-    description: dict,
-    build: Callable[[], tuple],
-    valid: Callable[[tuple], bool],
-    rank: Callable[[], int] | None = None,
-    barrier: Callable[[], None] | None = None,
-    enough: Callable[[tuple], bool] | None = None,
-):
-    """The arrays of one entry (see `cached_entries`)."""
-    return cached_entries(cache_dir, kind, names, [CacheEntry(description, build, valid, enough)], rank, barrier)[0]
-
-
 def in_range(values: np.ndarray, low: int, high: int) -> bool:
     """Every value in [low, high) (True for no values)."""
     return values.size == 0 or (int(values.min()) >= low and int(values.max()) < high)

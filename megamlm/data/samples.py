@@ -37,7 +37,6 @@ class PackedSampleDataset:
         cache_dir: str | None = None,
         rank: Callable[[], int] | None = None,
         barrier: Callable[[], None] | None = None,
-        use_cpp: bool | None = None,
         sequences: tuple[int, int] | None = None,
     ):
         if isinstance(datasets, IndexedDataset):
@@ -68,7 +67,6 @@ class PackedSampleDataset:
             cache_dir=cache_dir,
             rank=rank,
             barrier=barrier,
-            use_cpp=use_cpp,
         )
 
     def __len__(self) -> int:

@@ -14,7 +14,8 @@ import os
 from pathlib import Path
 
 from megamlm.checkpoint.catalog import CONFIG
-from megamlm.config import SHAPE_FIELDS, Config, ConfigError, model_section_values
+from megamlm.config import SHAPE_FIELDS, Config, model_section_values
+from megamlm.config.checks import check_adopted_shape, check_hf_init_from
 from megamlm.data.embedded import default_cache_root
 from megamlm.hf.hf_source import is_hf_model
 from megamlm.hf.importer import import_hf, plan_import
@@ -32,11 +33,7 @@ _CHECKED = (*(name for name in SHAPE_FIELDS if name not in _KEPT), "head_dim")
 def apply_shape(cfg: Config, args: ModelArgs, source) -> Config:
     """``cfg`` building ``args`` (the shape of the --init-from model); a contradicting flag is refused."""
     adopted = {name: value for name, value in model_section_values(args).items() if name not in _KEPT}
-    for name in _CHECKED:
-        explicit = getattr(cfg.model, name)
-        if explicit is not None and explicit != adopted[name]:
-            raise ConfigError(f"--{name.replace('_', '-')} {explicit} contradicts the --init-from model, which has "
-                              f"{adopted[name]} ({source}); drop the flag (the shape comes from the model)")
+    check_adopted_shape(cfg.model, {name: adopted[name] for name in _CHECKED}, source)
     return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, **adopted))
 
 
@@ -65,18 +62,18 @@ def _fingerprint(source: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def imported_copy(source: str | Path, cache_dir: str | Path | None = None) -> Path:
-    """The megamlm checkpoint of ``source`` in the cache, imported on first use."""
+def import_folder(source: str | Path, cache_dir: str | Path | None = None) -> Path:
+    """Where the megamlm checkpoint of ``source`` lives in the cache (a folder once imported)."""
     source = Path(source)
     root = Path(cache_dir) if cache_dir else default_cache_root()
-    target = root / "hf-imports" / f"{source.stem}-{_fingerprint(source)}"
+    return root / "hf-imports" / f"{source.stem}-{_fingerprint(source)}"
+
+
+def imported_copy(source: str | Path, target: Path) -> Path:
+    """The megamlm checkpoint of ``source`` in the cache folder ``target`` (``import_folder``), imported on first
+    use."""
     if target.is_dir():
         return target
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        raise ConfigError(f"--init-from {source} is a Hugging Face model that has not been imported yet, and "
-                          "importing it in every rank of a multi-process launch would race: run "
-                          f"`python tools/convert_from_hf.py --input {source} --output CKPT` once and pass "
-                          "--init-from CKPT")
     log(f"importing {source} into {target} (once; later runs reuse it)")
     return import_hf(source, target, log=log)
 
@@ -87,11 +84,9 @@ def adopt_hf_init_from(cfg: Config) -> Config:
     source = cfg.checkpoint.init_from
     if not source or not is_hf_model(source):
         return cfg
-    if not cfg.data.data_path:
-        raise ConfigError(f"--init-from {source}: the bundled corpus is tokenized with megamlm's own tokenizer, not "
-                          "this model's; tokenize your data with the model's tokenizer (tools/preprocess_data.py) "
-                          "and pass --data-path")
-    ckpt = imported_copy(source, cfg.data.data_cache_path)
+    target = import_folder(source, cfg.data.data_cache_path)
+    check_hf_init_from(cfg, source, target.is_dir(), int(os.environ.get("WORLD_SIZE", "1")))
+    ckpt = imported_copy(source, target)
     args = read_record(ckpt).model_args
     cfg = apply_shape(cfg, args, source)
     tokenizer = cfg.data.tokenizer_model or str(ckpt / TOKENIZER_DIR / "tokenizer.json")

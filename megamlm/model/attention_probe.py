@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -49,15 +50,28 @@ def synthetic_documents(batch: int, seq: int, device: torch.device, mean_length:
     return ids.view(batch, seq).to(device)
 
 
-def time_attention(backend: str, batch: int, seq: int, heads: int, kv_heads: int, head_dim: int, causal: bool,
-                   device: torch.device, dtype: torch.dtype, documents: bool = False, warmup: int = 2,
-                   reps: int = 5) -> float | None:
+@dataclass(frozen=True)
+class AttentionInputs:
+    """The attention inputs timed: ``batch`` x ``seq`` queries of ``heads`` heads against ``kv_heads`` key and value
+    heads, each ``head_dim`` wide; with ``documents``, packed documents masked from each other."""
+
+    batch: int
+    seq: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    documents: bool = False
+
+
+def time_attention(backend: str, inputs: AttentionInputs, causal: bool, device: torch.device, dtype: torch.dtype,
+                   warmup: int = 2, reps: int = 5) -> float | None:
     """Median seconds of one forward + backward pass, or None when the backend refuses these inputs."""
+    batch, seq, head_dim = inputs.batch, inputs.seq, inputs.head_dim
     g = torch.Generator(device=device).manual_seed(0)
-    q = torch.randn(batch, seq, heads, head_dim, device=device, dtype=dtype, generator=g, requires_grad=True)
-    k, v = (torch.randn(batch, seq, kv_heads, head_dim, device=device, dtype=dtype, generator=g, requires_grad=True)
-            for _ in range(2))
-    document_ids = synthetic_documents(batch, seq, device) if documents else None
+    q = torch.randn(batch, seq, inputs.heads, head_dim, device=device, dtype=dtype, generator=g, requires_grad=True)
+    k, v = (torch.randn(batch, seq, inputs.kv_heads, head_dim, device=device, dtype=dtype, generator=g,
+                        requires_grad=True) for _ in range(2))
+    document_ids = synthetic_documents(batch, seq, device) if inputs.documents else None
     upstream = torch.randn_like(q)
     times = []
     try:
@@ -75,10 +89,10 @@ def time_attention(backend: str, batch: int, seq: int, heads: int, kv_heads: int
     return statistics.median(times)
 
 
-def choose_attention_backends(device: torch.device, batch: int, seq: int, heads: int, kv_heads: int, head_dim: int,
-                              dtype: torch.dtype, documents: bool) -> tuple[tuple[str, str], dict[str, dict]]:
+def choose_attention_backends(device: torch.device, inputs: AttentionInputs,
+                              dtype: torch.dtype) -> tuple[tuple[str, str], dict[str, dict]]:
     """((bidirectional, causal) fastest backends, {mode: {backend: seconds or None}})."""
-    candidates = candidate_backends(device, head_dim, dtype, documents)
+    candidates = candidate_backends(device, inputs.head_dim, dtype, inputs.documents)
     timings: dict[str, dict] = {}
     choice = []
     for causal in (False, True):
@@ -87,8 +101,7 @@ def choose_attention_backends(device: torch.device, batch: int, seq: int, heads:
             timings[mode] = {candidates[0]: None}
             choice.append(candidates[0])
             continue
-        timings[mode] = {name: time_attention(name, batch, seq, heads, kv_heads, head_dim, causal, device, dtype,
-                                              documents) for name in candidates}
+        timings[mode] = {name: time_attention(name, inputs, causal, device, dtype) for name in candidates}
         ran = {name: t for name, t in timings[mode].items() if t is not None}
         choice.append(min(ran, key=ran.get) if ran else "sdpa")
     return (choice[0], choice[1]), timings
@@ -100,8 +113,9 @@ def resolve_auto_attention(backends: Backends, device: torch.device, args: Model
     unchanged when the attention backend was named explicitly."""
     if backends.attention != "auto":
         return backends
-    choice, _ = choose_attention_backends(device, micro_batch, args.max_seq_length, args.num_attention_heads // tp,
-                                          max(args.num_query_groups // tp, 1), args.head_dim, dtype, documents)
+    inputs = AttentionInputs(micro_batch, args.max_seq_length, args.num_attention_heads // tp,
+                             max(args.num_query_groups // tp, 1), args.head_dim, documents)
+    choice, _ = choose_attention_backends(device, inputs, dtype)
     return dataclasses.replace(backends, auto_attention=choice)
 
 

@@ -25,7 +25,7 @@ from typing import get_args
 import torch
 import torch.nn as nn
 
-from megamlm.config import CompileMode, ConfigError
+from megamlm.config import CompileMode
 from megamlm.parallel.dims import ParallelDims
 
 COMPILE_MODES = tuple(mode for mode in get_args(CompileMode) if mode != "auto")
@@ -41,15 +41,24 @@ graph capture and autograd, without generating kernels) to stay fast on CPU."""
 _MEASURED_BEST = {"cuda": "blocks", "cpu": "none"}
 
 
+def compile_mode_problem(mode: str, device: torch.device, dims: ParallelDims) -> str | None:
+    """Why ``--compile mode`` cannot run on ``device`` in ``dims``, in one line naming the fix; None when it can.
+    (The start-up checks raise it, megamlm/training/startup.py.)"""
+    if mode != "auto" and mode not in COMPILE_MODES:
+        return f"unknown --compile mode {mode!r}; choose one of auto, {', '.join(COMPILE_MODES)}"
+    if mode == "cudagraphs" and (device.type != "cuda" or dims.is_parallel):
+        return ("--compile cudagraphs needs one GPU process (CUDA graphs replay fixed shapes and no "
+                f"collectives), got {device.type} with {dims.world_size} processes; use --compile model")
+    return None
+
+
 def resolve_compile_mode(mode: str, device: torch.device, dims: ParallelDims) -> str:
-    """The concrete mode a run uses; an impossible request raises ConfigError naming the fix."""
+    """The concrete mode a run uses. A mode the start-up checks refuse (``compile_mode_problem``) is a ValueError
+    here: a caller that skipped them."""
+    if problem := compile_mode_problem(mode, device, dims):
+        raise ValueError(problem)
     if mode == "auto":
         mode = _MEASURED_BEST.get(device.type, "none")
-    if mode not in COMPILE_MODES:
-        raise ConfigError(f"unknown --compile mode {mode!r}; choose one of auto, {', '.join(COMPILE_MODES)}")
-    if mode == "cudagraphs" and (device.type != "cuda" or dims.is_parallel):
-        raise ConfigError("--compile cudagraphs needs one GPU process (CUDA graphs replay fixed shapes and no "
-                          f"collectives), got {device.type} with {dims.world_size} processes; use --compile model")
     if mode == "model" and (dims.pp > 1 or dims.tp > 1):
         return "blocks"  # see the module docstring
     return mode

@@ -9,11 +9,19 @@ data-parallel shard and replica dimensions, pipeline slowest.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import get_args
+from typing import Mapping, get_args
 
 from torch.distributed.device_mesh import init_device_mesh
 
-from megamlm.config import Config, DataParallelImpl, PipelineSchedule, launch_world_size, resolved_shape
+from megamlm.config import (
+    Config,
+    DataParallelImpl,
+    ParallelConfig,
+    PipelineSchedule,
+    TrainingConfig,
+    launch_world_size,
+    resolved_shape,
+)
 from megamlm.errors import UserError
 
 MESH_DIMS = ("pp", "dp_replicate", "dp_shard", "tp")
@@ -63,15 +71,20 @@ class ParallelDims:
                                 mesh_dim_names=MESH_DIMS)
 
 
-def resolve_parallel_dims(world_size: int, tp: int = 1, pp: int = 1, dp_replicate: int = 1, dp_shard: int = -1,
-                          data_parallel_impl: str = "fsdp", pipeline_schedule: str = "1f1b",
-                          num_layers_per_virtual_stage: int | None = None, *, num_layers: int,
-                          num_attention_heads: int, num_query_groups: int, ffn_hidden_size: int, seq_length: int,
-                          vocab_size: int | None, micro_batch_size: int, global_batch_size: int) -> ParallelDims:
-    """Check a layout against the model and batch shape; raise LayoutError naming the fix.
+def resolve_parallel_dims(world_size: int, parallel: ParallelConfig, training: TrainingConfig,
+                          shape: Mapping[str, int | None]) -> ParallelDims:
+    """Check the layout ``parallel`` asks for against the world size, the batch sizes of ``training`` and the model
+    ``shape`` (by flag name, as ``megamlm.config.resolved_shape`` gives it; ``vocab_size`` None: tokenizer-sized,
+    padded to a multiple of TP later); raise LayoutError naming the fix.
 
     ``dp_shard = -1`` takes whatever the other degrees leave of the world.
     """
+    tp, pp = parallel.tensor_model_parallel_size, parallel.pipeline_model_parallel_size
+    dp_replicate, dp_shard = parallel.dp_replicate, parallel.dp_shard
+    data_parallel_impl, pipeline_schedule = parallel.data_parallel_impl, parallel.pipeline_schedule
+    num_layers_per_virtual_stage = parallel.num_layers_per_virtual_stage
+    micro_batch_size, global_batch_size = training.micro_batch_size, training.global_batch_size
+    num_layers = shape["num_layers"]
     if world_size < 1:
         raise LayoutError(f"world size must be positive, got {world_size}")
     for flag, value in (("--tensor-model-parallel-size", tp), ("--pipeline-model-parallel-size", pp),
@@ -112,11 +125,12 @@ def resolve_parallel_dims(world_size: int, tp: int = 1, pp: int = 1, dp_replicat
                               "make the product match or pass --dp-shard -1")
 
     if tp > 1:
-        for name, value in (("--num-attention-heads", num_attention_heads), ("--num-query-groups", num_query_groups),
-                            ("--ffn-hidden-size", ffn_hidden_size), ("--seq-length", seq_length)):
-            if value % tp:
-                raise LayoutError(f"{name} {value} is not divisible by --tensor-model-parallel-size {tp}; "
-                                  "tensor parallelism splits it evenly: pick a TP size that divides it")
+        for name in ("num_attention_heads", "num_query_groups", "ffn_hidden_size", "seq_length"):
+            if shape[name] % tp:
+                raise LayoutError(f"--{name.replace('_', '-')} {shape[name]} is not divisible by "
+                                  f"--tensor-model-parallel-size {tp}; tensor parallelism splits it evenly: pick a TP "
+                                  "size that divides it")
+        vocab_size = shape["vocab_size"]
         if vocab_size is not None and vocab_size % tp:
             raise LayoutError(f"--vocab-size {vocab_size} is not divisible by --tensor-model-parallel-size {tp}; "
                               f"pad it to a multiple of {128 * tp} (128 x TP)")
@@ -167,12 +181,5 @@ def dims_from_config(cfg: Config, world_size: int | None = None) -> ParallelDims
     ``cfg`` is resolved (megamlm/config/resolve.py): its batch sizes are set, fitted to this layout where the user
     left them unset.
     """
-    p, t = cfg.parallel, cfg.training
-    shape = resolved_shape(cfg.model)
-    return resolve_parallel_dims(
-        world_size or launch_world_size(cfg), p.tensor_model_parallel_size, p.pipeline_model_parallel_size,
-        p.dp_replicate, p.dp_shard, p.data_parallel_impl, p.pipeline_schedule, p.num_layers_per_virtual_stage,
-        num_layers=shape["num_layers"], num_attention_heads=shape["num_attention_heads"],
-        num_query_groups=shape["num_query_groups"], ffn_hidden_size=shape["ffn_hidden_size"],
-        seq_length=shape["seq_length"], vocab_size=shape["vocab_size"], micro_batch_size=t.micro_batch_size,
-        global_batch_size=t.global_batch_size)
+    return resolve_parallel_dims(world_size or launch_world_size(cfg), cfg.parallel, cfg.training,
+                                 resolved_shape(cfg.model))

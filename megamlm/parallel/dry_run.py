@@ -22,6 +22,7 @@ from megamlm.model.config import ModelArgs
 from megamlm.model.transformer import Transformer
 from megamlm.parallel.dims import ParallelDims, dims_from_config
 from megamlm.parallel.pipeline import prune_to_stages, rank_stages
+from megamlm.precision import uses_bf16
 
 GIB = 1024 ** 3
 
@@ -48,7 +49,8 @@ def _split_counts(model: Transformer, tp: int) -> tuple[int, int]:
 def rank_estimates(cfg: Config, dims: ParallelDims, args: ModelArgs) -> list[dict]:
     """One row per pipeline rank (every TP/DP rank of a pipeline rank holds the same share)."""
     t = cfg.training
-    mixed = t.precision == "bf16" or (t.precision == "auto" and t.device != "cpu")
+    # A dry run plans for the GPUs it will run on: --device auto counts as one.
+    mixed = uses_bf16(torch.device("cpu" if t.device == "cpu" else "cuda"), t.precision)
     act_bytes = 2 if mixed else 4
     shard = dims.dp_shard if dims.data_parallel_impl == "fsdp" else 1
     micro_batches = t.global_batch_size // (t.micro_batch_size * dims.dp)

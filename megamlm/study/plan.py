@@ -189,8 +189,10 @@ def _parse(flags: list[str], where: str) -> Config:
 # ---- arms -> runs --------------------------------------------------------------------------------------------
 
 
-def _arm_run(study: Study, base: dict, size: str, seed: int, objective: str, train_iters: int,
-             switch: int | None, mask_ratio: float, label: str, continues: str | None = None) -> Run:
+def _arm_run(study: Study, base: dict, size: str, seed: int, arm: tuple[str, int, int | None, float], label: str,
+             continues: str | None = None) -> Run:
+    """``arm``: (objective, train_iters, switch step or None, mask ratio), as ``grid_arms`` yields them."""
+    objective, train_iters, switch, mask_ratio = arm
     base = {section: dict(values) for section, values in base.items()}
     if switch is None:  # a one-objective run has no switch (a base config's switch_step would only confuse)
         for key in ("switch", "switch_step"):
@@ -272,7 +274,7 @@ def build_plan(study: Study, root: str | None = None) -> Plan:
             for grid in study.grids:
                 for objective, budget, switch, mask_ratio in grid_arms(grid):
                     label = arm_label(objective, budget, switch, mask_ratio)
-                    run = _arm_run(study, base, size, seed, objective, budget, switch, mask_ratio, label)
+                    run = _arm_run(study, base, size, seed, (objective, budget, switch, mask_ratio), label)
                     arms.setdefault(run.name, run).reproduces_paper |= grid.reproduces_paper
     pretraining = _place(sorted(arms.values(), key=_placement_order))
     by_label = {(r.size, r.seed, r.label): r for r in pretraining}
@@ -285,8 +287,8 @@ def build_plan(study: Study, root: str | None = None) -> Plan:
                     cpt_base = merge_settings(base, continuation.pretrain)
                     for steps in continuation.steps:
                         label = continuation_label(parent_label, continuation.objective, steps)
-                        run = _arm_run(study, cpt_base, size, seed, continuation.objective, steps, None,
-                                       parent.mask_ratio, label, continues=parent.name)
+                        run = _arm_run(study, cpt_base, size, seed, (continuation.objective, steps, None,
+                                                                     parent.mask_ratio), label, continues=parent.name)
                         run.reproduces_paper = continuation.reproduces_paper
                         continuations.append(run)
     continuations = _place(sorted(continuations, key=lambda r: (r.continues, -r.train_iters)))

@@ -13,19 +13,16 @@ step's batch while the device still runs the current one.
 
 from __future__ import annotations
 
-import os
-import tempfile
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Callable
 
 import torch
 from torch.utils.tensorboard import SummaryWriter
 
-from megamlm.errors import ConfigError, os_error_text
+from megamlm.errors import os_error_text
 from megamlm.log import log, rank
 from megamlm.model.config import ModelArgs
 from megamlm.training.metrics import format_duration, throughput
@@ -109,27 +106,6 @@ class IntervalMeter:
                                   time.perf_counter() - self.start)
         self._reset()
         return summary
-
-
-def check_tensorboard_dir(folder: str | None) -> None:
-    """Refuse, before any work, a --tensorboard-dir that is a file or whose disk cannot take a byte (full): the
-    events are written by TensorBoard's own thread, where a failure is a traceback, not a line. Probed with a
-    temporary file in the folder, or in its nearest existing parent, so a refused launch leaves no folder behind."""
-    if not folder:
-        return
-    path = Path(folder)
-    if path.exists() and not path.is_dir():
-        raise ConfigError(f"--tensorboard-dir {folder} is a file, not a folder; pass a folder for the TensorBoard "
-                          "events (it is created if missing)")
-    existing = next(p for p in (path, *path.parents) if p.exists())
-    try:
-        with tempfile.TemporaryFile(dir=existing) as probe:
-            probe.write(b"\0")
-            probe.flush()
-            os.fsync(probe.fileno())
-    except OSError as err:
-        raise ConfigError(f"--tensorboard-dir {folder} cannot be written ({os_error_text(err)}); free space there or "
-                          "pass another folder") from None
 
 
 def _tensorboard_thread_errors_in_one_line() -> None:

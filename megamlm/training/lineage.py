@@ -21,10 +21,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from megamlm.config import Config, as_tuple, switch_steps
+from megamlm.config import Config, as_tuple, switch_steps, warmup_iters, wsd_decay_iters
 from megamlm.objectives.schedule import objective_at_step, schedule_state
 from megamlm.training.optim import LRSchedule
-from megamlm.training.setup import lr_schedule_for
 
 OPTIMIZER_FLAGS = {"weight_decay": "--weight-decay", "adam_beta1": "--adam-beta1", "adam_beta2": "--adam-beta2",
                    "adam_eps": "--adam-eps", "clip_grad": "--clip-grad"}
@@ -62,11 +61,13 @@ class Segment:
 
     @classmethod
     def of_config(cls, cfg: Config) -> "Segment":
-        """The settings a launch with ``cfg`` trains with (what ``of_record`` reads from its run record)."""
+        """The settings a launch with ``cfg`` trains with (what ``of_record`` reads from its run record): the one
+        place a config's schedules are derived (switch step, warmup and decay lengths), for the run
+        (training/setup.py) and the planners alike."""
         t = cfg.training
+        lr = LRSchedule(t.lr, t.min_lr, t.lr_decay_style, warmup_iters(t), wsd_decay_iters(t), t.train_iters)
         objective = schedule_state(cfg.objective.objective, t.train_iters, switch_steps(cfg.objective, t.train_iters))
-        return cls(1, objective,
-                   lr_schedule_for(t).state_dict(), {key: getattr(t, key) for key in OPTIMIZER_FLAGS},
+        return cls(1, objective, lr.state_dict(), {key: getattr(t, key) for key in OPTIMIZER_FLAGS},
                    t.global_batch_size)
 
     def starting_at(self, first_step: int) -> "Segment":

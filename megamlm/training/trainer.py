@@ -27,10 +27,9 @@ import torch.distributed as dist
 from megamlm.checkpoint import load_model_weights
 from megamlm.checkpoint.checkpointer import CheckpointSaveError
 from megamlm.checkpoint.lock import lock_save_folder
-from megamlm.checkpoint.manager import CheckpointManager
-from megamlm.config import Config, ConfigError, split_weights, unused_lr_settings
-from megamlm.data import GlobalBatchSampler, MicroBatchLoader, build_train_dataset
-from megamlm.hf.hf_source import is_hf_model
+from megamlm.checkpoint.manager import CheckpointManager, SavePolicy
+from megamlm.config import Config, unused_lr_settings
+from megamlm.data import GlobalBatchSampler, MicroBatchLoader, StreamSpec, build_train_dataset
 from megamlm.hf.init_from import warn_if_context_shorter
 from megamlm.log import log, rank
 from megamlm.extras import detect_optional_extras
@@ -41,7 +40,7 @@ from megamlm.parallel.dims import ParallelDims
 from megamlm.parallel.dry_run import GIB, rank_estimates
 from megamlm.parallel.parallelize import ParallelModel, parallelize
 from megamlm.parallel.runtime import start_parallel
-from megamlm.training.accounting import RunReporter, StepLedger, check_tensorboard_dir
+from megamlm.training.accounting import RunReporter, StepLedger
 from megamlm.training.metrics import format_duration
 from megamlm.training.nonfinite import NonFiniteGuard, SkipStreak, skip_streak
 from megamlm.training.optim import LRSchedule, build_optimizer, set_hyperparameters
@@ -258,11 +257,7 @@ def build_trainer(cfg: Config, signals: ExitSignalHandler, held: ExitStack,
     then build this rank's share of the model, data and optimizer and restore what the run takes from the
     checkpoint. ``held`` keeps the --save folder locked for the run."""
     t, c = cfg.training, cfg.checkpoint
-    if c.init_from and is_hf_model(c.init_from):  # load_config imports it and adopts its shape and tokenizer
-        raise ConfigError(f"--init-from {c.init_from} is a Hugging Face model that this config has not adopted: "
-                          "build the config with megamlm.cli.load_config, which imports it")
-    check_tensorboard_dir(cfg.logging.tensorboard_dir)  # a file, or a disk already full
-    plan = plan_run(cfg)
+    plan = plan_run(cfg)  # the start-up checks (training/startup.py)
     mesh, device = start_parallel(plan.dims, plan.device)
     record = build_run_record(cfg, plan, plan.dims.world_size)
     # One run per --save folder: an existing folder is locked before its checkpoints are read, a new one only before
@@ -285,12 +280,11 @@ def build_trainer(cfg: Config, signals: ExitSignalHandler, held: ExitStack,
                                  consumed_samples=progress.consumed_samples)
     guard = NonFiniteGuard(t.max_skipped_steps)
     schedule = plan.objective_schedule
-    manager = CheckpointManager(c.save, pm.model, optimizer,
+    policy = SavePolicy(c.save, t.train_iters, c.save_interval, c.keep_last, pinned_steps(cfg, schedule.switch_steps))
+    manager = CheckpointManager(policy, pm.model, optimizer,
                                 {"progress": progress, "sampler": sampler, "guard": guard,
                                  "objective_schedule": schedule, "lr_schedule": plan.lr_schedule,
-                                 "history": start.history}, record,
-                                last_step=t.train_iters, interval=c.save_interval, keep_last=c.keep_last,
-                                pinned=pinned_steps(cfg, schedule.switch_steps))
+                                 "history": start.history}, record)
     restore(start, manager, cfg, plan.model_args.max_seq_length)
     if not save_exists:
         held.enter_context(lock_save_folder(c.save))
@@ -315,11 +309,10 @@ def load_data(cfg: Config, plan: RunPlan, progress: TrainProgress):
     group = dist.group.WORLD if plan.dims.is_parallel else None
     seq_length, vocab_size = plan.model_args.max_seq_length, plan.model_args.vocab_size
     # The (small) validation set first: its errors come before the training index is built.
-    validation = load_validation_set(cfg, plan.data_path, seq_length, vocab_size, plan.objective_schedule.masking,
-                                     group)
-    dataset = build_train_dataset(plan.data_path, seq_length=seq_length, num_samples=end_sample, seed=t.seed,
-                                  cache_dir=cfg.data.data_cache_path, vocab_size=vocab_size, group=group,
-                                  split=split_weights(cfg.data))
+    validation = load_validation_set(cfg, plan, group)
+    dataset = build_train_dataset(StreamSpec(plan.data_path, seq_length, end_sample, t.seed,
+                                             cache_dir=cfg.data.data_cache_path, vocab_size=vocab_size,
+                                             split=plan.split), group)
     return validation, dataset, end_sample
 
 
@@ -332,7 +325,7 @@ def build_parallel_model(cfg: Config, plan: RunPlan, mesh, device: torch.device)
     torch.manual_seed(cfg.training.seed)
     model = Transformer(plan.model_args, backends).to(device)
     return parallelize(model, plan.dims, mesh, device, cfg.training.precision, cfg.parallel.recompute,
-                       cfg.performance.compile, cfg.performance.fp8)
+                       plan.compile_mode, cfg.performance.fp8)
 
 
 def pinned_steps(cfg: Config, switch_steps: tuple[int, ...]) -> dict[int, str]:

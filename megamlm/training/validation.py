@@ -25,14 +25,14 @@ from megamlm.config import (
     eval_interval,
     eval_iters,
     objective_phases,
-    split_weights,
     validation_enabled,
 )
-from megamlm.data import DataError, GlobalBatchSampler, build_validation_dataset
+from megamlm.data import DataError, GlobalBatchSampler, StreamSpec, build_validation_dataset
 from megamlm.objectives import MaskingSpec
 from megamlm.objectives.schedule import make_batch
 from megamlm.parallel.forward_backward import forward_metrics
 from megamlm.parallel.parallelize import ParallelModel
+from megamlm.training.setup import RunPlan
 
 VALIDATION_MASK_ID_BASE = 1 << 62
 """Validation sample k draws its mask from the stream of sample id VALIDATION_MASK_ID_BASE + k."""
@@ -122,22 +122,23 @@ class ValidationSet:
         return result
 
 
-def load_validation_set(cfg: Config, data_path: list[str], seq_length: int, vocab_size: int, masking: MaskingSpec,
-                        group=None) -> ValidationSet | None:
+def load_validation_set(cfg: Config, plan: RunPlan, group=None) -> ValidationSet | None:
     """The run's validation set (None without --split or --valid-data-path); a DataError, before any work, when
     it cannot hold ``--eval-iters`` global batches in one pass."""
     if not validation_enabled(cfg):
         return None
     t, v = cfg.training, cfg.validation
-    num_samples = eval_iters(cfg) * t.global_batch_size
-    source = cfg.data.valid_data_path or data_path
-    dataset = build_validation_dataset(source, seq_length, num_samples, t.seed, cache_dir=cfg.data.data_cache_path,
-                                       vocab_size=vocab_size, split=split_weights(cfg.data),
-                                       group=group)
+    seq_length, vocab_size = plan.model_args.max_seq_length, plan.model_args.vocab_size
+    iters, masking = eval_iters(cfg), plan.objective_schedule.masking
+    num_samples = iters * t.global_batch_size
+    source = cfg.data.valid_data_path or plan.data_path
+    dataset = build_validation_dataset(StreamSpec(source, seq_length, num_samples, t.seed,
+                                                  cache_dir=cfg.data.data_cache_path, vocab_size=vocab_size,
+                                                  split=plan.split), group)
     available = dataset.first_pass_samples()
     if available < num_samples:
         where = f"--split {cfg.data.split}" if cfg.data.split else f"--valid-data-path {' '.join(source)}"
-        raise DataError(f"--eval-iters {eval_iters(cfg)} x --global-batch-size {t.global_batch_size} = {num_samples} "
+        raise DataError(f"--eval-iters {iters} x --global-batch-size {t.global_batch_size} = {num_samples} "
                         f"validation samples, but the validation set ({where}) holds {available} samples of "
                         f"{seq_length} tokens; lower --eval-iters to at most {available // t.global_batch_size}, or "
                         "give validation more documents")

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from helpers import layout_dims
 from megamlm.objectives import MaskingSpec, ObjectiveSchedule
 
 GLOBAL_IDS = [[0], [1], [2], [3]]  # 4 micro-batches of 1 sample per step
@@ -89,7 +90,6 @@ def check_family(rank: int, world: int, layouts: dict, family: str, ckpt: str, f
     from megamlm.checkpoint import load_model_weights, save_checkpoint
     from megamlm.checkpoint.checkpointer import load_checkpoint
     from megamlm.model.transformer import Transformer
-    from megamlm.parallel.dims import resolve_parallel_dims
     from megamlm.parallel.parallelize import parallelize
     from megamlm.training.optim import build_optimizer
     from megamlm.training.step import train_step
@@ -98,10 +98,7 @@ def check_family(rank: int, world: int, layouts: dict, family: str, ckpt: str, f
     sched = schedule(record.config, first_word, words)
     cpu = torch.device("cpu")
     for layout_name, layout in layouts.items():
-        dims = resolve_parallel_dims(
-            world, **layout, num_layers=args.num_layers, num_attention_heads=args.num_attention_heads,
-            num_query_groups=args.num_query_groups, ffn_hidden_size=args.ffn_hidden_size, seq_length=SEQ,
-            vocab_size=args.vocab_size, micro_batch_size=1, global_batch_size=4)
+        dims = layout_dims(world, layout, args, micro_batch_size=1, global_batch_size=4, seq_length=SEQ)
         mesh = dims.build_mesh("cpu")
 
         def build():

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from harness import SEED, TINY, micro_batches, schedule
+from helpers import layout_dims
 
 GLOBAL_IDS = [[0, 1], [2, 3], [4, 5], [6, 7]]
 LR, CLIP = 1e-3, 1.0
@@ -28,17 +29,14 @@ def _steps(pm, ids):
 
 def check_fp8_fsdp(rank: int, world: int) -> None:
     from megamlm.model.transformer import Transformer
-    from megamlm.parallel.dims import ParallelDims, resolve_parallel_dims
+    from megamlm.parallel.dims import ParallelDims
     from megamlm.parallel.parallelize import parallelize
 
     torch.manual_seed(SEED)
     single = parallelize(Transformer(TINY), ParallelDims(world_size=1), None, CPU, fp8=True)
     ref_first, ref_second = _steps(single, GLOBAL_IDS)
 
-    dims = resolve_parallel_dims(
-        world, num_layers=TINY.num_layers, num_attention_heads=TINY.num_attention_heads,
-        num_query_groups=TINY.num_query_groups, ffn_hidden_size=TINY.ffn_hidden_size, seq_length=TINY.max_seq_length,
-        vocab_size=TINY.vocab_size, micro_batch_size=2, global_batch_size=8)
+    dims = layout_dims(world, {}, TINY, micro_batch_size=2, global_batch_size=8)
     torch.manual_seed(SEED)
     pm = parallelize(Transformer(TINY), dims, dims.build_mesh("cpu"), CPU, fp8=True)
     assert len(pm.float8_linears) == 7 * TINY.num_layers

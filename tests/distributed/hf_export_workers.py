@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from helpers import SPLITTABLE, random_model, tiny_args
+from helpers import SPLITTABLE, layout_dims, random_model, tiny_args
 from megamlm.config import Config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,12 +38,8 @@ def save(model, save_dir: str) -> None:
 
 
 def save_layout(rank: int, world: int, layout: dict, save_dir: str) -> None:
-    from megamlm.parallel.dims import resolve_parallel_dims
     from megamlm.parallel.parallelize import parallelize
 
-    dims = resolve_parallel_dims(
-        world, **layout, num_layers=ARGS.num_layers, num_attention_heads=ARGS.num_attention_heads,
-        num_query_groups=ARGS.num_query_groups, ffn_hidden_size=ARGS.ffn_hidden_size, seq_length=ARGS.max_seq_length,
-        vocab_size=ARGS.vocab_size, micro_batch_size=1, global_batch_size=world)
+    dims = layout_dims(world, layout, ARGS, micro_batch_size=1, global_batch_size=world)
     pm = parallelize(reference_model(), dims, dims.build_mesh("cpu"), torch.device("cpu"))
     save(pm.model, save_dir)

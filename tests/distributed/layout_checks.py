@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from harness import SEED, TINY, full_grads, micro_batches, schedule
+from helpers import layout_dims
 
 GLOBAL_IDS = [[0, 1], [2, 3], [4, 5], [6, 7]]  # 4 micro-batches of 2 samples: one global batch of 8
 LR, CLIP = 1e-3, 1.0
@@ -50,16 +51,12 @@ def reference(objective: str):
 def check_layout(rank: int, world: int, layout: dict, recompute: bool = False, compile: str = "none",
                  objectives: tuple[str, ...] = ("mlm", "clm")) -> None:
     from megamlm.model.transformer import Transformer
-    from megamlm.parallel.dims import resolve_parallel_dims
     from megamlm.parallel.forward_backward import forward_backward
     from megamlm.parallel.parallelize import parallelize
     from megamlm.training.optim import build_optimizer
     from megamlm.training.step import train_step
 
-    dims = resolve_parallel_dims(
-        world, **layout, num_layers=TINY.num_layers, num_attention_heads=TINY.num_attention_heads,
-        num_query_groups=TINY.num_query_groups, ffn_hidden_size=TINY.ffn_hidden_size, seq_length=TINY.max_seq_length,
-        vocab_size=TINY.vocab_size, micro_batch_size=2, global_batch_size=8)
+    dims = layout_dims(world, layout, TINY, micro_batch_size=2, global_batch_size=8)
     mesh = dims.build_mesh("cpu")
     cpu = torch.device("cpu")
     for objective in objectives:

@@ -74,6 +74,7 @@ out["after_failed_save"] = sorted(p.name for p in save.iterdir())
 from megamlm.model.config import ModelArgs
 from megamlm.model.transformer import Transformer
 from megamlm.objectives import MaskingSpec, ObjectiveSchedule
+from megamlm.config import ParallelConfig, TrainingConfig, model_section_values
 from megamlm.parallel.dims import resolve_parallel_dims
 from megamlm.parallel.parallelize import parallelize
 from megamlm.training.optim import build_optimizer
@@ -82,8 +83,8 @@ from megamlm.training.step import train_step
 cpu = torch.device("cpu")
 args = ModelArgs(vocab_size=64, num_layers=1, hidden_size=16, ffn_hidden_size=32, num_attention_heads=2,
                  num_query_groups=2, max_seq_length=8)
-dims = resolve_parallel_dims(2, num_layers=1, num_attention_heads=2, num_query_groups=2, ffn_hidden_size=32,
-                             seq_length=8, vocab_size=64, micro_batch_size=1, global_batch_size=2)
+dims = resolve_parallel_dims(2, ParallelConfig(), TrainingConfig(micro_batch_size=1, global_batch_size=2),
+                             model_section_values(args))
 torch.manual_seed(0)
 pm = parallelize(Transformer(args), dims, dims.build_mesh("cpu"), cpu)
 optimizer = build_optimizer(pm.model, 0.1, 0.1, (0.9, 0.95), 1e-8)

@@ -38,10 +38,10 @@ def test_tokens_of_a_sample_are_the_same_whatever_the_objective(cache_dir):
     """The window is the data; objectives only change inputs/targets built from it."""
     import numpy as np
 
-    from megamlm.data import build_train_dataset, prepare_embedded_corpus
+    from megamlm.data import StreamSpec, build_train_dataset, prepare_embedded_corpus
 
     prefix, _ = prepare_embedded_corpus()
-    a = build_train_dataset([prefix], seq_length=64, num_samples=48, seed=1234)
-    b = build_train_dataset([prefix], seq_length=64, num_samples=48, seed=1234)
+    a = build_train_dataset(StreamSpec([prefix], seq_length=64, num_samples=48, seed=1234))
+    b = build_train_dataset(StreamSpec([prefix], seq_length=64, num_samples=48, seed=1234))
     for k in (0, 7, 47):
         np.testing.assert_array_equal(a[k], b[k])

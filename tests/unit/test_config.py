@@ -241,14 +241,14 @@ def test_every_unset_default_is_explained_in_its_doc():
 
 def test_the_data_cache_path_default_is_what_happens(tmp_path, monkeypatch):
     """No --data-cache-path: no sample-index cache is written anywhere (the help says so)."""
-    from megamlm.data import build_train_dataset, prepare_embedded_corpus
+    from megamlm.data import StreamSpec, build_train_dataset, prepare_embedded_corpus
 
     monkeypatch.setenv("MEGAMLM_CACHE", str(tmp_path / "cache"))
     prefix, _ = prepare_embedded_corpus()
     before = sorted(p.name for p in (tmp_path / "cache").rglob("*"))
-    build_train_dataset([prefix], seq_length=32, num_samples=64, seed=1)
+    build_train_dataset(StreamSpec([prefix], seq_length=32, num_samples=64, seed=1))
     assert sorted(p.name for p in (tmp_path / "cache").rglob("*")) == before
-    build_train_dataset([prefix], seq_length=32, num_samples=64, seed=1, cache_dir=str(tmp_path / "idx"))
+    build_train_dataset(StreamSpec([prefix], seq_length=32, num_samples=64, seed=1, cache_dir=str(tmp_path / "idx")))
     assert list((tmp_path / "idx").glob("*.npy"))
 
 

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 
 from helpers import write_dataset
-from megamlm.data import BlendedDataset, DataError, build_train_dataset
+from megamlm.data import BlendedDataset, DataError, StreamSpec, build_train_dataset
 from megamlm.data.blending import build_blend_index_numpy, parse_data_path
 
 
@@ -46,15 +46,15 @@ def test_blend_index_follows_the_weights_at_every_prefix(weights):
 def test_blended_dataset(tmp_path, make_documents):
     a = write_dataset(tmp_path / "a", [np.full(30, 1), np.full(50, 2)])
     b = write_dataset(tmp_path / "b", [np.full(40, 7)])
-    ds = build_train_dataset(["0.75", a, "0.25", b], 8, 100, seed=3, cache_dir=tmp_path / "cache")
+    ds = build_train_dataset(StreamSpec(["0.75", a, "0.25", b], 8, 100, seed=3, cache_dir=tmp_path / "cache"))
     assert isinstance(ds, BlendedDataset) and len(ds) == 100
     from_b = [k for k in range(100) if set(ds[k]) == {7}]
     assert len(from_b) == 25
-    again = build_train_dataset(["0.75", a, "0.25", b], 8, 100, seed=3)
+    again = build_train_dataset(StreamSpec(["0.75", a, "0.25", b], 8, 100, seed=3))
     assert all(np.array_equal(ds[k], again[k]) for k in range(100))
     assert ds.document_ids(from_b[0]).tolist() == [0] * 8
     with pytest.raises(DataError, match="holds no tokens"):
-        build_train_dataset(["0.5", a, "0.5", write_dataset(tmp_path / "e", [[]])], 8, 10, seed=0)
+        build_train_dataset(StreamSpec(["0.5", a, "0.5", write_dataset(tmp_path / "e", [[]])], 8, 10, seed=0))
 
 
 def test_a_shorter_blended_run_is_a_prefix_of_a_longer_run(tmp_path, make_documents):
@@ -62,10 +62,10 @@ def test_a_shorter_blended_run_is_a_prefix_of_a_longer_run(tmp_path, make_docume
     b = write_dataset(tmp_path / "b", make_documents(seed=2, count=10))  # small: many epochs in the long run
     path = ["0.6", a, "0.4", b]
     cache = tmp_path / "cache"
-    long = build_train_dataset(path, 16, 600, seed=3)
+    long = build_train_dataset(StreamSpec(path, 16, 600, seed=3))
     assert long.datasets[1].num_epochs > 2
     for n, cache_dir in [(1, None), (37, cache), (300, cache), (599, None), (40, cache)]:
-        short = build_train_dataset(path, 16, n, seed=3, cache_dir=cache_dir)
+        short = build_train_dataset(StreamSpec(path, 16, n, seed=3, cache_dir=cache_dir))
         assert len(short) == n
         np.testing.assert_array_equal(short.dataset_of, long.dataset_of[:n])
         np.testing.assert_array_equal(short.sample_in_dataset, long.sample_in_dataset[:n])
@@ -73,7 +73,7 @@ def test_a_shorter_blended_run_is_a_prefix_of_a_longer_run(tmp_path, make_docume
             np.testing.assert_array_equal(short[k], long[k])
             np.testing.assert_array_equal(short.document_ids(k), long.document_ids(k))
     # component d's j-th sample is sample j of d's own stream, whatever the blend's length
-    alone = build_train_dataset([b], 16, 300, seed=3)
+    alone = build_train_dataset(StreamSpec([b], 16, 300, seed=3))
     for k in range(600):
         if long.dataset_of[k] == 1:
             np.testing.assert_array_equal(long[k], alone[int(long.sample_in_dataset[k])])

@@ -19,9 +19,9 @@ def worker(rank, world, port, prefix, cache, out):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        from megamlm.data import GlobalBatchSampler, MicroBatchLoader, build_train_dataset
+        from megamlm.data import GlobalBatchSampler, MicroBatchLoader, StreamSpec, build_train_dataset
 
-        dataset = build_train_dataset([prefix], 16, 64, seed=11, cache_dir=cache, group=dist.group.WORLD)
+        dataset = build_train_dataset(StreamSpec([prefix], 16, 64, seed=11, cache_dir=cache), group=dist.group.WORLD)
         sampler = GlobalBatchSampler(64, 16, 4, dp_rank=rank, dp_size=world)
         rows = []
         for batch in MicroBatchLoader(dataset, sampler):
@@ -33,13 +33,13 @@ def worker(rank, world, port, prefix, cache, out):
 
 
 def test_two_ranks_share_one_cache_and_split_each_batch(tmp_path, make_documents):
-    from megamlm.data import build_train_dataset
+    from megamlm.data import StreamSpec, build_train_dataset
 
     write_dataset(tmp_path / "d", make_documents())
     cache = tmp_path / "cache"
     mp.spawn(worker, args=(2, free_port(), str(tmp_path / "d"), str(cache), str(tmp_path)), nprocs=2)
     assert len(list(cache.glob("index-*-description.json"))) == 1
-    reference = build_train_dataset([str(tmp_path / "d")], 16, 64, seed=11)  # one process, no cache
+    reference = build_train_dataset(StreamSpec([str(tmp_path / "d")], 16, 64, seed=11))  # one process, no cache
     ranks = [np.load(tmp_path / f"rank{r}.npy") for r in range(2)]
     for rank, rows in enumerate(ranks):
         for row in rows:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from helpers import write_dataset
-from megamlm.data import DataError, IndexedDataset, build_train_dataset
+from megamlm.data import DataError, IndexedDataset, StreamSpec, build_train_dataset
 from megamlm.data import index_cache
 from megamlm.data.samples import PackedSampleDataset
 from megamlm.data.sample_index import build_epoch, build_sample_index_numpy
@@ -89,8 +89,8 @@ def test_a_shorter_run_is_a_prefix_of_a_longer_run(tmp_path, make_documents):
             np.testing.assert_array_equal(run[k], longest[k])
             np.testing.assert_array_equal(run.document_ids(k), longest.document_ids(k))
     # the same through build_train_dataset, with and without the cache
-    short = build_train_dataset([str(tmp_path / "d")], 16, 40, seed=2, cache_dir=cache)
-    long = build_train_dataset([str(tmp_path / "d")], 16, 2 * windows + 3, seed=2)
+    short = build_train_dataset(StreamSpec([str(tmp_path / "d")], 16, 40, seed=2, cache_dir=cache))
+    long = build_train_dataset(StreamSpec([str(tmp_path / "d")], 16, 2 * windows + 3, seed=2))
     assert all(np.array_equal(short[k], long[k]) for k in range(40))
 
 
@@ -253,21 +253,22 @@ def test_only_rank_zero_builds(tmp_path, make_documents):
 def test_build_train_dataset_checks_inputs(tmp_path, make_documents):
     write_dataset(tmp_path / "d", make_documents(vocab=1000))
     prefix = str(tmp_path / "d")
-    ds = build_train_dataset([prefix], 16, 10, seed=0, vocab_size=1000)
+    ds = build_train_dataset(StreamSpec([prefix], 16, 10, seed=0, vocab_size=1000))
     assert len(ds) == 10 and ds.seq_length == 16
     with pytest.raises(DataError, match=r"d\.bin holds token id 99\d .* vocabulary has 500 ids"):
-        build_train_dataset([prefix], 16, 10, seed=0, vocab_size=500)
+        build_train_dataset(StreamSpec([prefix], 16, 10, seed=0, vocab_size=500))
     write_dataset(tmp_path / "empty", [[], []])
     with pytest.raises(DataError, match="holds no tokens"):
-        build_train_dataset([str(tmp_path / "empty")], 16, 10, seed=0)
+        build_train_dataset(StreamSpec([str(tmp_path / "empty")], 16, 10, seed=0))
     write_dataset(tmp_path / "tiny", [[1, 2, 3], [], [4]])
     with pytest.raises(DataError, match="holds 4 tokens, fewer than one sample of seq_length 16"):
-        build_train_dataset([str(tmp_path / "tiny")], 16, 10, seed=0)
-    assert len(build_train_dataset([str(tmp_path / "tiny")], 2, 10, seed=0)) == 10  # 2 windows per epoch, 5 epochs
+        build_train_dataset(StreamSpec([str(tmp_path / "tiny")], 16, 10, seed=0))
+    tiny = build_train_dataset(StreamSpec([str(tmp_path / "tiny")], 2, 10, seed=0))
+    assert len(tiny) == 10  # 2 windows per epoch, 5 epochs
     with pytest.raises(DataError, match="not found"):
-        build_train_dataset([str(tmp_path / "nope")], 16, 10, seed=0)
+        build_train_dataset(StreamSpec([str(tmp_path / "nope")], 16, 10, seed=0))
     with pytest.raises(DataError, match="does not parse"):
-        build_train_dataset(["0.5", prefix, "0.5"], 16, 10, seed=0)
+        build_train_dataset(StreamSpec(["0.5", prefix, "0.5"], 16, 10, seed=0))
 
 
 @pytest.mark.parametrize("n", [1, 1000, 300_000])
@@ -289,7 +290,7 @@ def test_seeded_permutation(n):
 
 
 def test_vocab_check_samples_huge_files(tmp_path, monkeypatch):
-    import megamlm.data as data
+    from megamlm.data import build as data
 
     docs = [np.full(5000, 10, dtype=np.int64) for _ in range(4)]
     docs[3][-1] = 900  # in the last chunk, which the sampled scan always reads

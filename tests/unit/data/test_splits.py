@@ -8,6 +8,7 @@ from megamlm.data import (
     DataError,
     IndexedDataset,
     IndexedDatasetWriter,
+    StreamSpec,
     build_train_dataset,
     build_validation_dataset,
 )
@@ -50,8 +51,8 @@ def test_training_samples_never_hold_a_validation_token_and_validation_samples_o
     write_documents(tmp_path / "c", sizes, sequences_per_document)
     (train_first, train_end), (valid_first, valid_end), _ = split_document_ranges(200, WEIGHTS)
     assert (train_first, train_end, valid_first, valid_end) == (0, 160, 160, 190)
-    train = build_train_dataset([str(tmp_path / "c")], seq_length=16, num_samples=3000, seed=3, split=WEIGHTS)
-    valid = build_validation_dataset([str(tmp_path / "c")], seq_length=16, num_samples=60, seed=3, split=WEIGHTS)
+    train = build_train_dataset(StreamSpec([str(tmp_path / "c")], 16, num_samples=3000, seed=3, split=WEIGHTS))
+    valid = build_validation_dataset(StreamSpec([str(tmp_path / "c")], 16, num_samples=60, seed=3, split=WEIGHTS))
     assert train.windows_per_epoch == int(sizes[:160].sum()) // 16  # the stream of the training documents alone
     assert len(train) / train.windows_per_epoch > 2  # several epochs
     train_tokens = {int(t) for k in range(len(train)) for t in train[k]}
@@ -63,8 +64,8 @@ def test_training_samples_never_hold_a_validation_token_and_validation_samples_o
 
 def test_without_a_split_the_stream_is_unchanged(tmp_path):
     write_documents(tmp_path / "c", np.random.default_rng(1).integers(4, 40, 50))
-    plain = build_train_dataset([str(tmp_path / "c")], seq_length=8, num_samples=40, seed=3)
-    also = build_train_dataset([str(tmp_path / "c")], seq_length=8, num_samples=40, seed=3, split=None)
+    plain = build_train_dataset(StreamSpec([str(tmp_path / "c")], seq_length=8, num_samples=40, seed=3))
+    also = build_train_dataset(StreamSpec([str(tmp_path / "c")], seq_length=8, num_samples=40, seed=3, split=None))
     assert all(np.array_equal(plain[k], also[k]) for k in range(40))
 
 
@@ -78,10 +79,10 @@ def test_a_blend_splits_each_corpus(tmp_path):
     write_documents(tmp_path / "a", [12] * 100)
     write_documents(tmp_path / "b", [12] * 40)
     blend = ["0.5", str(tmp_path / "a"), "0.5", str(tmp_path / "b")]
-    valid = build_validation_dataset(blend, seq_length=6, num_samples=20, seed=1, split=WEIGHTS)
+    valid = build_validation_dataset(StreamSpec(blend, seq_length=6, num_samples=20, seed=1, split=WEIGHTS))
     assert {int(t) for k in range(20) for t in valid[k]} <= set(range(80, 95)) | set(range(32, 38))
     assert valid.first_pass_samples() == 20
-    short = build_validation_dataset(blend, seq_length=6, num_samples=40, seed=1, split=WEIGHTS)
+    short = build_validation_dataset(StreamSpec(blend, seq_length=6, num_samples=40, seed=1, split=WEIGHTS))
     assert short.first_pass_samples() < 40  # corpus b's 6 validation documents hold 12 windows
 
 
@@ -89,4 +90,4 @@ def test_a_part_that_cannot_hold_one_sample_is_named(tmp_path):
     write_documents(tmp_path / "c", [5] * 10)
     with pytest.raises(DataError, match=r"the validation part of --split \(weights 0.8, 0.15, 0.05\) of .* holds 2 "
                                         r"sequences and 10 tokens, fewer than one sample of 16 tokens"):
-        build_validation_dataset([str(tmp_path / "c")], seq_length=16, num_samples=4, seed=1, split=WEIGHTS)
+        build_validation_dataset(StreamSpec([str(tmp_path / "c")], seq_length=16, num_samples=4, seed=1, split=WEIGHTS))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from helpers import write_dataset
-from megamlm.data import IndexedDataset, build_train_dataset
+from megamlm.data import IndexedDataset, StreamSpec, build_train_dataset
 from megamlm.data.embedded import TOKENIZER_FILE
 
 TOOLS = Path(__file__).resolve().parents[3] / "tools"
@@ -72,8 +72,8 @@ def test_shards_then_merge_equal_one_file(corpus, tmp_path):
     assert [Path(p).name for p in shard_prefixes] == [f"c_{i:05d}_text_document" for i in range(3)]
     assert [IndexedDataset(p).num_documents for p in shard_prefixes] == [250, 250, 100]
     # shards train like the single file, without merging
-    whole = build_train_dataset([str(tmp_path / "one_text_document")], 64, 30, seed=4)
-    sharded = build_train_dataset(shard_prefixes, 64, 30, seed=4)
+    whole = build_train_dataset(StreamSpec([str(tmp_path / "one_text_document")], 64, 30, seed=4))
+    sharded = build_train_dataset(StreamSpec(shard_prefixes, 64, 30, seed=4))
     assert all(np.array_equal(whole[k], sharded[k]) for k in range(30))
     # and merging gives the single file's bytes
     merge = tool("merge_datasets")
@@ -114,7 +114,7 @@ def test_inspect(corpus, tmp_path, capsys):
     assert inspect.main(["sample", *run, "--index", "7", "--tokenizer", str(TOKENIZER_FILE)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("sample 7: 32 tokens") and "text: " in out
-    first = build_train_dataset([prefix], 32, 50, seed=9)
+    first = build_train_dataset(StreamSpec([prefix], 32, 50, seed=9))
     assert str(first[7][:16].tolist()) in out
     assert inspect.main(["digest", *run, "--count", "50"]) == 0
     digest_a = capsys.readouterr().out

@@ -65,7 +65,7 @@ def test_triton_and_reference_models_share_a_process(triton_calls, device):
                            "(pip install 'megamlm[kernels]' for this installed-but-broken case)")
 def test_a_triton_run_is_refused_while_planning_when_triton_does_not_import(monkeypatch):
     from megamlm.config import ConfigError, parse_args
-    from megamlm.training.setup import backends_for
+    from megamlm.training.startup import backends_for
 
     monkeypatch.setattr(K, "triton_available", lambda: False)
     with pytest.raises(ConfigError, match="kernel backend 'triton' needs the triton package"):

@@ -7,6 +7,7 @@ import torch
 
 from megamlm.model import attention_backends, attention_probe
 from megamlm.model.attention_probe import (
+    AttentionInputs,
     candidate_backends,
     choose_attention_backends,
     resolve_auto_attention,
@@ -49,13 +50,13 @@ def test_the_fastest_backend_that_ran_is_chosen_per_mode(monkeypatch):
                 (True, "sdpa"): 1.0, (True, "sdpa_flash"): 1.5, (True, "sdpa_cudnn"): 4.0, (True, "flex"): None}
     calls = []
 
-    def fake(name, batch, seq, heads, kv_heads, head_dim, causal, device, dtype, documents):
-        calls.append((name, batch, seq, heads, kv_heads, head_dim))
+    def fake(name, inputs, causal, device, dtype):
+        calls.append((name, inputs.batch, inputs.seq, inputs.heads, inputs.kv_heads, inputs.head_dim))
         return measured[(causal, name)]
 
     monkeypatch.setattr(attention_probe, "time_attention", fake)
     monkeypatch.setattr(attention_probe, "candidate_backends", lambda *a: ["sdpa", "sdpa_flash", "sdpa_cudnn", "flex"])
-    choice, timings = choose_attention_backends(CUDA, 2, 16, 4, 2, 16, torch.bfloat16, False)
+    choice, timings = choose_attention_backends(CUDA, AttentionInputs(2, 16, 4, 2, 16), torch.bfloat16)
     assert choice == ("sdpa_flash", "sdpa")
     assert timings["bidirectional"]["sdpa_cudnn"] is None and timings["causal"]["sdpa"] == 1.0
     # Under tensor parallelism each rank measures its own share of the heads.
@@ -84,8 +85,9 @@ def test_the_model_dispatches_each_mode_to_its_chosen_backend(monkeypatch):
 
 
 def test_timing_runs_forward_and_backward_and_refusals_count_as_absent():
-    assert time_attention("sdpa", 1, 16, 4, 2, 16, True, CPU, torch.float32, documents=True, warmup=1, reps=1) > 0
-    assert time_attention("flex", 1, 16, 4, 2, 16, True, CPU, torch.float32, warmup=1, reps=1) is None
+    documents = AttentionInputs(1, 16, 4, 2, 16, documents=True)
+    assert time_attention("sdpa", documents, True, CPU, torch.float32, warmup=1, reps=1) > 0
+    assert time_attention("flex", AttentionInputs(1, 16, 4, 2, 16), True, CPU, torch.float32, warmup=1, reps=1) is None
 
 
 def test_synthetic_documents_pack_several_documents_per_window():

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from megamlm.config import parse_args
+from megamlm.config import ParallelConfig, TrainingConfig, parse_args
 from megamlm.config.batches import RECIPE_BATCH, fit_batch
 from megamlm.parallel.dims import LayoutError, dims_from_config, resolve_parallel_dims
 
@@ -71,9 +71,10 @@ def test_a_preset_dry_run_uses_its_recipes_batch():
     cfg = parse_args(["--model", "610m", "--dry-run", "--world-size", "64", "--tp", "2", "--pp", "4"])
     dims = dims_from_config(cfg)
     assert (cfg.training.micro_batch_size, cfg.training.global_batch_size) == (12, 1152)
-    resolve_parallel_dims(64, 2, 4, num_layers=26, num_attention_heads=18, num_query_groups=6,
-                          ffn_hidden_size=4096, seq_length=2048, vocab_size=128256, micro_batch_size=12,
-                          global_batch_size=1152)
+    resolve_parallel_dims(64, ParallelConfig(tensor_model_parallel_size=2, pipeline_model_parallel_size=4),
+                          TrainingConfig(micro_batch_size=12, global_batch_size=1152),
+                          dict(num_layers=26, num_attention_heads=18, num_query_groups=6, ffn_hidden_size=4096,
+                               seq_length=2048, vocab_size=128256))
     assert dims.dp == 8
 
 

@@ -13,6 +13,7 @@ from megamlm.parallel.compile import resolve_compile_mode
 from megamlm.parallel.dims import ParallelDims
 from megamlm.parallel.parallelize import parallelize
 from megamlm.training.optim import build_optimizer
+from megamlm.training.startup import check_compile
 from megamlm.training.step import train_step
 
 ARGS = tiny_args()
@@ -35,12 +36,12 @@ def test_whole_model_compile_falls_back_to_blocks_where_it_does_not_compose():
                                               (CUDA, ParallelDims(world_size=2, dp_shard=2), "with 2 processes")])
 def test_cuda_graphs_are_refused_off_a_single_gpu_process(device, dims, what):
     with pytest.raises(ConfigError, match=f"--compile cudagraphs needs one GPU process.*{what}.*use --compile model"):
-        resolve_compile_mode("cudagraphs", device, dims)
+        check_compile("cudagraphs", device, dims)
 
 
 def test_an_unknown_mode_is_refused():
     with pytest.raises(ConfigError, match="unknown --compile mode 'fast'"):
-        resolve_compile_mode("fast", CPU, ONE)
+        check_compile("fast", CPU, ONE)
 
 
 # Qwen3/Gemma 3 features: q/k norms, sublayer output norms, GeGLU, scaled embeddings, a query scalar, sliding

@@ -13,9 +13,10 @@ from helpers import objective_batches, tiny_args
 from megamlm.config import ConfigError
 from megamlm.model.transformer import RMSNorm, Transformer
 from megamlm.parallel.dims import ParallelDims
-from megamlm.parallel.float8 import apply_float8, check_float8, float8_linear_names
+from megamlm.parallel.float8 import apply_float8, float8_linear_names
 from megamlm.parallel.parallelize import parallelize
 from megamlm.training.optim import build_optimizer
+from megamlm.training.startup import check_float8, check_float8_widths
 from megamlm.training.step import train_step
 
 ARGS = tiny_args(hidden_size=64, ffn_hidden_size=128, max_seq_length=32)
@@ -29,6 +30,8 @@ def test_without_torchao_fp8_is_refused_in_one_line(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torchao" else real(name, *a))
     with pytest.raises(ConfigError, match=r'--fp8 needs the torchao package, which is not installed; pip install "megamlm\[fp8\]"'):
+        check_float8(ONE)
+    with pytest.raises(ValueError, match="--fp8 needs the torchao package"):  # a caller that skipped the checks
         parallelize(Transformer(ARGS), ONE, None, CPU, fp8=True)
 
 
@@ -38,12 +41,12 @@ def test_tensor_parallel_fp8_is_refused():
         check_float8(ParallelDims(world_size=2, tp=2))
 
 
-@needs_torchao
 def test_widths_that_float8_matmuls_cannot_take_are_refused():
     import dataclasses
 
     with pytest.raises(ConfigError, match="multiples of 16.*mlp.gate_proj \\(64 -> 120\\)"):
-        apply_float8(Transformer(dataclasses.replace(ARGS, ffn_hidden_size=120)), ONE)
+        check_float8_widths(dataclasses.replace(ARGS, ffn_hidden_size=120))
+    check_float8_widths(ARGS)
 
 
 @needs_torchao
