@@ -50,10 +50,9 @@ def reference(objective: str):
 def check_layout(rank: int, world: int, layout: dict, recompute: bool = False, compile: str = "none") -> None:
     from megamlm.model.transformer import Transformer
     from megamlm.parallel.dims import resolve_parallel_dims
-    from megamlm.parallel.forward_backward import forward_backward
     from megamlm.parallel.parallelize import parallelize
     from megamlm.training.optim import build_optimizer
-    from megamlm.training.step import train_step
+    from megamlm.training.step import forward_backward, train_step
 
     dims = resolve_parallel_dims(
         world, **layout, num_layers=TINY.num_layers, num_attention_heads=TINY.num_attention_heads,
