@@ -28,8 +28,7 @@ from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 
-from megamlm.objectives import IGNORE_INDEX, Batch
-from megamlm.objectives.loss import predicted_positions
+from megamlm.objectives import Batch
 from megamlm.parallel.launch import host_collective_device
 from megamlm.parallel.parallelize import ParallelModel
 from megamlm.parallel.pipeline import pipeline_runner
@@ -152,7 +151,7 @@ def forward_backward(pm: ParallelModel, micro_batches: list[Batch], device: torc
     """Accumulate this step's gradients on every rank; returns (global mean token loss, a 0-d fp64 device tensor
     the host does not wait for; global predicted tokens, counted on the host's copy of the targets)."""
     dims = pm.dims
-    local_tokens = sum(int((b.targets != IGNORE_INDEX).sum()) for b in micro_batches)
+    local_tokens = sum(b.positions.numel() for b in micro_batches)
     # Every TP and PP rank of a data-parallel replica computes the same count.
     total_tokens = round(_global_sum(pm, local_tokens, dims.tp * dims.pp))
     scale = dims.dp / max(total_tokens, 1)
@@ -164,8 +163,8 @@ def forward_backward(pm: ParallelModel, micro_batches: list[Batch], device: torc
         for i, batch in enumerate(micro_batches):
             input_ids = batch.input_ids.to(device, non_blocking=True)
             targets = batch.targets.to(device, non_blocking=True)
-            # Selected by indices the host computes: a boolean selection on the device would make the host wait.
-            positions = predicted_positions(batch.targets).to(device, non_blocking=True)
+            # Selected by indices the host computed: a boolean selection on the device would make the host wait.
+            positions = batch.positions.to(device, non_blocking=True)
             document_ids = batch.document_ids.to(device, non_blocking=True) if batch.document_ids is not None else None
             with _gradient_sync(part, i == len(micro_batches) - 1):
                 with autocast_context(device, precision):

@@ -246,7 +246,7 @@ class Trainer:
 def pin_batch(batch: Batch) -> Batch:
     document_ids = batch.document_ids.pin_memory() if batch.document_ids is not None else None
     return replace(batch, input_ids=batch.input_ids.pin_memory(), targets=batch.targets.pin_memory(),
-                   document_ids=document_ids)
+                   positions=batch.positions.pin_memory(), document_ids=document_ids)
 
 
 def build_trainer(cfg: Config, signals: ExitSignalHandler, held: ExitStack,
