@@ -137,7 +137,9 @@ def train_step(pm: ParallelModel, optimizer: torch.optim.Optimizer, micro_batche
             optimizer.step()
         finally:
             del optimizer.found_inf
-    elif not found_inf.item():  # apex's FusedAdam takes no found_inf: the host decides, waiting for the step here
+    elif not found_inf.item():
+        # An optimizer without found_inf (apex's FusedAdam; torch's AdamW where its fused kernel does not run): the
+        # host reads the flag, waiting for the step here.
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)  # skipped or not: the gradients are dropped
     applied = found_inf == 0
