@@ -51,10 +51,10 @@ from megamlm.parallel.dims import ParallelDims  # noqa: E402
 from megamlm.parallel.parallelize import parallelize  # noqa: E402
 from megamlm.precision import uses_bf16  # noqa: E402
 from megamlm.training.metrics import peak_device_memory_mib, throughput  # noqa: E402
-from megamlm.training.nonfinite import NonFiniteGuard, skip_streak  # noqa: E402
+from megamlm.training.nonfinite import NonFiniteGuard  # noqa: E402
 from megamlm.training.optim import build_optimizer  # noqa: E402
 from megamlm.training.profiling import profile_steps, summarize_trace  # noqa: E402
-from megamlm.training.step import train_step  # noqa: E402
+from megamlm.training.step import skip_streak, train_step  # noqa: E402
 
 # CPU-sized configuration of the issue's target: hidden 384, Llama 3 vocabulary, sequence 512.
 BENCH_PRESETS = {
@@ -155,8 +155,8 @@ def build_hf(args: ModelArgs, device, objective: str, weights_from=None):
 
 
 def megamlm_step(pm, optimizer, batch, device):
-    """The trainer's step: on a GPU with the fused AdamW the non-finite skip is decided on the device, so the
-    host does not wait in the middle of the step."""
+    """The trainer's step: with the fused AdamW the non-finite skip is decided on the device, and on a GPU the host
+    does not wait for the step's numbers."""
     streak = skip_streak(NonFiniteGuard(max_in_a_row=1), optimizer, device, None)
     train_step(pm, optimizer, [batch[0]], 1e-4, 1.0, device, "auto", streak=streak)
 

@@ -15,6 +15,7 @@ import torch
 
 from megamlm.config import OBJECTIVE_PHASES, as_tuple, objective_name, objective_phases
 from megamlm.errors import ResumeError
+from megamlm.objectives.loss import predicted_positions
 from megamlm.objectives.masking import MaskingSpec, clm_targets, mlm_mask, mntp_targets
 
 PHASES: dict[str, tuple[str, ...]] = OBJECTIVE_PHASES
@@ -44,6 +45,9 @@ class Batch:
 
     input_ids: torch.Tensor
     targets: torch.Tensor
+    positions: torch.Tensor
+    """The flat indices of the predicted tokens, ascending (``predicted_positions`` of ``targets``), computed on the
+    host: the loss selects the LM head's rows by them, so the device never has to tell the host how many there are."""
     causal: bool
     sample_ids: list[int]
     document_ids: torch.Tensor | None = None
@@ -62,7 +66,8 @@ def make_batch(objective: str, tokens: np.ndarray, sample_ids: list[int], seed: 
     inputs = torch.from_numpy(np.stack([p[0] for p in pairs]))
     targets = torch.from_numpy(np.stack([p[1] for p in pairs]))
     docs = torch.from_numpy(np.asarray(document_ids)) if document_ids is not None else None
-    return Batch(inputs, targets, causal=(objective == "clm"), sample_ids=list(sample_ids), document_ids=docs)
+    return Batch(inputs, targets, predicted_positions(targets), causal=(objective == "clm"),
+                 sample_ids=list(sample_ids), document_ids=docs)
 
 
 class ObjectiveSchedule:

@@ -48,7 +48,7 @@ class ParallelModel:
     """None for a single process."""
     stage_ids: list[int] = field(default_factory=list)
     pipeline: object = None
-    """The PipelineRunner, built on the first step (megamlm.parallel.forward_backward)."""
+    """The PipelineRunner, built on the first step (megamlm.parallel.pipeline)."""
     embedding_group: object = None
     """Pipelines with tied embeddings: the group of the two ranks holding a copy of the matrix (else None)."""
     compile_mode: str = "none"

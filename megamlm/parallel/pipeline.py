@@ -5,12 +5,14 @@ the final norm and the LM head (the loss runs there). With interleaved 1F1B each
 several stages, assigned round-robin (rank r: stages r, r + PP, r + 2 PP, ...), as torch's schedules
 expect. A rank keeps one pruned Transformer with every module it owns under its original name (for
 the optimizer and checkpoints), and each of its stages runs a pruned copy of that model: the same class,
-sharing the modules, with only the stage's layers.
+sharing the modules, with only the stage's layers. ``PipelineRunner`` runs this rank's schedule for the step
+(training/step.py) and for validation.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
@@ -22,6 +24,13 @@ from torch.distributed.pipelining import (
 from torch.distributed.tensor import DTensor, Shard
 
 from megamlm.model.transformer import Transformer
+from megamlm.objectives import Batch
+from megamlm.parallel.tied_embeddings import sync_gradients
+from megamlm.parallel.vocab_parallel_loss import parallel_sparse_lm_loss
+from megamlm.precision import autocast_context
+
+if TYPE_CHECKING:  # parallelize.py imports this module
+    from megamlm.parallel.parallelize import ParallelModel
 
 
 def stage_layers(num_layers: int, num_stages: int, stage: int) -> list[str]:
@@ -94,3 +103,80 @@ def build_schedule(stage_modules: list[nn.Module], stage_ids: list[int], num_sta
         return Schedule1F1B(stages[0], n_microbatches=n_microbatches, loss_fn=loss_fn, scale_grads=False), stages
     return ScheduleInterleaved1F1B(stages, n_microbatches=n_microbatches, loss_fn=loss_fn,
                                    scale_grads=False), stages
+
+
+class PipelineRunner:
+    """This rank's pipeline schedule, built once; the loss scale of the current step is set before each run."""
+
+    def __init__(self, pm: ParallelModel, n_microbatches: int, device: torch.device):
+        self.pm = pm
+        self.scale = 1.0
+        self.sums: list[torch.Tensor] = []
+        self.measure = None
+        """While evaluating: the function of (output, targets) whose results ``evaluate`` collects."""
+        self.measured: list[tuple[float, int, int]] = []
+        self.n_microbatches = n_microbatches
+        self.schedule, self.stages = build_schedule(pm.parts, pm.stage_ids, pm.dims.num_stages,
+                                                    pm.dims.pipeline_schedule, n_microbatches, self.loss_fn,
+                                                    pm.mesh["pp"].get_group(), device)
+
+    def loss_fn(self, output: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        tp_mesh = self.pm.tp_mesh
+        if tp_mesh is not None:
+            output = DTensor.from_local(output, tp_mesh, [Shard(1)], run_check=False)
+        if self.measure is not None:
+            self.measured.append(self.measure(output, targets))
+            return torch.zeros((), device=output.device)
+        loss, _ = parallel_sparse_lm_loss(output, self.pm.head_weight(), targets, self.pm.model.backends.kernels)
+        self.sums.append(loss.detach())
+        return loss * self.scale
+
+    def _inputs(self, micro_batches: list[Batch], device) -> tuple[tuple, torch.Tensor | None, dict]:
+        """(first-stage args, last-stage target, keyword arguments of every stage) of one schedule call."""
+        if len(micro_batches) != self.n_microbatches:
+            raise ValueError(f"the pipeline was built for {self.n_microbatches} micro-batches, got {len(micro_batches)}")
+        causal = micro_batches[0].causal
+        if any(b.causal != causal for b in micro_batches):
+            raise ValueError("all micro-batches of a step share one objective")
+        # The attention mode (and document ids) reach every stage as keyword arguments of the schedule.
+        kwargs: dict = {"causal": causal}
+        if micro_batches[0].document_ids is not None:
+            kwargs["document_ids"] = torch.cat([b.document_ids for b in micro_batches]).to(device, non_blocking=True)
+        pm = self.pm
+        args = ((torch.cat([b.input_ids for b in micro_batches]).to(device, non_blocking=True),)
+                if pm.has_first_stage else ())
+        target = (torch.cat([b.targets for b in micro_batches]).to(device, non_blocking=True)
+                  if pm.has_last_stage else None)
+        return args, target, kwargs
+
+    def run(self, micro_batches: list[Batch], scale: float, device, precision) -> torch.Tensor:
+        """Forward and backward of this step's micro-batches, each loss times ``scale``: this rank's sum of token
+        losses (0-d; zero off the last stage)."""
+        args, target, kwargs = self._inputs(micro_batches, device)
+        self.scale, self.sums = scale, []
+        with autocast_context(device, precision):
+            self.schedule.step(*args, target=target, losses=[], return_outputs=False, **kwargs)
+        # On its first run the schedule infers shapes with one extra call of the loss on placeholder tensors.
+        real = self.sums[len(self.sums) - self.n_microbatches:] if self.sums else []
+        local_loss = sum(real) if real else torch.zeros((), device=device)
+        sync_gradients(self.pm.model, self.pm.embedding_group)  # the two copies of a tied embedding
+        return local_loss
+
+    def evaluate(self, micro_batches: list[Batch], measure, device, precision) -> list[tuple[float, int, int]]:
+        """Forward only (the schedule's ``eval``): ``measure(output, targets)`` of each micro-batch, on the last
+        stage (empty elsewhere)."""
+        args, target, kwargs = self._inputs(micro_batches, device)
+        self.measure, self.measured = measure, []
+        try:
+            with autocast_context(device, precision):
+                self.schedule.eval(*args, target=target, losses=[], return_outputs=False, **kwargs)
+        finally:
+            self.measure = None
+        return self.measured[len(self.measured) - self.n_microbatches:] if self.measured else []
+
+
+def pipeline_runner(pm: ParallelModel, n_microbatches: int, device: torch.device) -> PipelineRunner:
+    """``pm``'s runner, built on its first use."""
+    if pm.pipeline is None:
+        pm.pipeline = PipelineRunner(pm, n_microbatches, device)
+    return pm.pipeline

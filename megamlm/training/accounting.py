@@ -1,14 +1,14 @@
 """Step accounting: what the host reads from the device and when, and where a run's numbers go (the console log
 line, TensorBoard scalars and ``metrics.jsonl``, training/metrics_file.py).
 
-When the non-finite skip is decided on the device (``SkipStreak``, training/nonfinite.py), a step's loss,
-gradient norm and applied flag stay 0-d device tensors and the host never waits for a step. The loop hands every
-finished step to a ``StepLedger`` and settles it when the numbers are needed (a log line, a validation, a
-checkpoint, a stop, the last step; every step when an ``on_step`` callback watches): the pending steps are read
-in one device-to-host copy, then accounted for in order exactly as the synchronous loop does it, step by step:
-the callback, the skip warning, the NonFiniteGuard's streak and the ``RunReporter``. The logged values are
-therefore the same; only the moment the host reads them moves. Since the host no longer waits, it builds the next
-step's batch while the device still runs the current one.
+A step's loss, gradient norm and applied flag come out of ``train_step`` as 0-d device tensors (``StepResult``,
+training/step.py). The loop hands every finished step to a ``StepLedger`` and settles it when the numbers are needed:
+every step, or, where the host reads only then (a ``SkipStreak`` holds back the updates in between, the GPU path),
+at a log line, a validation, a checkpoint, a stop, the last step, and every step when an ``on_step`` callback
+watches. The pending steps are read in one device-to-host copy, then accounted for in order, step by step: the
+callback, the skip warning, the NonFiniteGuard's streak and the ``RunReporter``. The logged values are therefore the
+same whenever they are read; only the moment the host reads them moves. Where the host does not wait, it builds the
+next step's batch while the device still runs the current one.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -28,20 +28,34 @@ from megamlm.model.config import ModelArgs
 from megamlm.training.metrics import format_duration, throughput
 from megamlm.training.metrics_file import METRICS_FILE, MetricsFile
 from megamlm.training.nonfinite import NonFiniteGuard
-from megamlm.training.step import StepOutcome
+from megamlm.training.step import StepOutcome, StepResult
 from megamlm.training.validation import ValidationResult
 
 
-def read_steps(steps: list[StepOutcome]) -> list[StepOutcome]:
+@dataclass(frozen=True)
+class PendingStep:
+    """A finished step the host has not read: ``train_step``'s result and what the loop knows of the step."""
+
+    result: StepResult
+    step: int
+    objective: str
+    lr: float
+    sample_ids: list[int]
+    """The global sample ids this rank trained on."""
+    consumed_samples: int
+    is_switch_step: bool
+
+
+def read_steps(steps: list[PendingStep]) -> list[StepOutcome]:
     """``steps`` with host numbers; the device tensors of all of them come back in one transfer."""
-    on_device = [s for s in steps if isinstance(s.loss, torch.Tensor)]
-    if not on_device:
-        return steps
-    values = torch.stack([torch.stack([s.loss.double(), s.grad_norm.double(), s.applied.double()])
-                          for s in on_device]).tolist()
-    read = {id(s): replace(s, loss=loss, grad_norm=norm, applied=bool(applied))
-            for s, (loss, norm, applied) in zip(on_device, values)}
-    return [read.get(id(s), s) for s in steps]
+    if not steps:
+        return []
+    values = torch.stack([torch.stack([s.result.loss.double(), s.result.grad_norm.double(),
+                                       s.result.applied.double()]) for s in steps]).tolist()
+    return [StepOutcome(loss=loss, grad_norm=norm, applied=bool(applied), predicted_tokens=s.result.predicted_tokens,
+                        lr=s.lr, sample_ids=s.sample_ids, step=s.step, objective=s.objective,
+                        consumed_samples=s.consumed_samples, is_switch_step=s.is_switch_step)
+            for s, (loss, norm, applied) in zip(steps, values)]
 
 
 class StepLedger:
@@ -51,10 +65,10 @@ class StepLedger:
                  on_step: Callable[[StepOutcome], None] | None = None):
         self.guard, self.reporter, self.on_step = guard, reporter, on_step
         self.global_batch_size = global_batch_size
-        self.pending: list[StepOutcome] = []
+        self.pending: list[PendingStep] = []
 
-    def add(self, outcome: StepOutcome) -> None:
-        self.pending.append(outcome)
+    def add(self, step: PendingStep) -> None:
+        self.pending.append(step)
 
     def settle(self) -> int | None:
         """Read and account for every pending step, oldest first. Returns the step at which the guard stops the

@@ -1,4 +1,4 @@
-"""Non-finite steps: the flag, the skipped-step streak, and the error that stops a run which keeps producing them.
+"""Non-finite steps: the skipped-step streak, and the error that stops a run which keeps producing them.
 
 ``train_step`` (training/step.py) skips a single step whose global loss or global pre-clip gradient norm is not
 finite. A run that skips ``--max-skipped-steps`` steps in a row stops with a ``NonFiniteError`` naming the steps
@@ -6,27 +6,19 @@ and samples involved.
 
 The streak has one source of truth, the ``NonFiniteGuard``'s ``in_a_row``: the host's record of the skipped steps
 in a row, with what the error message reports about each (loss, norm, samples), saved in every checkpoint (the
-"guard" state) so that a resume in the middle of a streak keeps counting. When the skip is decided on the device
-(``SkipStreak``, the GPU path), the host reads the steps only at log lines; a device copy of the count is then
-needed *between* two host reads, so that once the streak is complete every later update is held back and the run
-still stops at its last good state. That copy is a mirror, not a second counter: it is seeded from the guard when
-the loop starts, and it counts the very ``applied`` flags that the host accounts for, in the same order, when it
-reads them (training/accounting.py), so at every read it equals the guard's count.
+"guard" state) so that a resume in the middle of a streak keeps counting. When the host reads the step numbers only
+at log lines (training/accounting.py, the GPU path), a device copy of the count is needed *between* two host reads,
+so that once the streak is complete every later update is held back and the run still stops at its last good
+state: training/step.py's ``SkipStreak``, a mirror seeded from the guard when the loop starts, not a second counter.
 """
 
 from __future__ import annotations
 
-import torch
 import torch.distributed as dist
 
 
 class NonFiniteError(RuntimeError):
     """Too many optimizer steps in a row had a non-finite loss or gradient norm."""
-
-
-def nonfinite_flag(loss: torch.Tensor, grad_norm: torch.Tensor) -> torch.Tensor:
-    """1.0 where the global loss or the global pre-clip gradient norm is not finite, else 0.0 (fp32, 0-d)."""
-    return (~(torch.isfinite(loss) & torch.isfinite(grad_norm))).to(torch.float32)
 
 
 class NonFiniteGuard:
@@ -89,35 +81,3 @@ def _format_ids(ids: list[int]) -> str:
         else:
             runs.append([k, k])
     return "[" + ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs) + "]"
-
-
-class SkipStreak:
-    """The guard's streak mirrored on the device, between two reads of the step flags by the host (see the module
-    docstring: the guard is the source of truth).
-
-    ``count`` is the number of skipped steps in a row (it starts from the guard's, a resumed run's streak); once a
-    skip brings it to the limit, ``stopped`` latches and every later update is held back (``hold`` of
-    ``guarded_update``, training/step.py) until the host reads the flags and stops the run
-    (training/accounting.py): the run's state is still that of its last good step, as when the synchronous loop
-    stops at once.
-    """
-
-    def __init__(self, in_a_row: int, max_in_a_row: int, device: torch.device):
-        self.count = torch.full((), in_a_row, dtype=torch.int64, device=device)  # a fill: no blocking copy
-        self.max_in_a_row = max_in_a_row
-        self.stopped = torch.zeros((), dtype=torch.bool, device=device)
-
-    def record(self, applied: torch.Tensor) -> None:
-        self.count = torch.where(applied, 0, self.count + 1)
-        self.stopped = self.stopped | (self.count >= self.max_in_a_row)
-
-
-def skip_streak(guard: NonFiniteGuard, optimizer, device: torch.device,
-                read_on_device: bool | None) -> SkipStreak | None:
-    """The device mirror of ``guard``'s streak when the steps decide their skip on the device: on a GPU (the host
-    would wait there), and only with torch's fused AdamW (the one that can skip an update on the device)."""
-    if read_on_device is None:
-        read_on_device = device.type == "cuda"
-    if not (read_on_device and optimizer.defaults.get("fused")):
-        return None
-    return SkipStreak(len(guard.in_a_row), guard.max_in_a_row, device)

@@ -3,13 +3,13 @@
 Read top to bottom: ``pretrain`` builds the run (``build_trainer``: resolves the run and checks any checkpoint it
 starts from, so that all user errors surface there, before any work; builds this rank's share of the model in the
 run's layout, one process being the trivial layout; restores what it takes from the checkpoint), announces it
-(``announce``: the start-up lines) and runs it. ``Trainer.train`` runs one optimizer step per global batch: the
-step is ``train_step`` (training/step.py) over ``forward_backward`` (parallel/forward_backward.py), switching
-objective where the ObjectiveSchedule says so, then ``Trainer.after_step`` scores the validation set and saves
-checkpoints when due. The loop keeps no per-step history: tests and tools observe steps through the ``on_step``
-callback (a ``StepOutcome`` per step), and every logged step and validation goes to ``metrics.jsonl``. On a GPU
-the host does not wait for the steps: the non-finite skip is decided on the device (training/nonfinite.py) and
-the step numbers are read at log lines (training/accounting.py).
+(``announce``: the start-up lines) and runs it. ``Trainer.train`` runs one optimizer step per global batch:
+``Trainer.run_step`` makes the step's batch (the ObjectiveSchedule's objective, masks and targets) and runs
+``train_step`` (training/step.py: forward/backward, the non-finite skip, clipping, the update), then
+``Trainer.after_step`` scores the validation set and saves checkpoints when due. The loop keeps no per-step history:
+tests and tools observe steps through the ``on_step`` callback (a ``StepOutcome`` per step), and every logged step
+and validation goes to ``metrics.jsonl``. The non-finite skip is decided on the device; on a GPU the host also does
+not wait for the steps, reading their numbers at log lines (training/accounting.py).
 """
 
 from __future__ import annotations
@@ -40,14 +40,14 @@ from megamlm.parallel.dims import ParallelDims
 from megamlm.parallel.dry_run import GIB, rank_estimates
 from megamlm.parallel.parallelize import ParallelModel, parallelize
 from megamlm.parallel.runtime import start_parallel
-from megamlm.training.accounting import RunReporter, StepLedger
+from megamlm.training.accounting import PendingStep, RunReporter, StepLedger
 from megamlm.training.metrics import format_duration
-from megamlm.training.nonfinite import NonFiniteGuard, SkipStreak, skip_streak
+from megamlm.training.nonfinite import NonFiniteGuard
 from megamlm.training.optim import LRSchedule, build_optimizer, set_hyperparameters
 from megamlm.training.resume import Start, TrainProgress, plan_start
 from megamlm.training.run_record import build_run_record, write_run_record
 from megamlm.training.setup import RunPlan, backends_on_device, plan_run
-from megamlm.training.step import StepOutcome, train_step
+from megamlm.training.step import SkipStreak, StepOutcome, skip_streak, train_step
 from megamlm.training.stopping import ExitSignalHandler, StopPolicy, WriteFailure
 from megamlm.training.validation import ValidationSet, load_validation_set
 
@@ -76,8 +76,8 @@ def pretrain(cfg: Config, on_step: Callable[[StepOutcome], None] | None = None,
     """Train; SIGTERM/SIGUSR1/SIGINT during the run save a checkpoint and return early (training/stopping.py), and
     the --save folder is locked for the run (checkpoint/lock.py).
 
-    ``read_on_device``: decide the non-finite skip on the device and read the step numbers only when needed
-    (training/accounting.py). None: where it pays, on a GPU with the fused AdamW; True also on CPU (tests).
+    ``read_on_device``: read the step numbers (left on the device by ``train_step``) only when needed, not every
+    step (training/accounting.py). None: where it pays, on a GPU with the fused AdamW; True also on CPU (tests).
     """
     with ExitSignalHandler() as signals, ExitStack() as held:
         trainer = build_trainer(cfg, signals, held, on_step, read_on_device)
@@ -122,7 +122,8 @@ class Trainer:
     on_step: Callable[[StepOutcome], None] | None = None
     read_on_device: bool | None = None
     streak: SkipStreak | None = field(default=None, init=False)
-    """The guard's streak mirrored on the device, when the skip is decided there (training/nonfinite.py)."""
+    """The guard's streak mirrored on the device, when the host reads the step numbers only when needed
+    (training/step.py)."""
     reporter: RunReporter | None = field(default=None, init=False)
     ledger: StepLedger | None = field(default=None, init=False)
     """The finished steps the host has not read yet (training/accounting.py)."""
@@ -161,7 +162,7 @@ class Trainer:
         if self.manager.save_dir is None and self.result.stop_reason is None:
             log(unsaved_note(self.progress.step - self.result.start_step))
 
-    def run_step(self, loaded: list[dict]) -> StepOutcome:
+    def run_step(self, loaded: list[dict]) -> PendingStep:
         """One optimizer step on the next global batch (``loaded``: this rank's micro-batches from the loader)."""
         t, schedule = self.cfg.training, self.schedule
         step = self.progress.step + 1
@@ -173,12 +174,12 @@ class Trainer:
         if self.device.type == "cuda":  # pinned: the copies to the device do not make the host wait
             micro_batches = [pin_batch(b) for b in micro_batches]
         lr = self.lr_schedule.lr_at(step)
-        out = train_step(self.pm, self.optimizer, micro_batches, lr, t.clip_grad, self.device, t.precision,
-                         streak=self.streak)
+        result = train_step(self.pm, self.optimizer, micro_batches, lr, t.clip_grad, self.device, t.precision,
+                            streak=self.streak)
         self.progress.advance(t.global_batch_size)
         self.result.last_step = step
-        return replace(out, step=step, objective=objective, consumed_samples=self.progress.consumed_samples,
-                       is_switch_step=schedule.is_switch_step(step))
+        return PendingStep(result, step, objective, lr, [k for b in micro_batches for k in b.sample_ids],
+                           self.progress.consumed_samples, schedule.is_switch_step(step))
 
     def after_step(self, step: int) -> bool:
         """What is due after ``step``: its accounting, the switch, a validation, a checkpoint; True to stop here."""
@@ -247,7 +248,7 @@ class Trainer:
 def pin_batch(batch: Batch) -> Batch:
     document_ids = batch.document_ids.pin_memory() if batch.document_ids is not None else None
     return replace(batch, input_ids=batch.input_ids.pin_memory(), targets=batch.targets.pin_memory(),
-                   document_ids=document_ids)
+                   positions=batch.positions.pin_memory(), document_ids=document_ids)
 
 
 def build_trainer(cfg: Config, signals: ExitSignalHandler, held: ExitStack,

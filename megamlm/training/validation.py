@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from megamlm.config import (
     Config,
@@ -28,10 +29,12 @@ from megamlm.config import (
     validation_enabled,
 )
 from megamlm.data import DataError, GlobalBatchSampler, StreamSpec, build_validation_dataset
-from megamlm.objectives import MaskingSpec
+from megamlm.objectives import Batch, MaskingSpec
 from megamlm.objectives.schedule import make_batch
-from megamlm.parallel.forward_backward import forward_metrics
 from megamlm.parallel.parallelize import ParallelModel
+from megamlm.parallel.pipeline import pipeline_runner
+from megamlm.parallel.vocab_parallel_loss import parallel_sparse_lm_loss, parallel_top1_correct
+from megamlm.precision import autocast_context
 from megamlm.training.setup import RunPlan
 
 VALIDATION_MASK_ID_BASE = 1 << 62
@@ -120,6 +123,34 @@ class ValidationSet:
             mntp_loss, mntp_tokens, _ = totals["mntp"]
             result.mntp_loss, result.mntp_tokens = mntp_loss / max(mntp_tokens, 1), int(mntp_tokens)
         return result
+
+
+def forward_metrics(pm: ParallelModel, micro_batches: list[Batch], device: torch.device, precision: str = "auto",
+                    accuracy: bool = False) -> tuple[float, int, int]:
+    """Forward only, no gradients (validation): (sum of token losses, predicted tokens, top-1 correct predictions
+    when ``accuracy``) over the micro-batches of every data-parallel rank; the same numbers on every rank."""
+    def measure(hidden: torch.Tensor, targets: torch.Tensor) -> tuple[float, int, int]:
+        loss, predicted = parallel_sparse_lm_loss(hidden, pm.head_weight(), targets, pm.model.backends.kernels)
+        correct = parallel_top1_correct(hidden, pm.head_weight(), targets) if accuracy else 0
+        return float(loss), predicted, correct
+
+    with torch.no_grad():
+        if pm.dims.pp > 1:
+            runner = pipeline_runner(pm, len(micro_batches), device)
+            measured = runner.evaluate(micro_batches, measure, device, precision)
+        else:
+            measured = []
+            for batch in micro_batches:
+                document_ids = batch.document_ids.to(device) if batch.document_ids is not None else None
+                with autocast_context(device, precision):
+                    hidden = pm.parts[0](batch.input_ids.to(device), causal=batch.causal, document_ids=document_ids)
+                    measured.append(measure(hidden, batch.targets.to(device)))
+    sums = torch.tensor([sum(m[i] for m in measured) for i in range(3)], dtype=torch.float64, device=device)
+    if pm.mesh is not None:  # the numbers live on the last pipeline stage, repeated on each of its TP ranks
+        dist.all_reduce(sums)
+        sums /= pm.dims.tp
+    loss, predicted, correct = sums.tolist()
+    return loss, round(predicted), round(correct)
 
 
 def load_validation_set(cfg: Config, plan: RunPlan, group=None) -> ValidationSet | None:

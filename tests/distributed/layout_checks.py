@@ -51,10 +51,9 @@ def reference(objective: str):
 def check_layout(rank: int, world: int, layout: dict, recompute: bool = False, compile: str = "none",
                  objectives: tuple[str, ...] = ("mlm", "clm")) -> None:
     from megamlm.model.transformer import Transformer
-    from megamlm.parallel.forward_backward import forward_backward
     from megamlm.parallel.parallelize import parallelize
     from megamlm.training.optim import build_optimizer
-    from megamlm.training.step import train_step
+    from megamlm.training.step import forward_backward, train_step
 
     dims = layout_dims(world, layout, TINY, micro_batch_size=2, global_batch_size=8)
     mesh = dims.build_mesh("cpu")

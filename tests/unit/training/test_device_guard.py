@@ -1,18 +1,19 @@
-"""The non-finite guard decided on the device (fused AdamW's found_inf): the same decisions and values as the
-synchronous train_step, and a skipped update changes no parameter and no optimizer state, bit for bit."""
+"""The non-finite skip decided on the device (fused AdamW's found_inf): the same decisions and values as a step that
+reads its numbers on the host, and a skipped update changes no parameter and no optimizer state, bit for bit; an
+optimizer without found_inf (apex's FusedAdam) skips on the host."""
 
 import copy
+import math
 
 import pytest
 import torch
 
 from megamlm.model.transformer import Transformer
 from megamlm.parallel.dims import ParallelDims
-from megamlm.parallel.forward_backward import forward_backward, global_grad_norm
 from megamlm.parallel.parallelize import parallelize
-from megamlm.training.nonfinite import SkipStreak, nonfinite_flag
+from megamlm.training.nonfinite import NonFiniteGuard
 from megamlm.training.optim import build_optimizer
-from megamlm.training.step import guarded_update, train_step
+from megamlm.training.step import SkipStreak, forward_backward, global_grad_norm, skip_streak, train_step
 
 from helpers import assert_same, objective_batches, snapshot, tiny_args
 
@@ -31,11 +32,22 @@ def fused_adamw(model):
 
 
 def device_step(pm, optimizer, step, lr=1e-3, clip=1.0):
+    result = train_step(pm, optimizer, batches(step), lr, clip, CPU)
+    return result.loss, result.grad_norm, result.applied
+
+
+def host_step(pm, optimizer, step, lr=1e-3, clip=1.0):
+    """The step with the decision read on the host: the update (no found_inf) only where both numbers are finite."""
     loss, _ = forward_backward(pm, batches(step), CPU)
     norm = global_grad_norm(pm)
-    loss_tensor = torch.tensor(loss, dtype=torch.float64)
-    applied = guarded_update(pm, optimizer, loss_tensor, norm, lr, clip)
-    return loss_tensor, norm, applied
+    applied = math.isfinite(float(loss)) and math.isfinite(float(norm))
+    if applied:
+        torch.nn.utils.clip_grads_with_norm_([p for p in pm.model.parameters() if p.grad is not None], clip, norm)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return float(loss), float(norm), applied
 
 
 @pytest.fixture
@@ -71,9 +83,9 @@ def test_a_non_finite_step_changes_no_parameter_and_no_optimizer_state(trained, 
     assert bool(device_step(pm, optimizer, 3)[2])  # and the next good step trains on
 
 
-def test_the_device_decision_gives_the_synchronous_steps_values(trained):
-    """Step by step, a finite step, a skipped one and finite ones again: the same loss, norm and decision as
-    train_step, and bitwise the same weights and optimizer state afterwards."""
+def test_the_device_decision_gives_the_host_decisions_values(trained):
+    """Step by step, a finite step, a skipped one and finite ones again: the same loss, norm and decision as a step
+    that reads them on the host, and bitwise the same weights and optimizer state afterwards."""
     model, pm, optimizer = trained
     sync_model = copy.deepcopy(model)
     sync_pm = parallelize(sync_model, ParallelDims(world_size=1), None, CPU)
@@ -81,32 +93,39 @@ def test_the_device_decision_gives_the_synchronous_steps_values(trained):
     sync_optimizer.load_state_dict(copy.deepcopy(optimizer.state_dict()))  # load_state_dict would share tensors
     for step in (2, 3, 4, 5):
         hooks = [overflow(m) for m in (model, sync_model)] if step == 3 else []
-        want = train_step(sync_pm, sync_optimizer, batches(step), 1e-3, 1.0, CPU)
+        want = host_step(sync_pm, sync_optimizer, step)
         loss, norm, applied = device_step(pm, optimizer, step)
         for h in hooks:
             h.remove()
-        assert (float(loss), float(norm), bool(applied)) == (want.loss, want.grad_norm, want.applied)
-        assert want.applied == (step != 3)
+        assert (float(loss), float(norm), bool(applied)) == want
+        assert want[2] == (step != 3)
         mine, theirs = snapshot(model, optimizer), snapshot(sync_model, sync_optimizer)
         assert_same(mine[0], theirs[0])
         for name in mine[1]:
             assert_same(mine[1][name], theirs[1][name])
 
 
-def test_the_flag_marks_any_non_finite_value():
-    finite, inf, nan = torch.tensor(1.0), torch.tensor(float("inf")), torch.tensor(float("nan"))
-    assert [float(nonfinite_flag(a, b)) for a, b in ((finite, finite), (inf, finite), (finite, nan))] == [0, 1, 1]
-
-
-def test_an_optimizer_that_cannot_skip_on_the_device_is_refused(trained):
+def test_an_optimizer_without_found_inf_skips_on_the_host(trained):
+    """apex's FusedAdam takes no found_inf (torch's unfused AdamW stands in for it): the host reads the flag, a NaN
+    step leaves the weights and the optimizer state as they were, and such a run reads every step (no streak)."""
     model, pm, _ = trained
-    unfused = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    with pytest.raises(ValueError, match="needs torch.optim.AdamW\\(fused=True\\)"):
-        guarded_update(pm, unfused, torch.tensor(1.0), torch.tensor(1.0), 1e-3, 1.0)
+    unfused = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=False)
+    assert bool(train_step(pm, unfused, batches(2), 1e-3, 1.0, CPU).applied)
+    params, state = snapshot(model, unfused)
+    hook = model.register_forward_hook(lambda module, inputs, out: out * float("nan"))
+    assert not bool(train_step(pm, unfused, batches(3), 1e-3, 1.0, CPU).applied)
+    hook.remove()
+    after_params, after_state = snapshot(model, unfused)
+    assert_same(params, after_params)
+    for name in state:
+        assert_same(state[name], after_state[name])
+    assert bool(train_step(pm, unfused, batches(4), 1e-3, 1.0, CPU).applied)
+    assert skip_streak(NonFiniteGuard(3), unfused, CPU, True) is None
 
 
-def test_train_step_on_the_device_returns_the_synchronous_values_as_unread_tensors(trained):
-    """train_step with a SkipStreak: loss, norm and applied are 0-d tensors equal to the synchronous step's."""
+def test_train_step_with_a_streak_returns_the_same_values_as_unread_tensors(trained):
+    """train_step with a SkipStreak (the host reads later): loss, norm and applied are 0-d tensors equal to those of
+    the step without one, and the weights stay bitwise the same."""
     model, pm, optimizer = trained
     sync_model = copy.deepcopy(model)
     sync_pm = parallelize(sync_model, ParallelDims(world_size=1), None, CPU)
@@ -120,7 +139,8 @@ def test_train_step_on_the_device_returns_the_synchronous_values_as_unread_tenso
         for h in hooks:
             h.remove()
         assert all(isinstance(v, torch.Tensor) and v.dim() == 0 for v in (got.loss, got.grad_norm, got.applied))
-        assert (got.loss.item(), got.grad_norm.item(), bool(got.applied)) == (want.loss, want.grad_norm, want.applied)
+        assert (got.loss.item(), got.grad_norm.item(), bool(got.applied)) == (
+            want.loss.item(), want.grad_norm.item(), bool(want.applied))
         assert got.predicted_tokens == want.predicted_tokens
         assert_same(snapshot(model, optimizer)[0], snapshot(sync_model, sync_optimizer)[0])
     assert int(streak.count) == 0 and not bool(streak.stopped)  # the skip at step 3 was followed by a good step
