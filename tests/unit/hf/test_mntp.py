@@ -11,7 +11,7 @@ from megamlm.hf.export import export_checkpoint
 from megamlm.objectives import IGNORE_INDEX, MaskingSpec, mlm_mask
 from megamlm.objectives.schedule import make_batch
 from megamlm.parallel.dims import ParallelDims
-from megamlm.parallel.forward_backward import forward_backward
+from megamlm.training.step import forward_backward
 from megamlm.parallel.parallelize import parallelize
 
 transformers = pytest.importorskip("transformers")
