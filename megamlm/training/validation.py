@@ -72,16 +72,20 @@ class ValidationResult:
                 f"{self.seconds:.1f} s")
 
 
+@dataclass
 class ValidationSet:
     """The run's fixed validation samples and when to score them."""
 
-    def __init__(self, dataset, num_samples: int, global_batch_size: int, micro_batch_size: int, seed: int,
-                 masking: MaskingSpec, interval: int, document_mask: bool = False, mntp: bool = False):
-        self.dataset, self.num_samples = dataset, num_samples
-        self.global_batch_size, self.micro_batch_size = global_batch_size, micro_batch_size
-        self.seed, self.masking, self.interval, self.document_mask = seed, masking, interval, document_mask
-        self.objectives = ("mlm", "clm", "mntp") if mntp else ("mlm", "clm")
-        """What every evaluation scores: MLM and CLM always, MNTP where the run trains it."""
+    dataset: object
+    num_samples: int
+    global_batch_size: int
+    micro_batch_size: int
+    seed: int
+    masking: MaskingSpec
+    interval: int
+    document_mask: bool = False
+    objectives: tuple[str, ...] = ("mlm", "clm")
+    """What every evaluation scores: MLM and CLM always, MNTP where the run trains it."""
 
     def due(self, step: int, last_step: int, switch_steps) -> bool:
         """Evaluate after ``step``: every ``interval`` steps, at every objective switch (``switch_steps``: one step
@@ -177,4 +181,5 @@ def load_validation_set(cfg: Config, plan: RunPlan, group=None) -> ValidationSet
         masking = dataclasses.replace(masking, mask_ratio=v.eval_mask_ratio)
     return ValidationSet(dataset, num_samples, t.global_batch_size, t.micro_batch_size, t.seed, masking,
                          eval_interval(cfg), cfg.performance.document_mask,
-                         mntp="mntp" in objective_phases(cfg.objective.objective))
+                         objectives=("mlm", "clm", "mntp") if "mntp" in objective_phases(cfg.objective.objective)
+                         else ("mlm", "clm"))
