@@ -52,9 +52,9 @@ def software_versions() -> dict:
 
 def arithmetic(device: torch.device) -> dict:
     """What decides a run's last bits besides its config and torch's version: the device type, the processor, the
-    CPU kernels torch picked for it and the intra-op thread count (MKL's matrix products and full reductions split
-    their sums by thread on some processors). On the CPU a continuation is bitwise the uninterrupted run only where
-    all of these agree; ``training/resume.py`` notes a checkpoint whose differ."""
+    CPU kernels torch picked for it and the intra-op thread count (threaded matrix products and reductions may add
+    up in another order). On the CPU a continuation is bitwise the uninterrupted run only where all of these agree;
+    ``training/resume.py`` notes a checkpoint whose differ."""
     return {"device": device.type, "cpu": cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "intra_op_threads": torch.get_num_threads()}
 
