@@ -15,7 +15,9 @@ the flag that would accept it:
   after a switch at the checkpoint's step, another step budget that shares the warmup and stable phase).
   Otherwise it is refused unless ``--override-schedule`` says this launch's values win from the next step;
 - the global batch size: honoured, the same sample stream continues at the consumed-sample count (the lineage
-  notes the change).
+  notes the change);
+- on the CPU, torch's version, the processor, torch's CPU kernels and the intra-op thread count: honoured and
+  noted in the lineage, since a continuation reproduces the uninterrupted run bitwise only where they agree.
 
 ``--continue-from CKPT`` takes the weights and the data position (consumed samples) of CKPT, with a fresh
 optimizer, LR schedule and step count; the parent's seed, data, split and sequence length must be this run's.
@@ -61,6 +63,15 @@ _MASKING = (
     (("config", "objective", "mask_replace_prob"), "--mask-replace-prob"),
     (("config", "objective", "mask_random_prob"), "--mask-random-prob"),
     (("config", "objective", "mask_keep_prob"), "--mask-keep-prob"),
+)
+# What decides the last bits of a CPU run besides the config (run_record.arithmetic): where one differs from the
+# checkpoint's, the run still continues exactly (same weights, optimizer state, samples and schedule), but its
+# numbers can differ in the last bits from those of a run that never stopped, so it is noted, not refused.
+_ARITHMETIC = (
+    (("software", "torch"), "torch"),
+    (("arithmetic", "cpu"), "the processor"),
+    (("arithmetic", "cpu_capability"), "torch's CPU kernels"),
+    (("arithmetic", "intra_op_threads"), "the intra-op thread count (torch.get_num_threads(), OMP_NUM_THREADS)"),
 )
 _SHAPE_FLAGS = {"max_seq_length": "--seq-length"}
 _MISSING = object()
@@ -225,7 +236,7 @@ def plan_start(cfg: Config, record: dict) -> Start:
 def _plan_resume(cfg: Config, record: dict, launch: Segment, path: Path) -> Start:
     train_state, saved = _read(path, "resume")
     step = int(train_state["step"])
-    notes = _check_stream(cfg, record, saved, path)
+    notes = _check_stream(cfg, record, saved, path) + _arithmetic_notes(saved, record)
     if cfg.training.train_iters < step:
         raise ResumeError(f"cannot resume {path}: it is at step {step}, past --train-iters "
                           f"{cfg.training.train_iters}; raise --train-iters, or branch from an earlier checkpoint")
@@ -261,6 +272,17 @@ def _check_stream(cfg: Config, record: dict, saved: dict, path: Path) -> list[st
         raise ResumeError(f"{what}; resuming would continue its sample order on different data. Pass the same "
                           f"--data-path, or --override-data to continue on the new data deliberately, or {fresh}")
     return [f"{what}; continuing on the new data because of --override-data"]
+
+
+def _arithmetic_notes(saved: dict, record: dict) -> list[str]:
+    """The note when a CPU run continues a CPU checkpoint under other arithmetic (``_ARITHMETIC``); none for a
+    checkpoint that did not record it."""
+    on_cpu = _get(saved, ("arithmetic", "device")) == _get(record, ("arithmetic", "device")) == "cpu"
+    differences = _differences(saved, record, _ARITHMETIC) if on_cpu else []
+    if not differences:
+        return []
+    return [f"{_describe(differences)}: the run continues exactly, but its numbers can differ in the last bits from "
+            "those of a run that never stopped (same torch, processor and thread count reproduce it bitwise)"]
 
 
 def _compare_history(cfg: Config, history: History, launch: Segment, step: int, path: Path,

@@ -50,6 +50,27 @@ def software_versions() -> dict:
     return versions
 
 
+def arithmetic(device: torch.device) -> dict:
+    """What decides a run's last bits besides its config and torch's version: the device type, the processor, the
+    CPU kernels torch picked for it and the intra-op thread count (threaded matrix products and reductions may add
+    up in another order). On the CPU a continuation is bitwise the uninterrupted run only where all of these agree;
+    ``training/resume.py`` notes a checkpoint whose differ."""
+    return {"device": device.type, "cpu": cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "intra_op_threads": torch.get_num_threads()}
+
+
+def cpu_model() -> str:
+    """The processor's model name (Linux's /proc/cpuinfo), else what ``platform`` knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def git_state(folder: Path | None = None) -> dict | None:
     """{"commit", "dirty"} of the git checkout megamlm runs from; None outside one (an installed wheel)."""
     folder = folder or Path(__file__).resolve().parents[2]
@@ -103,7 +124,8 @@ def build_run_record(cfg, plan, world_size: int) -> dict:
         "tokenizer": {"path": str(plan.tokenizer_path), "vocab_size": tok.vocab_size, "bos_id": tok.bos_id,
                       "eos_id": tok.eos_id, "pad_id": tok.pad_id, "mask_id": tok.mask_id},
         "data_fingerprint": data_fingerprint(plan.data_path),
-        "software": software_versions(), "git": git_state(), "world_size": world_size,
+        "software": software_versions(), "arithmetic": arithmetic(plan.device), "git": git_state(),
+        "world_size": world_size,
         "host": socket.gethostname(), "launched_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 

@@ -28,10 +28,6 @@ from megamlm.errors import UserError
 from megamlm.log import log
 from megamlm.parallel.launch import host_collective_device
 
-# --exit-duration-in-mins counts from about process start (this module is imported with the trainer), so the
-# minutes spent loading data and building the model count against a job's time limit too.
-PROCESS_START = time.monotonic()
-
 DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 SAME_REQUEST_S = 1.0
 
@@ -94,10 +90,14 @@ class WriteFailure(UserError):
 class StopPolicy:
     def __init__(self, signals: ExitSignalHandler, exit_interval: int | None = None,
                  exit_duration_in_mins: float | None = None, start_time: float | None = None, group=None):
+        """``start_time`` (``time.monotonic()``): when the run started, which --exit-duration-in-mins counts from;
+        default now. The trainer passes the start of ``pretrain`` so that loading data and building the model count
+        against a job's time limit, but not the age of a process that ran other things first (a study driver, a
+        test session)."""
         self.signals = signals
         self.exit_interval = exit_interval
         self.exit_duration_in_mins = exit_duration_in_mins
-        self.start_time = PROCESS_START if start_time is None else start_time
+        self.start_time = time.monotonic() if start_time is None else start_time
         self.group = group
         self.failure: str | None = None
         """Set by the trainer: this rank's failed write (training/accounting.py), a reason to stop on every rank."""

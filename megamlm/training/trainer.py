@@ -79,8 +79,9 @@ def pretrain(cfg: Config, on_step: Callable[[StepOutcome], None] | None = None,
     ``read_on_device``: read the step numbers (left on the device by ``train_step``) only when needed, not every
     step (training/accounting.py). None: where it pays, on a GPU with the fused AdamW; True also on CPU (tests).
     """
+    started = time.monotonic()  # --exit-duration-in-mins counts from here: setup included, the process's age not
     with ExitSignalHandler() as signals, ExitStack() as held:
-        trainer = build_trainer(cfg, signals, held, on_step, read_on_device)
+        trainer = build_trainer(cfg, signals, held, on_step, read_on_device, started)
         if trainer.progress.step >= cfg.training.train_iters:  # a finished run relaunched: nothing to do
             log(complete_note(trainer.progress.step, cfg.training.train_iters))
             return trainer.result
@@ -253,10 +254,12 @@ def pin_batch(batch: Batch) -> Batch:
 
 def build_trainer(cfg: Config, signals: ExitSignalHandler, held: ExitStack,
                   on_step: Callable[[StepOutcome], None] | None = None,
-                  read_on_device: bool | None = None) -> Trainer:
+                  read_on_device: bool | None = None, started: float | None = None) -> Trainer:
     """Resolve the run and check the checkpoint it starts from (every user error surfaces here, before any work),
     then build this rank's share of the model, data and optimizer and restore what the run takes from the
-    checkpoint. ``held`` keeps the --save folder locked for the run."""
+    checkpoint. ``held`` keeps the --save folder locked for the run; ``started`` (``time.monotonic()``, default
+    now) is when the run started, for --exit-duration-in-mins."""
+    started = time.monotonic() if started is None else started
     t, c = cfg.training, cfg.checkpoint
     plan = plan_run(cfg)  # the start-up checks (training/startup.py)
     mesh, device = start_parallel(plan.dims, plan.device)
@@ -297,7 +300,7 @@ def build_trainer(cfg: Config, signals: ExitSignalHandler, held: ExitStack,
                        switch_steps=schedule.switch_steps)
     loader = MicroBatchLoader(dataset, sampler, num_workers=cfg.data.num_workers, pin_memory=device.type == "cuda")
     return Trainer(cfg, plan, pm, optimizer, loader, progress, guard, manager, validation,
-                   StopPolicy(signals, t.exit_interval, t.exit_duration_in_mins), device, result, end_sample,
+                   StopPolicy(signals, t.exit_interval, t.exit_duration_in_mins, started), device, result, end_sample,
                    on_step, read_on_device)
 
 

@@ -131,7 +131,9 @@ def test_a_stop_signal_under_torchrun_saves_and_the_launch_script_exits_0(cache,
     """Ctrl-C (SIGINT) and SIGTERM reach the ranks, not torchrun's agent: a clean save, exit code 0, no traceback,
     and the same command resumes from that checkpoint."""
     save = tmp_path / "run"
-    args = [*TINY_RUN, "--train-iters", "400", "--save", str(save)]
+    # Long enough that it cannot end before the signal, however late this process reads the step line (a loaded
+    # machine ran 400 steps before it did): the stops come from the signals, never from the end of the run.
+    args = [*TINY_RUN, "--train-iters", "100000", "--save", str(save)]
     env = {**launch_env(cache), "NPROC": "2"}
     status, out, err = launch_until_step(args, env, 2, signal.SIGINT)
     assert status == 0, err[-3000:]

@@ -1,5 +1,6 @@
 import hashlib
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -39,13 +40,30 @@ def run_recorded(*argv, on_step=None):
     return SimpleNamespace(**vars(result), **vars(recorder))
 
 
+@contextmanager
+def intra_op_threads(count: int):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def one_thread():
     """One intra-op thread: bitwise comparisons between runs need the same arithmetic order."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with intra_op_threads(1):
+        yield
+
+
+@pytest.fixture(scope="module")
+def module_one_thread():
+    """``one_thread`` for a module-scoped fixture whose runs are compared bitwise: pytest builds module-scoped
+    fixtures before any function-scoped one, so without it such a run takes every core while the runs compared with
+    it take one (on some processors that changes the last bits)."""
+    with intra_op_threads(1):
+        yield
 
 
 @pytest.fixture(scope="session")

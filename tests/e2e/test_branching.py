@@ -29,9 +29,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def clm_parent(tmp_path_factory, tiny):
+def clm_parent(tmp_path_factory, tiny, module_one_thread):
     """A CLM run of 12 steps (warmup 2, WSD decay over steps 11-12) with branch points at steps 2 and 4, stopped
-    after step 4: the shared prefix of the runs below."""
+    after step 4: the shared prefix of the runs below, on one thread like them."""
     save = tmp_path_factory.mktemp("study") / "clm"
     result = tiny("--objective", "clm", "--train-iters", "12", "--save", save, "--save-at", "2,4",
                  "--exit-interval", "4")
@@ -53,8 +53,12 @@ def test_a_clm_run_branched_at_its_switch_step_reproduces_the_straight_clm_then_
         assert branch.objectives[step] == straight.objectives[step] == "mlm"
         assert branch.lrs[step] == straight.lrs[step]
     record = json.loads((tmp_path / "branch" / RUN_RECORD).read_text())
+    # Bitwise needs the same arithmetic: the parent ran on one thread too (a module fixture, built before one_thread).
+    assert json.loads((save / RUN_RECORD).read_text())["arithmetic"] == record["arithmetic"]
+    assert record["arithmetic"]["intra_op_threads"] == 1
     [event] = record["lineage"]
     assert event["kind"] == "branch" and event["step"] == 4 and event["consumed_samples"] == 4 * GBS
+    assert not any("thread" in change for change in event["changes"])
     assert event["checkpoint"] == str(save / "iter_0000004") and event["parent_run"] == str(save)
     state = json.loads((tmp_path / "branch" / "iter_0000008" / "train_state.json").read_text())
     segments = state["state"]["history"]["segments"]
@@ -70,6 +74,20 @@ def test_a_checkpoint_from_the_stable_phase_continues_into_a_shorter_budget(tiny
     assert [shorter.lrs[s] for s in (5, 6)] == [LRSchedule(3e-3, 0.0, "wsd", 2, 2, 6).lr_at(s) for s in (5, 6)]
     for step in (5, 6):
         assert shorter.losses[step] == straight.losses[step], step
+
+
+def test_a_branch_on_another_thread_count_continues_and_its_lineage_says_it_may_differ_in_the_last_bits(
+        tiny, clm_parent, tmp_path, capsys):
+    save, _ = clm_parent
+    torch.set_num_threads(2)  # one_thread restores it
+    branch = tiny("--objective", "clm", "--train-iters", "6", "--load", save / "iter_0000004", "--save",
+                  tmp_path / "threads")
+    assert branch.start == "branch" and sorted(branch.losses) == [5, 6]
+    note = ("the intra-op thread count (torch.get_num_threads(), OMP_NUM_THREADS) is 1 in the checkpoint and 2 "
+            "here: the run continues exactly, but its numbers can differ in the last bits")
+    [event] = json.loads((tmp_path / "threads" / RUN_RECORD).read_text())["lineage"]
+    assert any(change.startswith(note) for change in event["changes"]), event["changes"]
+    assert note in capsys.readouterr().out
 
 
 def test_another_global_batch_size_is_honoured_and_the_lineage_says_so(tiny, clm_parent, tmp_path):

@@ -24,16 +24,20 @@ TRAIN = [*TINY_SHAPE, "--global-batch-size", "2", "--micro-batch-size", "2", "--
 def training_run(tmp_path, cache_dir):
     save = tmp_path / "run"
     env = {**os.environ, "MEGAMLM_CACHE": cache_dir, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, str(REPO / "pretrain.py"), *TRAIN, "--save", str(save)], cwd=REPO,
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    deadline = time.monotonic() + 300
+    # The log goes to a file: a pipe nobody reads until the end would fill (a line per save) and stall the run.
+    log = tmp_path / "run.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, str(REPO / "pretrain.py"), *TRAIN, "--save", str(save)], cwd=REPO,
+                                env=env, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 300  # a guard: the wait ends when the first checkpoint is written
     while not (save / "latest_checkpointed_iteration.txt").exists():
-        assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
         time.sleep(0.2)
 
     def stop() -> str:
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=300)
+        proc.wait(timeout=300)
+        out = log.read_text()
         assert proc.returncode == 0, out[-3000:]
         return out
 
@@ -41,6 +45,11 @@ def training_run(tmp_path, cache_dir):
     yield run
     if proc.poll() is None:
         stop()
+
+
+def latest_step(save: Path) -> int:
+    """The newest whole checkpoint's step (the pointer is replaced by an atomic rename)."""
+    return int((save / "latest_checkpointed_iteration.txt").read_text())
 
 
 def test_seven_exports_during_retirement_all_succeed_and_a_slow_read_holds_its_checkpoint(training_run, tmp_path,
@@ -54,7 +63,13 @@ def test_seven_exports_during_retirement_all_succeed_and_a_slow_read_holds_its_c
 
     def slow_read(record):
         read.append(record.path)
-        time.sleep(1.0)  # several saves happen meanwhile, each of which would retire this checkpoint
+        # Two more saves happen meanwhile: the first of them would retire this checkpoint (its retirement comes
+        # before the second save starts). Waited for, not slept for: a loaded machine saves later.
+        step = int(record.path.name.removeprefix("iter_"))
+        deadline = time.monotonic() + 300  # a guard only
+        while int(latest_step(training_run.save)) < step + 2:
+            assert time.monotonic() < deadline, "the run saved no further checkpoint"
+            time.sleep(0.05)
         return real_load(record)
 
     monkeypatch.setattr(export_module, "load_model", slow_read)

@@ -4,6 +4,7 @@ import errno
 import json
 import os
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -120,6 +121,15 @@ def test_exit_duration_stops_with_a_checkpoint(tiny, tmp_path):
     result = tiny("--train-iters", "6", "--save", tmp_path, "--exit-duration-in-mins", "1e-6")
     assert result.stop_reason == "--exit-duration-in-mins 1e-06 reached"
     assert sorted(result.losses) == [1] and [p.name for p in tmp_path.glob("iter_*")] == ["iter_0000001"]
+
+
+def test_exit_duration_counts_from_the_runs_start_not_from_the_processs(tiny, monkeypatch, tmp_path):
+    # The process has lived two hours before this run (a long test session, a study driver running one run after
+    # another): the run's hour starts with the run.
+    process_clock = time.monotonic
+    monkeypatch.setattr(time, "monotonic", lambda: process_clock() + 7200.0)
+    result = tiny("--train-iters", "4", "--save", tmp_path, "--exit-duration-in-mins", "60")
+    assert result.stop_reason is None and sorted(result.losses) == [1, 2, 3, 4]
 
 
 def test_run_record_is_written_and_resuming_on_other_data_or_shape_is_refused(tiny, tmp_path, other_corpus):

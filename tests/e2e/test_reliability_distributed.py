@@ -156,6 +156,19 @@ if os.environ.get("FULL_DISK_AFTER") and os.environ["RANK"] == "0":  # metrics.j
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return real(fd, data)
     metrics_file._write_all = write
+if os.environ.get("HOLD_AFTER_STEP") and os.environ["RANK"] == "1":
+    # Rank 1 waits after this step until the test's signal has arrived (rank 0 waits for it in the stop decision's
+    # all-reduce): the run cannot finish before the signal.
+    import time
+    from megamlm.training import stopping
+    reason_to_stop = stopping.StopPolicy.reason_to_stop
+    def holding(self, step):
+        if step == int(os.environ["HOLD_AFTER_STEP"]):
+            Path(os.environ["PID_DIR"], "held").write_text(str(step))
+            while not self.signals.requested:
+                time.sleep(0.01)
+        return reason_to_stop(self, step)
+    stopping.StopPolicy.reason_to_stop = holding
 from megamlm.cli import main
 code = main(sys.argv[1:])
 Path(os.environ["PID_DIR"], "exit" + os.environ["RANK"]).write_text(str(code))
@@ -184,23 +197,21 @@ def test_sigterm_to_one_rank_of_an_fsdp_run_stops_both_after_the_same_step_and_t
     import time
 
     command, env, save = two_rank_pretrain(tmp_path)
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = []
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        lines.append(line)
-        if "step 2/6" in line or not line:
-            break
-    assert "step 2/6" in lines[-1], "".join(lines)
+    log_file = tmp_path / "first.log"
+    with open(log_file, "w") as out:
+        proc = subprocess.Popen(command, env={**env, "HOLD_AFTER_STEP": "2"}, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 240  # a guard: the wait ends when step 2 is done and rank 1 waits for the signal
+    while not (tmp_path / "held").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, log_file.read_text()
+        time.sleep(0.05)
     os.kill(int((tmp_path / "rank1").read_text()), signal.SIGTERM)  # rank 0 never sees a signal
-    rest, _ = proc.communicate(timeout=240)
-    log = "".join(lines) + rest
+    proc.wait(timeout=240)
+    log = log_file.read_text()
     assert proc.returncode == 0, log
     stopped = [p.name for p in save.glob("iter_*")]
     assert len(stopped) == 1 and "stopping after step" in log and "a signal on another rank" in log, log
     step = int(stopped[0].removeprefix("iter_"))
-    assert 2 <= step < 6
+    assert step == 2
 
     again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr

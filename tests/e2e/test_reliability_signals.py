@@ -2,7 +2,8 @@
 
 Each run is `pretrain.py`'s command line in a child process, through a small driver that records the per-step
 losses (exact floats) to a file and can pause inside a checkpoint save, after the shards are written and before
-the completion marker, so the test can deliver its signal there.
+the completion marker, or after a step until a signal has arrived, so the test can deliver its signal there (a run
+never races the test to its end).
 """
 
 import json
@@ -46,6 +47,20 @@ if pause_in:
 
     checkpointer.write_rank_completion = pausing
 
+hold_after = os.environ.get("HOLD_AFTER_STEP")
+if hold_after:  # the run waits after this step until the test's signal has arrived: it cannot finish first
+    from megamlm.training import stopping
+    reason_to_stop = stopping.StopPolicy.reason_to_stop
+
+    def holding(self, step):
+        if step == int(hold_after):
+            open(os.environ["PAUSED_FLAG"], "w").close()
+            while not self.signals.requested:
+                time.sleep(0.01)
+        return reason_to_stop(self, step)
+
+    stopping.StopPolicy.reason_to_stop = holding
+
 from step_recorder import StepRecorder  # tests/ is on PYTHONPATH (Run)
 
 pretrain = trainer.pretrain
@@ -65,7 +80,7 @@ sys.exit(main(sys.argv[1:]))
 
 class Run:
     def __init__(self, tmp_path: Path, name: str, save: Path, cache_dir: str, pause_in_save_of: int | None = None,
-                 extra: tuple[str, ...] = ()):
+                 extra: tuple[str, ...] = (), hold_after_step: int | None = None):
         self.out = tmp_path / f"{name}.json"
         self.paused = tmp_path / f"{name}.paused"
         driver = tmp_path / "driver.py"
@@ -75,6 +90,8 @@ class Run:
                "PYTHONUNBUFFERED": "1", "LOSSES_OUT": str(self.out), "PAUSED_FLAG": str(self.paused)}
         if pause_in_save_of is not None:
             env["PAUSE_IN_SAVE_OF"] = str(pause_in_save_of)
+        if hold_after_step is not None:
+            env["HOLD_AFTER_STEP"] = str(hold_after_step)
         self.proc = subprocess.Popen([sys.executable, str(driver), *ARGS, "--save", str(save), *extra], cwd=tmp_path, env=env,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
@@ -96,7 +113,7 @@ class Run:
         while not self.paused.exists():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.proc.kill()
-                raise AssertionError(f"never paused in the save:\n{self.proc.stdout.read()}")
+                raise AssertionError(f"never paused:\n{self.proc.stdout.read()}")
             time.sleep(0.05)
 
     def finish(self, timeout: float = 240) -> int:
@@ -141,14 +158,14 @@ def reference(tmp_path_factory, cache_dir):
 @pytest.mark.slow
 def test_sigterm_saves_after_the_step_exits_0_and_the_relaunch_continues_bitwise(tmp_path, cache_dir, reference):
     save = tmp_path / "ckpt"
-    first = Run(tmp_path, "first", save, cache_dir)
-    first.wait_for_line("step 2/8")
+    first = Run(tmp_path, "first", save, cache_dir, hold_after_step=2)
+    first.wait_for_pause()  # step 2 is done and the run waits for the signal
     first.proc.send_signal(signal.SIGTERM)
     assert first.finish() == 0, first.log
     stopped = first.result()
     assert stopped["stop_reason"] == "signal SIGTERM", first.log
     last = max(stopped["losses"])
-    assert 2 <= last < 8 and (save / f"iter_{last:07d}").is_dir()
+    assert last == 2 and (save / f"iter_{last:07d}").is_dir()
     assert (save / "latest_checkpointed_iteration.txt").read_text() == str(last)
 
     second = Run(tmp_path, "second", save, cache_dir)  # the same command line
@@ -187,7 +204,7 @@ def test_a_second_sigterm_during_the_save_exits_at_once_and_corrupts_nothing(tmp
     run.wait_for_line("received SIGTERM")
     time.sleep(SAME_REQUEST_S + 0.2)  # sooner, it counts as the first delivered twice
     run.proc.send_signal(signal.SIGTERM)  # second: exits at once
-    assert run.finish(timeout=30) == 128 + signal.SIGTERM
+    assert run.finish() == 128 + signal.SIGTERM  # at once: without the exit it would stay paused for 600 s
     assert "exiting now without saving" in run.log
     assert not (save / "iter_0000006").exists()
     assert (save / "latest_checkpointed_iteration.txt").read_text() == "4"

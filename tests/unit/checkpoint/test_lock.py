@@ -129,6 +129,9 @@ def test_the_holder_keeps_its_heartbeat(tmp_path, monkeypatch):
     lock.acquire()
     old = time.time() - 1000
     os.utime(tmp_path / LOCK_FILE, (old, old))
-    time.sleep(0.5)
+    deadline = time.monotonic() + 120  # a guard only: the wait ends at the first heartbeat, however late it comes
+    while (tmp_path / LOCK_FILE).stat().st_mtime == old:
+        assert time.monotonic() < deadline, "the holder never touched its lock file"
+        time.sleep(0.01)
     assert time.time() - (tmp_path / LOCK_FILE).stat().st_mtime < 100
     lock.release()

@@ -15,9 +15,9 @@ from megamlm.data.embedded import CORPUS_FILE, default_cache_root
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory):
     root = tmp_path_factory.mktemp("embedded")
-    start = time.perf_counter()
+    start = time.process_time()  # CPU seconds, which a shared machine does not stretch as it does wall time
     prefix, tokenizer_path = prepare_embedded_corpus(root)
-    assert time.perf_counter() - start < 30  # a few seconds when the machine is not shared
+    assert time.process_time() - start < 30  # a few seconds
     return root, prefix, tokenizer_path
 
 

@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -31,11 +32,13 @@ def test_one_request_delivered_twice_is_one_request_and_a_later_second_signal_ex
     code = """
 import os, signal, sys, time
 from megamlm.training import stopping
+clock = [1000.0]
+stopping.time.monotonic = lambda: clock[0]  # the handler's clock moves only when this test moves it
 with stopping.ExitSignalHandler() as handler:
     os.kill(os.getpid(), signal.SIGINT)
     os.kill(os.getpid(), signal.SIGTERM)  # within SAME_REQUEST_S: the same request
     print("still running after", handler.received, flush=True)
-    time.sleep(stopping.SAME_REQUEST_S + 0.2)
+    clock[0] += stopping.SAME_REQUEST_S + 0.2
     os.kill(os.getpid(), signal.SIGINT)
     time.sleep(5)
 print("not reached")
@@ -52,9 +55,18 @@ def test_stop_policy_exit_interval_and_duration():
     interval = StopPolicy(handler, exit_interval=3)
     assert [interval.reason_to_stop(s) for s in (1, 2, 4)] == [None, None, None]
     assert interval.reason_to_stop(6) == "--exit-interval 3 reached at step 6"
-    assert StopPolicy(handler, exit_duration_in_mins=1.0, start_time=0.0).reason_to_stop(1) == \
+    a_minute_ago = time.monotonic() - 60.0
+    assert StopPolicy(handler, exit_duration_in_mins=1.0, start_time=a_minute_ago).reason_to_stop(1) == \
         "--exit-duration-in-mins 1.0 reached"
     assert StopPolicy(handler, exit_duration_in_mins=60.0).reason_to_stop(1) is None
+
+
+def test_exit_duration_counts_from_the_runs_start_not_from_the_processs(monkeypatch):
+    # This process has run for two hours (a long test session, a study driver) before the run starts: none of it
+    # counts against the run's --exit-duration-in-mins.
+    two_hours_on = time.monotonic() + 7200.0
+    monkeypatch.setattr(time, "monotonic", lambda: two_hours_on)
+    assert StopPolicy(ExitSignalHandler(), exit_duration_in_mins=60.0).reason_to_stop(1) is None
 
 
 def test_guard_counts_skips_in_a_row_and_names_steps_and_sample_ranges():
