@@ -25,10 +25,25 @@ from pathlib import Path
 from typing import Literal
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from megamlm.hf.errors import ConversionError
-from megamlm.hf.hf_source import WEIGHT_FILES, _torch_state, _weight_files, is_hf_model, open_source
-from megamlm.hf.megamlm_checkpoint import TOKENIZER_DIR, AtomicFolder, load_model, read_record, write_weights_checkpoint
+from megamlm.hf.export import export_checkpoint
+from megamlm.hf.hf_source import (
+    WEIGHT_FILES,
+    _torch_state,
+    _weight_files,
+    is_hf_model,
+    open_source,
+)
+from megamlm.hf.importer import import_hf
+from megamlm.hf.megamlm_checkpoint import (
+    TOKENIZER_DIR,
+    AtomicFolder,
+    load_model,
+    read_record,
+    write_weights_checkpoint,
+)
 from megamlm.model.config import ModelArgs
 from megamlm.model.transformer import Transformer
 
@@ -106,8 +121,6 @@ def read_hf(path: str | Path) -> MergeInput:
     tensors: dict[str, torch.Tensor] = {}
     for weights in _weight_files(source):
         if weights.suffix == ".safetensors":
-            from safetensors.torch import load_file
-
             tensors.update(load_file(str(weights)))
         else:
             tensors.update(_torch_state(weights))
@@ -207,8 +220,6 @@ def write_megamlm(inputs: list[MergeInput], weights: list[float], merged: dict[s
 def write_hf(inputs: list[MergeInput], merged: dict[str, torch.Tensor], output: Path) -> None:
     """The first input's folder with the merged weights: its config, tokenizer and other files copied, its weight
     files replaced by one model.safetensors (and its model card left out: it describes another model)."""
-    from safetensors.torch import save_file
-
     skip = set(WEIGHT_FILES) | {"README.md"}
     for path in inputs[0].path.iterdir():
         if path.is_file() and path.name not in skip and path.suffix not in (".safetensors", ".bin"):
@@ -245,11 +256,7 @@ def merge_checkpoints(paths: list[str | Path], weights: list[float] | None, outp
         staged = Path(scratch) / "merged"
         staged.mkdir()
         if kind == "megamlm":
-            from megamlm.hf.export import export_checkpoint
-
             write_megamlm(inputs, weights, merged, staged)
             return export_checkpoint(staged, output, arch=arch, force=force, log=log)
-        from megamlm.hf.importer import import_hf
-
         write_hf(inputs, merged, staged)
         return import_hf(staged, output, force=force, log=log)
