@@ -2,7 +2,8 @@
 
 from megamlm.objectives.loss import sparse_lm_loss
 from megamlm.objectives.masking import IGNORE_INDEX, MaskingSpec, clm_targets, mlm_mask
-from megamlm.objectives.schedule import PHASES, Batch, ObjectiveSchedule
+from megamlm.objectives.batch import Batch
+from megamlm.objectives.schedule import PHASES, ObjectiveSchedule
 
 __all__ = ["IGNORE_INDEX", "MaskingSpec", "mlm_mask", "clm_targets", "sparse_lm_loss", "ObjectiveSchedule",
            "Batch", "PHASES"]

@@ -6,14 +6,12 @@ and its second on switch_step+1..train_iters; the switch step is resolved once, 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
-import torch
 
 from megamlm.config import OBJECTIVE_PHASES, Objective
 from megamlm.errors import ResumeError
-from megamlm.objectives.masking import MaskingSpec, clm_targets, mlm_mask
+from megamlm.objectives.batch import Batch, make_batch
+from megamlm.objectives.masking import MaskingSpec
 
 PHASES: dict[Objective, tuple[str, ...]] = OBJECTIVE_PHASES
 """Each objective's phases in order (declared in ``megamlm.config``; this name stays for existing callers)."""
@@ -31,30 +29,6 @@ def schedule_state(objective: Objective, train_iters: int, switch_step: int | No
     """An ObjectiveSchedule's state_dict, from its settings."""
     return {"objective": objective, "train_iters": train_iters,
             "switch_step": switch_step if len(PHASES[objective]) == 2 else None}
-
-
-@dataclass
-class Batch:
-    """One micro-batch as the model and loss see it."""
-
-    input_ids: torch.Tensor
-    targets: torch.Tensor
-    causal: bool
-    sample_ids: list[int]
-    document_ids: torch.Tensor | None = None
-
-
-def make_batch(objective: str, tokens: np.ndarray, sample_ids: list[int], seed: int, masking: MaskingSpec,
-               document_ids: np.ndarray | None = None) -> Batch:
-    """tokens (micro_batch, seq) -> the Batch of one objective ("mlm": masks keyed by (seed, sample id))."""
-    if objective == "mlm":
-        pairs = [mlm_mask(row, sid, seed, masking) for row, sid in zip(tokens, sample_ids)]
-    else:
-        pairs = [clm_targets(row) for row in tokens]
-    inputs = torch.from_numpy(np.stack([p[0] for p in pairs]))
-    targets = torch.from_numpy(np.stack([p[1] for p in pairs]))
-    docs = torch.from_numpy(np.asarray(document_ids)) if document_ids is not None else None
-    return Batch(inputs, targets, causal=(objective == "clm"), sample_ids=list(sample_ids), document_ids=docs)
 
 
 class ObjectiveSchedule:

@@ -11,7 +11,7 @@ in a row, with what the error message reports about each (loss, norm, samples), 
 needed *between* two host reads, so that once the streak is complete every later update is held back and the run
 still stops at its last good state. That copy is a mirror, not a second counter: it is seeded from the guard when
 the loop starts, and it counts the very ``applied`` flags that the host accounts for, in the same order, when it
-reads them (training/accounting.py), so at every read it equals the guard's count.
+reads them (training/reporter.py), so at every read it equals the guard's count.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ class SkipStreak:
     ``count`` is the number of skipped steps in a row (it starts from the guard's, a resumed run's streak); once a
     skip brings it to the limit, ``stopped`` latches and every later update is held back (``hold`` of
     ``guarded_update``, training/step.py) until the host reads the flags and stops the run
-    (training/accounting.py): the run's state is still that of its last good step, as when the synchronous loop
+    (training/reporter.py): the run's state is still that of its last good step, as when the synchronous loop
     stops at once.
     """
 

@@ -8,7 +8,7 @@ takes the same decision without another collective. A skipped step changes no pa
 
 The decision is taken on the host (the synchronous path), or, with a ``SkipStreak``, on the device: the same
 ``update`` then hands torch's fused AdamW a ``found_inf`` flag and nothing is read by the host; the outcome's
-numbers stay 0-d device tensors until training/accounting.py reads them.
+numbers stay 0-d device tensors until training/reporter.py reads them.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from megamlm.training.nonfinite import SkipStreak, nonfinite_flag
 @dataclass
 class StepOutcome:
     """One optimizer step's outcome: what ``train_step`` returns, what the loop's ledger and reporter account for
-    (training/accounting.py) and what an ``on_step`` callback receives."""
+    (training/reporter.py) and what an ``on_step`` callback receives."""
 
     loss: float | torch.Tensor
     """Mean token loss over the global batch (a 0-d device tensor until read when the step ran on the device)."""

@@ -9,7 +9,7 @@ objective where the ObjectiveSchedule says so, then ``Trainer.after_step`` score
 checkpoints when due. The loop keeps no per-step history: tests and tools observe steps through the ``on_step``
 callback (a ``StepOutcome`` per step), and every logged step and validation goes to ``metrics.jsonl``. On a GPU
 the host does not wait for the steps: the non-finite skip is decided on the device (training/nonfinite.py) and
-the step numbers are read at log lines (training/accounting.py).
+the step numbers are read at log lines (training/reporter.py).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from megamlm.parallel.dims import ParallelDims
 from megamlm.parallel.dry_run import GIB, rank_estimates
 from megamlm.parallel.parallelize import ParallelModel, parallelize
 from megamlm.parallel.runtime import start_parallel
-from megamlm.training.accounting import RunReporter, StepLedger
+from megamlm.training.reporter import RunReporter, StepLedger
 from megamlm.training.metrics import format_duration
 from megamlm.training.nonfinite import NonFiniteGuard, SkipStreak, skip_streak
 from megamlm.training.optim import LRSchedule, build_optimizer, set_hyperparameters
@@ -75,7 +75,7 @@ def pretrain(cfg: Config, on_step: Callable[[StepOutcome], None] | None = None,
     the --save folder is locked for the run (checkpoint/lock.py).
 
     ``read_on_device``: decide the non-finite skip on the device and read the step numbers only when needed
-    (training/accounting.py). None: where it pays, on a GPU with the fused AdamW; True also on CPU (tests).
+    (training/reporter.py). None: where it pays, on a GPU with the fused AdamW; True also on CPU (tests).
     """
     with ExitSignalHandler() as signals, ExitStack() as held:
         trainer = build_trainer(cfg, signals, held, on_step, read_on_device)
@@ -123,7 +123,7 @@ class Trainer:
     """The guard's streak mirrored on the device, when the skip is decided there (training/nonfinite.py)."""
     reporter: RunReporter | None = field(default=None, init=False)
     ledger: StepLedger | None = field(default=None, init=False)
-    """The finished steps the host has not read yet (training/accounting.py)."""
+    """The finished steps the host has not read yet (training/reporter.py)."""
 
     @property
     def schedule(self) -> ObjectiveSchedule:
@@ -225,7 +225,7 @@ class Trainer:
         raise WriteFailure(f"stopped after step {step}: {reason}; {saved}")
 
     def settle(self, step: int) -> None:
-        """Account for the steps up to ``step`` (training/accounting.py); raise NonFiniteError, after saving a
+        """Account for the steps up to ``step`` (training/reporter.py); raise NonFiniteError, after saving a
         checkpoint of the last good state, when the guard's streak is complete."""
         guard, manager = self.guard, self.manager
         stopped_at = self.ledger.settle()

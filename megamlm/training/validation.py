@@ -28,7 +28,7 @@ from megamlm.config import (
 )
 from megamlm.data import DataError, GlobalBatchSampler, build_validation_dataset
 from megamlm.objectives import MaskingSpec
-from megamlm.objectives.schedule import make_batch
+from megamlm.objectives.batch import make_batch
 from megamlm.parallel.forward_backward import forward_metrics
 from megamlm.parallel.parallelize import ParallelModel
 
