@@ -8,8 +8,9 @@ import pytest
 
 from megamlm.eval.results import RunKey, write_json_atomic
 from megamlm.study.commands import evaluated_models
-from megamlm.study.evidence import (CONTRADICTED, MIXED, SUPPORTED, UNDECIDED, Scores, arms, claims,
-                                    claims_section, continuation_gains, lr_curves, models_at, stability)
+from megamlm.study.arms import arms
+from megamlm.study.claims import CONTRADICTED, MIXED, SUPPORTED, UNDECIDED, claims, claims_section
+from megamlm.study.scores import Scores, continuation_gains, lr_curves, models_at, stability
 from megamlm.study.report import write_report
 
 STUDY = {"seeds": [1, 2, 3],
@@ -154,7 +155,7 @@ def test_the_claims_section_gives_the_numbers_and_the_setting_behind_a_departure
 
 def test_the_setting_of_a_and_c_cites_the_mlm_arms_final_validation(small_plan):
     """How far along its MLM curve each MLM-trained arm ended: the report's final validation, means over seeds."""
-    from megamlm.study.evidence import Sample
+    from megamlm.study.statistics import Sample
 
     plan = small_plan(STUDY)
     validation = {arm.label: {"mlm_accuracy": Sample([0.06, 0.08]), "mlm_loss": Sample([6.2, 6.4])}
