@@ -72,7 +72,7 @@ def _setting(plan: Plan, arm: Arm) -> dict:
     run = arm.runs[0]
     preset = PRESETS[run.size]
     e = plan.study.evaluation
-    ft_steps = (e.hyperparameters.get("max_steps") if e else None) or "the protocol's"
+    ft_steps = (e.hyperparameters.max_steps if e else None) or "the protocol's"
     return {"size": run.size, "layers": preset["num_layers"], "hidden": preset["hidden_size"],
             "steps": run.train_iters, "tokens_per_step": run.tokens_per_step,
             "tokens": _tokens(run.tokens_per_step * run.train_iters),
