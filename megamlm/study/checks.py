@@ -14,6 +14,7 @@ from megamlm.eval.finetune import Hyperparameters
 from megamlm.eval.paper_datasets import RETRIEVAL_CORPORA
 from megamlm.eval.tasks import TaskSettings
 from megamlm.model.config import PRESETS
+from megamlm.study.claims_table import load_claims
 from megamlm.study.naming import arm_label
 from megamlm.study.schema import (
     EVALUATE_OWN_SETTINGS,
@@ -119,6 +120,8 @@ def validate_study(study: Study) -> None:
     check_slurm_values(s)
     if study.root is not None:
         check_script_path(study.root, "root")
+    if study.claims is not None:
+        load_claims(study.resolve(study.claims))  # the table exists and reads
 
 
 # What SLURM accepts in each value written into an #SBATCH line: these lines are read by sbatch, not by bash, but

@@ -1,5 +1,6 @@
-"""The paper's claims (arXiv 2507.00994), each answered from a study's scores with Welch's test and Holm's
-correction over the section's tests."""
+"""A paper's claims answered from a study's scores: for each claim of its table (``study.claims_table``), the
+tests its comparison makes (signed: > 0 is the paper's direction), Welch's test with Holm's correction over the
+section's tests, a verdict, and what in the study's setting could explain a departure."""
 
 from __future__ import annotations
 
@@ -11,17 +12,14 @@ from dataclasses import dataclass
 from megamlm.eval.metrics import SIGNIFICANCE, Comparison, compare, holm
 from megamlm.model.config import PRESETS
 from megamlm.study.arms import Arm, arm_of_run, arms
+from megamlm.study.claims_table import KIND_NAMES, ClaimSpec, ClaimsTable, load_claims
 from megamlm.study.plan import Plan
+from megamlm.study.schema import StudyError
 from megamlm.study.scores import Scores, evaluated_steps_of, family_samples, stability
 from megamlm.study.statistics import PRETRAINING_SEEDS, Sample, p_text, sample_values, test_basis
 
 SUPPORTED, CONTRADICTED, MIXED, UNDECIDED = ("supported", "contradicted", "mixed",
                                              "not distinguishable at this scale")
-PAPER = {"sizes": "210m, 610m and 1b parameters (12-26 layers, hidden 768-1,728)", "steps": 42_000,
-         "tokens_per_step": 1_152 * 2_048, "early_steps": 5_000, "ft_lrs": 6, "ft_seeds": 5,
-         "ft_steps": "1,000 steps (token classification: one epoch)", "cpt_steps": "2,000 to 22,000"}
-
-
 @dataclass
 class Test:
     """One comparison of a claim: ``difference`` is signed so that > 0 is the paper's direction."""
@@ -69,6 +67,7 @@ def _pair(a: dict[str, Sample], b: dict[str, Sample], what: str, family: str) ->
 
 
 def _setting(plan: Plan, arm: Arm) -> dict:
+    """The study's facts a claim's setting can name, from one compared arm (all share size, budget and mask)."""
     run = arm.runs[0]
     preset = PRESETS[run.size]
     e = plan.study.evaluation
@@ -76,34 +75,9 @@ def _setting(plan: Plan, arm: Arm) -> dict:
     return {"size": run.size, "layers": preset["num_layers"], "hidden": preset["hidden_size"],
             "steps": run.train_iters, "tokens_per_step": run.tokens_per_step,
             "tokens": _tokens(run.tokens_per_step * run.train_iters),
-            "paper_tokens": _tokens(PAPER["steps"] * PAPER["tokens_per_step"]),
             "lrs": ", ".join(f"{lr:g}" for lr in (e.lrs if e else [])), "n_lrs": len(e.lrs) if e else 0,
             "n_ft_seeds": len(e.seeds) if e else 0, "ft_steps": ft_steps,
             "ft_examples": (e.max_train_examples or "all") if e else "all", "seeds": len(plan.study.seeds)}
-
-
-SETTINGS = {
-    "a": ("The paper's MLM lead is measured at the end of {paper_steps:,} steps of {paper_tps:,} tokens "
-          "({paper_tokens} tokens) with {paper_sizes}. This study's {steps:,} steps of {tokens_per_step:,} tokens "
-          "({tokens} tokens) with the {size} preset ({layers} layers, hidden {hidden}) end long before that, in the "
-          "regime where the paper itself finds CLM ahead (its {paper_early:,}-step models, claim b): a model this "
-          "small and this briefly trained can leave MLM level with CLM or behind it."),
-    "b": ("The paper finds CLM ahead early (its 610m models at {paper_early:,} steps, {paper_early_tokens} tokens); "
-          "here early is step {early:,} of {steps:,} ({early_tokens} tokens). If both objectives are still near the "
-          "unigram plateau at that step, or the {ft_steps} fine-tuning steps lift every model to the same level, the "
-          "early gap does not show; {seeds} pretraining seeds detect only a large one."),
-    "c": ("The paper compares its CLM-then-MLM splits with MLM at {paper_steps:,} steps ({paper_tokens} tokens); here "
-          "at {steps:,} steps ({tokens} tokens) with the {size} preset, where the MLM phase after the switch is "
-          "{mlm_phase} steps, and {seeds} pretraining seeds detect only a large difference."),
-    "d": ("The paper continues its {paper_steps:,}-step models by {paper_cpt} MLM steps; here the parents trained "
-          "{steps:,} steps ({tokens} tokens) with the {size} preset and the continuations {cpt} steps. A parent this "
-          "far from convergence gains from any further training, which can hide the difference between the parents' "
-          "objectives."),
-    "e": ("The paper's stability claim rests on {paper_lrs} learning rates and {paper_ft_seeds} fine-tuning seeds at "
-          "{paper_ft_steps}; here {n_lrs} learning rates ({lrs}) and {n_ft_seeds} seeds at {ft_steps} steps on "
-          "{ft_examples} training examples. With so short a fine-tuning the grid's LRs may all reach the same "
-          "score (no loss to compare) or all but the largest stay under-trained, whatever the pretraining."),
-}
 
 
 def _validation_facts(validation: dict[str, dict[str, Sample]] | None, arms_: list[Arm]) -> str:
@@ -125,108 +99,113 @@ def _validation_facts(validation: dict[str, dict[str, Sample]] | None, arms_: li
             + "; ".join(parts) + ".")
 
 
-def _fill(key: str, plan: Plan, arm: Arm, **extra) -> str:
-    values = {**_setting(plan, arm), "paper_steps": PAPER["steps"], "paper_tps": PAPER["tokens_per_step"],
-              "paper_sizes": PAPER["sizes"], "paper_early": PAPER["early_steps"],
-              "paper_early_tokens": _tokens(PAPER["early_steps"] * PAPER["tokens_per_step"]),
-              "paper_lrs": PAPER["ft_lrs"], "paper_ft_seeds": PAPER["ft_seeds"], "paper_ft_steps": PAPER["ft_steps"],
-              "paper_cpt": PAPER["cpt_steps"], **extra}
-    return SETTINGS[key].format(**values)
+def _fill(table: ClaimsTable, spec: ClaimSpec, plan: Plan, arm: Arm, **extra) -> str:
+    values = {**_setting(plan, arm), **{f"paper_{k}": v for k, v in table.facts.items()}, **extra}
+    try:
+        return spec.setting.format(**values)
+    except (KeyError, IndexError, ValueError) as err:
+        raise StudyError(f"claims table: the setting of claim {spec.key} names {err}, which is neither a fact of "
+                         f"the table nor one of the study's ({', '.join(sorted(values))}); fix that name") from None
 
 
-STATEMENTS = {"a": "MLM beats CLM at the end of pretraining",
-              "b": "CLM is ahead early in pretraining",
-              "c": "CLM-then-MLM matches or beats MLM at equal steps",
-              "d": "continuing (MLM) from CLM beats continuing from MLM",
-              "e": "CLM fine-tunes more stably across learning rates"}
-
-
-def claims(plan: Plan, scores: Scores, validation: dict[str, dict[str, Sample]] | None = None) -> list[Claim]:
-    """The paper's claims (a)-(e), each with its tests (signed: > 0 is the paper's direction), Holm-adjusted
-    together over every test of the section. ``validation`` (arm label -> metric -> values, the report's final
-    validation table) adds the MLM arms' final validation MLM accuracy to the setting of (a) and (c)."""
-    all_arms = arms(plan)
+def _arm_pairs(plan: Plan, spec: ClaimSpec) -> list[tuple[Arm, Arm]]:
+    """(a arm, b arm) of each size, budget and mask ratio with both: every ``a`` arm against the first ``b``."""
     groups: dict[tuple, dict[str, list[Arm]]] = defaultdict(lambda: defaultdict(list))
-    for arm in all_arms:
+    for arm in arms(plan):
         if arm.kind != "continuation":
             groups[arm.group][arm.kind].append(arm)
-    pairs = [(g["clm"][0], g["mlm"][0], g) for g in groups.values() if g["clm"] and g["mlm"]]
-    out: dict[str, Claim] = {}
-    none = "no CLM and MLM arm of one size, budget and mask ratio"
+    return [(a, g[spec.b][0]) for g in groups.values() if g[spec.b] for a in g[spec.a]]
 
-    tests = []
-    for clm, mlm, _ in pairs:
-        a, b = family_samples(plan, scores, mlm), family_samples(plan, scores, clm)
-        tests += [t for f in scores.families if (t := _pair(a, b, f"{mlm.label} − {clm.label}", f))]
-    out["a"] = Claim("a", STATEMENTS["a"], tests,
-                     _fill("a", plan, pairs[0][0]) + _validation_facts(validation, [m for _, m, _ in pairs])
-                     if pairs else "",
-                     "" if pairs else none)
 
-    tests, early = [], None
-    for clm, mlm, _ in pairs:
-        steps = sorted(set(evaluated_steps_of(plan, clm)) & set(evaluated_steps_of(plan, mlm)))
-        steps = [s for s in steps if s < clm.runs[0].train_iters]
-        if not steps:
-            continue
-        early = steps[0]
-        a, b = family_samples(plan, scores, clm, early), family_samples(plan, scores, mlm, early)
-        tests += [t for f in scores.families
-                  if (t := _pair(a, b, f"{clm.label} − {mlm.label} at step {early:,}", f))]
-    out["b"] = Claim("b", STATEMENTS["b"], tests,
-                     _fill("b", plan, pairs[0][0], early=early or 0,
-                           early_tokens=_tokens((early or 0) * pairs[0][0].runs[0].tokens_per_step))
-                     if pairs and early else "",
-                     "" if early else (none if not pairs else "no checkpoint of both arms evaluated before the end "
-                                       "(evaluation.checkpoint_steps)"))
-
-    tests, split_pairs = [], [(s, mlm) for _, mlm, g in pairs for s in g["clm_then_mlm"]]
-    for split, mlm in split_pairs:
-        a, b = family_samples(plan, scores, split), family_samples(plan, scores, mlm)
-        tests += [t for f in scores.families if (t := _pair(a, b, f"{split.label} − {mlm.label}", f))]
-    phases = sorted({s.runs[0].train_iters - s.runs[0].switch_step for s, _ in split_pairs})
-    mlm_phase = ", ".join(f"{p:,}" for p in phases)
-    out["c"] = Claim("c", STATEMENTS["c"], tests,
-                     _fill("c", plan, split_pairs[0][1], mlm_phase=mlm_phase)
-                     + _validation_facts(validation, [a for split, mlm in split_pairs for a in (mlm, split)])
-                     if split_pairs else "",
-                     "" if split_pairs else "no CLM-then-MLM arm beside an MLM arm of its budget", matches=True)
-
+def _continuation_pairs(plan: Plan, spec: ClaimSpec) -> list[tuple[Arm, Arm, int]]:
+    """(continuation of an ``a`` parent, of a ``b`` parent, steps) with the same parents' group and steps."""
     by_parent: dict[tuple, dict[str, Arm]] = defaultdict(dict)
     by_run = arm_of_run(plan)
-    for arm in all_arms:
-        if arm.kind == "continuation" and arm.runs[0].objective == "mlm":
+    for arm in arms(plan):
+        if arm.kind == "continuation" and arm.runs[0].objective == spec.objective:
             parent = by_run[arm.runs[0].continues]
-            if parent.kind in ("clm", "mlm"):
-                by_parent[(parent.group, arm.runs[0].train_iters)][parent.kind] = arm
-    cpt = [(g["clm"], g["mlm"], steps) for (_, steps), g in by_parent.items() if "clm" in g and "mlm" in g]
-    tests = []
-    for from_clm, from_mlm, _ in cpt:
-        a, b = family_samples(plan, scores, from_clm), family_samples(plan, scores, from_mlm)
-        tests += [t for f in scores.families if (t := _pair(a, b, f"{from_clm.label} − {from_mlm.label}", f))]
-    parent_of = (lambda arm: by_run[arm.runs[0].continues])
-    out["d"] = Claim("d", STATEMENTS["d"], tests,
-                     _fill("d", plan, parent_of(cpt[0][0]), cpt=", ".join(sorted({f"{s:,}" for *_, s in cpt})))
-                     if cpt else "", "" if cpt else "no MLM continuations of both a CLM and an MLM arm with the "
-                     "same steps")
+            by_parent[(parent.group, arm.runs[0].train_iters)][parent.kind] = arm
+    return [(g[spec.a], g[spec.b], steps) for (_, steps), g in by_parent.items() if spec.a in g and spec.b in g]
 
-    losses = stability(plan, scores)
-    tests = []
-    for clm, mlm, _ in pairs:
-        for family in scores.families:
-            a, b = losses.get(mlm.label, {}).get(family), losses.get(clm.label, {}).get(family)
-            if a and b:  # MLM's loss minus CLM's: > 0 when CLM loses less away from its best LR
-                tests.append(Test(f"stability loss {mlm.label} − {clm.label}", family, PRETRAINING_SEEDS,
-                                  compare(a, b)))
-    lr_grid = plan.study.evaluation is not None and len(plan.study.evaluation.lrs) >= 2
-    out["e"] = Claim("e", STATEMENTS["e"], tests, _fill("e", plan, pairs[0][0]) if pairs else "",
-                     "" if pairs and lr_grid else (none if not pairs else "a single fine-tuning learning rate"))
 
-    every = [t for c in out.values() for t in c.tests]
+def _differences(plan: Plan, scores: Scores, a: Arm, b: Arm, what: str, step: int | None = None) -> list[Test]:
+    sa, sb = family_samples(plan, scores, a, step), family_samples(plan, scores, b, step)
+    return [t for f in scores.families if (t := _pair(sa, sb, what, f))]
+
+
+def _answer(table: ClaimsTable, spec: ClaimSpec, plan: Plan, scores: Scores, validation) -> Claim:
+    """One claim's tests and setting (empty, with the reason, where the study has no arms to ask it)."""
+    a_name, b_name = KIND_NAMES[spec.a], KIND_NAMES[spec.b]
+    none = f"no {' and '.join(sorted((a_name, b_name)))} arm of one size, budget and mask ratio"
+    tests: list[Test] = []
+    if spec.compare == "continuation":
+        cpt = _continuation_pairs(plan, spec)
+        for from_a, from_b, _ in cpt:
+            tests += _differences(plan, scores, from_a, from_b, f"{from_a.label} − {from_b.label}")
+        if not cpt:
+            return Claim(spec.key, spec.statement, tests, "", f"no {KIND_NAMES[spec.objective]} continuations of "
+                         f"both {a_name} and {b_name} arms with the same steps", spec.matches)
+        parent = arm_of_run(plan)[cpt[0][1].runs[0].continues]
+        steps = ", ".join(sorted({f"{s:,}" for *_, s in cpt}))
+        return Claim(spec.key, spec.statement, tests, _fill(table, spec, plan, parent, cpt=steps), "", spec.matches)
+    pairs = _arm_pairs(plan, spec)
+    if not pairs:
+        return Claim(spec.key, spec.statement, tests, "", none, spec.matches)
+    extra: dict = {}
+    if spec.compare == "final":
+        for a, b in pairs:
+            tests += _differences(plan, scores, a, b, f"{a.label} − {b.label}")
+        splits = [arm for pair in pairs for arm in pair if arm.kind == "clm_then_mlm"]
+        extra["mlm_phase"] = ", ".join(f"{p:,}" for p in sorted({s.runs[0].train_iters - s.runs[0].switch_step
+                                                                   for s in splits}))
+    elif spec.compare == "early":
+        early = None
+        for a, b in pairs:
+            steps = sorted(set(evaluated_steps_of(plan, a)) & set(evaluated_steps_of(plan, b)))
+            steps = [s for s in steps if s < a.runs[0].train_iters]
+            if steps:
+                early = steps[0]
+                tests += _differences(plan, scores, a, b, f"{a.label} − {b.label} at step {early:,}", early)
+        if early is None:
+            return Claim(spec.key, spec.statement, tests, "", "no checkpoint of both arms evaluated before the end "
+                         "(evaluation.checkpoint_steps)", spec.matches)
+        extra = {"early": early, "early_tokens": _tokens(early * pairs[0][0].runs[0].tokens_per_step)}
+    else:  # stability: b's loss minus a's, > 0 when a loses less away from its best LR
+        losses = stability(plan, scores)
+        for a, b in pairs:
+            for family in scores.families:
+                la, lb = losses.get(a.label, {}).get(family), losses.get(b.label, {}).get(family)
+                if la and lb:
+                    tests.append(Test(f"stability loss {b.label} − {a.label}", family, PRETRAINING_SEEDS,
+                                      compare(lb, la)))
+        e = plan.study.evaluation
+        if e is None or len(e.lrs) < 2:
+            return Claim(spec.key, spec.statement, tests, _fill(table, spec, plan, pairs[0][1]),
+                         "a single fine-tuning learning rate", spec.matches)
+    setting = _fill(table, spec, plan, pairs[0][1], **extra)
+    if spec.validation_facts:
+        setting += _validation_facts(validation, [arm for a, b in pairs for arm in (b, a)])
+    return Claim(spec.key, spec.statement, tests, setting, "", spec.matches)
+
+
+def study_claims(plan: Plan) -> ClaimsTable | None:
+    """The claims table the study names (its ``claims`` key), or None."""
+    study = plan.study
+    return load_claims(study.resolve(study.claims)) if study.claims else None
+
+
+def claims(plan: Plan, scores: Scores, validation: dict[str, dict[str, Sample]] | None = None,
+           table: ClaimsTable | None = None) -> list[Claim]:
+    """The claims of ``table`` (default: the study's), each with its tests, Holm-adjusted together over every test
+    of the section. ``validation`` (arm label -> metric -> values, the report's final validation table) adds the
+    MLM-trained arms' final validation MLM accuracy to the settings that ask for it."""
+    table = table or study_claims(plan)
+    found = [_answer(table, spec, plan, scores, validation) for spec in table.claims] if table else []
+    every = [t for c in found for t in c.tests]
     adjusted = holm([t.comparison.p_value for t in every]) if every else []
     for test, p in zip(every, adjusted):
         test.adjusted = p
-    return list(out.values())
+    return found
 
 
 def _test_line(t: Test, rehearsal: bool) -> str:
@@ -243,8 +222,9 @@ def _test_line(t: Test, rehearsal: bool) -> str:
 
 def claims_section(plan: Plan, scores: Scores, rehearsal: bool = False,
                    validation: dict[str, dict[str, Sample]] | None = None) -> str:
-    """The section answering the paper's claims (a)-(e) with the numbers; in a rehearsal, the differences only."""
-    found = claims(plan, scores, validation)
+    """The section answering the study's claims table with the numbers; in a rehearsal, the differences only."""
+    table = study_claims(plan)
+    found = claims(plan, scores, validation, table)
     if not any(c.tests for c in found):
         return ""
     n = sum(len(c.tests) for c in found)
@@ -252,7 +232,7 @@ def claims_section(plan: Plan, scores: Scores, rehearsal: bool = False,
         head = ("Each claim of the paper with the differences this rehearsal measured (signed so that > 0 is the "
                 "paper's direction), untested: a rehearsal of the pipeline answers none of them.")
     else:
-        head = ("Each claim of the paper (arXiv 2507.00994), tested on the downstream scores per task family "
+        head = (f"Each claim of the paper ({table.paper}), tested on the downstream scores per task family "
                 "(test mean at the best LR, averaged over the family's tasks). Each line: the difference of means "
                 "signed so that > 0 is the paper's direction, its 95% interval (Welch-Satterthwaite), the p-value "
                 f"of Welch's two-sided t-test adjusted with Holm's method over the section's {n} tests; "

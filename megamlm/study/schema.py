@@ -155,6 +155,9 @@ class Study:
     report: str | None = None
     """Where the report is written (a Markdown file, relative to the study file; its figures go beside it in
     figures/); default ROOT/report/REPORT.md."""
+    claims: str | None = None
+    """The claims table the report answers (a YAML file, relative to the study file, of a paper's claims as
+    comparisons of arms: claims/clm_mlm_2507.00994.yaml beside the example studies); none: no claims section."""
     source: Path = field(default=Path("."), metadata={"internal": True})
     """The study file (set by load_study)."""
     scale: float = field(default=1.0, metadata={"internal": True})
