@@ -264,7 +264,7 @@ def _place(runs: list[Run]) -> list[Run]:
 
 
 def build_plan(study: Study, root: str | None = None) -> Plan:
-    """The plan of runs of a checked study (``schema.load_study``); raises StudyError for a run pretrain.py would
+    """The plan of runs of a checked study (``load.load_study``); raises StudyError for a run pretrain.py would
     refuse."""
     base = pretrain_settings(study)
     arms: dict[str, Run] = {}
