@@ -21,7 +21,7 @@ from megamlm.log import quiet_imports  # noqa: E402
 quiet_imports()  # before transformers is imported: known third-party import noise (megamlm/log.py)
 
 from megamlm.errors import UserError, exit_line  # noqa: E402
-from megamlm.training.run_plots import DEFAULT_OUTPUT, plot_runs  # noqa: E402
+from megamlm.training.run_curves import DEFAULT_OUTPUT, plot_runs  # noqa: E402
 
 
 def main(argv=None) -> int:

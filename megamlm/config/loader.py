@@ -2,6 +2,7 @@
 
 A ``--config run.yaml`` file holds sections (``{model: {...}, training: {...}}``); ``settings_of`` reads one into
 plain mappings, ``config_from_settings`` builds the frozen Config from them (also for study files and records).
+``typed_dataclass`` is the one YAML-to-dataclass converter: the config's sections and the study file's keys alike.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import get_args, get_origin, get_type_hints
 
 import yaml
 
-from megamlm.config.docs import scalar_type
+from megamlm.config.docs import field_docs, scalar_type
 from megamlm.config.sections import SECTION_CLASSES, Config
 from megamlm.errors import ConfigError
 
@@ -34,33 +35,60 @@ def config_from_settings(data: dict) -> Config:
             raise ConfigError(f"unknown config section {section_name!r}; known: {', '.join(SECTION_CLASSES)}")
         if values is not None and not isinstance(values, dict):
             raise ConfigError(f"section {section_name} must be a mapping of keys to values, got {values!r}")
-        cls = SECTION_CLASSES[section_name]
-        known = {f.name for f in dataclasses.fields(cls)}
-        hints = get_type_hints(cls)
-        typed = {}
-        for key, value in (values or {}).items():
-            if key not in known:
-                raise ConfigError(f"unknown key {section_name}.{key}; known: {', '.join(sorted(known))}")
-            if key in FORMER_SWITCHES and isinstance(value, bool):
-                value = FORMER_SWITCHES[key][value]
-            typed[key] = _typed(f"{section_name}.{key}", hints[key], value)
-        sections[section_name] = cls(**typed)
+        values = {key: FORMER_SWITCHES[key][value] if key in FORMER_SWITCHES and isinstance(value, bool) else value
+                  for key, value in (values or {}).items()}
+        sections[section_name] = typed_dataclass(section_name, SECTION_CLASSES[section_name], values)
     return Config(**sections)
 
 
+def keys_of(cls) -> list[str]:
+    """The keys a file may give for the dataclass ``cls``: its fields but those marked ``{"internal": True}``."""
+    return [f.name for f in dataclasses.fields(cls) if not f.metadata.get("internal")]
+
+
+def _join(where: str, key) -> str:
+    return f"{where}.{key}" if where else str(key)
+
+
+def typed_dataclass(name: str, cls, values):
+    """A mapping read from YAML -> the dataclass ``cls`` (config sections, study files), each value typed by its
+    field; unknown keys and missing required ones refused naming them. ``name`` is where the mapping sits."""
+    known = keys_of(cls)
+    if not isinstance(values, dict):
+        raise ConfigError(f"{name or 'the file'} must be a mapping of keys ({', '.join(known)}), got {values!r}")
+    hints = get_type_hints(cls)
+    typed = {}
+    for key, value in values.items():
+        if key not in known:
+            raise ConfigError(f"unknown key {_join(name, key)}; known: {', '.join(sorted(known))}")
+        typed[key] = _typed(_join(name, key), hints[key], value)
+    for f in dataclasses.fields(cls):
+        if f.name in known and f.name not in typed and f.default is f.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"{_join(name, f.name)} is missing: {field_docs(cls).get(f.name, '')}")
+    return cls(**typed)
+
+
 def _typed(name: str, annotation, value):
-    """A value read from YAML, checked against (and for lists and whole floats, converted to) the field's type."""
+    """A value read from YAML, checked against (and for lists and whole floats, converted to) the field's type: a
+    scalar, a list, a mapping (``dict``) or a nested dataclass (Literal choices are the checks', not checked here)."""
     if value is None:
         if type(None) in get_args(annotation):
             return None
         raise ConfigError(f"{name} needs a value, got nothing (null)")
-    if get_origin(annotation) is list:
-        return _typed_list(name, annotation, value)
+    inner = scalar_type(annotation) if get_origin(annotation) is not list else annotation
+    if dataclasses.is_dataclass(inner):
+        return typed_dataclass(name, inner, value)
+    if get_origin(inner) is list:
+        return _typed_list(name, inner, value)
     listed = [arg for arg in get_args(annotation) if get_origin(arg) is list]
     if listed and isinstance(value, list):  # a setting given as one value or a list (--switch 0.6,0.9)
         return [_typed(name, get_args(listed[0])[0], item) for item in value] if len(value) != 1 else \
             _typed(name, get_args(listed[0])[0], value[0])
-    expected = scalar_type(annotation)
+    if inner is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{name} must be a mapping, got {value!r}")
+        return value
+    expected = inner
     if expected is bool:
         ok = isinstance(value, bool)
     elif expected is float:
@@ -78,20 +106,26 @@ def _typed(name: str, annotation, value):
             value = json.dumps(value)
         ok = isinstance(value, str)
     if not ok:
-        kind = {bool: "true or false", float: "a number", int: "a whole number", str: "a string"}[expected]
+        kind = {bool: "true or false", float: "a number", int: "a whole number",
+                str: "a string (quote it in YAML)"}[expected]
         raise ConfigError(f"{name} must be {kind}, got {value!r}")
     return value
 
 
 def _typed_list(name: str, annotation, value) -> list:
     items = value if isinstance(value, list) else [value]
-    if get_args(annotation) == (int,):
+    (item,) = get_args(annotation)
+    if item is int:
         if not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
             raise ConfigError(f"{name} must be a list of whole numbers (e.g. [10000, 21000]), got {value!r}")
         return list(items)
-    if not all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in items):
-        raise ConfigError(f"{name} must be a list of strings, got {value!r}")
-    return [str(v) for v in items]
+    if item is str:
+        if not all(isinstance(v, (str, int, float)) and not isinstance(v, bool) for v in items):
+            raise ConfigError(f"{name} must be a list of strings, got {value!r}")
+        return [str(v) for v in items]
+    if not isinstance(value, list):
+        raise ConfigError(f"{name} must be a list (YAML [a, b]), got {value!r}")
+    return [_typed(f"{name}[{i}]", item, v) for i, v in enumerate(value)]
 
 
 class UniqueKeyLoader(yaml.SafeLoader):

@@ -7,8 +7,8 @@ import dataclasses
 import io
 from pathlib import Path
 
+from megamlm import figures
 from megamlm.eval.aggregate import LrScores, TaskSummary, family_averages
-from megamlm.eval.plots import plot_score_per_model, plot_score_vs_lr
 from megamlm.eval.results import write_text_atomic
 
 
@@ -53,6 +53,6 @@ def write_report(output: Path, summaries: list[TaskSummary], lr_rows: list[LrSco
     write_text_atomic(written[1], _csv(summaries))
     write_text_atomic(written[2], _csv(lr_rows))
     if plots and summaries:
-        written.append(plot_score_per_model(summaries, output / "score_per_model.png"))
-        written.append(plot_score_vs_lr(lr_rows, output / "score_vs_lr.png"))
+        written.append(figures.score_per_model(summaries, output / "score_per_model.png"))
+        written.append(figures.score_vs_lr(lr_rows, output / "score_vs_lr.png"))
     return written

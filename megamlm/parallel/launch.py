@@ -2,7 +2,7 @@
 
 torchrun sets RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT itself. Under ``mpirun`` (Open MPI,
 MPICH, Intel MPI, MVAPICH) or a bare ``srun`` the same facts live in launcher-specific variables (read by
-``megamlm.launcher_env``); ``launcher_env`` maps them to torch's names so ``init_process_group("env://")`` works
+``megamlm.launcher_env``); ``torch_env_vars`` maps them to torch's names so ``init_process_group("env://")`` works
 everywhere. The master address comes from MASTER_ADDR, the first host of SLURM's node list, or (with mpi4py
 installed) rank 0's host name broadcast over MPI.
 """
@@ -20,12 +20,7 @@ import torch.distributed as dist
 
 from megamlm import extras
 from megamlm.errors import UserError
-from megamlm.launcher_env import (  # noqa: F401  (rank_from_env, world_size_from_env: also importable from here)
-    detect_launcher,
-    launcher_variables,
-    rank_from_env,
-    world_size_from_env,
-)
+from megamlm.launcher_env import detect_launcher, launcher_variables
 
 DEFAULT_MASTER_PORT = "29500"
 
@@ -54,7 +49,7 @@ def _mpi_master_addr() -> str | None:
     return MPI.COMM_WORLD.bcast(socket.gethostname(), root=0)
 
 
-def launcher_env(environ: Mapping[str, str] | None = None, resolve_master=_mpi_master_addr) -> dict[str, str]:
+def torch_env_vars(environ: Mapping[str, str] | None = None, resolve_master=_mpi_master_addr) -> dict[str, str]:
     """RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT for this process ({} for a plain process)."""
     env = os.environ if environ is None else environ
     launcher = detect_launcher(env)
@@ -102,7 +97,7 @@ def init_distributed(device_type: str, timeout_minutes: float = 30.0) -> tuple[i
 
     A plain process (no launcher) gets (0, 1, 0) and no process group.
     """
-    env = launcher_env()
+    env = torch_env_vars()
     if not env or int(env["WORLD_SIZE"]) == 1:
         return 0, 1, 0
     os.environ.update(env)

@@ -9,11 +9,13 @@ record of finished runs) and ``ROOT/logs``. An evaluated intermediate checkpoint
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
 from megamlm.checkpoint.catalog import iteration_dir
 from megamlm.study.plan import Plan, Run
+from megamlm.study.schema import EVALUATE_OWN_SETTINGS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -63,6 +65,14 @@ def _flag(key: str) -> str:
     return "--" + key.replace("_", "-")
 
 
+def _set_fields(settings) -> list[tuple[str, object]]:
+    """The fields of a settings dataclass that differ from its defaults (tools/evaluate.py's flags default to them),
+    but those the grid sets per run (lr, seed)."""
+    default = type(settings)()
+    return [(f.name, getattr(settings, f.name)) for f in dataclasses.fields(settings)
+            if f.name not in EVALUATE_OWN_SETTINGS and getattr(settings, f.name) != getattr(default, f.name)]
+
+
 def evaluate_command(plan: Plan, run: Run, python: str = "python", num_workers: int = 1,
                      devices: str | None = None, repo: str = "") -> list[str]:
     """Fine-tune every evaluated checkpoint of ``run`` (exported first) with the study's protocol."""
@@ -71,7 +81,7 @@ def evaluate_command(plan: Plan, run: Run, python: str = "python", num_workers: 
     command = [python, _script(repo, "tools/evaluate.py"), "--model", models, "--tasks", ",".join(e.tasks),
                "--output", str(Path(plan.root) / "eval"), "--lrs", ",".join(f"{lr:g}" for lr in e.lrs),
                "--seeds", ",".join(map(str, e.seeds)), "--retrieval-corpus", e.retrieval_corpus, "--no-plots"]
-    for key, value in {**e.hyperparameters, **e.task_settings}.items():
+    for key, value in _set_fields(e.hyperparameters) + _set_fields(e.task_settings):
         command += [_flag(key), str(value)]
     for key in ("max_train_examples", "max_eval_examples"):
         if getattr(e, key):

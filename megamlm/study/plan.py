@@ -23,7 +23,8 @@ import numpy as np
 from megamlm.config import OBJECTIVE_PHASES, Config, ConfigError, batch_start, given_config, validate
 from megamlm.model.config import PRESETS
 from megamlm.study.naming import arm_label, continuation_label, run_name
-from megamlm.study.schema import Study, StudyError, grid_arms, merge_settings, pretrain_settings
+from megamlm.study.schema import Study, StudyError, grid_arms
+from megamlm.study.settings import merge_settings, pretrain_settings
 from megamlm.training.lineage import History, Segment
 
 # Config fields that do not decide whether two runs' steps can be the same steps: the schedules (compared step by
@@ -265,7 +266,7 @@ def _place(runs: list[Run]) -> list[Run]:
 
 
 def build_plan(study: Study, root: str | None = None) -> Plan:
-    """The plan of runs of a checked study (``schema.load_study``); raises StudyError for a run pretrain.py would
+    """The plan of runs of a checked study (``load.load_study``); raises StudyError for a run pretrain.py would
     refuse."""
     base = pretrain_settings(study)
     arms: dict[str, Run] = {}

@@ -16,9 +16,10 @@ import re
 import shlex
 from pathlib import Path
 
+from megamlm.study.checks import check_script_path, check_slurm_values
 from megamlm.study.commands import REPO, evaluate_command, evaluated_models, export_command
 from megamlm.study.plan import Plan, Run
-from megamlm.study.schema import StudyError, check_script_path, check_slurm_values
+from megamlm.study.schema import StudyError
 
 
 _REPO = "__REPO__"  # placeholder replaced by "$REPO" in the scripts

@@ -1,6 +1,6 @@
 """Throughput: tokens/s, MFU and peak device memory (the trainer's log line and the benchmark's), and durations.
 
-The interval averages behind the log line and the TensorBoard scalars are training/accounting.py's."""
+The interval averages behind the log line and the TensorBoard scalars are training/reporter.py's."""
 
 from __future__ import annotations
 

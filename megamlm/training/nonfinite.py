@@ -7,7 +7,7 @@ and samples involved.
 The streak has one source of truth, the ``NonFiniteGuard``'s ``in_a_row``: the host's record of the skipped steps
 in a row, with what the error message reports about each (loss, norm, samples), saved in every checkpoint (the
 "guard" state) so that a resume in the middle of a streak keeps counting. When the host reads the step numbers only
-at log lines (training/accounting.py, the GPU path), a device copy of the count is needed *between* two host reads,
+at log lines (training/reporter.py, the GPU path), a device copy of the count is needed *between* two host reads,
 so that once the streak is complete every later update is held back and the run still stops at its last good
 state: training/step.py's ``SkipStreak``, a mirror seeded from the guard when the loop starts, not a second counter.
 """

@@ -13,7 +13,7 @@ optimizer state (no weight decay, no moment update, no step count); only the gra
 reduced over every rank, so every rank takes the same decision without another collective. The decision is a 0-d
 flag on the device, handed to torch's fused AdamW (GPU and CPU) as ``found_inf``, the mechanism
 ``torch.amp.GradScaler`` uses: the host reads nothing during the step, and the step's numbers stay 0-d device tensors
-(``StepResult``) until training/accounting.py reads them (``StepOutcome``). An optimizer that cannot take the flag
+(``StepResult``) until training/reporter.py reads them (``StepOutcome``). An optimizer that cannot take the flag
 (apex's FusedAdam) is the one branch where the host reads it.
 """
 
@@ -54,7 +54,7 @@ class StepResult:
 
 @dataclass
 class StepOutcome:
-    """One optimizer step as the host reads it (training/accounting.py): what the loop's ledger and reporter account
+    """One optimizer step as the host reads it (training/reporter.py): what the loop's ledger and reporter account
     for and what an ``on_step`` callback receives."""
 
     loss: float
@@ -81,7 +81,7 @@ class SkipStreak:
 
     ``count`` is the number of skipped steps in a row (it starts from the guard's, a resumed run's streak); once a
     skip brings it to the limit, ``stopped`` latches and every later update is held back until the host reads the
-    numbers and stops the run (training/accounting.py): the run's state is still that of its last good step, as when
+    numbers and stops the run (training/reporter.py): the run's state is still that of its last good step, as when
     a loop that reads every step stops at once. It counts the very ``applied`` flags that the host accounts for, in
     the same order, so at every read it equals the guard's count.
     """

@@ -100,7 +100,7 @@ class StopPolicy:
         self.start_time = time.monotonic() if start_time is None else start_time
         self.group = group
         self.failure: str | None = None
-        """Set by the trainer: this rank's failed write (training/accounting.py), a reason to stop on every rank."""
+        """Set by the trainer: this rank's failed write (training/reporter.py), a reason to stop on every rank."""
         self.failed = False
         """Whether some rank's write failed, as of the last ``reason_to_stop``."""
 

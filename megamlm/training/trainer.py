@@ -9,7 +9,7 @@ run's layout, one process being the trivial layout; restores what it takes from 
 ``Trainer.after_step`` scores the validation set and saves checkpoints when due. The loop keeps no per-step history:
 tests and tools observe steps through the ``on_step`` callback (a ``StepOutcome`` per step), and every logged step
 and validation goes to ``metrics.jsonl``. The non-finite skip is decided on the device; on a GPU the host also does
-not wait for the steps, reading their numbers at log lines (training/accounting.py).
+not wait for the steps, reading their numbers at log lines (training/reporter.py).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from megamlm.parallel.dims import ParallelDims
 from megamlm.parallel.dry_run import GIB, rank_estimates
 from megamlm.parallel.parallelize import ParallelModel, parallelize
 from megamlm.parallel.runtime import start_parallel
-from megamlm.training.accounting import PendingStep, RunReporter, StepLedger
+from megamlm.training.reporter import PendingStep, RunReporter, StepLedger
 from megamlm.training.metrics import format_duration
 from megamlm.training.nonfinite import NonFiniteGuard
 from megamlm.training.optim import LRSchedule, build_optimizer, set_hyperparameters
@@ -77,7 +77,7 @@ def pretrain(cfg: Config, on_step: Callable[[StepOutcome], None] | None = None,
     the --save folder is locked for the run (checkpoint/lock.py).
 
     ``read_on_device``: read the step numbers (left on the device by ``train_step``) only when needed, not every
-    step (training/accounting.py). None: where it pays, on a GPU with the fused AdamW; True also on CPU (tests).
+    step (training/reporter.py). None: where it pays, on a GPU with the fused AdamW; True also on CPU (tests).
     """
     started = time.monotonic()  # --exit-duration-in-mins counts from here: setup included, the process's age not
     with ExitSignalHandler() as signals, ExitStack() as held:
@@ -127,7 +127,7 @@ class Trainer:
     (training/step.py)."""
     reporter: RunReporter | None = field(default=None, init=False)
     ledger: StepLedger | None = field(default=None, init=False)
-    """The finished steps the host has not read yet (training/accounting.py)."""
+    """The finished steps the host has not read yet (training/reporter.py)."""
 
     @property
     def schedule(self) -> ObjectiveSchedule:
@@ -229,7 +229,7 @@ class Trainer:
         raise WriteFailure(f"stopped after step {step}: {reason}; {saved}")
 
     def settle(self, step: int) -> None:
-        """Account for the steps up to ``step`` (training/accounting.py); raise NonFiniteError, after saving a
+        """Account for the steps up to ``step`` (training/reporter.py); raise NonFiniteError, after saving a
         checkpoint of the last good state, when the guard's streak is complete."""
         guard, manager = self.guard, self.manager
         stopped_at = self.ledger.settle()

@@ -30,7 +30,7 @@ from megamlm.config import (
 )
 from megamlm.data import DataError, GlobalBatchSampler, StreamSpec, build_validation_dataset
 from megamlm.objectives import Batch, MaskingSpec
-from megamlm.objectives.schedule import make_batch
+from megamlm.objectives.batch import make_batch
 from megamlm.parallel.parallelize import ParallelModel
 from megamlm.parallel.pipeline import pipeline_runner
 from megamlm.parallel.vocab_parallel_loss import parallel_sparse_lm_loss, parallel_top1_correct

@@ -1,5 +1,4 @@
 import hashlib
-import os
 from contextlib import contextmanager
 from pathlib import Path
 

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from megamlm.study.plan import build_plan
-from megamlm.study.schema import load_study
+from megamlm.study.load import load_study
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # small_study, the tests' shared study
 

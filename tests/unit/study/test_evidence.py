@@ -8,11 +8,13 @@ import pytest
 
 from megamlm.eval.results import RunKey, write_json_atomic
 from megamlm.study.commands import evaluated_models
-from megamlm.study.evidence import (CONTRADICTED, MIXED, SUPPORTED, UNDECIDED, Scores, arms, claims,
-                                    claims_section, continuation_gains, lr_curves, models_at, stability)
+from megamlm.study.arms import arms
+from megamlm.study.claims import CONTRADICTED, MIXED, SUPPORTED, UNDECIDED, claims, claims_section
+from megamlm.study.scores import Scores, continuation_gains, lr_curves, models_at, stability
 from megamlm.study.report import write_report
 
-STUDY = {"seeds": [1, 2, 3],
+CLAIMS = Path(__file__).resolve().parents[3] / "examples" / "studies" / "claims" / "clm_mlm_2507.00994.yaml"
+STUDY = {"seeds": [1, 2, 3], "claims": str(CLAIMS),
          "grids": [{"budgets": [100], "clm_fractions": [0, 0.5, 1]}],
          "continued_pretraining": [{"parents": ["clm100-m40", "mlm100-m40"], "steps": [40], "objective": "mlm",
                                     "pretrain": {"training": {"lr_warmup_fraction": 0.1,
@@ -154,7 +156,7 @@ def test_the_claims_section_gives_the_numbers_and_the_setting_behind_a_departure
 
 def test_the_setting_of_a_and_c_cites_the_mlm_arms_final_validation(small_plan):
     """How far along its MLM curve each MLM-trained arm ended: the report's final validation, means over seeds."""
-    from megamlm.study.evidence import Sample
+    from megamlm.study.statistics import Sample
 
     plan = small_plan(STUDY)
     validation = {arm.label: {"mlm_accuracy": Sample([0.06, 0.08]), "mlm_loss": Sample([6.2, 6.4])}
@@ -184,3 +186,23 @@ def test_a_rehearsals_claims_show_differences_and_no_verdicts(small_plan, tmp_pa
     assert "tiny-mlm50-m40 − tiny-clm50-m40, token classification: +10.00" in section
     for word in ("significan", "p = ", "p < ", "supported", "contradicted", "distinguishable"):
         assert word not in text.lower()
+
+
+def test_a_study_of_another_paper_states_its_own_claims(small_plan, tmp_path):
+    """The claims are a table the study names: another paper's single claim is answered, the 2507.00994 ones are
+    not; a table asking for a comparison the report cannot make is refused when the study is read."""
+    from megamlm.study.schema import StudyError
+
+    table = tmp_path / "other.yaml"
+    table.write_text("paper: arXiv 0000.00000\nfacts: {steps: 10}\nclaims:\n"
+                     "  - {key: x, statement: CLM beats MLM, compare: final, a: clm, b: mlm,\n"
+                     "     setting: 'The other paper trains {paper_steps} steps; this study {steps}.'}\n")
+    plan = small_plan({**STUDY, "claims": str(table)})
+    text = claims_section(plan, write_results(plan, **REVERSED))
+    assert "Each claim of the paper (arXiv 0000.00000)" in text
+    assert "**(x) CLM beats MLM**: supported." in text and "(a) MLM beats CLM" not in text
+    assert "tiny-clm100-m40 − tiny-mlm100-m40, token classification: +10.00" in text
+    assert claims_section(small_plan({**STUDY, "claims": None}), write_results(plan, **REVERSED)) == ""
+    table.write_text(table.read_text().replace("compare: final", "compare: fancy"))
+    with pytest.raises(StudyError, match="claim x's compare is 'fancy'; choose one of final, early"):
+        small_plan({**STUDY, "claims": str(table)})

@@ -107,10 +107,9 @@ def test_a_run_pretrain_would_refuse_is_named(small_plan):
 
 
 def test_scale_keeps_the_shape_of_the_plan(small_study, tmp_path):
-    from megamlm.study.schema import scale_steps
+    from megamlm.study.scaling import scale_steps
 
-    study = small_study()
-    scale_steps(study, 0.5)
+    study = scale_steps(small_study(), 0.5)
     plan = build_plan(study, str(tmp_path / "r"))
     assert {r.name for r in plan.runs} >= {"tiny-clm50-m40", "tiny-clm25-mlm25-m40", "tiny-clm50-m40-cpt-mlm20"}
     assert plan.run("tiny-clm25-mlm25-m40").branch_step == 25

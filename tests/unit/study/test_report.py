@@ -10,7 +10,9 @@ import pytest
 from megamlm.errors import UserError
 from megamlm.eval.results import RunKey, write_json_atomic
 from megamlm.study.commands import status_file
-from megamlm.study.report import arms, drawn_curve, final_validation, validation_curve, write_report
+from megamlm.study.arms import arms
+from megamlm.study.curves import drawn_curve, final_validation, validation_curve
+from megamlm.study.report import write_report
 
 from test_local import make_checkpoint
 
@@ -124,7 +126,7 @@ def test_arms_of_one_pretraining_seed_are_compared_over_fine_tuning_seeds(small_
 
 
 def test_a_rehearsal_is_headed_as_one_and_draws_no_conclusions(small_plan, tmp_path):
-    from megamlm.study.report import report_path
+    from megamlm.study.report_target import report_path
 
     plan = small_plan(STUDY, scale=0.5)
     assert plan.study.is_rehearsal and plan.study.scale == 0.5
@@ -154,7 +156,7 @@ def test_a_rehearsal_never_writes_to_the_studys_own_report(small_plan, tmp_path)
 
 
 def report_path_of(plan):
-    from megamlm.study.report import report_path
+    from megamlm.study.report_target import report_path
 
     return report_path(plan)
 

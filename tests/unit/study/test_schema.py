@@ -2,7 +2,9 @@
 
 import pytest
 
-from megamlm.study.schema import StudyError, key_reference, load_study, scale_steps
+from megamlm.study.load import load_study
+from megamlm.study.scaling import scale_steps
+from megamlm.study.schema import StudyError, key_reference
 
 from small_study import SMALL, write_study
 
@@ -16,7 +18,7 @@ def load(tmp_path, changes=None, overrides=()):
     ({"grids": [{"budgets": [100], "clm_fractions": [0, 1.5]}]}, r"clm_fractions must lie in \[0, 1\]"),
     ({"grids": [{"budgets": [100], "clm_fractions": [0], "switch_steps": [10]}]}, "either clm_fractions or switch_steps"),
     ({"grids": [{"budgets": [100, 100], "clm_fractions": [0]}]}, "budgets lists a value twice"),
-    ({"grids": [{"budgets": [100], "clm_fractions": [0], "mask_ratio": [0.3]}]}, r"grids\[0\].mask_ratio is not a study key"),
+    ({"grids": [{"budgets": [100], "clm_fractions": [0], "mask_ratio": [0.3]}]}, r"unknown key grids\[0\].mask_ratio"),
     ({"seeds": "1"}, "seeds must be a list"),
     ({"pretrain": {"training": {"train_iters": 10}}}, "pretrain.training.train_iters is set by the planner"),
     ({"pretrain": {"training": {"learning_rate": 1e-3}}}, "pretrain.training.learning_rate is not a pretrain.py setting"),
@@ -28,6 +30,10 @@ def load(tmp_path, changes=None, overrides=()):
     ({"name": "my study"}, "name 'my study' may only use"),
     ({"cost": {"benchmarks": ["nope.json"]}}, "cost.benchmarks: .*nope.json not found"),
     ({"evaluation": {"tasks": ["brown-pos"], "export_arch": "gemma3"}}, "evaluation.export_arch"),
+    ({"evaluation": {"tasks": ["brown-pos"], "hyperparameters": {"batch_size": "big"}}},
+     "evaluation.hyperparameters.batch_size must be a whole number"),
+    ({"evaluation": {"tasks": ["brown-pos"], "lrs": [float("nan")]}}, "evaluation.lrs must be positive"),
+    ({"cost": {"tokens_per_second": float("inf")}}, "cost.tokens_per_second must be positive"),
 ])
 def test_mistakes_are_named(tmp_path, changes, message):
     with pytest.raises(StudyError, match=message):
@@ -52,11 +58,11 @@ def test_overrides_replace_keys_before_the_checks(tmp_path):
 def test_scale_multiplies_every_step_count(tmp_path):
     study = load(tmp_path, {"evaluation": {"tasks": ["brown-pos"], "checkpoint_steps": [50],
                                            "hyperparameters": {"max_steps": 40}}})
-    scale_steps(study, 0.5)
+    study = scale_steps(study, 0.5)
     assert study.grids[0].budgets == [50, 30]
     assert study.continued_pretraining[0].steps == [20]
     assert study.continued_pretraining[0].parents == ["clm50-m40"]  # follows its parent's new name
-    assert study.evaluation.checkpoint_steps == [25] and study.evaluation.hyperparameters["max_steps"] == 20
+    assert study.evaluation.checkpoint_steps == [25] and study.evaluation.hyperparameters.max_steps == 20
     assert study.pretrain["training"]["lr_warmup_iters"] == 5
     with pytest.raises(StudyError, match="--scale must be in"):
         scale_steps(study, 2)
@@ -86,3 +92,19 @@ def test_each_encoder_export_of_the_converter_is_a_study_export(tmp_path):
     assert set(get_args(ExportArch)) <= set(EXPORT_ARCHS)
     study = load(tmp_path, {"evaluation": {"tasks": ["brown-pos"], "export_arch": "gemma3_encoder"}})
     assert study.evaluation.export_arch == "gemma3_encoder"
+
+
+def test_a_loaded_study_is_frozen_and_scaling_makes_a_new_one(tmp_path):
+    import dataclasses
+
+    from megamlm.eval.finetune import Hyperparameters
+
+    study = load(tmp_path, {"evaluation": {"tasks": ["brown-pos"], "hyperparameters": {"max_steps": 40}}})
+    assert isinstance(study.evaluation.hyperparameters, Hyperparameters)  # eval's own settings, typed
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        study.seeds = [9]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        study.grids[0].budgets = [1]
+    smaller = scale_steps(study, 0.5)
+    assert smaller.scale == 0.5 and smaller.is_rehearsal and not study.is_rehearsal
+    assert study.grids[0].budgets == [100, 60] and study.evaluation.hyperparameters.max_steps == 40

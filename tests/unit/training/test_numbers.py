@@ -10,8 +10,8 @@ import torch
 
 from helpers import tiny_args
 from megamlm.config import ConfigError, parse_args
-from megamlm.training import accounting
-from megamlm.training.accounting import RunReporter
+from megamlm.training import reporter as reporter_module
+from megamlm.training.reporter import RunReporter
 from megamlm.training.step import StepOutcome
 
 
@@ -22,7 +22,7 @@ def _eta_seconds(line: str) -> int:
 
 def test_the_eta_follows_the_recent_steps_not_the_warm_up_step(monkeypatch, capsys):
     clock = [0.0]
-    monkeypatch.setattr(accounting.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(reporter_module.time, "perf_counter", lambda: clock[0])
     reporter = RunReporter(None, None, 10, 100, 0, tiny_args(), torch.device("cpu"))
     etas = []
     for step in range(1, 51):

@@ -1,4 +1,4 @@
-"""Figures that overlay the runs of a study from their ``metrics.jsonl`` files.
+"""The curves of runs from their ``metrics.jsonl`` files, for the figures that overlay them (megamlm.figures draws).
 
 - ``validation_vs_steps.png`` and ``validation_vs_tokens.png``: validation MLM loss and CLM loss of every run; a
   branch (``--load`` of another run's checkpoint) or continuation (``--continue-from``) whose parent is plotted too
@@ -85,7 +85,7 @@ def _series(records: list[dict], x: str, y: str) -> tuple[list, list]:
 
 
 def plot_runs(folders: list[str | Path], output: str | Path) -> list[Path]:
-    """Write the three figures for these run folders into ``output``; returns their paths."""
+    """Write the three figures for these run folders into ``output`` (drawn by megamlm.figures); their paths."""
     runs = [load_run(folder) for folder in folders]
     if not figures.available():
         raise MetricsError(figures.MISSING)
@@ -93,23 +93,10 @@ def plot_runs(folders: list[str | Path], output: str | Path) -> list[Path]:
     output.mkdir(parents=True, exist_ok=True)
     written = []
     for x, label, name in (("step", "step", FIGURES[0]), ("tokens", "tokens seen", FIGURES[1])):
-        fig, axes = figures.figure(1, 2, figsize=(11, 4))
-        for ax, metric, title in zip(axes, ("mlm_loss", "clm_loss"), ("validation MLM loss", "validation CLM loss")):
-            for run in runs:
-                ax.plot(*validation_curve(run, runs, x, metric), marker="o", markersize=3, label=legend_name(run),
-                        linestyle="-" if run.validation else "none")
-            ax.set(xlabel=label, ylabel="loss", title=title)
-            ax.xaxis.set_major_formatter(figures.engineering_formatter())  # token counts stay readable
-            ax.grid(alpha=0.3)
-        axes[0].legend(fontsize=8)
-        written.append(figures.save(fig, output / name))
-    fig, ax = figures.figure(figsize=(7, 4))
-    for run in runs:
-        (line,) = ax.plot(*_series(run.train, "step", "loss"), label=run.name)
-        for switch in run.switch_steps or ((run.switch_step,) if run.switch_step is not None else ()):
-            ax.axvline(switch, color=line.get_color(), linestyle="--", alpha=0.7)
-    ax.set(xlabel="step", ylabel="training loss", title="training loss (dashed: objective switch)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    written.append(figures.save(fig, output / FIGURES[2]))
+        curves = [(legend_name(run), bool(run.validation),
+                   {metric: validation_curve(run, runs, x, metric) for metric in ("mlm_loss", "clm_loss")})
+                  for run in runs]
+        written.append(figures.run_validation(curves, label, output / name))
+    losses = [(run.name, _series(run.train, "step", "loss"), run.switch_steps or ((run.switch_step,) if run.switch_step is not None else ())) for run in runs]
+    written.append(figures.run_training_loss(losses, output / FIGURES[2]))
     return written

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from megamlm.training.run_plots import DEFAULT_OUTPUT, legend_name, load_run, validation_curve
+from megamlm.training.run_curves import DEFAULT_OUTPUT, legend_name, load_run, validation_curve
 
 REPO = Path(__file__).resolve().parents[3]
 

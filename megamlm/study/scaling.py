@@ -1,0 +1,57 @@
+"""A smaller copy of a study (``--scale F``): every step count multiplied by F, as a new frozen Study."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+from megamlm.study.naming import arm_label
+from megamlm.study.schema import Study, StudyError, grid_arms
+from megamlm.study.settings import STEP_SETTINGS, pretrain_settings
+
+
+def scaled(steps: int, factor: float) -> int:
+    return max(1, round(steps * factor))
+
+
+def scale_steps(study: Study, factor: float) -> Study:
+    """The study with every step count multiplied by ``factor`` (a smaller copy of the same plan): budgets, switch
+    steps, continuation lengths, evaluated checkpoints, fine-tuning steps, and the pretrain settings counted in
+    steps (warmup and decay iterations, validation, save and log intervals), the base config's included."""
+    if not 0 < factor <= 1:
+        raise StudyError(f"--scale must be in (0, 1], got {factor}")
+    grids = [dataclasses.replace(grid, budgets=[scaled(b, factor) for b in grid.budgets],
+                                 switch_steps=[0 if s == 0 else scaled(s, factor) for s in grid.switch_steps])
+             for grid in study.grids]
+    renamed = dict(zip([arm_label(*arm) for grid in study.grids for arm in grid_arms(grid)],
+                       [arm_label(*arm) for grid in grids for arm in grid_arms(grid)]))
+    continued = [dataclasses.replace(c, parents=[renamed.get(parent, parent) for parent in c.parents],
+                                     steps=[scaled(s, factor) for s in c.steps],
+                                     pretrain=_scale_settings(c.pretrain, factor))
+                 for c in study.continued_pretraining]
+    evaluation = study.evaluation
+    if evaluation is not None:
+        steps = evaluation.hyperparameters.max_steps
+        hyperparameters = (dataclasses.replace(evaluation.hyperparameters, max_steps=scaled(steps, factor))
+                           if steps is not None and steps > 0 else evaluation.hyperparameters)
+        evaluation = dataclasses.replace(evaluation, hyperparameters=hyperparameters,
+                                         checkpoint_steps=[scaled(s, factor) for s in evaluation.checkpoint_steps])
+    base = pretrain_settings(study)
+    scaled_base = _scale_settings(base, factor)
+    pretrain = copy.deepcopy(study.pretrain)
+    for section, values in scaled_base.items():
+        for key, value in values.items():
+            if value != base[section].get(key):
+                pretrain.setdefault(section, {})[key] = value
+    return dataclasses.replace(study, grids=grids, continued_pretraining=continued, evaluation=evaluation,
+                               pretrain=pretrain, scale=factor)
+
+
+def _scale_settings(settings: dict, factor: float) -> dict:
+    """A copy of ``settings`` (pretrain.py sections) with the settings counted in steps scaled."""
+    out = copy.deepcopy(settings)
+    for section, key in STEP_SETTINGS:
+        value = (out.get(section) or {}).get(key)
+        if isinstance(value, int) and value > 0:
+            out[section][key] = scaled(value, factor)
+    return out

@@ -1,0 +1,192 @@
+"""A study's downstream scores per arm: per task family, fine-tuning learning-rate sensitivity and stability, and
+continued-pretraining gains.
+
+Quantities, each from the fine-tuning results (one file per model, task, LR and seed):
+
+- a model's score on a task family: the mean over the family's tasks of its test mean over fine-tuning seeds at
+  the task's best LR (best mean validation score; ties go to the smaller LR, as ``eval.aggregate.summarize``);
+- its score at one LR: the same mean at that LR for every task (the LR-sensitivity figure);
+- its *stability loss* on a task: the test score at the best LR minus the mean test score at the grid's other
+  LRs (0 = as good everywhere; large = only one LR works), averaged over the family's tasks; a model evaluated at
+  one LR has none. This is the quantity behind the paper's "CLM fine-tunes more stably";
+- a continuation's *gain*: its score minus its parent's final score, seed by seed (a continuation of seed s
+  continues the parent of seed s).
+
+An arm's values are one per pretraining seed (its models at the step asked for); comparisons are Welch's
+two-sided t-test over them (where both arms have a single pretraining seed, over the fine-tuning seeds at the
+best LR), Holm-adjusted over the tests of one section.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from megamlm.eval.aggregate import per_lr
+from megamlm.study.arms import Arm, arm_of_run, arms
+from megamlm.study.commands import evaluated_models
+from megamlm.study.plan import Plan
+from megamlm.study.statistics import Sample
+
+
+@dataclass
+class Scores:
+    """The fine-tuning results of a study, read once: per model, task and LR the validation and test means over
+    fine-tuning seeds, the test score of every fine-tuning seed, and each task's family."""
+    by_lr: dict[str, dict[str, dict[float, tuple[float, float]]]]
+    seeds: dict[tuple[str, str, float], dict[int, float]]
+    family_of: dict[str, str]
+
+    @classmethod
+    def of(cls, results: list[dict]) -> "Scores":
+        by_lr: dict = defaultdict(lambda: defaultdict(dict))
+        for row in per_lr(list(results)):
+            by_lr[row.model][row.task][row.lr] = (row.validation_mean, row.test_mean)
+        seeds: dict = defaultdict(dict)
+        for r in results:
+            seeds[(r["model"], r["task"], r["lr"])][r["seed"]] = r["test"]["score"]
+        return cls(by_lr, seeds, {r["task"]: r["family"] for r in results})
+
+    @property
+    def families(self) -> list[str]:
+        return sorted(set(self.family_of.values()))
+
+    def tasks(self, family: str) -> list[str]:
+        return sorted(t for t, f in self.family_of.items() if f == family)
+
+    @property
+    def lrs(self) -> list[float]:
+        return sorted({lr for tasks in self.by_lr.values() for lrs in tasks.values() for lr in lrs})
+
+    def best_lr(self, model: str, task: str) -> float | None:
+        lrs = self.by_lr.get(model, {}).get(task)
+        return max(lrs, key=lambda lr: (lrs[lr][0], -lr)) if lrs else None
+
+    def _family_mean(self, model: str, family: str, value) -> float | None:
+        values = [value(model, task) for task in self.tasks(family)]
+        return None if any(v is None for v in values) or not values else sum(values) / len(values)
+
+    def score(self, model: str, family: str) -> float | None:
+        """The model's family score: test means at each task's best LR, averaged over the family's tasks."""
+        def at_best(m, task):
+            lr = self.best_lr(m, task)
+            return None if lr is None else self.by_lr[m][task][lr][1]
+        return self._family_mean(model, family, at_best)
+
+    def score_at(self, model: str, family: str, lr: float) -> float | None:
+        def at(m, task):
+            value = self.by_lr.get(m, {}).get(task, {}).get(lr)
+            return None if value is None else value[1]
+        return self._family_mean(model, family, at)
+
+    def stability_loss(self, model: str, family: str) -> float | None:
+        """Test score at the best LR minus the mean at the grid's other LRs, averaged over the family's tasks."""
+        def loss(m, task):
+            lrs = self.by_lr.get(m, {}).get(task, {})
+            if len(lrs) < 2:
+                return None
+            best = self.best_lr(m, task)
+            others = [lrs[lr][1] for lr in lrs if lr != best]
+            return lrs[best][1] - sum(others) / len(others)
+        return self._family_mean(model, family, loss)
+
+    def finetuning_seeds(self, model: str, family: str) -> list[float]:
+        """Per fine-tuning seed, the family mean of that seed's test scores at each task's best LR (the seeds
+        every task has)."""
+        per_task = []
+        for task in self.tasks(family):
+            lr = self.best_lr(model, task)
+            if lr is None:
+                return []
+            per_task.append(self.seeds.get((model, task, lr), {}))
+        common = sorted(set.intersection(*(set(s) for s in per_task))) if per_task else []
+        return [sum(s[seed] for s in per_task) / len(per_task) for seed in common]
+
+
+def models_at(plan: Plan, arm: Arm, step: int | None = None) -> list[tuple[int, str]]:
+    """(pretraining seed, model name) of the arm's evaluated models at ``step`` (None: each run's last)."""
+    out = []
+    for run in arm.runs:
+        for model in evaluated_models(plan, run):
+            if model.step == (run.train_iters if step is None else step):
+                out.append((run.seed, model.name))
+    return out
+
+
+def evaluated_steps_of(plan: Plan, arm: Arm) -> list[int]:
+    return sorted({m.step for run in arm.runs for m in evaluated_models(plan, run)})
+
+
+def family_samples(plan: Plan, scores: Scores, arm: Arm, step: int | None = None) -> dict[str, Sample]:
+    """The arm's score per family at ``step`` (None: final), one value per pretraining seed; with a single
+    pretraining seed, also that model's fine-tuning seeds."""
+    out = {}
+    models = models_at(plan, arm, step)
+    for family in scores.families:
+        values = [v for v in (scores.score(m, family) for _, m in models) if v is not None]
+        if not values:
+            continue
+        finetuning = scores.finetuning_seeds(models[0][1], family) if len(models) == 1 else []
+        out[family] = Sample(values, finetuning)
+    return out
+
+
+def lr_curves(plan: Plan, scores: Scores) -> dict[str, dict[str, dict[float, list[float]]]]:
+    """arm -> family -> LR -> the final models' family scores at that LR (one per pretraining seed)."""
+    curves: dict = defaultdict(lambda: defaultdict(dict))
+    for arm in arms(plan):
+        models = [m for _, m in models_at(plan, arm)]
+        for family in scores.families:
+            for lr in scores.lrs:
+                values = [v for v in (scores.score_at(m, family, lr) for m in models) if v is not None]
+                if values:
+                    curves[arm.label][family][lr] = values
+    return {arm: dict(f) for arm, f in curves.items()}
+
+
+def stability(plan: Plan, scores: Scores) -> dict[str, dict[str, list[float]]]:
+    """arm -> family -> the final models' stability losses (one per pretraining seed; none with a single LR)."""
+    out: dict = defaultdict(dict)
+    for arm in arms(plan):
+        models = [m for _, m in models_at(plan, arm)]
+        for family in scores.families:
+            values = [v for v in (scores.stability_loss(m, family) for m in models) if v is not None]
+            if values:
+                out[arm.label][family] = values
+    return dict(out)
+
+
+@dataclass
+class Continued:
+    """A continued-pretraining arm and its gains over its parent: family -> [(continuation step, gains)]."""
+    arm: Arm
+    parent: Arm
+    gains: dict[str, list[tuple[int, list[float]]]]
+
+
+def continuation_gains(plan: Plan, scores: Scores) -> list[Continued]:
+    """Every continuation arm with scores, and its gain over its parent's final model, seed by seed, at each of
+    its evaluated steps (step 0 is its parent's last checkpoint, gain 0)."""
+    by_run = arm_of_run(plan)
+    out = []
+    for arm in arms(plan):
+        if arm.kind != "continuation":
+            continue
+        parent = by_run[arm.runs[0].continues]
+        parent_final = {seed: name for seed, name in models_at(plan, parent)}
+        gains: dict[str, list] = {}
+        for family in scores.families:
+            points = []
+            for step in evaluated_steps_of(plan, arm):
+                values = []
+                for seed, name in models_at(plan, arm, step):
+                    own, base = scores.score(name, family), scores.score(parent_final.get(seed, ""), family)
+                    if own is not None and base is not None:
+                        values.append(own - base)
+                if values:
+                    points.append((step, values))
+            if points:
+                gains[family] = points
+        if gains:
+            out.append(Continued(arm, parent, gains))
+    return out

@@ -1,0 +1,105 @@
+"""The statistics of a study report: an arm's values per metric (``Sample``), which seeds a comparison of two arms
+runs over, and the table of every pair of arms: the difference of means with Welch's two-sided t-test, its 95%
+Welch-Satterthwaite interval and its Holm-adjusted p-value over the table's tests (significant only at adjusted
+p < 0.05; fewer than 2 values in an arm: n/a). Where both arms have a single pretraining seed, as the paper's
+models, a test runs over the fine-tuning seeds of each one's model at its selected LR.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from megamlm.eval.metrics import SIGNIFICANCE, Comparison, compare, holm
+
+PRETRAINING_SEEDS = "pretraining seeds"
+FINETUNING_SEEDS = "fine-tuning seeds at the best LR"
+
+
+@dataclass
+class Sample:
+    """An arm's values for one metric: one per pretraining seed, and, where the arm has a single pretraining seed,
+    its model's test scores over fine-tuning seeds at the selected LR (what the paper's single models allow)."""
+    pretraining: list[float]
+    finetuning: list[float] = dataclasses.field(default_factory=list)
+
+
+def test_basis(a: dict[str, Sample], b: dict[str, Sample]) -> str:
+    """Which variance a comparison of two arms covers: their pretraining seeds, or, where both have a single
+    pretraining seed (as the paper's models), the fine-tuning seeds of each one's model at its selected LR."""
+    seeds = [max((len(s.pretraining) for s in arm.values()), default=0) for arm in (a, b)]
+    finetuned = all(any(s.finetuning for s in arm.values()) for arm in (a, b))
+    return FINETUNING_SEEDS if seeds == [1, 1] and finetuned else PRETRAINING_SEEDS
+
+
+def sample_values(sample: Sample, basis: str) -> list[float]:
+    return sample.finetuning if basis == FINETUNING_SEEDS else sample.pretraining
+
+
+def fmt_mean(mean: float, ci: float, digits: int) -> str:
+    return f"{mean:.{digits}f} ± {ci:.{digits}f}" if ci else f"{mean:.{digits}f}"
+
+
+def p_text(p: float) -> str:
+    return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
+
+
+def _cell(c: Comparison, adjusted: float, digits: int) -> str:
+    if not c.tested:
+        why = "fewer than 2 values in an arm" if min(c.n_a, c.n_b) < 2 else "no spread in either arm"
+        return f"{c.difference:+.{digits}f} (n/a: {why})"
+    low, high = c.difference - c.half_width, c.difference + c.half_width
+    mark = " **significant**" if adjusted < SIGNIFICANCE else ""
+    return f"{c.difference:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}], {p_text(adjusted)}{mark}"
+
+
+def comparison_table(values: dict[str, dict[str, Sample]], metrics: list[str], digits: int,
+                     rehearsal: bool = False) -> str:
+    """Every pair of arms on every metric: the difference of means, and (not in a rehearsal) Welch's test with its
+    95% interval and Holm-adjusted p-value over the table's tests."""
+    labels = list(values)
+    pairs = [(a, b) for i, a in enumerate(labels) for b in labels[i + 1:]]
+    if not pairs:
+        return ""
+    cells: dict[tuple[str, str, str], Comparison] = {}
+    bases = {}
+    for a, b in pairs:
+        bases[(a, b)] = test_basis(values[a], values[b])
+        for metric in metrics:
+            sa, sb = values[a].get(metric), values[b].get(metric)
+            if sa and sb and sample_values(sa, bases[(a, b)]) and sample_values(sb, bases[(a, b)]):
+                cells[(a, b, metric)] = compare(sample_values(sa, bases[(a, b)]), sample_values(sb, bases[(a, b)]))
+    keys = list(cells)
+    adjusted = dict(zip(keys, holm([cells[k].p_value for k in keys]))) if keys else {}
+    header = "| A − B | test over | " + " | ".join(metrics) + " |\n|---|---|" + "---|" * len(metrics) + "\n"
+    rows = []
+    for a, b in pairs:
+        row = []
+        for metric in metrics:
+            c = cells.get((a, b, metric))
+            if c is None:
+                row.append("–")
+            elif rehearsal:
+                row.append(f"{c.difference:+.{digits}f}")
+            else:
+                row.append(_cell(c, adjusted[(a, b, metric)], digits))
+        rows.append(f"| {a} − {b} | {'–' if rehearsal else bases[(a, b)]} | " + " | ".join(row) + " |")
+    table = header + "\n".join(rows) + "\n"
+    if rehearsal:
+        return ("Differences between arms (mean of A − mean of B), untested: a rehearsal of the pipeline draws no "
+                "conclusions.\n\n" + table)
+    tested = [k for k in keys if cells[k].tested]
+    significant = [f"{a} − {b} ({metric})" for (a, b, metric) in tested if adjusted[(a, b, metric)] < SIGNIFICANCE]
+    finetuning = any(bases[p] == FINETUNING_SEEDS for p in pairs)
+    summary = (f"Significant at Holm-adjusted p < {SIGNIFICANCE} ({len(tested)} tests in this table): "
+               + ("; ".join(significant) if significant else "none") + ".\n\n" if tested else
+               "No difference in this table could be tested (fewer than 2 values in an arm, or no spread).\n\n")
+    explain = ("Differences between arms: mean of A − mean of B, its 95% interval (Welch-Satterthwaite) in brackets, "
+               "and the p-value of Welch's two-sided t-test (unequal variances) over the seeds named under "
+               "*test over*, adjusted with Holm's method over the tests of this table; **significant** = adjusted "
+               f"p < {SIGNIFICANCE}. n/a: no test (fewer than 2 values in an arm, or no spread).")
+    if finetuning:
+        explain += (" Over fine-tuning seeds (both arms have one pretraining seed): the variance of fine-tuning "
+                    "alone, at each model's selected LR; it says whether the two pretrained models differ, not "
+                    "whether their recipes would over other pretraining seeds.")
+    return summary + explain + "\n\n" + table
