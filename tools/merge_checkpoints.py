@@ -29,7 +29,7 @@ from megamlm.hf.merge import merge_checkpoints, parse_weights  # noqa: E402
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--input", nargs="+", required=True,
                         help="two or more megamlm checkpoints or Hugging Face folders of one architecture")
     parser.add_argument("--weights", help="one weight per --input, in order, summing to 1, e.g. 0.7,0.3 "
