@@ -76,7 +76,7 @@ def trace_second_step(defer: bool) -> tuple[dict[str, set[str]], dict[str, set[s
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--defer", action="store_true", help="read the step numbers only at log lines")
     args = parser.parse_args()
     torch.set_num_threads(1)
