@@ -8,7 +8,7 @@ import json
 import pytest
 
 from megamlm.training.metrics_file import read_metrics
-from megamlm.training.run_plots import load_run
+from megamlm.training.run_curves import load_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
