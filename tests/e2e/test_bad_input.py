@@ -24,6 +24,8 @@ def test_missing_data_file(capsys, tmp_path, cache_dir, monkeypatch):
 
 
 def test_data_without_tokenizer(capsys, tmp_path):
+    for suffix in (".bin", ".idx"):  # the files exist (a missing one is named first: test_sidecar_tokenizer.py)
+        (tmp_path / f"x{suffix}").write_bytes(b"")
     expect_cli_error(capsys, ["--data-path", tmp_path / "x"], "--tokenizer-model")
 
 
