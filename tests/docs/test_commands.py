@@ -61,6 +61,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,7 +202,7 @@ def test_the_rules_find_the_commands_they_should():
 def test_a_command_that_fails_as_written_fails_the_check(tmp_path, cache_dir):
     env = environment(cache_dir)
     for text in ("python pretrain.py --train-iters 0", "python pretrain.py --objective bert",
-                 "pip install -e '.[no-such-extra]'",
+                 "pip install -e '.[no-such-extra]'", "python tools/plan_study.py examples/studies/no_such_study.yaml",
                  "sbatch --nodes 2 examples/slurm/pretrain_nvidia.sbatch --model 610m --tp 4 --num-attention-heads 18"):
         with pytest.raises(AssertionError):
             check(Command(REPO / "README.md", 1, text), REPO, env)
@@ -376,12 +377,13 @@ class Preloaded:
 
     def __init__(self):
         self.server = None
+        self.outputs = tempfile.TemporaryDirectory(prefix="megamlm-docs-")  # each command's stdout and stderr
 
     def run(self, argv: list[str], root: Path, env: dict, timeout: int) -> subprocess.CompletedProcess:
         if self.server is None or self.server.poll() is not None:
             self.server = subprocess.Popen([sys.executable, "-c", PRELOAD_SERVER], env=env, cwd=root,
                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        out, err = root.parent / "preloaded.out", root.parent / "preloaded.err"
+        out, err = Path(self.outputs.name) / "stdout", Path(self.outputs.name) / "stderr"
         job = {"argv": argv, "cwd": str(root), "env": env, "out": str(out), "err": str(err)}
         self.server.stdin.write(json.dumps(job) + "\n")
         self.server.stdin.flush()
