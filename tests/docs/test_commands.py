@@ -429,16 +429,14 @@ def parse_only(script: str, args: list[str], what: str) -> None:
 
 
 def _parse(script: str, args: list[str]) -> None:
-    import importlib.util
+    from helpers import load_tool
 
     if script.endswith("pretrain.py"):
         from megamlm.config import parse_args
 
         parse_args(args)
         return
-    spec = importlib.util.spec_from_file_location(f"doc_{Path(script).stem}", REPO / script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_tool(Path(script).stem, folder=str(Path(script).parent))
     if hasattr(module, "build_parser"):
         module.build_parser().parse_args(args)
     else:
