@@ -2,6 +2,7 @@
 
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -26,3 +27,43 @@ def cache_dir(tmp_path_factory):
         os.environ.pop("MEGAMLM_CACHE", None)
     else:
         os.environ["MEGAMLM_CACHE"] = previous
+
+
+# ---- --cpu-durations: where the suite's time goes, on a machine others load too ---------------------------------
+
+def pytest_addoption(parser):
+    parser.addoption("--cpu-durations", type=int, default=None, metavar="N",
+                     help="list the N tests that used the most CPU time: this process, its finished children and the "
+                          "ranks of tests/distributed's kept worlds (wall times mislead on a loaded machine)")
+
+
+def _cpu_seconds() -> float:
+    times = os.times()
+    harness = sys.modules.get("harness")  # tests/distributed/harness.py: its kept ranks are reaped only at the end
+    return (times.user + times.system + times.children_user + times.children_system
+            + (harness.worker_cpu_seconds() if harness is not None else 0.0))
+
+
+_CPU: dict[str, float] = {}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    if item.config.getoption("cpu_durations") is None:
+        yield
+        return
+    start, wall = _cpu_seconds(), time.perf_counter()
+    yield
+    _CPU[item.nodeid] = (_cpu_seconds() - start, time.perf_counter() - wall)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    count = config.getoption("cpu_durations")
+    if count is None or not _CPU:
+        return
+    terminalreporter.section(f"{count or len(_CPU)} tests using the most CPU (setup, call and teardown)")
+    ranked = sorted(_CPU.items(), key=lambda item: -item[1][0])
+    for nodeid, (cpu, wall) in ranked[:count or None]:
+        terminalreporter.write_line(f"{cpu:8.2f}s cpu {wall:8.2f}s wall  {nodeid}")
+    cpu, wall = (sum(values) for values in zip(*_CPU.values()))
+    terminalreporter.write_line(f"{cpu:8.2f}s cpu {wall:8.2f}s wall  in all ({len(_CPU)} tests)")

@@ -1,5 +1,6 @@
 """Set-up shared by the tests of every folder: tiny model shapes, models and batches, small indexed datasets,
-a free TCP port, and the pretrain flags of the small in-process runs.
+a free TCP port, the pretrain flags of the small in-process runs, the tools/ scripts as modules, the check of a
+one-line user error, and the digest of a folder (what "left untouched" means).
 
 Imported by module name (``from helpers import tiny_args``): tests/conftest.py puts this folder on sys.path,
 and processes spawned by the distributed tests inherit it. Heavy imports (torch, megamlm) happen inside the
@@ -8,9 +9,14 @@ functions, so that importing this module costs nothing to the tests that only ne
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import socket
+from pathlib import Path
 
 import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
 
 # ---- pretrain flags ------------------------------------------------------------------------------------------
 
@@ -149,3 +155,39 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# ---- tools, user errors, files left untouched ----------------------------------------------------------------
+
+def load_tool(name: str, folder: str = "tools"):
+    """``tools/<name>.py`` (or ``<folder>/<name>.py``) loaded as a module: the scripts are not a package. Loaded
+    afresh on every call, so that a test's monkeypatching of one copy never reaches another test."""
+    path = REPO / folder / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{folder}_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def tool_main(name: str):
+    """The ``main(argv) -> exit status`` of ``tools/<name>.py``."""
+    return load_tool(name).main
+
+
+def expect_one_line(capsys, status, *messages: str) -> str:
+    """A user error as the project promises it: exit status 2 and one line on stderr, ``error: ...`` with no
+    traceback, holding every one of ``messages``; returns that line."""
+    err = capsys.readouterr().err
+    assert status == 2, (status, err)
+    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    for message in messages:
+        assert message in err, err
+    return err
+
+
+def tree_digest(folder) -> dict:
+    """{relative path: (sha256, mode)} of every file under ``folder``: equal before and after means that nothing
+    in it was written, removed, added or chmod-ed."""
+    folder = Path(folder)
+    return {str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mode)
+            for p in sorted(folder.rglob("*")) if p.is_file()}

@@ -14,3 +14,12 @@ def cache(cache_dir):
     """One MEGAMLM_CACHE (the tokenized bundled corpus, index files) for every trainer test, tests/conftest.py's;
     spawned ranks inherit it."""
     return cache_dir
+
+
+@pytest.fixture(scope="package", autouse=True)
+def kept_worlds():
+    """The gloo worlds harness.spawn keeps between tests end with this folder's tests."""
+    from harness import close_worlds
+
+    yield
+    close_worlds()

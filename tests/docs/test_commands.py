@@ -54,12 +54,14 @@ The reader's files
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -200,7 +202,7 @@ def test_the_rules_find_the_commands_they_should():
 def test_a_command_that_fails_as_written_fails_the_check(tmp_path, cache_dir):
     env = environment(cache_dir)
     for text in ("python pretrain.py --train-iters 0", "python pretrain.py --objective bert",
-                 "pip install -e '.[no-such-extra]'",
+                 "pip install -e '.[no-such-extra]'", "python tools/plan_study.py examples/studies/no_such_study.yaml",
                  "sbatch --nodes 2 examples/slurm/pretrain_nvidia.sbatch --model 610m --tp 4 --num-attention-heads 18"):
         with pytest.raises(AssertionError):
             check(Command(REPO / "README.md", 1, text), REPO, env)
@@ -282,7 +284,18 @@ def environment(cache: str) -> dict:
            if not k.startswith(("OMPI_", "PMI_", "SLURM_", "MEGAMLM_", "PYTEST_"))
            and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "PYTHONPATH")}
     return {**env, **SCALE, "MEGAMLM_CACHE": cache, "OMP_NUM_THREADS": "1",
-            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"}
+            "PATH": os.pathsep.join([python_shims(Path(cache) / "bin"), str(Path(sys.executable).parent),
+                                     env.get("PATH", "")])}
+
+
+def python_shims(folder: Path) -> str:
+    """A folder where ``python`` and ``python3`` are the interpreter running the tests: the documents say ``python``,
+    which outside an activated virtual environment may be another interpreter, or none."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in ("python", "python3"):  # a script, not a symlink: a venv's interpreter finds its venv by its path
+        (folder / name).write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} \"$@\"\n")
+        (folder / name).chmod(0o755)
+    return str(folder)
 
 
 def split_env(words: list[str]) -> tuple[dict, list[str]]:
@@ -313,8 +326,85 @@ def script_and_args(words: list[str]) -> tuple[str | None, list[str]]:
 
 
 def run(words: list[str], root: Path, env: dict, extra_env: dict | None = None, timeout: int = 900):
+    if not extra_env and len(words) >= 2 and words[0] in ("python", "python3") and words[1].endswith(".py"):
+        return PRELOADED.run(words[1:], root, env, timeout)
     return subprocess.run(["bash", "-c", shlex.join(words)], cwd=root, env={**env, **(extra_env or {})},
                           capture_output=True, text=True, timeout=timeout)
+
+
+# ``python SCRIPT ARGS`` is most of the documented commands, and starting Python with torch and megamlm imported is
+# most of the time each takes (4-5 s of CPU). A server process imports them once, then runs each such command in a
+# child forked from it: its own process with the command's arguments, folder, environment and exit status, as
+# ``python`` would run it, minus the imports already done.
+PRELOAD_SERVER = r"""
+import json, os, runpy, sys
+answers = os.fdopen(os.dup(1), "w")  # the exit statuses; anything else printed here goes to stderr
+os.dup2(2, 1)
+import torch, megamlm.cli, megamlm.hf.export, megamlm.study.plan  # the imports every entry point shares
+for line in sys.stdin:
+    job = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        os.chdir(job["cwd"])
+        os.environ.clear()
+        os.environ.update(job["env"])
+        for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, job["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
+                                (2, job["err"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
+            os.dup2(os.open(path, flags), fd)
+        sys.argv = job["argv"]
+        sys.path[0] = os.path.dirname(os.path.abspath(job["argv"][0]))
+        code = 0
+        try:
+            runpy.run_path(job["argv"][0], run_name="__main__")
+        except SystemExit as stop:
+            code = stop.code if isinstance(stop.code, int) or stop.code is None else 1
+            if isinstance(stop.code, str):
+                print(stop.code, file=sys.stderr)
+        except BaseException:
+            import traceback
+            traceback.print_exc()
+            code = 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code or 0)
+    _, status = os.waitpid(pid, 0)
+    print(json.dumps(os.waitstatus_to_exitcode(status)), file=answers, flush=True)
+"""
+
+
+class Preloaded:
+    """The server of PRELOAD_SERVER, started on first use with the environment of the first command."""
+
+    def __init__(self):
+        self.server = None
+        self.outputs = tempfile.TemporaryDirectory(prefix="megamlm-docs-")  # each command's stdout and stderr
+
+    def run(self, argv: list[str], root: Path, env: dict, timeout: int) -> subprocess.CompletedProcess:
+        if self.server is None or self.server.poll() is not None:
+            self.server = subprocess.Popen([sys.executable, "-c", PRELOAD_SERVER], env=env, cwd=root,
+                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        out, err = Path(self.outputs.name) / "stdout", Path(self.outputs.name) / "stderr"
+        job = {"argv": argv, "cwd": str(root), "env": env, "out": str(out), "err": str(err)}
+        self.server.stdin.write(json.dumps(job) + "\n")
+        self.server.stdin.flush()
+        status = json.loads(self.server.stdout.readline() or "null")
+        if status is None:
+            raise AssertionError(f"the preloaded Python stopped running {shlex.join(argv)}")
+        return subprocess.CompletedProcess(argv, status, out.read_text(), err.read_text())
+
+    def close(self) -> None:
+        if self.server is not None and self.server.poll() is None:
+            self.server.stdin.close()
+            self.server.wait(timeout=60)
+
+
+PRELOADED = Preloaded()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def preloaded_python():
+    yield PRELOADED
+    PRELOADED.close()
 
 
 def check_ok(result, what: str) -> None:
@@ -339,16 +429,14 @@ def parse_only(script: str, args: list[str], what: str) -> None:
 
 
 def _parse(script: str, args: list[str]) -> None:
-    import importlib.util
+    from helpers import load_tool
 
     if script.endswith("pretrain.py"):
         from megamlm.config import parse_args
 
         parse_args(args)
         return
-    spec = importlib.util.spec_from_file_location(f"doc_{Path(script).stem}", REPO / script)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_tool(Path(script).stem, folder=str(Path(script).parent))
     if hasattr(module, "build_parser"):
         module.build_parser().parse_args(args)
     else:

@@ -1,12 +1,11 @@
-import hashlib
 from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 import torch
 
 from types import SimpleNamespace
 
+import helpers
 from helpers import FAST, TINY, write_dataset
 from step_recorder import StepRecorder
 from megamlm.config import parse_args
@@ -73,12 +72,8 @@ def tiny(run):
 
 @pytest.fixture(scope="session")
 def tree_digest():
-    """folder -> {relative path: sha256} of every file in it: compare before and after to show nothing changed."""
-    def digest(folder) -> dict:
-        return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-                for p in sorted(Path(folder).rglob("*")) if p.is_file()}
-
-    return digest
+    """helpers.tree_digest: compare a folder's before and after to show nothing changed."""
+    return helpers.tree_digest
 
 
 @pytest.fixture(scope="session")

@@ -6,15 +6,13 @@ import pytest
 from megamlm.checkpoint import CheckpointError
 from megamlm.cli import main
 from megamlm.config import ConfigError
-from helpers import TINY_BATCH, TINY_SHAPE, write_dataset
+from helpers import TINY_BATCH, TINY_SHAPE, expect_one_line, tool_main, write_dataset
+from helpers import tree_digest as snapshot
 from megamlm.data import DataError, prepare_embedded_corpus
 
 
 def expect_cli_error(capsys, argv, message):
-    assert main([str(a) for a in argv]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and message in err, err
-    assert err.count("\n") == 1  # one line, no traceback
+    expect_one_line(capsys, main([str(a) for a in argv]), message)
 
 
 def test_missing_data_file(capsys, tmp_path, cache_dir, monkeypatch):
@@ -87,8 +85,6 @@ def test_error_classes_are_user_errors_and_value_errors():
 
 import builtins  # noqa: E402
 import errno  # noqa: E402
-import hashlib  # noqa: E402
-import importlib.util  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
@@ -101,25 +97,6 @@ from megamlm.data.embedded import TOKENIZER_FILE  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 SMALL = [*TINY_SHAPE, *TINY_BATCH, "--log-interval", "1"]
-
-
-def snapshot(folder: Path) -> dict:
-    """Every file under ``folder``: its bytes' hash and mode (what 'untouched' means here)."""
-    return {str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mode)
-            for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def tool_main(name):
-    spec = importlib.util.spec_from_file_location(f"tool_{name}", REPO / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
-
-
-def expect_one_line(capsys, status, message):
-    assert status == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and message in err and err.count("\n") == 1, err
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])

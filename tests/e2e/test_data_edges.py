@@ -3,40 +3,19 @@
 Each refusal is one line on stderr with exit code 2, and leaves every file as it was (checksums before/after).
 """
 
-import hashlib
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
+from helpers import expect_one_line, tool_main
+from helpers import tree_digest as snapshot
 from megamlm.cli import main
 from megamlm.data.embedded import TOKENIZER_FILE
 
-REPO = Path(__file__).resolve().parents[2]
 SMALL = ["--num-layers", "1", "--hidden-size", "32", "--ffn-hidden-size", "64", "--num-attention-heads", "2",
          "--num-query-groups", "2", "--seq-length", "32", "--global-batch-size", "4", "--micro-batch-size", "2",
          "--log-interval", "1"]
-
-
-def snapshot(folder: Path) -> dict:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
-def tool_main(name):
-    spec = importlib.util.spec_from_file_location(f"tool_{name}", REPO / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
-
-
-def expect_one_line(capsys, status, *messages):
-    assert status == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: ") and err.count("\n") == 1 and "Traceback" not in err, err
-    for message in messages:
-        assert message in err, err
 
 
 def word_tokenizer(path: Path) -> Path:

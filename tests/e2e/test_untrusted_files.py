@@ -2,26 +2,28 @@
 
 Checkpoints are shared and downloaded. Each case below plants a pickle payload that would create a marker file
 when unpickled, in the places a checkpoint holds pickles (``rng_rank*.pt``, megamlm 0.1's ``train_state.pt``, DCP's
-``.metadata``), and runs the real command lines as subprocesses: ``pretrain.py --load``, ``--init-from``,
-``--continue-from`` and ``tools/convert_to_hf.py``. Each must exit 2 with one line on stderr (no traceback), leave
-the checkpoint's files byte-identical, and never create the marker.
+``.metadata``), and runs the real command lines (their ``main``, in this process: a payload that ran would create
+the marker here too): ``pretrain.py --load``, ``--init-from``, ``--continue-from`` and ``tools/convert_to_hf.py``.
+Each must exit 2 with one line on stderr (no traceback), leave the checkpoint's files byte-identical, and never
+create the marker.
 """
 
-import hashlib
 import json
 import os
 import pickle
 import shlex
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from helpers import expect_one_line, tool_main
+from helpers import tree_digest as digest
 from megamlm.checkpoint.catalog import rng_file
 from megamlm.checkpoint.integrity import MARKER, describe_files
+from megamlm.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,11 +36,6 @@ class Payload:
 
     def __reduce__(self):
         return os.system, (f"touch {shlex.quote(str(self.marker))}",)
-
-
-def digest(folder: Path) -> dict:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def recommit(folder: Path, name: str) -> None:
@@ -80,56 +77,51 @@ def checkpoint(tmp_path_factory, tiny):
     return save / "iter_0000002"
 
 
-def command(kind: str, folder: Path, out: Path, tiny_flags) -> list[str]:
+def command(kind: str, folder: Path, out: Path, tiny_flags) -> int:
+    """The exit status of the command line ``kind`` reading ``folder``."""
     if kind == "convert_to_hf":
-        return [sys.executable, str(REPO / "tools" / "convert_to_hf.py"), "--input", str(folder), "--output", str(out)]
+        return tool_main("convert_to_hf")(["--input", str(folder), "--output", str(out)])
     flag = {"load": "--load", "init_from": "--init-from", "continue_from": "--continue-from"}[kind]
-    return [sys.executable, str(REPO / "pretrain.py"), *tiny_flags, "--train-iters", "6", flag, str(folder),
-            "--save", str(out)]
+    return main([*tiny_flags, "--train-iters", "6", flag, str(folder), "--save", str(out)])
 
 
 @pytest.mark.parametrize("kind", ["load", "init_from", "continue_from", "convert_to_hf"])
 @pytest.mark.parametrize("where", ["rng", "legacy-train-state", "metadata"])
 def test_a_crafted_checkpoint_is_refused_in_one_line_and_runs_nothing(checkpoint, tmp_path, tiny_flags, cache_dir,
-                                                                     where, kind):
+                                                                     where, kind, capsys, monkeypatch):
     folder = tmp_path / "shared" / checkpoint.name
     shutil.copytree(checkpoint.parent, folder.parent)
     marker = tmp_path / "payload_ran"
     culprit = craft(folder, where, marker)
     before = digest(folder.parent)
-    out = subprocess.run(command(kind, folder, tmp_path / "out", tiny_flags), cwd=tmp_path, capture_output=True,
-                         text=True, env={**os.environ, "MEGAMLM_CACHE": cache_dir, "PYTHONPATH": str(REPO)},
-                         timeout=300)
-    assert out.returncode == 2, out.stderr
-    assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr
-    assert out.stderr.startswith("error: ") and f"{folder / culprit} refers to the Python global posix.system" \
-        in out.stderr, out.stderr
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    expect_one_line(capsys, command(kind, folder, tmp_path / "out", tiny_flags),
+                    f"{folder / culprit} refers to the Python global posix.system")
     assert not marker.exists()
     assert digest(folder.parent) == before
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("iter_*"))
 
 
-def test_a_crafted_newest_checkpoint_is_skipped_for_the_previous_one_saying_why(tmp_path, tiny, tiny_flags,
-                                                                              cache_dir):
+def test_a_crafted_newest_checkpoint_is_skipped_for_the_previous_one_saying_why(tmp_path, tiny, capsys):
     """A save folder scanned for its newest loadable checkpoint passes over the crafted one, with a warning (the
     scan of a checkpoint without a completion marker reads its .metadata: through the allow-list)."""
     save = tmp_path / "run"
     tiny("--train-iters", "4", "--save-interval", "2", "--save", save)
     marker = tmp_path / "payload_ran"
     craft(save / "iter_0000004", "metadata-unmarked", marker)
-    out = subprocess.run([sys.executable, str(REPO / "tools" / "convert_to_hf.py"), "--input", str(save),
-                          "--output", str(tmp_path / "hf")], cwd=tmp_path, capture_output=True, text=True,
-                         env={**os.environ, "MEGAMLM_CACHE": cache_dir, "PYTHONPATH": str(REPO)}, timeout=300)
-    assert out.returncode == 0, out.stderr
-    assert f"skipping checkpoint {save / 'iter_0000004'}: " in out.stdout and "posix.system" in out.stdout
+    capsys.readouterr()
+    status = tool_main("convert_to_hf")(["--input", str(save), "--output", str(tmp_path / "hf")])
+    out = capsys.readouterr()
+    assert status == 0, out.err
+    assert f"skipping checkpoint {save / 'iter_0000004'}: " in out.out and "posix.system" in out.out
     assert (tmp_path / "hf" / "model.safetensors").exists() and not marker.exists()
 
 
 # ---- studies: nothing in a study file or a step file runs as a command of the emitted SLURM scripts -------------
 
-import importlib.util  # noqa: E402
-
 import yaml  # noqa: E402
+
 
 STUDY = {"name": "edge", "sizes": ["tiny"], "seeds": [7],
          "pretrain": {"model": {"seq_length": 64},
@@ -140,10 +132,7 @@ INJECTIONS = ["x\ntouch {m}", "x; touch {m}", "$(touch {m})", "`touch {m}`", "x'
 
 
 def plan_study(argv) -> int:
-    spec = importlib.util.spec_from_file_location("tool_plan_study", REPO / "tools" / "plan_study.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main([str(a) for a in argv])
+    return tool_main("plan_study")([str(a) for a in argv])
 
 
 def write_study(tmp_path, changes: dict) -> Path:

@@ -1,18 +1,14 @@
 """Held-out validation of both objectives, metrics.jsonl across a resume, and the study figures."""
 
-import importlib.util
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-from helpers import write_dataset
+from helpers import load_tool, write_dataset
 from megamlm.cli import main
 from megamlm.data import IndexedDataset
 from megamlm.training.metrics_file import read_metrics
 
 VALIDATION = ["--split", "969,30,1", "--eval-interval", "2", "--eval-iters", "2"]
-TOOLS = Path(__file__).resolve().parents[2] / "tools"
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -124,9 +120,7 @@ def test_plot_runs_draws_the_figures_of_two_runs(tiny, tmp_path):
     tiny("--objective", "mlm", "--train-iters", "4", *VALIDATION, "--log-interval", "1", "--save", tmp_path / "mlm")
     tiny("--objective", "clm_then_mlm", "--switch-step", "2", "--train-iters", "4", *VALIDATION, "--log-interval",
          "1", "--save", tmp_path / "clm_then_mlm")
-    spec = importlib.util.spec_from_file_location("plot_runs", TOOLS / "plot_runs.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = load_tool("plot_runs")
     assert tool.main([str(tmp_path / "mlm"), str(tmp_path / "clm_then_mlm"), "--output", str(tmp_path / "fig")]) == 0
     for name in ("validation_vs_steps.png", "validation_vs_tokens.png", "training_loss.png"):
         png = (tmp_path / "fig" / name).read_bytes()

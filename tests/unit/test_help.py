@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
-from pathlib import Path
 
 from megamlm.config import build_parser, parse_args
 from megamlm.eval.aggregate import TaskSummary
@@ -12,14 +10,11 @@ from megamlm.eval.paper_datasets import PAPER_DATASETS
 from megamlm.eval.registry import LOCAL_TASKS
 from megamlm.eval.report import markdown_table
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 def _evaluate_parser():
-    spec = importlib.util.spec_from_file_location("evaluate_cli_help", REPO / "tools" / "evaluate.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.build_parser()
+    from helpers import load_tool
+
+    return load_tool("evaluate").build_parser()
 
 
 def _entries(text: str) -> dict[str, str]:

@@ -4,7 +4,6 @@ Each crafted file carries a payload that would create a marker file if unpickled
 that the marker was never created, and that the checkpoint's files are as they were.
 """
 
-import hashlib
 import json
 import os
 import pickle
@@ -17,6 +16,7 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
+from helpers import tree_digest as digest
 from megamlm.checkpoint import CheckpointError, load_checkpoint, resolve_checkpoint, save_checkpoint
 from megamlm.checkpoint.catalog import rng_file
 from megamlm.checkpoint.integrity import MARKER, describe_files
@@ -52,11 +52,6 @@ def recommit(folder: Path, *names: str) -> None:
     marker = json.loads((folder / MARKER).read_text())
     marker["files"].update(describe_files(folder, list(names)))
     (folder / MARKER).write_text(json.dumps(marker))
-
-
-def digest(folder: Path) -> dict:
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def craft_metadata(folder: Path, marker: Path) -> None:

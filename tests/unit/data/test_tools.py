@@ -1,26 +1,16 @@
 """tools/preprocess_data.py (inputs, workers, shards), tools/merge_datasets.py and tools/inspect_data.py."""
 
 import gzip
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from helpers import load_tool as tool
 from helpers import write_dataset
 from megamlm.data import IndexedDataset, StreamSpec, build_train_dataset
 from megamlm.data.embedded import TOKENIZER_FILE
-
-TOOLS = Path(__file__).resolve().parents[3] / "tools"
-
-
-def tool(name):
-    spec = importlib.util.spec_from_file_location(f"tool_{name}", TOOLS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
@@ -149,9 +139,7 @@ def test_train_tokenizer(corpus, tmp_path):
 
 
 def test_index_build_benchmark_runs_at_ci_size(tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location("index_build", TOOLS.parent / "benchmarks" / "index_build.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = tool("index_build", folder="benchmarks")
     out = tmp_path / "figures.json"
     assert bench.main(["--tokens", "2e6", "--seq-length", "512", "--epochs", "2", "--json", "--output", str(out)]) == 0
     figures = json.loads(capsys.readouterr().out)

@@ -1,6 +1,5 @@
 """A megamlm checkpoint given to tools/evaluate.py is exported once (megamlm.hf) and then evaluated."""
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -37,9 +36,9 @@ def test_megamlm_checkpoint_is_exported_then_evaluated(tmp_path, capsys):
                      [("she said it was good", "pos"), ("he was not good", "neg")] * 2)
     for split in ("train", "validation", "test"):
         (task / f"{split}.jsonl").write_text(rows + "\n")
-    spec = importlib.util.spec_from_file_location("evaluate_cli", ROOT / "tools" / "evaluate.py")
-    cli = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(cli)
+    from helpers import load_tool
+
+    cli = load_tool("evaluate")
     out = tmp_path / "out"
     args = ["--model", f"mlm={tmp_path / 'ckpt'}", "--tasks", f"sequence_classification:{task}", "--output", str(out),
             "--lrs", "1e-3", "--seeds", "0", "--max-steps", "1", "--batch-size", "2", "--no-plots"]

@@ -2,9 +2,7 @@
 end on a tiny model, online loading with the Hub call replaced by local copies of the Hub's schemas,
 offline loading, save_to_disk copies, and the one-line error for a dataset that cannot be had."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
@@ -15,14 +13,11 @@ from megamlm.eval.readers import TaskDataError  # noqa: E402
 
 from .hub_fixture import FakeHub  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[3]
-
 
 def _tool(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
+    from helpers import tool_main
+
+    return tool_main(name)
 
 
 @pytest.fixture

@@ -1,6 +1,5 @@
 """tools/evaluate.py end to end on a tiny model: results per run, skip on rerun, crashes and bad input."""
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -11,14 +10,11 @@ from megamlm.eval import runner
 from megamlm.eval.aggregate import summarize
 from megamlm.eval.results import RunKey
 
-ROOT = Path(__file__).resolve().parents[3]
-
 
 def _cli():
-    spec = importlib.util.spec_from_file_location("evaluate_cli", ROOT / "tools" / "evaluate.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.main
+    from helpers import tool_main
+
+    return tool_main("evaluate")
 
 
 def _cls_folder(folder: Path, test_labels=("pos", "neg")) -> Path:

@@ -1,7 +1,6 @@
 """Export: megamlm logits == transformers' logits, tokenizer and heads usable, bad input refused."""
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
@@ -192,12 +191,10 @@ def test_tokenizer_that_is_not_a_tokenizer_json(tmp_path, kit):
 def test_convert_to_hf_refuses_an_existing_output_in_one_line_and_leaves_it_byte_identical(tiny_checkpoint, tmp_path,
                                                                                          capsys):
     import hashlib
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location("convert_to_hf", Path(__file__).resolve().parents[3] / "tools" /
-                                                  "convert_to_hf.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    from helpers import load_tool
+
+    tool = load_tool("convert_to_hf")
     save_dir, _ = tiny_checkpoint
     out = tmp_path / "out"
     out.mkdir()

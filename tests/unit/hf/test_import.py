@@ -104,14 +104,7 @@ def test_eurobert_round_trip_keeps_every_weight(tiny_checkpoint, tmp_path):
 
 
 def test_tools_round_trip_and_report_errors(tmp_path, kit, capsys):
-    import importlib.util
-
-    def tool(name):
-        path = Path(__file__).resolve().parents[3] / "tools" / f"{name}.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module.main
+    from helpers import tool_main as tool
 
     kit.save_tiny_llama(tmp_path / "llama")
     assert tool("convert_from_hf")(["--input", str(tmp_path / "llama"), "--output", str(tmp_path / "ckpt")]) == 0
@@ -172,12 +165,10 @@ def test_sliding_window_longer_than_the_run_is_refused(tmp_path, kit):
                                             ("pytorch_model.bin", "crafted")])
 def test_truncated_weights_are_one_line_and_nothing_is_written(tmp_path, kit, capsys, weights, damage):
     import hashlib
-    import importlib.util
 
-    spec = importlib.util.spec_from_file_location("convert_from_hf", Path(__file__).resolve().parents[3] / "tools" /
-                                                  "convert_from_hf.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    from helpers import load_tool
+
+    tool = load_tool("convert_from_hf")
     model = kit.save_tiny_llama(tmp_path / "llama")
     if weights == "pytorch_model.bin":
         (tmp_path / "llama" / "model.safetensors").unlink()

@@ -236,12 +236,9 @@ REFUSED = {
 
 
 def _convert_from_hf():
-    import importlib.util
+    from helpers import load_tool
 
-    spec = importlib.util.spec_from_file_location("convert_from_hf", REPO / "tools" / "convert_from_hf.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("convert_from_hf")
 
 
 @pytest.mark.parametrize("case", list(REFUSED))

@@ -5,6 +5,7 @@ import runpy
 import subprocess
 from pathlib import Path
 
+from helpers import expect_one_line, tool_main
 from megamlm.study.commands import evaluate_command, evaluated_models, export_command
 
 REPO = Path(__file__).resolve().parents[3]
@@ -39,21 +40,18 @@ def test_evaluated_checkpoints_are_the_runs_own_steps(small_plan):
     assert export[export.index("--input") + 1] == f"{plan.root}/tiny-clm100-m40/iter_0000050"
 
 
-def test_emit_local_lists_the_pretraining_commands_in_order(small_study, tmp_path):
+def test_emit_local_lists_the_pretraining_commands_in_order(small_study, tmp_path, monkeypatch):
     study_file = small_study().source
-    result = subprocess.run(["python", str(REPO / "tools" / "plan_study.py"), str(study_file), "--emit", "local",
-                             str(tmp_path / "run.sh"), "--root", "runs/small"], cwd=tmp_path, capture_output=True,
-                            text=True)
-    assert result.returncode == 0, result.stderr
+    monkeypatch.chdir(tmp_path)
+    assert tool_main("plan_study")([str(study_file), "--emit", "local", str(tmp_path / "run.sh"), "--root",
+                                    "runs/small"]) == 0
     script = (tmp_path / "run.sh").read_text()
     assert subprocess.run(["bash", "-n", str(tmp_path / "run.sh")]).returncode == 0
     saves = [line.split("--save ")[1].split()[0] for line in script.splitlines() if "pretrain.py" in line]
     assert saves[:2] == ["runs/small/tiny-clm100-m40", "runs/small/tiny-mlm100-m40"] and len(saves) == 9
 
 
-def test_bad_command_lines_are_one_error(small_study):
+def test_bad_command_lines_are_one_error(small_study, capsys):
     study_file = small_study().source
     for extra, message in ((["--emit", "slurm"], "--emit slurm DIR"), (["--scale", "3"], "--scale must be in")):
-        result = subprocess.run(["python", str(REPO / "tools" / "plan_study.py"), str(study_file), *extra],
-                                capture_output=True, text=True)
-        assert result.returncode == 2 and result.stderr.startswith("error:") and message in result.stderr
+        expect_one_line(capsys, tool_main("plan_study")([str(study_file), *extra]), message)

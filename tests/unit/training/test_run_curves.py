@@ -3,15 +3,13 @@ run without validation as such, and writes to a named default folder it prints."
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
+from helpers import load_tool
 from megamlm.training.run_curves import DEFAULT_OUTPUT, legend_name, load_run, validation_curve
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 def _run(folder: Path, validation: list[tuple[int, int, float]], origin: dict | None = None, train=True) -> Path:
@@ -46,9 +44,7 @@ def test_branches_and_continuations_start_where_they_leave_their_parent(tmp_path
 def test_the_figures_go_to_the_named_default_folder_printed_at_the_end(tmp_path, capsys, monkeypatch):
     pytest.importorskip("matplotlib")
     parent = _run(tmp_path / "clm", [(2, 100, 6.0), (4, 200, 5.0)])
-    spec = importlib.util.spec_from_file_location("plot_runs_tool", REPO / "tools" / "plot_runs.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
+    tool = load_tool("plot_runs")
     monkeypatch.chdir(tmp_path)
     assert tool.main([str(parent), str(_run(tmp_path / "quiet", []))]) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1] == f"wrote 3 figures to {DEFAULT_OUTPUT}/"
