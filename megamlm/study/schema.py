@@ -131,7 +131,7 @@ class Slurm:
     nodes: int = 1
     """Nodes per pretraining job."""
     gpus_per_node: int = 8
-    """GPUs per node (one rank each)."""
+    """GPUs per node (one rank each); 0 for a CPU partition (ranks from the allocation's CPUs, --device cpu)."""
     cpus_per_task: int = 64
     """CPUs of the one task per node (torchrun and its ranks)."""
     time: str = "24:00:00"
@@ -143,7 +143,7 @@ class Slurm:
     extra: list[str] = field(default_factory=list)
     """More #SBATCH options for every job, e.g. ["--qos=high", "--constraint=h100"]."""
     eval_gpus: int = 8
-    """GPUs of each evaluation job (one node; one fine-tuning worker per GPU)."""
+    """GPUs of each evaluation job (one node; one fine-tuning worker per GPU); 0: one worker on the CPUs."""
     eval_time: str = "48:00:00"
     """Time limit of each evaluation job."""
 
@@ -477,9 +477,12 @@ def validate_study(study: Study) -> None:
     if study.cost.tokens_per_second is not None and study.cost.tokens_per_second <= 0:
         raise StudyError(f"cost.tokens_per_second must be positive, got {study.cost.tokens_per_second}")
     s = study.slurm
-    for key in ("nodes", "gpus_per_node", "cpus_per_task", "eval_gpus"):
+    for key in ("nodes", "cpus_per_task"):
         if getattr(s, key) < 1:
             raise StudyError(f"slurm.{key} must be at least 1, got {getattr(s, key)}")
+    for key in ("gpus_per_node", "eval_gpus"):  # 0: a CPU partition
+        if getattr(s, key) < 0:
+            raise StudyError(f"slurm.{key} must be 0 (a CPU partition) or more, got {getattr(s, key)}")
     check_slurm_values(s)
     if study.root is not None:
         check_script_path(study.root, "root")
