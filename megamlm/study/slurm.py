@@ -164,7 +164,7 @@ def evaluation_script(plan: Plan, run: Run, workdir: Path) -> str:
         f"# Study {plan.study.name}: export and fine-tune {run.name} "
         f"({', '.join(m.name for m in evaluated_models(plan, run))}); finished fine-tuning runs are skipped.",
         *_preamble(_repo_from(workdir)),
-        "# Offline: submit.sh fetched the evaluation sets on the login node (tools/fetch_eval_datasets.py).",
+        "# Offline: submit.sh fetches the Hub's evaluation sets on the login node (tools/fetch_eval_datasets.py).",
         "export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}",
         *exports,
         _wrap(evaluate), ""])
