@@ -111,6 +111,8 @@ def _preamble(repo: str) -> list[str]:
             'WORKDIR=${WORKDIR:-${SLURM_SUBMIT_DIR:-$PWD}}',
             'cd "$WORKDIR"',
             f"export REPO=${{REPO:-{repo}}}",
+            '[[ -f "$REPO/pretrain.py" ]] || { echo "megamlm not found in REPO=$REPO; submit with submit.sh, or set '
+            'WORKDIR (the folder the study was planned in) or REPO" >&2; exit 2; }',
             'if [[ -n "${MEGAMLM_ENV:-}" ]]; then source "$MEGAMLM_ENV"; fi']
 
 
