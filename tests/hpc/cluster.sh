@@ -54,7 +54,6 @@ KillWait=30
 InactiveLimit=0
 SlurmdTimeout=300
 SlurmdParameters=config_overrides
-PluginDir=/usr/lib/x86_64-linux-gnu/slurm-wlm
 NodeName=${host} CPUs=${cpus} Sockets=1 CoresPerSocket=${cpus} ThreadsPerCore=1 Gres=gpu:8 RealMemory=1000 State=UNKNOWN
 PartitionName=ci Nodes=${host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=NO
 CONF

@@ -19,8 +19,8 @@ missing=()
 command -v sbatch >/dev/null && command -v slurmctld >/dev/null && command -v slurmd >/dev/null || missing+=(slurm-wlm)
 command -v munged >/dev/null || missing+=(munge)
 command -v mpirun >/dev/null || missing+=(openmpi-bin)
-[[ -e /usr/include/x86_64-linux-gnu/mpi/mpi.h || -e /usr/lib/x86_64-linux-gnu/openmpi/include/mpi.h ]] \
-    || missing+=(libopenmpi-dev)  # mpi4py builds against it
+dpkg-query -W -f='${Status}' libopenmpi-dev 2>/dev/null | grep -q "ok installed" \
+    || missing+=(libopenmpi-dev)  # mpi4py builds against it where no wheel fits
 if (( ${#missing[@]} )); then
     echo "hpc stage: installing ${missing[*]}"
     as_root apt-get update -qq
