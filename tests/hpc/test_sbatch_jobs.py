@@ -35,7 +35,8 @@ def test_two_jobs_at_once_train_save_and_exit_0_from_a_folder_without_logs(tmp_p
 
 
 def test_a_usr1_warning_saves_requeues_and_resumes_to_the_straight_runs_loss(tmp_path):
-    iters = ["--train-iters", "40", "--save-interval", "1000"]
+    # Long enough that the signal lands mid-run on an idle machine too (a step of this model takes ~25 ms there).
+    iters = ["--train-iters", "300", "--save-interval", "1000"]
     straight = subprocess.run([sys.executable, str(REPO / "pretrain.py"), *TINY, *iters, "--device", "cpu",
                                "--save", str(tmp_path / "straight")], env=job_env(), capture_output=True, text=True,
                               timeout=600)
@@ -44,13 +45,16 @@ def test_a_usr1_warning_saves_requeues_and_resumes_to_the_straight_runs_loss(tmp
     job = sbatch([*CPU_JOB, "--export=ALL,GPUS_PER_NODE=0", SCRIPT, *TINY, *iters, "--save", str(tmp_path / "run")],
                  tmp_path)
     log = tmp_path / f"megamlm-{job}.out"
-    wait_for_log(log, "] step 3/40")
+    wait_for_log(log, "] step 3/300")
     subprocess.run(["scancel", "--signal=USR1", str(job)], check=True, timeout=60)
     wait_for_log(log, f"requeueing job {job}")
+    # SLURM holds a requeued job about 2 minutes (its begin time; measured on 22.05): start it now instead.
+    wait_until(lambda: job_field(job, "JobState") == "PENDING", "the job requeued")
+    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True, timeout=60)
     assert wait_for_end(job) == "COMPLETED", log.read_text()[-3000:]
     text = log.read_text()
     assert job_field(job, "Restarts") == "1" and "received SIGUSR1" in text
     stopped = int(text.split("megamlm: stopped at step ")[1].split()[0])
-    assert 3 <= stopped < 40 and f"iter_{stopped:07d} at step {stopped}" in text  # the resume
-    assert latest_step(tmp_path / "run") == 40
+    assert 3 <= stopped < 300 and f"iter_{stopped:07d} at step {stopped}" in text  # the resume
+    assert latest_step(tmp_path / "run") == 300
     assert last_loss(tmp_path / "run") == pytest.approx(last_loss(tmp_path / "straight"), rel=1e-5)
