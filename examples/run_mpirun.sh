@@ -5,19 +5,46 @@
 # MASTER_ADDR (exported to all ranks below), else rank 0's host name via mpi4py when installed.
 #
 #   NP=16 HOSTS=node1:8,node2:8 examples/run_mpirun.sh --model 210m --tp 2 --data-path ... --tokenizer-model ...
+#   NP=16 examples/run_mpirun.sh --hostfile hosts --bind-to socket -x NCCL_DEBUG -- --model 210m ...
+#
+# Options before a `--` go to mpirun (--hostfile, -x VAR, binding, --mca ...), the rest to pretrain.py. As root
+# (containers) --allow-run-as-root is added, since Open MPI refuses root otherwise. MASTER_PORT defaults to one
+# derived from SLURM_JOB_ID inside a SLURM job, else to a port free on this host (MASTER_ADDR's default).
+#
+# Stop signals: Open MPI's mpirun forwards SIGUSR1 to the ranks but answers SIGTERM and SIGINT by killing them,
+# mid-checkpoint if they are saving. mpirun runs here in a session of its own, and this script turns SIGTERM and
+# SIGINT into SIGUSR1 for it: the ranks finish their step, save one checkpoint and exit 0, and so does this
+# script. (SIGTERM sent to mpirun's own PID still kills the ranks: signal this script, or send SIGUSR1.)
 #
 # PRINT_CMD=1 prints the command instead of running it.
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 NP=${NP:-2}
+MPIRUN_OPTIONS=()
+if [[ " $* " == *" -- "* ]]; then
+    while [[ "$1" != "--" ]]; do
+        MPIRUN_OPTIONS+=("$1")
+        shift
+    done
+    shift
+fi
 MASTER_ADDR=${MASTER_ADDR:-$(hostname)}
-MASTER_PORT=${MASTER_PORT:-29500}
+if [[ -z "${MASTER_PORT:-}" ]]; then
+    if [[ "${SLURM_JOB_ID:-}" =~ ^[0-9]+$ ]]; then
+        MASTER_PORT=$(( 15000 + 10#${SLURM_JOB_ID} % 15000 ))  # as the sbatch scripts: one port per job
+    else
+        MASTER_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])')
+    fi
+fi
 CMD=(mpirun -np "${NP}")
 if [[ -n "${HOSTS:-}" ]]; then
     CMD+=(--host "${HOSTS}")
 fi
-CMD+=(-x "MASTER_ADDR=${MASTER_ADDR}" -x "MASTER_PORT=${MASTER_PORT}" -x OMP_NUM_THREADS=1
+if (( EUID == 0 )); then
+    CMD+=(--allow-run-as-root)
+fi
+CMD+=("${MPIRUN_OPTIONS[@]}" -x "MASTER_ADDR=${MASTER_ADDR}" -x "MASTER_PORT=${MASTER_PORT}" -x OMP_NUM_THREADS=1
       python "${REPO}/pretrain.py" "$@")
 
 if [[ "${PRINT_CMD:-0}" == "1" ]]; then
@@ -25,4 +52,22 @@ if [[ "${PRINT_CMD:-0}" == "1" ]]; then
     echo
     exit 0
 fi
-exec "${CMD[@]}"
+# Its own session: Ctrl-C (SIGINT to the terminal's process group) reaches this script only.
+setsid "${CMD[@]}" </dev/null &
+pid=$!
+trap 'kill -USR1 "${pid}" 2>/dev/null || true' TERM INT USR1
+# `wait` returns early when a trapped signal arrives; wait again until mpirun itself has exited.
+while true; do
+    status=0
+    wait "${pid}" || status=$?
+    if ! kill -0 "${pid}" 2>/dev/null; then
+        break
+    fi
+done
+# The status of a finished job stays known to bash; prefer it over the status of an interrupted `wait`.
+last=0
+wait "${pid}" 2>/dev/null || last=$?
+if (( last != 127 )); then
+    status=${last}
+fi
+exit "${status}"

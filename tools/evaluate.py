@@ -138,6 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="Hugging Face architecture for exporting megamlm checkpoints given as --model (default: the "
                         "model's encoder export: EuroBERT, or a bidirectional Gemma 3 for a model continued from "
                         "Gemma 3)")
+    p.add_argument("--tables", type=Path, help="folder for the tables and figures of this command's models (default: "
+                                            "--output); a study's SLURM job per run writes its own here, so jobs "
+                                            "sharing --output do not rewrite each other's results.md")
     p.add_argument("--no-plots", action="store_true", help="write tables only")
     p.add_argument("--force", action="store_true",
                    help="write into an --output folder that holds files of something else (an earlier evaluation's "
@@ -177,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             devices=devices)
         if not plan.tasks:
             raise PlanError("no task given; pass --tasks, e.g. --tasks rt-sentiment,brown-pos")
-        outcome = evaluate(plan, plots=not args.no_plots)
+        outcome = evaluate(plan, plots=not args.no_plots, tables=args.tables)
     except (UserError, OSError) as error:
         return exit_line(error)
     if outcome["failed"]:

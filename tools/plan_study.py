@@ -105,7 +105,10 @@ def main(argv=None) -> int:
         plan = build_plan(study, args.root)
         print(plan_table(plan, throughput_for(study, args.tokens_per_second, args.benchmark)))
         if args.emit and args.emit[0] == "slurm":
-            written = emit_slurm(plan, args.emit[1], force=args.force)
+            # The report job is planned as this command was: the same --set and --scale.
+            report_args = [word for override in args.overrides for word in ("--set", override)]
+            report_args += ["--scale", str(args.scale)] if args.scale is not None else []
+            written = emit_slurm(plan, args.emit[1], force=args.force, report_args=report_args)
             print(f"wrote {len(written)} scripts to {args.emit[1]}; submit with: bash {args.emit[1]}/submit.sh")
         elif args.emit:
             text = local_script(plan, args.study)

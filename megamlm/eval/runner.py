@@ -244,13 +244,16 @@ def check_output_folder(output: Path, force: bool = False) -> None:
                         "write into it anyway")
 
 
-def evaluate(plan: EvalPlan, plots: bool = True, log=print) -> dict:
-    """Check, run what is missing, then aggregate everything finished into tables and figures."""
+def evaluate(plan: EvalPlan, plots: bool = True, log=print, tables: Path | None = None) -> dict:
+    """Check, run what is missing, then aggregate everything finished into tables and figures (in ``tables``,
+    default the plan's output folder)."""
     tasks = check_plan(plan, log=log)
     report = execute(plan, tasks, log=log)
     results = collect(plan.output, plan.keys())
     summaries = summarize(results, plan.keys())
-    written = write_report(plan.output, summaries, per_lr(results), plots=plots)
+    if tables is not None:
+        Path(tables).mkdir(parents=True, exist_ok=True)
+    written = write_report(Path(tables or plan.output), summaries, per_lr(results), plots=plots)
     log(f"{len(report['finished'])} runs finished now, {len(report['skipped'])} skipped (finished before), "
         f"{len(report['failed'])} failed; wrote {', '.join(str(p) for p in written)}")
     return {**report, "summaries": summaries, "written": written}

@@ -114,9 +114,12 @@ def validate_study(study: Study) -> None:
     if tokens_per_second is not None and (not math.isfinite(tokens_per_second) or tokens_per_second <= 0):
         raise StudyError(f"cost.tokens_per_second must be positive, got {study.cost.tokens_per_second}")
     s = study.slurm
-    for key in ("nodes", "gpus_per_node", "cpus_per_task", "eval_gpus"):
+    for key in ("nodes", "cpus_per_task"):
         if getattr(s, key) < 1:
             raise StudyError(f"slurm.{key} must be at least 1, got {getattr(s, key)}")
+    for key in ("gpus_per_node", "eval_gpus"):  # 0: a CPU partition
+        if getattr(s, key) < 0:
+            raise StudyError(f"slurm.{key} must be 0 (a CPU partition) or more, got {getattr(s, key)}")
     check_slurm_values(s)
     if study.root is not None:
         check_script_path(study.root, "root")

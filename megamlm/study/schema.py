@@ -110,7 +110,7 @@ class Slurm:
     nodes: int = 1
     """Nodes per pretraining job."""
     gpus_per_node: int = 8
-    """GPUs per node (one rank each)."""
+    """GPUs per node (one rank each); 0 for a CPU partition (ranks from the allocation\'s CPUs, --device cpu)."""
     cpus_per_task: int = 64
     """CPUs of the one task per node (torchrun and its ranks)."""
     time: str = "24:00:00"
@@ -122,7 +122,7 @@ class Slurm:
     extra: list[str] = field(default_factory=list)
     """More #SBATCH options for every job, e.g. ["--qos=high", "--constraint=h100"]."""
     eval_gpus: int = 8
-    """GPUs of each evaluation job (one node; one fine-tuning worker per GPU)."""
+    """GPUs of each evaluation job (one node; one fine-tuning worker per GPU); 0: one worker on the CPUs."""
     eval_time: str = "48:00:00"
     """Time limit of each evaluation job."""
 

@@ -70,10 +70,56 @@ def test_sbatch_discovers_the_head_node_and_builds_srun_torchrun(script, tmp_pat
     cmd = shlex.split(out.stdout)
     assert cmd[:2] == ["srun", str(FORWARDER)]
     assert option(cmd, "--nnodes") == "2" and option(cmd, "--nproc-per-node") == "8"
-    assert option(cmd, "--rdzv-endpoint") == "gpu012:29500" and option(cmd, "--rdzv-id") == "4242"
+    assert option(cmd, "--rdzv-endpoint") == "gpu012:19242" and option(cmd, "--rdzv-id") == "4242"
     flags = pretrain_flags(cmd)
     assert flags[:2] == ["--device", "cuda"] and flags[2:] == LAYOUT
     check_layout_plans(flags, world=16)
+
+
+def sbatch_command(script: Path, tmp_path: Path, env: dict) -> list[str]:
+    fake_scontrol = tmp_path / "scontrol"
+    fake_scontrol.write_text("#!/bin/bash\nprintf 'node1\\n'\n")
+    fake_scontrol.chmod(0o755)
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("MASTER_ADDR", "MASTER_PORT", "GPUS_PER_NODE", "NPROC_PER_NODE", "CPUS_PER_RANK",
+                          "OMP_NUM_THREADS") and not k.startswith("SLURM_")}
+    out = subprocess.run(["bash", str(script), "--model", "tiny"],
+                         env={**clean, "PATH": f"{tmp_path}:{os.environ['PATH']}", "SLURM_NNODES": "1",
+                              "SLURM_JOB_NODELIST": "node1", "PRINT_CMD": "1", **env},
+                         capture_output=True, text=True, check=True)
+    return shlex.split(out.stdout)
+
+
+@pytest.mark.parametrize("script", SCRIPTS[2:], ids=lambda p: p.name)
+def test_two_jobs_on_one_node_get_different_rendezvous_ports_unless_one_is_set(script, tmp_path):
+    first = sbatch_command(script, tmp_path, {"SLURM_JOB_ID": "7", "SLURM_GPUS_ON_NODE": "8"})
+    second = sbatch_command(script, tmp_path, {"SLURM_JOB_ID": "8", "SLURM_GPUS_ON_NODE": "8"})
+    assert option(first, "--rdzv-endpoint") != option(second, "--rdzv-endpoint")
+    chosen = sbatch_command(script, tmp_path, {"SLURM_JOB_ID": "7", "SLURM_GPUS_ON_NODE": "8", "MASTER_PORT": "23456"})
+    assert option(chosen, "--rdzv-endpoint") == "node1:23456"
+
+
+@pytest.mark.parametrize("script", SCRIPTS[2:], ids=lambda p: p.name)
+def test_an_allocation_without_gpus_runs_on_its_cpus(script, tmp_path):
+    """A CPU partition: no SLURM_GPUS_ON_NODE. One rank with every CPU of the allocation by default, one rank per
+    CPUS_PER_RANK otherwise, --device cpu, and the user's arguments last (a --device of theirs wins)."""
+    cmd = sbatch_command(script, tmp_path, {"SLURM_JOB_ID": "7", "SLURM_CPUS_ON_NODE": "16"})
+    assert option(cmd, "--nproc-per-node") == "1"
+    assert pretrain_flags(cmd) == ["--device", "cpu", "--model", "tiny"]
+    cmd = sbatch_command(script, tmp_path, {"SLURM_JOB_ID": "7", "SLURM_CPUS_ON_NODE": "16", "CPUS_PER_RANK": "4"})
+    assert option(cmd, "--nproc-per-node") == "4"
+    # A GPU-shaped job run on a CPU partition through the documented variable:
+    cmd = sbatch_command(script, tmp_path, {"SLURM_JOB_ID": "7", "SLURM_GPUS_ON_NODE": "8", "GPUS_PER_NODE": "0",
+                                            "SLURM_CPUS_ON_NODE": "2", "CPUS_PER_RANK": "1"})
+    assert option(cmd, "--nproc-per-node") == "2" and pretrain_flags(cmd)[:2] == ["--device", "cpu"]
+
+
+@pytest.mark.parametrize("script", SCRIPTS[2:], ids=lambda p: p.name)
+def test_the_job_log_needs_no_folder_made_before_the_job_starts(script):
+    """sbatch opens --output before the script's first line runs: a folder in it would have to exist already."""
+    [output] = [line.split("=", 1)[1] for line in script.read_text().splitlines()
+                if line.startswith("#SBATCH --output=")]
+    assert "/" not in output, output
 
 
 def test_run_local_builds_a_standalone_torchrun():
@@ -84,11 +130,32 @@ def test_run_local_builds_a_standalone_torchrun():
 
 
 def test_mpirun_exports_the_master_address_to_every_rank():
-    cmd = printed_command(SCRIPTS[1], {"NP": "8", "MASTER_ADDR": "head", "HOSTS": "a:4,b:4"}, LAYOUT)
+    cmd = printed_command(SCRIPTS[1], {"NP": "8", "MASTER_ADDR": "head", "HOSTS": "a:4,b:4", "MASTER_PORT": "29500"},
+                          LAYOUT)
     assert cmd[:3] == ["mpirun", "-np", "8"] and option(cmd, "--host") == "a:4,b:4"
     exported = [cmd[i + 1] for i, a in enumerate(cmd) if a == "-x"]
     assert "MASTER_ADDR=head" in exported and "MASTER_PORT=29500" in exported
     check_layout_plans(pretrain_flags(cmd), world=8)
+
+
+def test_mpirun_options_before_a_double_dash_go_to_mpirun():
+    cmd = printed_command(SCRIPTS[1], {"NP": "4"}, ["--hostfile", "hosts", "-x", "NCCL_DEBUG", "--bind-to", "socket",
+                                                    "--", *LAYOUT])
+    mpirun = cmd[:next(i for i, a in enumerate(cmd) if a == "python")]
+    assert option(mpirun, "--hostfile") == "hosts" and option(mpirun, "--bind-to") == "socket"
+    assert "NCCL_DEBUG" in [mpirun[i + 1] for i, a in enumerate(mpirun) if a == "-x"]
+    assert ("--allow-run-as-root" in mpirun) == (os.geteuid() == 0)  # Open MPI refuses root without it
+    assert pretrain_flags(cmd) == LAYOUT
+    check_layout_plans(pretrain_flags(cmd), world=4)
+
+
+def test_mpirun_outside_slurm_picks_a_free_port_and_inside_one_per_job():
+    env = {"NP": "2", "MASTER_ADDR": "", "MASTER_PORT": ""}
+    ports = set()
+    for extra in ({"SLURM_JOB_ID": "7"}, {"SLURM_JOB_ID": "8"}):
+        cmd = printed_command(SCRIPTS[1], {**env, **extra}, LAYOUT)
+        ports.add(next(a for a in cmd if a.startswith("MASTER_PORT=")))
+    assert len(ports) == 2 and "MASTER_PORT=29500" not in ports
 
 
 @pytest.fixture(scope="module")

@@ -18,11 +18,14 @@ How each is checked (the first rule that applies)
      ``PYTEST_ADDOPTS="--collect-only -q <one test file>"``: its options, the ``-m`` expression and the markers
      work and select tests there.
   3. ``sbatch [options] SCRIPT ARGS`` (needs SLURM and GPU nodes): the script is valid bash, prints its launch
-     command with ``PRINT_CMD=1`` (its documented switch) under the environment sbatch would give it, and the
-     printed ``pretrain.py`` flags plan a valid layout with ``--dry-run --world-size NODES x GPUS``.
+     command with ``PRINT_CMD=1`` (its documented switch) under the environment sbatch would give it (nodes, GPUs
+     and CPUs per node from the command's options, else the script's #SBATCH lines), and the printed
+     ``pretrain.py`` flags plan a valid layout with ``--dry-run --world-size NODES x RANKS``. The README's SLURM
+     and mpirun commands also run as written on a real one-node SLURM in CI's HPC stage (tests/hpc/).
   4. More processes than CI runs (torchrun, run_local.sh or run_mpirun.sh with more than 4 processes, hosts
-     of an MPI job): the script prints its command with ``PRINT_CMD=1`` where it has one, and the ``pretrain.py``
-     flags plan a valid layout with ``--dry-run --world-size N``.
+     of an MPI job), or an MPI command where Open MPI is not installed: the script prints its command with
+     ``PRINT_CMD=1`` where it has one, and the ``pretrain.py`` flags plan a valid layout with
+     ``--dry-run --world-size N``.
   5. Files only the reader has (absolute paths such as /data/... or /models/...: their corpus, a Hugging Face
      model), a GPU (``--device cuda`` where torch sees none) or the network (``tools/fetch_eval_datasets.py``):
      the arguments are parsed (and validated) by the program's own parser.
@@ -484,14 +487,22 @@ def check_part(words: list[str], command: Command, root: Path, env: dict) -> str
     if program == "sbatch":  # rule 3
         script_path = root / script
         check_ok(run(["bash", "-n", str(script_path)], root, env), f"{what} (bash -n)")
-        nodes = option(words[:words.index(script)], "--nodes", "-N") or "1"
-        printed = printed_command(["bash", script, *args], root, env,
-                                  {"SLURM_NNODES": nodes, "SLURM_JOB_ID": "1", "SLURM_SUBMIT_DIR": str(root)}, what)
+        options = words[:words.index(script)]
+        nodes = sbatch_value(options, script_path, "--nodes", "-N") or "1"
+        allocation = {"SLURM_NNODES": nodes, "SLURM_JOB_ID": "1", "SLURM_SUBMIT_DIR": str(root)}
+        gpus = sbatch_value(options, script_path, "--gpus-per-node")
+        if gpus and gpus != "0":
+            allocation["SLURM_GPUS_ON_NODE"] = gpus
+        cpus = sbatch_value(options, script_path, "--cpus-per-task", "-c")
+        if cpus:
+            allocation["SLURM_CPUS_ON_NODE"] = cpus
+        printed = printed_command(["bash", script, *args], root, env, {**extra_env, **allocation}, what)
         world = int(option(printed, "--nnodes")) * int(option(printed, "--nproc-per-node"))
         plan_layout(pretrain_flags(printed), world, what)
         return f"PRINT_CMD + dry run at world {world}"
     processes = launch_processes(words, extra_env)
-    if processes > MAX_CI_PROCESSES or extra_env.get("HOSTS"):  # rule 4
+    no_mpi = (program == "mpirun" or (script or "").endswith("run_mpirun.sh")) and shutil.which("mpirun") is None
+    if processes > MAX_CI_PROCESSES or extra_env.get("HOSTS") or no_mpi:  # rule 4
         if script and script.endswith(".sh"):
             printed = printed_command(words, root, env, extra_env, what)
             plan_layout(pretrain_flags(printed), processes, what)
@@ -523,12 +534,21 @@ def check_part(words: list[str], command: Command, root: Path, env: dict) -> str
     return "ran"
 
 
+def sbatch_value(options: list[str], script: Path, *names: str) -> str | None:
+    """An sbatch option as the job sees it: given on the command line, else on the script's #SBATCH line."""
+    given = option(options, *names)
+    if given is not None:
+        return given
+    directives = [line.split(None, 1)[1] for line in script.read_text().splitlines() if line.startswith("#SBATCH ")]
+    return option([word for d in directives for word in d.split()], *names)
+
+
 def launch_processes(words: list[str], extra_env: dict) -> int:
     if words[0] == "torchrun":
         return int(option(words, "--nproc-per-node", "--nproc_per_node") or 1) * int(option(words, "--nnodes") or 1)
     if words[0].endswith("run_local.sh"):
         return int(extra_env.get("NPROC", 2))
-    if words[0].endswith("run_mpirun.sh"):
+    if words[0].endswith("run_mpirun.sh") or (words[0] == "bash" and words[1:2] and words[1].endswith("run_mpirun.sh")):
         return int(extra_env.get("NP", 2))
     return 1
 

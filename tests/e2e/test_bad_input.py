@@ -539,7 +539,7 @@ def test_plan_study_emit_refuses_existing_scripts_unless_force(capsys, tmp_path)
     before = snapshot(tmp_path)
     capsys.readouterr()
     expect_one_line(capsys, plan_study([str(study), "--emit", "slurm", str(slurm)]),
-                    "already exists (3 of the 3 scripts do); pass --force to replace them")
+                    "already exists (4 of the 4 scripts do); pass --force to replace them")  # + report.sbatch
     assert snapshot(tmp_path) == before
     assert plan_study([str(study), "--emit", "slurm", str(slurm), "--force"]) == 0
     assert not list(slurm.glob(".*.tmp"))

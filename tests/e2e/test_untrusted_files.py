@@ -188,7 +188,7 @@ def run_script(script: Path, tmp_path: Path, *args: str, **env) -> subprocess.Co
             (bin_dir / name).chmod(0o755)
     return subprocess.run(["bash", str(script), *args], cwd=tmp_path, capture_output=True, text=True, timeout=60,
                           env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "STUB_LOG": str(calls),
-                               **env})
+                               "WORKDIR": os.getcwd(), **env})  # where plan_study ran, as submit.sh passes it
 
 
 def recorded_calls(tmp_path: Path) -> list[list[str]]:

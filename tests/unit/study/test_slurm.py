@@ -1,48 +1,71 @@
 """Emitted SLURM scripts: they parse, and submit.sh, run against a fake sbatch, chains every job after the job
-that writes the checkpoint it starts from."""
+that writes the checkpoint it starts from, stops at the first refused submission, creates the logs folder first,
+ends the chain with the report job and names no folder of the machine it was written on. tests/hpc/ submits them
+to a real SLURM."""
 
 import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
+from megamlm.study.commands import REPO
 from megamlm.study.slurm import emit_slurm, segments
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 
 FAKE_SBATCH = """#!/bin/bash
-# Records its arguments and answers a new job id, as sbatch --parsable does ("id;cluster").
+# Records its arguments, its folder and whether the folder of its --output log exists, and answers a new job id as
+# sbatch --parsable does ("id;cluster"); the call numbered REFUSE is refused as sbatch refuses (message, exit 1).
 n=$(( $(wc -l < "$SBATCH_LOG" 2>/dev/null || echo 0) + 1 ))
-echo "$n $*" >> "$SBATCH_LOG"
+if [[ "$n" == "${REFUSE:-}" ]]; then
+    echo "sbatch: error: Invalid partition name specified" >&2
+    exit 1
+fi
+logs=missing
+for a in "$@"; do
+    if [[ "$a" == --output=* ]]; then out=${a#--output=}; [[ -d "$(dirname "$out")" ]] && logs=exists; fi
+done
+echo "$n $* cwd=$PWD logs=$logs" >> "$SBATCH_LOG"
 echo "$n;cluster"
 """
+
+
+def fake_sbatch(tmp_path: Path, refuse: int | None = None) -> dict:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "sbatch").write_text(FAKE_SBATCH)
+    (bin_dir / "sbatch").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SBATCH_LOG": str(tmp_path / "sbatch.log")}
+    env.pop("WORKDIR", None)
+    return {**env, "REFUSE": str(refuse)} if refuse else env
+
+
+def sbatch_calls(tmp_path: Path) -> list[list[str]]:
+    log = tmp_path / "sbatch.log"
+    return [line.split() for line in log.read_text().splitlines()] if log.exists() else []
 
 
 def submit(plan, tmp_path):
     out = tmp_path / "slurm"
     written = emit_slurm(plan, out, workdir=tmp_path)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "sbatch").write_text(FAKE_SBATCH)
-    (bin_dir / "sbatch").chmod(0o755)
-    log = tmp_path / "sbatch.log"
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SBATCH_LOG": str(log)}
-    subprocess.run(["bash", str(out / "submit.sh")], check=True, env=env, capture_output=True, text=True)
+    subprocess.run(["bash", str(out / "submit.sh")], check=True, env=fake_sbatch(tmp_path), capture_output=True,
+                   text=True)
     jobs = {}
-    for line in log.read_text().splitlines():
-        number, *args = line.split()
+    for number, *args in sbatch_calls(tmp_path):
+        args = [a for a in args if not a.startswith(("cwd=", "logs="))]
         dependency = next((a.split(":", 1)[1] for a in args if a.startswith("--dependency=")), None)
         target = next((a.split("TARGET_STEP=")[1] for a in args if a.startswith("--export=")), None)
-        jobs[int(number)] = (args[-1], dependency, target)
+        jobs[int(number)] = (Path(args[-1]).name, dependency, target)
     return written, jobs
 
 
 def test_scripts_parse(small_plan, tmp_path):
     plan = small_plan({"evaluation": {"tasks": ["brown-pos"], "lrs": [1e-3], "seeds": [0]}})
     written = emit_slurm(plan, tmp_path / "slurm", workdir=tmp_path)
-    assert len(written) == 2 * len(plan.runs) + 1
+    assert len(written) == 2 * len(plan.runs) + 3  # + report.sbatch, submit.sh, env.sh
     for path in written:
         result = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
         assert result.returncode == 0, (path.name, result.stderr)
@@ -81,6 +104,11 @@ def test_submit_chains_branches_after_the_segment_that_writes_their_checkpoint(s
     evaluations = {script: dep for script, dep, _ in jobs.values() if script.endswith(".eval.sbatch")}
     assert len(evaluations) == len(plan.runs)
     assert evaluations["tiny-clm100-m40.eval.sbatch"] == str(clm[-1])
+    # The last job writes the report after every evaluation, whether each succeeded or not (afterany).
+    [(last, (script, dependency, _))] = [max(jobs.items())]
+    eval_jobs = sorted(n for n, j in jobs.items() if j[0].endswith(".eval.sbatch"))
+    assert script == "report.sbatch" and dependency == ":".join(map(str, eval_jobs))
+    assert next(a for a in sbatch_calls(tmp_path)[-1] if a.startswith("--dependency=")).startswith("--dependency=afterany:")
 
 
 def test_segments_are_the_branch_steps_then_the_end(small_plan):
@@ -103,3 +131,105 @@ def test_a_segment_job_stops_at_its_step_and_skips_when_reached(small_plan, tmp_
     result = subprocess.run(["bash", str(tmp_path / "slurm" / "tiny-clm100-m40.sbatch")], capture_output=True,
                             text=True, env={**os.environ, "TARGET_STEP": "25"})
     assert result.returncode == 0 and "step 25 reached before" in result.stdout
+
+
+def test_a_refused_submission_stops_submit_sh_and_nothing_after_it_is_submitted(small_plan, tmp_path):
+    """sbatch refusing the third job (a wrong partition, account, time limit or gres) stops the script with
+    sbatch's message and a non-zero exit; the jobs that would depend on it are not submitted."""
+    plan = small_plan()
+    emit_slurm(plan, tmp_path / "slurm", workdir=tmp_path)
+    result = subprocess.run(["bash", str(tmp_path / "slurm" / "submit.sh")], env=fake_sbatch(tmp_path, refuse=3),
+                            capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "Invalid partition name specified" in result.stderr and "submit.sh: sbatch refused" in result.stderr
+    assert len(sbatch_calls(tmp_path)) == 2 and "submitted" not in result.stdout
+
+
+def test_the_logs_folder_exists_before_any_job_is_submitted(small_plan, tmp_path):
+    plan = small_plan()
+    submit(plan, tmp_path)
+    calls = sbatch_calls(tmp_path)
+    assert calls and all("logs=exists" in call for call in calls)
+    assert all(f"--output={Path(plan.root) / 'logs'}/%x-%j.out" in call for call in calls)
+
+
+def test_scripts_name_no_folder_of_the_machine_they_were_written_on(small_study, tmp_path):
+    """Planned with a relative root from a folder, emitted, then the folder moved: submit.sh finds the new folder,
+    runs sbatch there, and no script holds the old path; every job script sources the environment file."""
+    old = tmp_path / "laptop"
+    old.mkdir()
+    plan = build_relative_plan(small_study)
+    emit_slurm(plan, old / "slurm" / "small", workdir=old)
+    new = tmp_path / "cluster"
+    shutil.move(old, new)
+    for script in (new / "slurm" / "small").iterdir():
+        text = script.read_text()
+        assert str(old) not in text, script.name
+        if script.suffix == ".sbatch":
+            assert 'source "$MEGAMLM_ENV"' in text, script.name
+    (new / "slurm" / "small" / "env.sh").write_text("echo environment activated >&2\n")
+    result = subprocess.run(["bash", str(new / "slurm" / "small" / "submit.sh")], env=fake_sbatch(tmp_path),
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "environment activated" in result.stderr
+    assert all(f"cwd={new}" in call for call in sbatch_calls(tmp_path))
+    assert (new / "runs" / "small" / "logs").is_dir()
+
+
+def build_relative_plan(small_study):
+    from megamlm.study.plan import build_plan
+
+    return build_plan(small_study(), "runs/small")
+
+
+def test_env_sh_is_written_once_and_kept(small_plan, tmp_path):
+    plan = small_plan()
+    emit_slurm(plan, tmp_path / "slurm", workdir=tmp_path)
+    env = tmp_path / "slurm" / "env.sh"
+    assert "module load" in env.read_text()
+    env.write_text("source /my/venv/bin/activate\n")
+    emit_slurm(plan, tmp_path / "slurm", workdir=tmp_path, force=True)
+    assert env.read_text() == "source /my/venv/bin/activate\n"
+
+
+def test_placeholder_data_paths_are_warned_about_at_emission(small_plan, tmp_path, capsys):
+    plan = small_plan({"pretrain": {"model": {"seq_length": 64}, "data": {"data_path": ["/data/fineweb_text_document"],
+                                                                           "tokenizer_model": "/models/llama3"}}})
+    emit_slurm(plan, tmp_path / "slurm", workdir=tmp_path)
+    err = capsys.readouterr().err
+    assert "warning: the study's data /data/fineweb_text_document does not exist here" in err
+    assert "warning: the study's tokenizer /models/llama3 does not exist here" in err
+
+
+def test_hub_evaluation_sets_are_fetched_on_the_login_node_before_submission(small_plan, tmp_path):
+    plan = small_plan({"evaluation": {"tasks": ["sst2", "brown-pos"], "lrs": [1e-3], "seeds": [0]}})
+    emit_slurm(plan, tmp_path / "slurm", workdir=tmp_path)
+    submit_sh = (tmp_path / "slurm" / "submit.sh").read_text()
+    fetch = submit_sh.index("tools/fetch_eval_datasets.py sst2")
+    assert fetch < submit_sh.index("$(submit ")
+    evaluation = (tmp_path / "slurm" / "tiny-clm100-m40.eval.sbatch").read_text()
+    assert "HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}" in evaluation
+
+
+def test_each_evaluation_job_writes_its_own_tables(small_plan, tmp_path):
+    plan = small_plan({"evaluation": {"tasks": ["brown-pos"], "lrs": [1e-3], "seeds": [0]}})
+    emit_slurm(plan, tmp_path / "slurm", workdir=tmp_path)
+    for run in plan.runs:
+        text = (tmp_path / "slurm" / f"{run.name}.eval.sbatch").read_text().replace(" \\\n    ", " ")
+        assert f"--output {plan.root}/eval " in text  # every fine-tuning result where the report reads them
+        assert f"--tables {plan.root}/eval_jobs/{run.name}" in text
+
+
+def test_a_cpu_partition_asks_for_no_gpus_and_launches_on_the_cpus(small_plan, tmp_path):
+    plan = small_plan(overrides=["slurm.gpus_per_node=0", "slurm.eval_gpus=0"])
+    emit_slurm(plan, tmp_path / "slurm", workdir=tmp_path)
+    for script in (tmp_path / "slurm").glob("*.sbatch"):
+        assert "--gpus-per-node" not in script.read_text(), script.name
+    assert "export GPUS_PER_NODE=0" in (tmp_path / "slurm" / "tiny-clm100-m40.sbatch").read_text()
+
+
+def test_scripts_find_the_repository_relative_to_the_workdir(small_plan, tmp_path):
+    plan = small_plan()
+    emit_slurm(plan, tmp_path / "slurm", workdir=REPO)  # planned from the repository root, as documented
+    text = (tmp_path / "slurm" / "tiny-clm100-m40.sbatch").read_text()
+    assert 'export REPO=${REPO:-"$WORKDIR"}' in text and str(REPO) not in text
