@@ -110,7 +110,7 @@ class Slurm:
     nodes: int = 1
     """Nodes per pretraining job."""
     gpus_per_node: int = 8
-    """GPUs per node (one rank each); 0 for a CPU partition (ranks from the allocation\'s CPUs, --device cpu)."""
+    """GPUs per node (one rank each); 0 for a CPU partition (ranks from the allocation's CPUs, --device cpu)."""
     cpus_per_task: int = 64
     """CPUs of the one task per node (torchrun and its ranks)."""
     time: str = "24:00:00"
