@@ -28,10 +28,15 @@ quiet_imports()  # before transformers is imported: known third-party import noi
 
 from megamlm.env_args import command_line  # noqa: E402
 from megamlm.errors import UserError, exit_line  # noqa: E402
+from megamlm.eval.examples import TASK_KINDS  # noqa: E402
 from megamlm.eval.finetune import PRECISIONS, Hyperparameters  # noqa: E402
 from megamlm.eval.heads import POOLINGS  # noqa: E402
 from megamlm.eval.model_source import CHECKPOINT_CHOICES, parse_model_specs, resolve_models  # noqa: E402
-from megamlm.eval.paper_datasets import RETRIEVAL_CORPORA  # noqa: E402
+from megamlm.eval.paper_datasets import (
+    PAPER_DATASETS,  # noqa: E402
+    RETRIEVAL_CORPORA,  # noqa: E402
+)
+from megamlm.eval.registry import LOCAL_TASKS  # noqa: E402
 from megamlm.eval.runner import (  # noqa: E402
     PAPER_LRS,
     PAPER_SEEDS,
@@ -41,9 +46,6 @@ from megamlm.eval.runner import (  # noqa: E402
     evaluate,
 )
 from megamlm.eval.tasks import TaskSettings  # noqa: E402
-from megamlm.eval.examples import TASK_KINDS  # noqa: E402
-from megamlm.eval.paper_datasets import PAPER_DATASETS  # noqa: E402
-from megamlm.eval.registry import LOCAL_TASKS  # noqa: E402
 
 
 def _floats(text: str) -> tuple[float, ...]:

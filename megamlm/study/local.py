@@ -22,8 +22,15 @@ from typing import Callable
 
 from megamlm.checkpoint.catalog import iteration_dir, list_checkpoints, problem
 from megamlm.eval.results import write_json_atomic
-from megamlm.study.commands import (REPO, evaluate_command, evaluated_models, export_command, log_file, pretrain_command,
-                                    status_file)
+from megamlm.study.commands import (
+    REPO,
+    evaluate_command,
+    evaluated_models,
+    export_command,
+    log_file,
+    pretrain_command,
+    status_file,
+)
 from megamlm.study.plan import Plan, Run
 
 Executor = Callable[[list[str], Path], int]

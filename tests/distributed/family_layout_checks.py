@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
 from helpers import layout_dims
+
 from megamlm.objectives import MaskingSpec, ObjectiveSchedule
 
 GLOBAL_IDS = [[0], [1], [2], [3]]  # 4 micro-batches of 1 sample per step

@@ -4,7 +4,6 @@ checkpoints of the same weights export to the same bytes as the single-process c
 from __future__ import annotations
 
 import pytest
-
 from harness import spawn
 from hf_export_workers import reference_model, save, save_layout
 

@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers import SPLITTABLE_SHAPE
 
 REPO = Path(__file__).resolve().parents[2]

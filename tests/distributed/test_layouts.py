@@ -6,7 +6,6 @@ parameters), under both MLM and CLM. Gloo on CPU; each layout is one spawned wor
 from __future__ import annotations
 
 import pytest
-
 from harness import spawn
 from layout_checks import check_layouts, check_mntp_layouts
 

@@ -247,8 +247,8 @@ def _has(module: str) -> bool:
 
 def _tiny_hf_models(folder: Path) -> None:
     import torch
-
     from helpers import tiny_args
+
     from megamlm.checkpoint import save_checkpoint
     from megamlm.config import Config
     from megamlm.data.embedded import TOKENIZER_FILE

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from decoder_families import FAMILIES, QK_NORM_FAMILIES, build
 
 REPO = Path(__file__).resolve().parents[2]

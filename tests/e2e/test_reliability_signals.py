@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from helpers import TINY_BATCH, TINY_SHAPE
 from step_recorder import StepRecorder
+
 from megamlm.checkpoint import resolve_checkpoint
 from megamlm.config import parse_args
 from megamlm.training.stopping import SAME_REQUEST_S

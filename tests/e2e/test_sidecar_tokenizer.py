@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from helpers import TINY
+
 from megamlm.cli import main
 from megamlm.config import parse_args
 from megamlm.data.embedded import TOKENIZER_FILE

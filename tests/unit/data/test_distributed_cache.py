@@ -5,7 +5,6 @@ import os
 
 import numpy as np
 import pytest
-
 from helpers import free_port, write_dataset
 
 torch = pytest.importorskip("torch")

@@ -1,6 +1,6 @@
 import pytest
-
 from helpers import write_dataset
+
 from megamlm.data import DataError, GlobalBatchSampler, IndexedDataset, MicroBatchLoader
 from megamlm.data.samples import PackedSampleDataset
 

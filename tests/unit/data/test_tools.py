@@ -6,11 +6,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from helpers import load_tool as tool
 from helpers import write_dataset
+
 from megamlm.data import IndexedDataset, StreamSpec, build_train_dataset
 from megamlm.data.embedded import TOKENIZER_FILE
+
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):

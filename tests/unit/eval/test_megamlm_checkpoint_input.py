@@ -12,6 +12,7 @@ AUSTEN_TOKENIZER = ROOT / "megamlm" / "assets" / "austen" / "tokenizer.json"
 
 def _write_megamlm_checkpoint(save_dir: Path, steps=(1,)) -> None:
     from helpers import tiny_args
+
     from megamlm.checkpoint import save_checkpoint
     from megamlm.config import Config
     from megamlm.model.transformer import Transformer

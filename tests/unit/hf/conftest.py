@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import helpers
 import pytest
 import torch
-
-import helpers
 from decoder_families import WORDS
 from helpers import tiny_args
+
 from megamlm.checkpoint import save_checkpoint
 from megamlm.config import config_from_settings
 from megamlm.model.config import ModelArgs

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import tiny_args
 
 from megamlm.model import attention_backends, attention_probe
 from megamlm.model.attention_probe import (
@@ -14,7 +15,6 @@ from megamlm.model.attention_probe import (
     synthetic_documents,
     time_attention,
 )
-from helpers import tiny_args
 from megamlm.model.config import Backends
 from megamlm.model.transformer import Transformer
 

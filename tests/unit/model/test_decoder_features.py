@@ -8,8 +8,8 @@ import math
 
 import pytest
 import torch
-
 from helpers import tiny_args
+
 from megamlm import kernels
 from megamlm.model.attention_backends import attention, window_mask
 from megamlm.model.transformer import Transformer

@@ -8,8 +8,8 @@ import importlib.util
 import pytest
 import torch
 import torch.nn as nn
-
 from helpers import objective_batches, tiny_args
+
 from megamlm.config import ConfigError
 from megamlm.model.transformer import RMSNorm, Transformer
 from megamlm.parallel.dims import ParallelDims

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from megamlm.study.commands import all_evaluated_models
 from megamlm.study.cost import throughput_for
-from megamlm.study.plan import build_plan
 from megamlm.study.load import load_study
+from megamlm.study.plan import build_plan
 from megamlm.study.table import plan_table
 
 REPO = Path(__file__).resolve().parents[3]

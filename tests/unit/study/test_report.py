@@ -6,15 +6,14 @@ import runpy
 from pathlib import Path
 
 import pytest
+from test_local import make_checkpoint
 
 from megamlm.errors import UserError
 from megamlm.eval.results import RunKey, write_json_atomic
-from megamlm.study.commands import status_file
 from megamlm.study.arms import arms
+from megamlm.study.commands import status_file
 from megamlm.study.curves import drawn_curve, final_validation, validation_curve
 from megamlm.study.report import write_report
-
-from test_local import make_checkpoint
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -1,12 +1,11 @@
 """The study file: every mistake is one StudyError naming the key and the fix, before any plan is made."""
 
 import pytest
+from small_study import SMALL, write_study
 
 from megamlm.study.load import load_study
 from megamlm.study.scaling import scale_steps
 from megamlm.study.schema import StudyError, key_reference
-
-from small_study import SMALL, write_study
 
 
 def load(tmp_path, changes=None, overrides=()):
