@@ -32,10 +32,7 @@ from megamlm.eval.examples import TASK_KINDS  # noqa: E402
 from megamlm.eval.finetune import PRECISIONS, Hyperparameters  # noqa: E402
 from megamlm.eval.heads import POOLINGS  # noqa: E402
 from megamlm.eval.model_source import CHECKPOINT_CHOICES, parse_model_specs, resolve_models  # noqa: E402
-from megamlm.eval.paper_datasets import (
-    PAPER_DATASETS,  # noqa: E402
-    RETRIEVAL_CORPORA,  # noqa: E402
-)
+from megamlm.eval.paper_datasets import PAPER_DATASETS, RETRIEVAL_CORPORA  # noqa: E402
 from megamlm.eval.registry import LOCAL_TASKS  # noqa: E402
 from megamlm.eval.runner import (  # noqa: E402
     PAPER_LRS,

@@ -324,7 +324,7 @@ def emit_slurm(plan: Plan, out_dir: str | Path, workdir: str | Path | None = Non
     out_dir.mkdir(parents=True, exist_ok=True)
     temporary = {out_dir / name: out_dir / f".{name}.tmp" for name in files}
     try:
-        for (path, tmp), text in zip(temporary.items(), files.values()):
+        for (_path, tmp), text in zip(temporary.items(), files.values()):
             tmp.write_text(text)
             tmp.chmod(0o755)
     except OSError:

@@ -22,7 +22,7 @@ def _cls_folder(folder: Path, test_labels=("pos", "neg")) -> Path:
     rows = [("good film", "pos"), ("great movie", "pos"), ("bad film", "neg"), ("boring movie", "neg")]
     for split in ("train", "validation", "test"):
         labels = test_labels if split == "test" else ("pos", "neg")
-        lines = [json.dumps({"text": t, "label": labels[0] if l == "pos" else labels[1]}) for t, l in rows]
+        lines = [json.dumps({"text": t, "label": labels[0] if label == "pos" else labels[1]}) for t, label in rows]
         (folder / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
     return folder
 
