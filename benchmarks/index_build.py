@@ -100,7 +100,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seq-length", type=int, default=2048)
     parser.add_argument("--mean-document-length", type=int, default=2000)
     parser.add_argument("--epochs", type=int, default=1, help="epochs to build (each is built on its own)")
-    parser.add_argument("--blend-samples", type=float, default=None, help="blend interleave length (default: the samples)")
+    parser.add_argument("--blend-samples", type=float, default=None, help="blend interleave length (default: the "
+                                                                          "samples)")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--no-memory", action="store_true", help="skip the traced-memory pass")
     parser.add_argument("--cache", action="store_true",

@@ -42,7 +42,8 @@ def windows_per_epoch(tokens_per_epoch: int, seq_length: int) -> int:
     if seq_length < 1:
         raise DataError(f"seq_length ({seq_length}) must be positive")
     if tokens_per_epoch <= 0:
-        raise DataError("the dataset has no tokens; check the --data-path files (tools/inspect_data.py shows their content)")
+        raise DataError("the dataset has no tokens; check the --data-path files (tools/inspect_data.py shows their "
+                        "content)")
     windows = int(tokens_per_epoch) // int(seq_length)
     if windows == 0:
         raise DataError(

@@ -287,7 +287,8 @@ def load_tokenizer(path: str | os.PathLike, kind: str | None = None, **overrides
         else:
             raise DataError(f"{path} holds neither tokenizer.json nor tokenizer.model; pass the tokenizer file itself")
     if not path.is_file():
-        raise DataError(f"tokenizer file {path} not found; pass a tokenizer.json, tiktoken BPE file or sentencepiece model")
+        raise DataError(f"tokenizer file {path} not found; pass a tokenizer.json, tiktoken BPE file or sentencepiece "
+                        "model")
     kind = kind or _sniff_kind(path)
     classes = {"huggingface": HFTokenizer, "tiktoken": TiktokenTokenizer, "sentencepiece": SentencePieceTokenizer}
     if kind not in classes:

@@ -72,7 +72,8 @@ def read_conll(path: str | Path, tag_column: int = -1) -> list[TaggedSentence]:
                 tokens, tags = [], []
                 continue
             if len(columns) < 2:
-                raise TaskDataError(f"{path}:{line_no}: a CoNLL line needs a word and a tag column, got {line.strip()!r}")
+                raise TaskDataError(f"{path}:{line_no}: a CoNLL line needs a word and a tag column, got "
+                                    f"{line.strip()!r}")
             tokens.append(columns[0])
             tags.append(columns[tag_column])
     if tokens:

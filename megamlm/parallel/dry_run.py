@@ -87,7 +87,8 @@ def dry_run_report(cfg: Config) -> str:
     with torch.device("meta"):
         total = sum(p.numel() for p in Transformer(args).parameters())
     lines = [f"dry run: model {cfg.checkpoint.init_from or cfg.model.model} ({total / 1e6:.1f}M parameters, "
-             f"{args.num_layers} layers, hidden {args.hidden_size}, vocab {args.vocab_size}, seq {args.max_seq_length})",
+             f"{args.num_layers} layers, hidden {args.hidden_size}, vocab {args.vocab_size}, seq "
+             f"{args.max_seq_length})",
              f"layout: {dims.describe()}",
              f"batch: global {cfg.training.global_batch_size} = micro {cfg.training.micro_batch_size} x DP {dims.dp} x "
              f"{cfg.training.global_batch_size // (cfg.training.micro_batch_size * dims.dp)} micro-batches per step"

@@ -139,7 +139,8 @@ def _refused(source: Path, out: Path, match: str, **kwargs) -> None:
 
 @pytest.mark.parametrize("model_type, overrides, match", [
     ("qwen3_moe", {"head_dim": 16}, "model_type='qwen3_moe' uses a mixture-of-experts MLP"),
-    ("gemma2", {"head_dim": 16, "hidden_activation": "gelu_pytorch_tanh"}, "model_type='gemma2' uses attention and final logit soft-capping"),
+    ("gemma2", {"head_dim": 16, "hidden_activation": "gelu_pytorch_tanh"}, "model_type='gemma2' uses attention and "
+                                                                           "final logit soft-capping"),
     ("mixtral", {}, "model_type='mixtral' uses a mixture-of-experts MLP"),
     ("llama", {"mlp_bias": True}, "mlp_bias=true"),
     ("llama", {"rope_parameters": {"rope_type": "dynamic", "rope_theta": 500.0, "factor": 2.0}}, "RoPE type 'dynamic'"),
@@ -211,7 +212,8 @@ def test_unsupported_model_type_names_the_supported(tmp_path):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50)).save_pretrained(str(tmp_path / "g"))
-    _refused(tmp_path / "g", tmp_path / "ckpt", "model_type='gpt2'.*eurobert, gemma3, gemma3_text, llama, mistral, qwen2, qwen3")
+    _refused(tmp_path / "g", tmp_path / "ckpt", "model_type='gpt2'.*eurobert, gemma3, gemma3_text, llama, mistral, "
+                                                "qwen2, qwen3")
 
 
 def test_missing_files(tmp_path, kit):
@@ -237,7 +239,8 @@ def test_config_weights_mismatch_names_the_tensor(tmp_path, kit):
     config = json.loads((tmp_path / "m" / "config.json").read_text())
     config["intermediate_size"] = 128
     (tmp_path / "m" / "config.json").write_text(json.dumps(config))
-    _refused(tmp_path / "m", tmp_path / "ckpt", r"tensor 'model\.layers\.0\.mlp\.\w+_proj\.weight'.* has shape .* but its config implies")
+    _refused(tmp_path / "m", tmp_path / "ckpt", r"tensor 'model\.layers\.0\.mlp\.\w+_proj\.weight'.* has shape .* but "
+                                                r"its config implies")
 
 
 def test_tokenizer_larger_than_the_embedding(tmp_path, kit):
