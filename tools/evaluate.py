@@ -163,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_output_folder(args.output, args.force)
         models = [entry for name, path in parse_model_specs(args.model)
-                  for entry in resolve_models(name, path, args.output / "hf_exports", args.export_arch, args.checkpoints)]
+                  for entry in resolve_models(name, path, args.output / "hf_exports", args.export_arch,
+                                              args.checkpoints)]
         plan = EvalPlan(
             models=models, tasks=[t.strip() for t in args.tasks.split(",") if t.strip()], output=args.output,
             lrs=args.lrs, seeds=args.seeds,

@@ -284,7 +284,8 @@ def _encode_chunk(task):
         if settings.append_eod and encoded:
             encoded[-1] = [*encoded[-1], tokenizer.eos_id]
         lengths = [len(ids) for ids in encoded]
-        flat = np.concatenate([np.asarray(ids, dtype=np.int64) for ids in encoded]) if encoded else np.zeros(0, np.int64)
+        flat = (np.concatenate([np.asarray(ids, dtype=np.int64) for ids in encoded]) if encoded
+                else np.zeros(0, np.int64))
         documents[i][key] = (flat.astype(_worker["dtype"]), lengths)
     return documents, text_bytes
 
@@ -438,7 +439,8 @@ def preprocess(settings: PreprocessSettings) -> Summary:
     for path in set(replaced) - written:  # --force: shards of an earlier run beyond this one's count
         os.remove(path)
     summary.outputs = [w.prefix for w in finished]
-    summary.output_bytes = sum(os.path.getsize(w.prefix + ".bin") + os.path.getsize(w.prefix + ".idx") for w in finished)
+    summary.output_bytes = sum(os.path.getsize(w.prefix + ".bin") + os.path.getsize(w.prefix + ".idx")
+                               for w in finished)
     return summary
 
 

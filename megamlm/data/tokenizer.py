@@ -159,7 +159,8 @@ class TiktokenTokenizer(Tokenizer):
 
     kind = "tiktoken"
 
-    def __init__(self, path: str, special_tokens: dict[str, int] | None = None, pattern: str | None = None, **overrides):
+    def __init__(self, path: str, special_tokens: dict[str, int] | None = None, pattern: str | None = None,
+                 **overrides):
         tiktoken = extras.require("tiktoken", f"the tiktoken tokenizer {path}")
 
         ranks = read_tiktoken_ranks(path)
@@ -204,7 +205,8 @@ def read_tiktoken_ranks(path: str) -> dict[bytes, int]:
                 token, rank = line.split()
                 ranks[base64.b64decode(token)] = int(rank)
             except ValueError:
-                raise DataError(f"{path} line {number} is not '<base64 token> <rank>'; is it a tiktoken BPE file?") from None
+                raise DataError(f"{path} line {number} is not '<base64 token> <rank>'; "
+                                "is it a tiktoken BPE file?") from None
     return ranks
 
 
@@ -298,4 +300,5 @@ def load_tokenizer(path: str | os.PathLike, kind: str | None = None, **overrides
     except DataError:
         raise
     except Exception as error:  # the libraries raise many types for a file of the wrong kind
-        raise DataError(f"could not read {path} as a {kind} tokenizer ({error}); check the file and its kind") from error
+        raise DataError(f"could not read {path} as a {kind} tokenizer ({error}); "
+                        "check the file and its kind") from error

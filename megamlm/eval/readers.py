@@ -31,7 +31,8 @@ def _read_jsonl(path: Path) -> list[dict]:
                 try:
                     rows.append(json.loads(line))
                 except json.JSONDecodeError as e:
-                    raise TaskDataError(f"{path}:{line_no}: not valid JSON ({e.msg}); fix the line or remove it") from None
+                    raise TaskDataError(f"{path}:{line_no}: not valid JSON ({e.msg}); "
+                                        "fix the line or remove it") from None
     return rows
 
 
@@ -105,7 +106,8 @@ def read_squad(path: str | Path) -> list[QAExample]:
         for paragraph in article["paragraphs"]:
             context = paragraph["context"]
             for qa in paragraph["qas"]:
-                answers = [] if qa.get("is_impossible") else [(a["text"], int(a["answer_start"])) for a in qa["answers"]]
+                answers = ([] if qa.get("is_impossible")
+                           else [(a["text"], int(a["answer_start"])) for a in qa["answers"]])
                 for text, start in answers:
                     if context[start:start + len(text)] != text:
                         raise TaskDataError(f"{path}: question {qa['id']}: answer {text!r} is not at character "

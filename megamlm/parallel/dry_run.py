@@ -75,7 +75,8 @@ def rank_estimates(cfg: Config, dims: ParallelDims, args: ModelArgs) -> list[dic
         if model.lm_head is not None:
             head = 2 * 4 * mbs * (seq - 1) * args.vocab_size / dims.tp  # CLM predicts every position but one
         rows.append({"pp_rank": pp_rank, "stages": stages, "layers": list(model.layers.keys()),
-                     "parameters": local, "replicated": replicated, "parameters_per_rank": local / shard, "state_gib": state_bytes / GIB,
+                     "parameters": local, "replicated": replicated, "parameters_per_rank": local / shard,
+                     "state_gib": state_bytes / GIB,
                      "activations_gib": (activations + gathered) / GIB, "head_gib": head / GIB,
                      "total_gib": (state_bytes + activations + gathered + head) / GIB})
     return rows
