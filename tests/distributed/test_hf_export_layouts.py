@@ -27,7 +27,8 @@ def test_parallel_checkpoint_exports_like_single_process(layout, single_process_
 
     spawn(save_layout, 2, layout, str(tmp_path / "ckpt"))
     out = export_checkpoint(tmp_path / "ckpt", tmp_path / "hf", log=lambda *_: None)
-    ours, reference = load_file(str(out / "model.safetensors")), load_file(str(single_process_export / "model.safetensors"))
+    ours = load_file(str(out / "model.safetensors"))
+    reference = load_file(str(single_process_export / "model.safetensors"))
     assert sorted(ours) == sorted(reference)
     for name, tensor in reference.items():
         assert ours[name].dtype == tensor.dtype and ours[name].shape == tensor.shape, name

@@ -143,7 +143,8 @@ def test_help_lists_the_choices_of_every_choice_flag(capsys):
         parse_args(["--help"])
     out = " ".join(capsys.readouterr().out.split())
     for choices in ("{mlm,clm,clm_then_mlm,mlm_then_clm}", "{wsd,cosine,linear,constant}", "{fsdp,ddp}",
-                    "{1f1b,interleaved_1f1b}", "{auto,triton,chunked,reference}", "{auto,sdpa,sdpa_flash,sdpa_cudnn,flex,flash}",
+                    "{1f1b,interleaved_1f1b}", "{auto,triton,chunked,reference}",
+                    "{auto,sdpa,sdpa_flash,sdpa_cudnn,flex,flash}",
                     "{auto,none,blocks,model,cudagraphs}"):
         assert choices in out
 

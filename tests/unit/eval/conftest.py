@@ -27,7 +27,8 @@ def _tokenizer(template: str):
     bos, eos = tok.token_to_id("<bos>"), tok.token_to_id("<eos>")
     if template == "cls_sep":
         tok.post_processor = processors.TemplateProcessing(
-            single="<bos> $A <eos>", pair="<bos> $A <eos> $B:1 <eos>:1", special_tokens=[("<bos>", bos), ("<eos>", eos)])
+            single="<bos> $A <eos>", pair="<bos> $A <eos> $B:1 <eos>:1",
+            special_tokens=[("<bos>", bos), ("<eos>", eos)])
     elif template == "bos":
         tok.post_processor = processors.TemplateProcessing(
             single="<bos> $A", pair="<bos> $A $B:1", special_tokens=[("<bos>", bos)])
@@ -101,7 +102,8 @@ def classification_task(pairs: bool = False) -> TaskData:
 
 def tagging_task(bio: bool) -> TaskData:
     if bio:
-        rows = [(["Elizabeth", "said", "that", "Mr.", "Darcy", "was", "proud"], ["B-PER", "O", "O", "B-PER", "I-PER", "O", "O"]),
+        rows = [(["Elizabeth", "said", "that", "Mr.", "Darcy", "was", "proud"],
+                 ["B-PER", "O", "O", "B-PER", "I-PER", "O", "O"]),
                 (["Jane", "walked", "to", "Netherfield", "Park"], ["B-PER", "O", "O", "B-LOC", "I-LOC"])]
     else:
         rows = [(["the", "cat", "sat", "on", "a", "mat", "."], ["DET", "NOUN", "VERB", "ADP", "DET", "NOUN", "."]),
@@ -113,7 +115,8 @@ def tagging_task(bio: bool) -> TaskData:
 
 
 def qa_task() -> TaskData:
-    ctx = "Elizabeth said that Mr. Darcy was proud, and Jane smiled at Bingley who walked to Netherfield Park in the rain."
+    ctx = ("Elizabeth said that Mr. Darcy was proud, and Jane smiled at Bingley who walked to Netherfield Park in "
+           "the rain.")
     def make():
         return [QAExample("a", "Who was proud?", ctx, [("Mr. Darcy", ctx.index("Mr. Darcy"))]),
                 QAExample("b", "Where did Bingley walk?", ctx, [("Netherfield Park", ctx.index("Netherfield Park"))]),

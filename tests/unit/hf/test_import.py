@@ -116,7 +116,8 @@ def test_tools_round_trip_and_report_errors(tmp_path, kit, capsys):
     assert tool("convert_from_hf")(["--input", str(tmp_path / "nothing"), "--output", str(tmp_path / "c2")]) == 2
     assert "does not exist" in capsys.readouterr().err
     (tmp_path / "blocker").write_text("a file")  # an output it cannot write (issue 22): one line naming the path
-    assert tool("convert_from_hf")(["--input", str(tmp_path / "llama"), "--output", str(tmp_path / "blocker" / "c")]) == 2
+    assert tool("convert_from_hf")(["--input", str(tmp_path / "llama"),
+                                    "--output", str(tmp_path / "blocker" / "c")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and str(tmp_path / "blocker") in err and err.count("\n") == 1, err
     assert tool("convert_from_hf")(["--input", str(tmp_path / "llama"), "--output", str(tmp_path / "c3"),
@@ -289,7 +290,8 @@ def test_untie_embeddings_gives_the_head_its_own_copy(tmp_path, kit):
     assert torch.equal(model.lm_head.weight, model.embed_tokens.weight)
     ids = torch.randint(3, hf.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
-        assert (model.logits(model(ids, causal=True))[..., :hf.config.vocab_size] - hf(input_ids=ids).logits).abs().max() < 1e-4
+        ours = model.logits(model(ids, causal=True))[..., :hf.config.vocab_size]
+        assert (ours - hf(input_ids=ids).logits).abs().max() < 1e-4
 
 
 def test_mask_token_choice_and_collisions(tmp_path, kit):
@@ -375,7 +377,8 @@ def test_sharded_and_renamed_weights_import_the_same(tmp_path, kit, layout):
     model = _load_imported(tmp_path / "ckpt")
     ids = torch.randint(3, hf.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(6))
     with torch.no_grad():
-        assert (model.logits(model(ids, causal=True))[..., :hf.config.vocab_size] - hf(input_ids=ids).logits).abs().max() < 1e-4
+        ours = model.logits(model(ids, causal=True))[..., :hf.config.vocab_size]
+        assert (ours - hf(input_ids=ids).logits).abs().max() < 1e-4
 
 
 def test_the_printed_command_trains_what_was_imported(tmp_path, kit, capsys):

@@ -108,7 +108,8 @@ def test_submit_chains_branches_after_the_segment_that_writes_their_checkpoint(s
     [(_, (script, dependency, _))] = [max(jobs.items())]
     eval_jobs = sorted(n for n, j in jobs.items() if j[0].endswith(".eval.sbatch"))
     assert script == "report.sbatch" and dependency == ":".join(map(str, eval_jobs))
-    assert next(a for a in sbatch_calls(tmp_path)[-1] if a.startswith("--dependency=")).startswith("--dependency=afterany:")
+    dependency_flag = next(a for a in sbatch_calls(tmp_path)[-1] if a.startswith("--dependency="))
+    assert dependency_flag.startswith("--dependency=afterany:")
 
 
 def test_segments_are_the_branch_steps_then_the_end(small_plan):
