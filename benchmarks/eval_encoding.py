@@ -92,7 +92,8 @@ def main(argv=None) -> int:
     tokenizer = load_tokenizer()
     model = build_encoder(args.preset, args.max_length)
     corpus = {f"d{i}": t for i, t in enumerate(documents)}
-    split = RetrievalSplit({f"q{i}": t for i, t in enumerate(queries)}, corpus, {f"q{i}": {"d0": 1} for i in range(len(queries))})
+    split = RetrievalSplit({f"q{i}": t for i, t in enumerate(queries)}, corpus,
+                           {f"q{i}": {"d0": 1} for i in range(len(queries))})
     data = TaskData("bench", "retrieval", {"train": split, "validation": split, "test": split})
     task = build_task(data, tokenizer, TaskSettings(max_length=args.max_length, eval_batch_size=args.batch_size,
                                                     eurobert_inputs=False))

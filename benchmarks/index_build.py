@@ -72,9 +72,9 @@ def build_epochs(sizes, seq_length, seed, epochs, use_cpp, figures):
     windows = windows_per_epoch(int(sizes.sum(dtype=np.int64)), seq_length)
     out = []
     for epoch in range(epochs):
-        order, wall, cpu = timed(lambda: build_document_order(len(sizes), seed, epoch, use_cpp))
-        index, wall2, cpu2 = timed(lambda: build_sample_index(sizes, order, seq_length, windows, use_cpp))
-        shuffle, wall3, cpu3 = timed(lambda: build_shuffle_index(windows, seed, epoch, use_cpp))
+        order, wall, cpu = timed(lambda epoch=epoch: build_document_order(len(sizes), seed, epoch, use_cpp))
+        index, wall2, cpu2 = timed(lambda order=order: build_sample_index(sizes, order, seq_length, windows, use_cpp))
+        shuffle, wall3, cpu3 = timed(lambda epoch=epoch: build_shuffle_index(windows, seed, epoch, use_cpp))
         for step, w, c in zip(STEPS, (wall, wall2, wall3), (cpu, cpu2, cpu3)):
             figures[step + "_s"] = figures.get(step + "_s", 0.0) + w
             figures[step + "_cpu_s"] = figures.get(step + "_cpu_s", 0.0) + c
@@ -100,7 +100,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seq-length", type=int, default=2048)
     parser.add_argument("--mean-document-length", type=int, default=2000)
     parser.add_argument("--epochs", type=int, default=1, help="epochs to build (each is built on its own)")
-    parser.add_argument("--blend-samples", type=float, default=None, help="blend interleave length (default: the samples)")
+    parser.add_argument("--blend-samples", type=float, default=None, help="blend interleave length (default: the "
+                                                                          "samples)")
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--no-memory", action="store_true", help="skip the traced-memory pass")
     parser.add_argument("--cache", action="store_true",
@@ -138,7 +139,8 @@ def main(argv=None) -> int:
             for got, want in zip(epochs, reference):
                 assert all(np.array_equal(a, b) for a, b in zip(got, want)), f"{name} epoch arrays differ"
         del epochs
-        blend, f["blend_index_s"], f["blend_index_cpu_s"] = timed(lambda: build_blend_index(weights, blend_samples, use_cpp))
+        blend, f["blend_index_s"], f["blend_index_cpu_s"] = timed(
+            lambda use_cpp=use_cpp: build_blend_index(weights, blend_samples, use_cpp))
         if name == next(iter(builders)):
             reference_blend = blend
         else:
@@ -152,8 +154,10 @@ def main(argv=None) -> int:
     if not args.no_memory:
         for name, use_cpp in builders.items():
             f = figures["builders"][name]
-            f["epoch_index_peak_bytes"] = traced_peak(lambda: build_epochs(sizes, args.seq_length, args.seed, 1, use_cpp, {}))
-            f["blend_index_peak_bytes"] = traced_peak(lambda: build_blend_index(weights, blend_samples, use_cpp))
+            f["epoch_index_peak_bytes"] = traced_peak(
+                lambda use_cpp=use_cpp: build_epochs(sizes, args.seq_length, args.seed, 1, use_cpp, {}))
+            f["blend_index_peak_bytes"] = traced_peak(
+                lambda use_cpp=use_cpp: build_blend_index(weights, blend_samples, use_cpp))
     figures["max_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
     figures["command"] = "python benchmarks/index_build.py " + " ".join(argv if argv is not None else sys.argv[1:])

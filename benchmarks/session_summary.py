@@ -17,7 +17,8 @@ def runs_of(figures: dict) -> list[dict]:
 
 def line(name: str, run: dict) -> str:
     mode = f"{run.get('compile', 'none')}{' fp8' if run.get('fp8') else ''}"
-    cells = [f"{name:28s}", f"{run.get('preset', '?'):5s} {run.get('objective', '?'):3s} mb {run.get('micro_batch_size', '?'):>3}",
+    cells = [f"{name:28s}", f"{run.get('preset', '?'):5s} {run.get('objective', '?'):3s} mb "
+                            f"{run.get('micro_batch_size', '?'):>3}",
              f"{mode:15s}"]
     if run.get("megamlm_out_of_memory"):
         return " | ".join(cells + ["out of memory"])

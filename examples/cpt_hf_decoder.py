@@ -149,8 +149,13 @@ def _top(probabilities, tokenizer, k: int = 5) -> list[dict]:
 
 def fill_mask(hf_dir: Path, arch: str = "eurobert") -> list[dict]:
     import torch
-    from transformers import (AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSequenceClassification,
-                              AutoTokenizer, pipeline)
+    from transformers import (
+        AutoModelForCausalLM,
+        AutoModelForMaskedLM,
+        AutoModelForSequenceClassification,
+        AutoTokenizer,
+        pipeline,
+    )
 
     tokenizer = AutoTokenizer.from_pretrained(str(hf_dir), trust_remote_code=False)
     if arch == "gemma3_encoder":  # no masked-LM class: the causal-LM class on the bidirectional config

@@ -2,8 +2,8 @@
 
 ``MEGAMLM_PRETRAIN_ARGS="--train-iters 20"`` adds those flags to every ``pretrain.py`` launch, after the
 command's own flags, so they win (also in processes started by torchrun, srun or a script); likewise
-``MEGAMLM_EVALUATE_ARGS`` for ``tools/evaluate.py``. The documentation test runs the documented commands scaled down this
-way, without editing them; a job script can set site-wide flags the same way. A program that takes flags from
+``MEGAMLM_EVALUATE_ARGS`` for ``tools/evaluate.py``. The documentation test runs the documented commands scaled down
+this way, without editing them; a job script can set site-wide flags the same way. A program that takes flags from
 the environment says so.
 """
 

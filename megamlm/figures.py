@@ -15,7 +15,8 @@ from pathlib import Path
 
 DPI = 120
 """Resolution of every saved figure."""
-MISSING = "plotting needs matplotlib, a dependency of megamlm, which does not import here; reinstall it (pip install -e .)"
+MISSING = ("plotting needs matplotlib, a dependency of megamlm, which does not import here; reinstall it "
+           "(pip install -e .)")
 """The message for a figure asked for where matplotlib is broken or was removed."""
 _available: list[bool] = []
 

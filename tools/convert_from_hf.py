@@ -33,8 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      allow_abbrev=False)
     parser.add_argument("--input", required=True,
-                        help="Hugging Face model folder (config.json + weights + tokenizer), or a .gguf file / a folder "
-                             "holding one")
+                        help="Hugging Face model folder (config.json + weights + tokenizer), or a .gguf file / a "
+                             "folder holding one")
     parser.add_argument("--output", required=True, help="megamlm checkpoint folder to write")
     parser.add_argument("--seq-length", type=int,
                         help="sequence length recorded in the checkpoint (default: the model's context)")

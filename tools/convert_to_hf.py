@@ -4,8 +4,8 @@
     python tools/convert_to_hf.py --input runs/clm --output hf/clm --arch llama    # LlamaForCausalLM
 
 --arch qwen2 / mistral / qwen3 / gemma3 export a causal model continued from that family as its own family;
-an encoder continued from Gemma 3 exports by default as a native bidirectional Gemma 3 (--arch gemma3_encoder). The folder
-holds config.json (with the model's attention biases, head_dim, RoPE parameters and embedding tying),
+an encoder continued from Gemma 3 exports by default as a native bidirectional Gemma 3 (--arch gemma3_encoder). The
+folder holds config.json (with the model's attention biases, head_dim, RoPE parameters and embedding tying),
 model.safetensors, the tokenizer (with its mask token) and a model card.
 """
 

@@ -28,10 +28,12 @@ quiet_imports()  # before transformers is imported: known third-party import noi
 
 from megamlm.env_args import command_line  # noqa: E402
 from megamlm.errors import UserError, exit_line  # noqa: E402
+from megamlm.eval.examples import TASK_KINDS  # noqa: E402
 from megamlm.eval.finetune import PRECISIONS, Hyperparameters  # noqa: E402
 from megamlm.eval.heads import POOLINGS  # noqa: E402
 from megamlm.eval.model_source import CHECKPOINT_CHOICES, parse_model_specs, resolve_models  # noqa: E402
-from megamlm.eval.paper_datasets import RETRIEVAL_CORPORA  # noqa: E402
+from megamlm.eval.paper_datasets import PAPER_DATASETS, RETRIEVAL_CORPORA  # noqa: E402
+from megamlm.eval.registry import LOCAL_TASKS  # noqa: E402
 from megamlm.eval.runner import (  # noqa: E402
     PAPER_LRS,
     PAPER_SEEDS,
@@ -41,9 +43,6 @@ from megamlm.eval.runner import (  # noqa: E402
     evaluate,
 )
 from megamlm.eval.tasks import TaskSettings  # noqa: E402
-from megamlm.eval.examples import TASK_KINDS  # noqa: E402
-from megamlm.eval.paper_datasets import PAPER_DATASETS  # noqa: E402
-from megamlm.eval.registry import LOCAL_TASKS  # noqa: E402
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -79,7 +78,8 @@ def _task_epilog() -> str:
 def build_parser() -> argparse.ArgumentParser:
     hp, ts = Hyperparameters(), TaskSettings()
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=_DefaultOnce,
-                                prog="evaluate.py", usage="%(prog)s --model NAME=PATH --tasks TASKS --output DIR [options]",
+                                prog="evaluate.py", usage="%(prog)s --model NAME=PATH --tasks TASKS --output DIR "
+                                                          "[options]",
                                 epilog=_task_epilog(), allow_abbrev=False)
     p.add_argument("--model", action="append", required=True,
                    help="NAME=PATH (repeatable or comma-separated); PATH is a Hugging Face folder, a megamlm "
@@ -99,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="optimizer steps per run, winning over --epochs; -1 = --epochs only; protocol = 1000, "
                         "one epoch for token classification")
     p.add_argument("--epochs", type=float, default=hp.epochs, help="passes over train when --max-steps is -1")
-    p.add_argument("--warmup-ratio", type=float, default=hp.warmup_ratio, help="linear warmup fraction, then linear decay")
+    p.add_argument("--warmup-ratio", type=float, default=hp.warmup_ratio, help="linear warmup fraction, then linear "
+                                                                               "decay")
     p.add_argument("--beta1", type=float, default=hp.beta1, help="AdamW first-moment decay")
     p.add_argument("--beta2", type=float, default=hp.beta2, help="AdamW second-moment decay")
     p.add_argument("--eps", type=float, default=hp.eps, help="AdamW epsilon")
@@ -110,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-length", type=_int_or_protocol, default="protocol",
                    help="longest input in tokens; protocol = 99%% of the model's max_position_embeddings")
     p.add_argument("--max-query-length", type=int, default=ts.max_query_length, help="QA question tokens")
-    p.add_argument("--doc-stride", type=int, default=ts.doc_stride, help="QA window overlap in tokens (default: 128, or half the room a window leaves for context "
+    p.add_argument("--doc-stride", type=int, default=ts.doc_stride,
+                   help="QA window overlap in tokens (default: 128, or half the room a window leaves for context "
                         "where less)")
     p.add_argument("--max-answer-length", type=int, default=ts.max_answer_length, help="QA answer tokens")
     p.add_argument("--no-answer-threshold", type=float, default=ts.no_answer_threshold,
@@ -161,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         check_output_folder(args.output, args.force)
         models = [entry for name, path in parse_model_specs(args.model)
-                  for entry in resolve_models(name, path, args.output / "hf_exports", args.export_arch, args.checkpoints)]
+                  for entry in resolve_models(name, path, args.output / "hf_exports", args.export_arch,
+                                              args.checkpoints)]
         plan = EvalPlan(
             models=models, tasks=[t.strip() for t in args.tasks.split(",") if t.strip()], output=args.output,
             lrs=args.lrs, seeds=args.seeds,

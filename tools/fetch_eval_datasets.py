@@ -26,7 +26,8 @@ from megamlm.extras import MissingExtra, require  # noqa: E402
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     p.add_argument("names", help=f"comma-separated dataset names, or all ({', '.join(PAPER_DATASETS)})")
-    p.add_argument("--save-to", type=Path, help="also write save_to_disk copies here, one folder per Hub dataset/config")
+    p.add_argument("--save-to", type=Path, help="also write save_to_disk copies here, one folder per Hub "
+                                                "dataset/config")
     return p
 
 

@@ -117,7 +117,8 @@ def main(argv=None) -> int:
         else:
             check_range(args, args.first, args.first + args.count, "--first/--count")
             dataset = run_dataset(args, args.first + args.count)
-            print(f"samples [{args.first}, {args.first + args.count}): sha256 {sample_digest(dataset, args.first, args.count)}")
+            print(f"samples [{args.first}, {args.first + args.count}): sha256 "
+                  f"{sample_digest(dataset, args.first, args.count)}")
     except (UserError, OSError) as error:
         return exit_line(error)
     return 0

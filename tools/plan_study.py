@@ -48,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("study", help="study YAML file (see examples/studies/)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="replace a study key before planning (dotted key, YAML value), e.g. --set seeds=[1]")
-    p.add_argument("--scale", type=float, help="multiply every step count by this factor in (0, 1] (a smaller copy: below 1 a "
+    p.add_argument("--scale", type=float,
+                   help="multiply every step count by this factor in (0, 1] (a smaller copy: below 1 a "
                         "rehearsal, whose report tests nothing and goes to ROOT/rehearsal/REPORT.md)")
     p.add_argument("--root", help="folder of the runs, exports and evaluations (default: the study's root, "
                                   "else runs/NAME)")

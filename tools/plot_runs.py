@@ -28,7 +28,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      allow_abbrev=False)
     parser.add_argument("runs", nargs="+", metavar="RUN_DIR", help="--save folders of the runs to overlay")
-    parser.add_argument("--output", default=DEFAULT_OUTPUT, help=f"folder for the PNG files (default: {DEFAULT_OUTPUT}/)")
+    parser.add_argument("--output", default=DEFAULT_OUTPUT, help="folder for the PNG files (default: "
+                                                                 f"{DEFAULT_OUTPUT}/)")
     args = parser.parse_args(argv)
     try:
         written = plot_runs(args.runs, args.output)

@@ -10,9 +10,9 @@ each table; significant at adjusted p < 0.05), then, from the fine-tuning result
 arms' scores over pretraining seeds, score against the CLM fraction per budget, score against pretraining
 steps (evaluated intermediate checkpoints), score against the fine-tuning LR and the stability loss per arm
 (with 2 or more LRs), the continued-pretraining gain against continued steps (with continuations), and the
-paper's claims (a)-(e) answered one by one with the same tests. Pass the same --set/--scale/--root as the run. With --scale < 1 the
-report is a rehearsal's: headed as one, without tests, written to ROOT/rehearsal/REPORT.md by default and never
-into the folder of the study's own report.
+paper's claims (a)-(e) answered one by one with the same tests. Pass the same --set/--scale/--root as the run. With
+--scale < 1 the report is a rehearsal's: headed as one, without tests, written to ROOT/rehearsal/REPORT.md by default
+and never into the folder of the study's own report.
 """
 
 from __future__ import annotations

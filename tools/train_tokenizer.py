@@ -33,7 +33,8 @@ def read_texts(paths: list[str], key: str):
                 try:
                     yield json.loads(line)[key]
                 except (ValueError, KeyError) as error:
-                    raise SystemExit(f"error: {path} line {number} is not JSON with a {key!r} field ({error})")
+                    raise SystemExit(f"error: {path} line {number} is not JSON with a {key!r} field "
+                                     f"({error})") from error
 
 
 def train(paths: list[str], vocab_size: int, key: str = "text", min_frequency: int = 2):

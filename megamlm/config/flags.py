@@ -89,7 +89,8 @@ def _recipe_note(by_preset: dict) -> str:
 
 def _add_flag(group, section: str, f: dataclasses.Field, hint, doc: str) -> None:
     flags = ["--" + f.name.replace("_", "-"), *FLAG_ALIASES.get(f.name, [])]
-    kwargs: dict[str, Any] = dict(dest=f"{section}.{f.name}", help=help_text(f, doc, section), default=argparse.SUPPRESS)
+    kwargs: dict[str, Any] = dict(dest=f"{section}.{f.name}", help=help_text(f, doc, section),
+                                  default=argparse.SUPPRESS)
     listed = [arg for arg in get_args(hint) if get_origin(arg) is list]
     if get_origin(hint) is list:
         kwargs["nargs"], kwargs["metavar"] = "+", f.name.upper()

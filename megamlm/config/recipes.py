@@ -4,9 +4,10 @@
 rate, warmup and decay, batch sizes, train steps; the sequence length is the preset's shape, 2,048, in
 megamlm/model/config.py's PRESETS; tests/unit/test_recipes.py checks both against those files); flags and
 ``--config`` override each value, and a run given its own ``--train-iters`` keeps warmup and decay lengths that
-scale with it (``FOLLOW_TRAIN_ITERS``). The objective schedule is not a preset's: it is the run's choice (the files' ``objective`` section is their example run's). The two batch sizes are the
-starting point of the batch fit (``batches.py``), which may shrink the micro-batch to the layout; the rest is
-filled in by ``with_recipe`` on the settings as given, before the Config is built (``resolve.parse_args``).
+scale with it (``FOLLOW_TRAIN_ITERS``). The objective schedule is not a preset's: it is the run's choice (the files'
+``objective`` section is their example run's). The two batch sizes are the starting point of the batch fit
+(``batches.py``), which may shrink the micro-batch to the layout; the rest is filled in by ``with_recipe`` on the
+settings as given, before the Config is built (``resolve.parse_args``).
 """
 
 from __future__ import annotations

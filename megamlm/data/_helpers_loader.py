@@ -26,5 +26,6 @@ def helpers_for(use_cpp: bool | None):
         return None
     helpers = load()
     if helpers is None and use_cpp:
-        raise DataError("the C++ index helper is not built; run `pip install -e .` (needs a C++ compiler) or drop use_cpp")
+        raise DataError("the C++ index helper is not built; run `pip install -e .` (needs a C++ compiler) or drop "
+                        "use_cpp")
     return helpers

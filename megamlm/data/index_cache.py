@@ -39,7 +39,8 @@ def document_sizes_digest(sizes: np.ndarray) -> str:
     return hashlib.blake2b(np.ascontiguousarray(sizes, dtype=np.int32).tobytes(), digest_size=16).hexdigest()
 
 
-def describe_epoch(sizes_digest: str, num_documents: int, num_tokens: int, seq_length: int, seed: int, epoch: int) -> dict:
+def describe_epoch(sizes_digest: str, num_documents: int, num_tokens: int, seq_length: int, seed: int,
+                   epoch: int) -> dict:
     """Everything that determines one epoch's arrays (hashed into the cache entry's name)."""
     return {
         "format_version": INDEX_FORMAT_VERSION,

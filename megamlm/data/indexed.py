@@ -243,7 +243,8 @@ class IndexedDataset:
 
         idx_size = os.path.getsize(idx_file)
         if idx_size < HEADER_BYTES:
-            raise DataError(f"{idx_file} is truncated ({idx_size} bytes, the header alone is {HEADER_BYTES}); {_REBUILD_HINT}")
+            raise DataError(f"{idx_file} is truncated ({idx_size} bytes, the header alone is {HEADER_BYTES}); "
+                            f"{_REBUILD_HINT}")
         with open(idx_file, "rb") as f:
             header = f.read(HEADER_BYTES)
         if header[: len(MAGIC)] != MAGIC:
@@ -269,7 +270,8 @@ class IndexedDataset:
         if idx_size != expected:
             raise DataError(
                 f"{idx_file} is {idx_size} bytes but its header announces {sequence_count} sequences and "
-                f"{document_count} document entries ({expected} bytes): the file is truncated or corrupt; {_REBUILD_HINT}"
+                f"{document_count} document entries ({expected} bytes): the file is truncated or corrupt; "
+                f"{_REBUILD_HINT}"
             )
         self._idx = np.memmap(idx_file, mode="r", dtype=np.uint8)
         self.sequence_lengths = np.frombuffer(self._idx, dtype=np.int32, count=sequence_count, offset=HEADER_BYTES)

@@ -75,7 +75,8 @@ class PreprocessSettings:
 def check_settings(s: PreprocessSettings) -> None:
     """Every user error, raised before any work starts."""
     if s.tokenizer_type in UNSUPPORTED_TYPES:
-        raise DataError(f"--tokenizer-type {s.tokenizer_type} is not supported; use {UNSUPPORTED_TYPES[s.tokenizer_type]}")
+        raise DataError(f"--tokenizer-type {s.tokenizer_type} is not supported; use "
+                        f"{UNSUPPORTED_TYPES[s.tokenizer_type]}")
     if s.tokenizer_type not in TOKENIZER_TYPES:
         raise DataError(
             f"--tokenizer-type {s.tokenizer_type} is not supported; use one of {', '.join(TOKENIZER_TYPES)}"
@@ -260,7 +261,8 @@ def _encode_chunk(task):
                 return DataError(f"{path} record at line {first + i}: not valid JSON ({error}); fix or drop that line")
         for key in settings.json_keys:
             if not isinstance(record, dict) or key not in record:
-                return DataError(f"{path} record at line/row {first + i} has no {key!r} field; set --json-keys to the text field")
+                return DataError(f"{path} record at line/row {first + i} has no {key!r} field; set --json-keys to the "
+                                 "text field")
             text = record[key]
             sentences = text if isinstance(text, list) else [text]
             if not all(isinstance(t, str) for t in sentences):
@@ -282,7 +284,8 @@ def _encode_chunk(task):
         if settings.append_eod and encoded:
             encoded[-1] = [*encoded[-1], tokenizer.eos_id]
         lengths = [len(ids) for ids in encoded]
-        flat = np.concatenate([np.asarray(ids, dtype=np.int64) for ids in encoded]) if encoded else np.zeros(0, np.int64)
+        flat = (np.concatenate([np.asarray(ids, dtype=np.int64) for ids in encoded]) if encoded
+                else np.zeros(0, np.int64))
         documents[i][key] = (flat.astype(_worker["dtype"]), lengths)
     return documents, text_bytes
 
@@ -436,7 +439,8 @@ def preprocess(settings: PreprocessSettings) -> Summary:
     for path in set(replaced) - written:  # --force: shards of an earlier run beyond this one's count
         os.remove(path)
     summary.outputs = [w.prefix for w in finished]
-    summary.output_bytes = sum(os.path.getsize(w.prefix + ".bin") + os.path.getsize(w.prefix + ".idx") for w in finished)
+    summary.output_bytes = sum(os.path.getsize(w.prefix + ".bin") + os.path.getsize(w.prefix + ".idx")
+                               for w in finished)
     return summary
 
 

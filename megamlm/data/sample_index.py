@@ -42,7 +42,8 @@ def windows_per_epoch(tokens_per_epoch: int, seq_length: int) -> int:
     if seq_length < 1:
         raise DataError(f"seq_length ({seq_length}) must be positive")
     if tokens_per_epoch <= 0:
-        raise DataError("the dataset has no tokens; check the --data-path files (tools/inspect_data.py shows their content)")
+        raise DataError("the dataset has no tokens; check the --data-path files (tools/inspect_data.py shows their "
+                        "content)")
     windows = int(tokens_per_epoch) // int(seq_length)
     if windows == 0:
         raise DataError(
@@ -110,7 +111,8 @@ def sample_index_dtype(num_documents: int) -> type:
     return np.int32 if num_documents < 2**31 - 1 else np.int64
 
 
-def build_sample_index_numpy(sizes: np.ndarray, document_order: np.ndarray, seq_length: int, num_windows: int) -> np.ndarray:
+def build_sample_index_numpy(sizes: np.ndarray, document_order: np.ndarray, seq_length: int,
+                             num_windows: int) -> np.ndarray:
     """Rows (position in document_order, offset in that document) of each window start.
 
     A window starting exactly where a document ends starts at offset 0 of the next non-empty
@@ -134,7 +136,8 @@ def build_sample_index_numpy(sizes: np.ndarray, document_order: np.ndarray, seq_
     return sample_index
 
 
-def build_sample_index(sizes: np.ndarray, document_order: np.ndarray, seq_length: int, num_windows: int, use_cpp: bool | None = None) -> np.ndarray:
+def build_sample_index(sizes: np.ndarray, document_order: np.ndarray, seq_length: int, num_windows: int,
+                       use_cpp: bool | None = None) -> np.ndarray:
     """Sample index from the C++ helper when it is built (and `use_cpp` is not False), else numpy."""
     helpers = helpers_for(use_cpp)
     if helpers is not None:

@@ -45,7 +45,8 @@ class GlobalBatchSampler:
         if global_batch_size % (micro_batch_size * dp_size):
             raise DataError(
                 f"global batch size {global_batch_size} is not divisible by micro-batch size {micro_batch_size} x "
-                f"data-parallel size {dp_size}; pick a global batch size that is a multiple of {micro_batch_size * dp_size}"
+                f"data-parallel size {dp_size}; pick a global batch size that is a multiple of "
+                f"{micro_batch_size * dp_size}"
             )
         if not 0 <= dp_rank < dp_size:
             raise DataError(f"data-parallel rank {dp_rank} is outside [0, {dp_size})")

@@ -159,7 +159,8 @@ class TiktokenTokenizer(Tokenizer):
 
     kind = "tiktoken"
 
-    def __init__(self, path: str, special_tokens: dict[str, int] | None = None, pattern: str | None = None, **overrides):
+    def __init__(self, path: str, special_tokens: dict[str, int] | None = None, pattern: str | None = None,
+                 **overrides):
         tiktoken = extras.require("tiktoken", f"the tiktoken tokenizer {path}")
 
         ranks = read_tiktoken_ranks(path)
@@ -204,7 +205,8 @@ def read_tiktoken_ranks(path: str) -> dict[bytes, int]:
                 token, rank = line.split()
                 ranks[base64.b64decode(token)] = int(rank)
             except ValueError:
-                raise DataError(f"{path} line {number} is not '<base64 token> <rank>'; is it a tiktoken BPE file?") from None
+                raise DataError(f"{path} line {number} is not '<base64 token> <rank>'; "
+                                "is it a tiktoken BPE file?") from None
     return ranks
 
 
@@ -287,7 +289,8 @@ def load_tokenizer(path: str | os.PathLike, kind: str | None = None, **overrides
         else:
             raise DataError(f"{path} holds neither tokenizer.json nor tokenizer.model; pass the tokenizer file itself")
     if not path.is_file():
-        raise DataError(f"tokenizer file {path} not found; pass a tokenizer.json, tiktoken BPE file or sentencepiece model")
+        raise DataError(f"tokenizer file {path} not found; pass a tokenizer.json, tiktoken BPE file or sentencepiece "
+                        "model")
     kind = kind or _sniff_kind(path)
     classes = {"huggingface": HFTokenizer, "tiktoken": TiktokenTokenizer, "sentencepiece": SentencePieceTokenizer}
     if kind not in classes:
@@ -297,4 +300,5 @@ def load_tokenizer(path: str | os.PathLike, kind: str | None = None, **overrides
     except DataError:
         raise
     except Exception as error:  # the libraries raise many types for a file of the wrong kind
-        raise DataError(f"could not read {path} as a {kind} tokenizer ({error}); check the file and its kind") from error
+        raise DataError(f"could not read {path} as a {kind} tokenizer ({error}); "
+                        "check the file and its kind") from error

@@ -56,7 +56,8 @@ def austen_qa() -> TaskData:
             splits[split].append(QAExample(qid, question, text, [(speaker, match.start(2))]))
             if count % NO_ANSWER_EVERY == 0 and index >= 2:
                 other = paragraphs[index - 2]
-                if other["book"] == paragraph["book"] and fragment not in other["text"] and speaker not in other["text"]:
+                if (other["book"] == paragraph["book"] and fragment not in other["text"]
+                        and speaker not in other["text"]):
                     splits[split].append(QAExample(f"{qid}-none", question, other["text"], []))
             count += 1
     return TaskData("austen-qa", "question_answering", splits, source=f"{AUSTEN_CORPUS.name} (derived)")

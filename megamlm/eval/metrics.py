@@ -92,8 +92,8 @@ def majority_vote(votes: Sequence[str]) -> str:
 def is_bio_tagset(labels: Iterable[str]) -> bool:
     """True when the label set looks like BIO entity tags (every label is O, B-X or I-X, and some B-)."""
     labels = list(labels)
-    return any(l.startswith("B-") for l in labels) and all(
-        l == "O" or (l[:2] in ("B-", "I-") and len(l) > 2) for l in labels)
+    return any(label.startswith("B-") for label in labels) and all(
+        label == "O" or (label[:2] in ("B-", "I-") and len(label) > 2) for label in labels)
 
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)

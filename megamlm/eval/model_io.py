@@ -34,7 +34,8 @@ def check_model_folder(path: str | Path) -> None:
                                f"export the model with save_pretrained")
     if not any((path / name).is_file() for name in _TOKENIZER_FILES):
         raise ModelFolderError(f"model folder {path} has no tokenizer; copy the tokenizer files into it "
-                               f"(tokenizer.save_pretrained({str(path)!r}) writes tokenizer.json and tokenizer_config.json)")
+                               f"(tokenizer.save_pretrained({str(path)!r}) writes tokenizer.json and "
+                               "tokenizer_config.json)")
     with open(path / "config.json", encoding="utf-8") as f:
         config = json.load(f)
     if "model_type" not in config:
@@ -54,7 +55,8 @@ def load_tokenizer(path: str | Path):
         raise
     if not getattr(tokenizer, "is_fast", False):
         raise ModelFolderError(f"the tokenizer in {path} is a slow (Python) tokenizer; evaluation needs a fast one "
-                               f"with offsets: save a tokenizer.json (convert with AutoTokenizer.from_pretrained(..., use_fast=True))")
+                               "with offsets: save a tokenizer.json (convert with AutoTokenizer.from_pretrained(..., "
+                               "use_fast=True))")
     if tokenizer.pad_token is None:
         fallback = tokenizer.eos_token or tokenizer.sep_token or tokenizer.unk_token
         if fallback is None:

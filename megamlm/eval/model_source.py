@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from megamlm.checkpoint.catalog import list_checkpoints, problem, step_of
-from megamlm.eval.model_io import ModelFolderError, check_model_folder
 from megamlm.eval.megamlm_encoder import write_marker
+from megamlm.eval.model_io import ModelFolderError, check_model_folder
 from megamlm.hf.export import export_checkpoint
 from megamlm.hf.hf_config import default_arch, export_problem, unheld_features
 from megamlm.hf.keymaps import EXPORT_ARCHS

@@ -157,7 +157,8 @@ def _glue(config: str, test_split: str, template: str | None, columns: tuple[str
         names = _label_names(name, train_all, "label")
 
         def examples(rows):
-            text = (lambda r: r[columns[0]]) if template is None else (lambda r: template.format(*(r[c] for c in columns)))
+            text = ((lambda r: r[columns[0]]) if template is None
+                    else (lambda r: template.format(*(r[c] for c in columns))))
             return [TextExample(text(r), names[r["label"]]) for r in rows if r["label"] >= 0]
 
         train, validation = _held_out(train_all)
@@ -324,10 +325,12 @@ PAPER_DATASETS = {d.name: d for d in (
                  _tagging("hgissbkh/ontonotes5", "tokens", "tags"), max_steps=1000),
     PaperDataset("uner", "token_classification", _splits("hgissbkh/uner_en", ("train", "validation", "test")),
                  _tagging("hgissbkh/uner_en", "tokens", "ner_tags")),
-    PaperDataset("squad", "question_answering", _splits("rajpurkar/squad", ("train", "validation")), _qa("rajpurkar/squad")),
+    PaperDataset("squad", "question_answering", _splits("rajpurkar/squad", ("train", "validation")),
+                 _qa("rajpurkar/squad")),
     PaperDataset("squad_v2", "question_answering", _splits("rajpurkar/squad_v2", ("train", "validation")),
                  _qa("rajpurkar/squad_v2")),
-    PaperDataset("record", "question_answering", _splits("hgissbkh/record", ("train", "validation")), _qa("hgissbkh/record")),
+    PaperDataset("record", "question_answering", _splits("hgissbkh/record", ("train", "validation")),
+                 _qa("hgissbkh/record")),
     PaperDataset("msmarco", "retrieval", PAIRS + (
         HubSource("BeIR/msmarco", "queries", "queries"), HubSource("BeIR/msmarco", "corpus", "corpus"),
         HubSource("BeIR/msmarco-qrels", None, "validation"), HubSource("BeIR/msmarco-qrels", None, "test")), _msmarco),

@@ -49,7 +49,8 @@ class RunningTopK:
         return self.scores, self.indices
 
 
-def streaming_top_k(queries: torch.Tensor, document_chunks: Iterable[torch.Tensor], k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def streaming_top_k(queries: torch.Tensor, document_chunks: Iterable[torch.Tensor],
+                    k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-k documents per query by dot product, reading the corpus one chunk at a time."""
     running = RunningTopK(queries, k)
     for chunk in document_chunks:

@@ -31,7 +31,8 @@ def _read_jsonl(path: Path) -> list[dict]:
                 try:
                     rows.append(json.loads(line))
                 except json.JSONDecodeError as e:
-                    raise TaskDataError(f"{path}:{line_no}: not valid JSON ({e.msg}); fix the line or remove it") from None
+                    raise TaskDataError(f"{path}:{line_no}: not valid JSON ({e.msg}); "
+                                        "fix the line or remove it") from None
     return rows
 
 
@@ -72,7 +73,8 @@ def read_conll(path: str | Path, tag_column: int = -1) -> list[TaggedSentence]:
                 tokens, tags = [], []
                 continue
             if len(columns) < 2:
-                raise TaskDataError(f"{path}:{line_no}: a CoNLL line needs a word and a tag column, got {line.strip()!r}")
+                raise TaskDataError(f"{path}:{line_no}: a CoNLL line needs a word and a tag column, got "
+                                    f"{line.strip()!r}")
             tokens.append(columns[0])
             tags.append(columns[tag_column])
     if tokens:
@@ -104,7 +106,8 @@ def read_squad(path: str | Path) -> list[QAExample]:
         for paragraph in article["paragraphs"]:
             context = paragraph["context"]
             for qa in paragraph["qas"]:
-                answers = [] if qa.get("is_impossible") else [(a["text"], int(a["answer_start"])) for a in qa["answers"]]
+                answers = ([] if qa.get("is_impossible")
+                           else [(a["text"], int(a["answer_start"])) for a in qa["answers"]])
                 for text, start in answers:
                     if context[start:start + len(text)] != text:
                         raise TaskDataError(f"{path}: question {qa['id']}: answer {text!r} is not at character "

@@ -105,7 +105,8 @@ def check_plan(plan: EvalPlan, log=print) -> dict[str, TaskData]:
     if not plan.seeds:
         raise PlanError("no seeds given; e.g. --seeds 0,1,2,3,4")
     hp = plan.hyperparameters
-    if (hp.batch_size < 1 or hp.micro_batch_size < 1 or (hp.max_steps is not None and (hp.max_steps == 0 or hp.max_steps < -1))
+    if (hp.batch_size < 1 or hp.micro_batch_size < 1
+            or (hp.max_steps is not None and (hp.max_steps == 0 or hp.max_steps < -1))
             or hp.epochs <= 0 or not 0 <= hp.warmup_ratio < 1):
         raise PlanError(f"need --batch-size >= 1, --micro-batch-size >= 1, --max-steps >= 1 or -1 (epochs only), "
                         f"--epochs > 0 and 0 <= --warmup-ratio < 1 (got {hp.batch_size}, {hp.micro_batch_size}, "

@@ -39,7 +39,8 @@ def hf_state_dict(model: torch.nn.Module, keymap: KeyMap, dtype: torch.dtype,
     if model.args.tie_word_embeddings:
         state.pop("lm_head.weight")
     if biases is not None:
-        for name in [n for n in state if n.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight"))]:
+        projections = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight")
+        for name in [n for n in state if n.endswith(projections)]:
             wanted = biases.out if name.endswith("o_proj.weight") else biases.qkv
             bias = name[: -len("weight")] + "bias"
             if wanted and bias not in state:

@@ -124,7 +124,8 @@ def export_problem(arch: str, args: ModelArgs) -> str | None:
     if args.qk_norm and not args.sublayer_output_norms and args.mlp_activation == "swiglu":
         alternatives.append("the causal Qwen3 export (--arch qwen3)")
     if args.sublayer_output_norms:
-        alternatives.append("the bidirectional Gemma 3 export (--arch gemma3_encoder) or the causal one (--arch gemma3)")
+        alternatives.append("the bidirectional Gemma 3 export (--arch gemma3_encoder) or the causal one (--arch "
+                            "gemma3)")
     alternatives.append("tools/evaluate.py on the run folder (it evaluates megamlm's own bidirectional model)")
     return (f"--arch {arch} cannot hold {present[0]} of this model ({EXPORT_ARCHS[arch].architecture} has none); "
             f"use {' or '.join(alternatives)}")

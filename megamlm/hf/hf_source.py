@@ -15,7 +15,8 @@ from safetensors import safe_open
 from megamlm import extras
 from megamlm.hf.errors import ConversionError
 
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,8 @@ def load_tokenizer(source: HFSource):
         if "trust_remote_code" in str(error):
             raise ConversionError(remote_code_refusal(source.describe())) from None
         raise ConversionError(f"could not read a tokenizer from {source.describe()} ({error}); the import needs "
-                              "the model's tokenizer files (tokenizer.json, tokenizer_config.json) beside it") from error
+                              "the model's tokenizer files (tokenizer.json, tokenizer_config.json) "
+                              "beside it") from error
 
 
 def _weight_files(source: HFSource) -> list[Path]:

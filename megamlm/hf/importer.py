@@ -242,7 +242,8 @@ def import_hf(input_path: str | Path, output: str | Path, force: bool = False, m
     args = plan.model_args
     log(f"{plan.source.describe()}: {plan.config.model_type}, {args.num_layers} layers, hidden {args.hidden_size}, "
         f"{describe_features(args)}, vocabulary {plan.config.vocab_size} -> {args.vocab_size}, mask token "
-        f"{plan.tokenizer.mask_token!r} ({'added' if plan.mask_added else 'its own'}, id {plan.tokenizer.mask_token_id})")
+        f"{plan.tokenizer.mask_token!r} ({'added' if plan.mask_added else 'its own'}, id "
+        f"{plan.tokenizer.mask_token_id})")
     tensors = ((name, t.clone()) for name, t in hf_state.items()) if hf_state is not None else iter_tensors(plan.source)
     state = megamlm_state_dict(tensors, plan)
     if plan.skipped:

@@ -70,7 +70,8 @@ def check_kernel_backend(name: str) -> str:
     if name not in KERNEL_BACKENDS:
         raise ValueError(f"unknown kernel backend {name!r}; choose one of {', '.join(KERNEL_BACKENDS)}")
     if name == "triton" and not triton_available():
-        raise RuntimeError(extras.missing_message("triton", "kernel backend 'triton'") + ", or use --kernel-backend auto")
+        raise RuntimeError(extras.missing_message("triton", "kernel backend 'triton'")
+                           + ", or use --kernel-backend auto")
     return name
 
 

@@ -43,10 +43,9 @@ from megamlm.model.attention_table import (  # noqa: F401 (re-exported: the tabl
     ATTENTION_BACKENDS,
     ATTENTION_TABLE,
     AttentionBackendSpec,
-    unknown_backend,
     attention_backend_problem,
+    unknown_backend,
 )
-
 
 FLEX_MIN_HEAD_DIM = 16  # FlexAttention's compiled kernels refuse smaller head dims
 _FLASH_MISSING = (extras.missing_message("flash_attn", "--attention-backend flash")

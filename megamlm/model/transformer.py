@@ -22,9 +22,12 @@ from megamlm.model.attention_backends import attention
 from megamlm.model.config import Backends, ModelArgs
 from megamlm.model.rope import rotary_tables
 
+# The default backends (sdpa attention, auto kernels), built once: Backends is frozen, so one instance is shared.
+DEFAULT_BACKENDS = Backends()
+
 
 class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float, backends: Backends = Backends()):
+    def __init__(self, dim: int, eps: float, backends: Backends = DEFAULT_BACKENDS):
         super().__init__()
         self.eps = eps
         self.backends = backends
@@ -35,7 +38,7 @@ class RMSNorm(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, args: ModelArgs, backends: Backends = Backends(), window: int | None = None):
+    def __init__(self, args: ModelArgs, backends: Backends = DEFAULT_BACKENDS, window: int | None = None):
         super().__init__()
         self.backends = backends
         self.n_heads = args.num_attention_heads
@@ -69,7 +72,7 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, args: ModelArgs, backends: Backends = Backends()):
+    def __init__(self, args: ModelArgs, backends: Backends = DEFAULT_BACKENDS):
         super().__init__()
         self.backends = backends
         self.gate_proj = nn.Linear(args.hidden_size, args.ffn_hidden_size, bias=False)
@@ -87,7 +90,7 @@ class TransformerBlock(nn.Module):
     (``attn_output_layernorm``, ``mlp_output_layernorm``: Gemma 3's post_attention/post_feedforward norms).
     A sliding-window layer (``sliding``) attends within ``args.sliding_window`` tokens with the local RoPE tables."""
 
-    def __init__(self, args: ModelArgs, backends: Backends = Backends(), layer_index: int = 0):
+    def __init__(self, args: ModelArgs, backends: Backends = DEFAULT_BACKENDS, layer_index: int = 0):
         super().__init__()
         self.backends = backends
         self.sliding = args.layer_type(layer_index) == "sliding"
@@ -118,7 +121,7 @@ class Transformer(nn.Module):
     the loss outside the model takes ``model.backends.kernels``.
     """
 
-    def __init__(self, args: ModelArgs, backends: Backends = Backends()):
+    def __init__(self, args: ModelArgs, backends: Backends = DEFAULT_BACKENDS):
         super().__init__()
         if not isinstance(backends, Backends):
             raise TypeError(f"backends must be a megamlm.model.config.Backends, got {type(backends).__name__}")

@@ -75,7 +75,8 @@ def rank_estimates(cfg: Config, dims: ParallelDims, args: ModelArgs) -> list[dic
         if model.lm_head is not None:
             head = 2 * 4 * mbs * (seq - 1) * args.vocab_size / dims.tp  # CLM predicts every position but one
         rows.append({"pp_rank": pp_rank, "stages": stages, "layers": list(model.layers.keys()),
-                     "parameters": local, "replicated": replicated, "parameters_per_rank": local / shard, "state_gib": state_bytes / GIB,
+                     "parameters": local, "replicated": replicated, "parameters_per_rank": local / shard,
+                     "state_gib": state_bytes / GIB,
                      "activations_gib": (activations + gathered) / GIB, "head_gib": head / GIB,
                      "total_gib": (state_bytes + activations + gathered + head) / GIB})
     return rows
@@ -87,7 +88,8 @@ def dry_run_report(cfg: Config) -> str:
     with torch.device("meta"):
         total = sum(p.numel() for p in Transformer(args).parameters())
     lines = [f"dry run: model {cfg.checkpoint.init_from or cfg.model.model} ({total / 1e6:.1f}M parameters, "
-             f"{args.num_layers} layers, hidden {args.hidden_size}, vocab {args.vocab_size}, seq {args.max_seq_length})",
+             f"{args.num_layers} layers, hidden {args.hidden_size}, vocab {args.vocab_size}, seq "
+             f"{args.max_seq_length})",
              f"layout: {dims.describe()}",
              f"batch: global {cfg.training.global_batch_size} = micro {cfg.training.micro_batch_size} x DP {dims.dp} x "
              f"{cfg.training.global_batch_size // (cfg.training.micro_batch_size * dims.dp)} micro-batches per step"

@@ -65,7 +65,8 @@ def torch_env_vars(environ: Mapping[str, str] | None = None, resolve_master=_mpi
     if master is None:
         if int(env[size]) > 1 and launcher != "torchrun":
             raise LaunchError(f"launched by {launcher} without MASTER_ADDR; export MASTER_ADDR=<host of rank 0> "
-                              f"(e.g. `mpirun -x MASTER_ADDR=$(hostname)`) or install mpi4py ({extras.install_command('mpi4py')})")
+                              "(e.g. `mpirun -x MASTER_ADDR=$(hostname)`) or install mpi4py "
+                              f"({extras.install_command('mpi4py')})")
         master = "127.0.0.1"
     out["MASTER_ADDR"] = master
     out["MASTER_PORT"] = env.get("MASTER_PORT", DEFAULT_MASTER_PORT)

@@ -134,7 +134,8 @@ class PipelineRunner:
     def _inputs(self, micro_batches: list[Batch], device) -> tuple[tuple, torch.Tensor | None, dict]:
         """(first-stage args, last-stage target, keyword arguments of every stage) of one schedule call."""
         if len(micro_batches) != self.n_microbatches:
-            raise ValueError(f"the pipeline was built for {self.n_microbatches} micro-batches, got {len(micro_batches)}")
+            raise ValueError(f"the pipeline was built for {self.n_microbatches} micro-batches, got "
+                             f"{len(micro_batches)}")
         causal = micro_batches[0].causal
         if any(b.causal != causal for b in micro_batches):
             raise ValueError("all micro-batches of a step share one objective")

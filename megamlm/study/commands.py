@@ -47,7 +47,8 @@ def _script(repo: str, name: str) -> str:
     return f"{repo}/{name}" if repo else name
 
 
-def pretrain_command(plan: Plan, run: Run, python: str = "python", nproc_per_node: int = 1, repo: str = "") -> list[str]:
+def pretrain_command(plan: Plan, run: Run, python: str = "python", nproc_per_node: int = 1,
+                     repo: str = "") -> list[str]:
     """``repo``: the folder holding pretrain.py and tools/ when commands do not run from the repository root."""
     script = _script(repo, "pretrain.py")
     launcher = [python, script] if nproc_per_node == 1 else \

@@ -68,7 +68,8 @@ def throughput_for(study: Study, tokens_per_second: list[str] = (), benchmarks: 
     for path in study.cost.benchmarks:
         read_benchmark(study.resolve(path), throughput)
     if study.cost.tokens_per_second is not None:
-        throughput.add(None, None, study.cost.tokens_per_second, f"cost.tokens_per_second {study.cost.tokens_per_second:g}")
+        throughput.add(None, None, study.cost.tokens_per_second, "cost.tokens_per_second "
+                                                                 f"{study.cost.tokens_per_second:g}")
     return throughput
 
 

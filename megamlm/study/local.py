@@ -5,8 +5,8 @@ last checkpoint is whole; relaunched with the same command when the run holds ea
 pretrain.py resumes from), the export of each evaluated checkpoint (skipped when exported), the fine-tuning
 (tools/evaluate.py skips the fine-tuning runs it has finished), then ``ROOT/status/RUN.json`` records the
 commands that finished it (and the seconds each stage took), so a later launch with the same commands skips the
-run entirely. A run whose pretraining fails stops its descendants (they are reported as blocked, and not started); a failed export or
-evaluation is reported but does not stop the children, which need only the checkpoint.
+run entirely. A run whose pretraining fails stops its descendants (they are reported as blocked, and not started); a
+failed export or evaluation is reported but does not stop the children, which need only the checkpoint.
 """
 
 from __future__ import annotations
@@ -22,8 +22,15 @@ from typing import Callable
 
 from megamlm.checkpoint.catalog import iteration_dir, list_checkpoints, problem
 from megamlm.eval.results import write_json_atomic
-from megamlm.study.commands import (REPO, evaluate_command, evaluated_models, export_command, log_file, pretrain_command,
-                                    status_file)
+from megamlm.study.commands import (
+    REPO,
+    evaluate_command,
+    evaluated_models,
+    export_command,
+    log_file,
+    pretrain_command,
+    status_file,
+)
 from megamlm.study.plan import Plan, Run
 
 Executor = Callable[[list[str], Path], int]

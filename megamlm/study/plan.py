@@ -222,8 +222,8 @@ def _stream_key(run: Run) -> str:
 def step_settings(config: Config) -> np.ndarray:
     """The (objective, learning rate) of every step 1..train_iters, as the trainer computes them."""
     segment = Segment.of_config(config)
-    lr = segment.lr_schedule_object()
-    return np.array([(segment.objective_at(step), lr.lr_at(step)) for step in range(1, config.training.train_iters + 1)],
+    lr, steps = segment.lr_schedule_object(), range(1, config.training.train_iters + 1)
+    return np.array([(segment.objective_at(step), lr.lr_at(step)) for step in steps],
                     dtype=[("objective", "U3"), ("lr", "f8")])
 
 

@@ -10,7 +10,8 @@ from megamlm.study.schema import Study, StudyError
 PLANNER_SETTINGS = {
     ("model", "model"): "sizes", ("objective", "objective"): "grids[].clm_fractions / switch_steps",
     ("objective", "switch"): "grids[].clm_fractions / switch_steps",
-    ("objective", "switch_step"): "grids[].clm_fractions / switch_steps", ("objective", "mask_ratio"): "grids[].mask_ratios",
+    ("objective", "switch_step"): "grids[].clm_fractions / switch_steps",
+    ("objective", "mask_ratio"): "grids[].mask_ratios",
     ("training", "train_iters"): "grids[].budgets", ("training", "seed"): "seeds",
     ("checkpoint", "save"): "--root", ("checkpoint", "load"): "the plan (branches)",
     ("checkpoint", "continue_from"): "continued_pretraining", ("checkpoint", "init_from"): "the plan",

@@ -221,7 +221,8 @@ def submit_script(plan: Plan, workdir: Path, out_dir: Path) -> str:
         fetch = ["python", _REPO + "/tools/fetch_eval_datasets.py", ",".join(hub)]
         if e.hf_datasets_dir:
             fetch += ["--save-to", str(plan.study.resolve(e.hf_datasets_dir))]
-        lines += ["# The evaluation jobs run offline (HF_HUB_OFFLINE=1): fetch their datasets here, where the network is",
+        lines += ["# The evaluation jobs run offline (HF_HUB_OFFLINE=1): fetch their datasets here, where the "
+                  "network is",
                   "# (FETCH_EVAL_DATASETS=0 skips it when they are in the Hugging Face cache already).",
                   'if [[ "${FETCH_EVAL_DATASETS:-1}" != 0 ]]; then', "    " + " ".join(_shell(fetch)), "fi"]
     lines += ["# sbatch's refusal (its message on stderr) stops this script: no job is submitted after it.",
@@ -267,7 +268,8 @@ def submit_script(plan: Plan, workdir: Path, out_dir: Path) -> str:
             lines.append(f"{variable}=$(submit --dependency=afterok:${last_job[run.name]} "
                          f"\"$SCRIPTS\"/{shlex.quote(run.name + '.eval.sbatch')})")
             finals.append(variable)
-    lines.append(f"report=$(submit --dependency=afterany:{':'.join('$' + v for v in finals)} \"$SCRIPTS\"/report.sbatch)")
+    lines.append(f"report=$(submit --dependency=afterany:{':'.join('$' + v for v in finals)} "
+                 "\"$SCRIPTS\"/report.sbatch)")
     jobs = sum(len(segments(plan, r)) for r in plan.runs)
     evals = len(plan.runs) if plan.study.evaluation is not None else 0
     lines += [f"echo \"submitted {jobs} pretraining jobs for {len(plan.runs)} runs, {evals} evaluation jobs and the "
@@ -324,7 +326,7 @@ def emit_slurm(plan: Plan, out_dir: str | Path, workdir: str | Path | None = Non
     out_dir.mkdir(parents=True, exist_ok=True)
     temporary = {out_dir / name: out_dir / f".{name}.tmp" for name in files}
     try:
-        for (path, tmp), text in zip(temporary.items(), files.values()):
+        for (_path, tmp), text in zip(temporary.items(), files.values()):
             tmp.write_text(text)
             tmp.chmod(0o755)
     except OSError:

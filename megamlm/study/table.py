@@ -27,7 +27,8 @@ def plan_table(plan: Plan, throughput: Throughput) -> str:
                   if paper < len(plan.runs) else "")
         count = f"All {paper} runs" if paper == len(plan.runs) else f"{paper} of the {len(plan.runs)} runs"
         lines += [f"{count} reproduce models the paper trained (arXiv 2507.00994; `yes`){scaled}{extend}.", ""]
-    lines += ["| run |" + (" paper's model? |" if marked else "") + " starts from | schedule | trains steps | tokens | GPU-hours | "
+    lines += ["| run |" + (" paper's model? |" if marked else "")
+              + " starts from | schedule | trains steps | tokens | GPU-hours | "
               "kept checkpoints |", "|---|" + ("---|" if marked else "") + "---|---|---:|---:|---:|---|"]
     for run in plan.runs:
         if run.parent is None:

@@ -97,6 +97,8 @@ def plot_runs(folders: list[str | Path], output: str | Path) -> list[Path]:
                    {metric: validation_curve(run, runs, x, metric) for metric in ("mlm_loss", "clm_loss")})
                   for run in runs]
         written.append(figures.run_validation(curves, label, output / name))
-    losses = [(run.name, _series(run.train, "step", "loss"), run.switch_steps or ((run.switch_step,) if run.switch_step is not None else ())) for run in runs]
+    losses = [(run.name, _series(run.train, "step", "loss"),
+               run.switch_steps or ((run.switch_step,) if run.switch_step is not None else ()))
+              for run in runs]
     written.append(figures.run_training_loss(losses, output / FIGURES[2]))
     return written

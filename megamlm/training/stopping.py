@@ -63,7 +63,8 @@ class ExitSignalHandler:
             for signum in self.signals:
                 self._previous[signum] = signal.signal(signum, self._handle)
         else:
-            log("warning: not on the main thread, so SIGTERM/SIGUSR1/SIGINT keep their default action (no save on exit)")
+            log("warning: not on the main thread, so SIGTERM/SIGUSR1/SIGINT keep their default action (no save on "
+                "exit)")
         return self
 
     def __exit__(self, *exc) -> None:

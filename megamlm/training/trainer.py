@@ -30,9 +30,9 @@ from megamlm.checkpoint.lock import lock_save_folder
 from megamlm.checkpoint.manager import CheckpointManager, SavePolicy
 from megamlm.config import Config, unused_lr_settings
 from megamlm.data import GlobalBatchSampler, MicroBatchLoader, StreamSpec, build_train_dataset
+from megamlm.extras import detect_optional_extras
 from megamlm.hf.init_from import warn_if_context_shorter
 from megamlm.log import log, rank
-from megamlm.extras import detect_optional_extras
 from megamlm.model.config import ModelArgs
 from megamlm.model.transformer import Transformer, count_parameters
 from megamlm.objectives import Batch, ObjectiveSchedule
@@ -40,10 +40,10 @@ from megamlm.parallel.dims import ParallelDims
 from megamlm.parallel.dry_run import GIB, rank_estimates
 from megamlm.parallel.parallelize import ParallelModel, parallelize
 from megamlm.parallel.runtime import start_parallel
-from megamlm.training.reporter import PendingStep, RunReporter, StepLedger
 from megamlm.training.metrics import format_duration
 from megamlm.training.nonfinite import NonFiniteGuard
 from megamlm.training.optim import LRSchedule, build_optimizer, set_hyperparameters
+from megamlm.training.reporter import PendingStep, RunReporter, StepLedger
 from megamlm.training.resume import Start, TrainProgress, plan_start
 from megamlm.training.run_record import build_run_record, write_run_record
 from megamlm.training.setup import RunPlan, backends_on_device, plan_run

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
 from helpers import layout_dims
+
 from megamlm.objectives import MaskingSpec, ObjectiveSchedule
 
 GLOBAL_IDS = [[0], [1], [2], [3]]  # 4 micro-batches of 1 sample per step
@@ -101,7 +101,7 @@ def check_family(rank: int, world: int, layouts: dict, family: str, ckpt: str, f
         dims = layout_dims(world, layout, args, micro_batch_size=1, global_batch_size=4, seq_length=SEQ)
         mesh = dims.build_mesh("cpu")
 
-        def build():
+        def build(dims=dims, mesh=mesh):
             model = Transformer(args)
             load_model_weights(ckpt, model)
             pm = parallelize(model, dims, mesh, cpu)

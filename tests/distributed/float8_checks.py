@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from harness import SEED, TINY, micro_batches, schedule
 from helpers import layout_dims
 

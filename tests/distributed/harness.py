@@ -15,8 +15,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-
 from helpers import SPLITTABLE, free_port, tiny_args
+
 from megamlm.objectives import MaskingSpec, ObjectiveSchedule
 
 # A tiny model whose heads (8), KV heads (4), layers (4), MLP width and vocabulary split by 2 and 4.

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-
 from helpers import SPLITTABLE, layout_dims, random_model, tiny_args
+
 from megamlm.config import Config
 
 REPO = Path(__file__).resolve().parents[2]

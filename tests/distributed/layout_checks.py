@@ -9,7 +9,6 @@ import functools
 
 import pytest
 import torch
-
 from harness import SEED, TINY, full_grads, micro_batches, schedule
 from helpers import layout_dims
 

@@ -13,7 +13,6 @@ from dataclasses import replace
 
 import pytest
 import torch
-
 from decoder_families import FAMILIES, QK_NORM_FAMILIES, WORDS, build
 from family_layout_checks import FOUR_RANK_LAYOUTS, LAYOUTS, check_families, reference
 from harness import spawn

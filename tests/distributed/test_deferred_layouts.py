@@ -9,7 +9,6 @@ import json
 
 import pytest
 import torch
-
 from harness import spawn
 from trainer_checks import FLAGS, pretrain_poisoned_on_rank
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 
 import pytest
-
 from float8_checks import check_fp8_fsdp
 from harness import spawn
 

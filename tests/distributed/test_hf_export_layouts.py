@@ -4,7 +4,6 @@ checkpoints of the same weights export to the same bytes as the single-process c
 from __future__ import annotations
 
 import pytest
-
 from harness import spawn
 from hf_export_workers import reference_model, save, save_layout
 
@@ -28,7 +27,8 @@ def test_parallel_checkpoint_exports_like_single_process(layout, single_process_
 
     spawn(save_layout, 2, layout, str(tmp_path / "ckpt"))
     out = export_checkpoint(tmp_path / "ckpt", tmp_path / "hf", log=lambda *_: None)
-    ours, reference = load_file(str(out / "model.safetensors")), load_file(str(single_process_export / "model.safetensors"))
+    ours = load_file(str(out / "model.safetensors"))
+    reference = load_file(str(single_process_export / "model.safetensors"))
     assert sorted(ours) == sorted(reference)
     for name, tensor in reference.items():
         assert ours[name].dtype == tensor.dtype and ours[name].shape == tensor.shape, name

@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers import SPLITTABLE_SHAPE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -226,6 +225,6 @@ def test_ranks_started_by_an_mpi_launcher_find_each_other(cache, tmp_path):
         procs.append(subprocess.Popen([sys.executable, str(REPO / "pretrain.py"), *TINY_RUN],
                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outputs = [p.communicate(timeout=600) for p in procs]
-    for p, (stdout, stderr) in zip(procs, outputs):
+    for p, (_stdout, stderr) in zip(procs, outputs):
         assert p.returncode == 0, stderr[-3000:]
     assert "parallel layout: world 2 | TP 1 | PP 1 | DP 2" in outputs[0][0]

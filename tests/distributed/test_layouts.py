@@ -6,7 +6,6 @@ parameters), under both MLM and CLM. Gloo on CPU; each layout is one spawned wor
 from __future__ import annotations
 
 import pytest
-
 from harness import spawn
 from layout_checks import check_layouts, check_mntp_layouts
 
@@ -47,7 +46,8 @@ def test_tensor_parallel_times_fsdp_on_four_ranks_matches_single_process():
 def test_whole_model_compile_composes_with_fsdp_and_tensor_parallelism():
     """--compile model under FSDP2 DP=2 (with activation checkpointing), and under TP=2 (where it compiles the
     blocks), gives the single-process run's losses, gradients and update."""
-    spawn(check_layouts, 2, [("fsdp_dp2_compiled", dict(), True, "model"), ("tp2_compiled", dict(tp=2), False, "model")])
+    spawn(check_layouts, 2, [("fsdp_dp2_compiled", dict(), True, "model"),
+                             ("tp2_compiled", dict(tp=2), False, "model")])
 
 
 @pytest.mark.slow

@@ -4,7 +4,6 @@ dry run's per-rank count, not the whole model's."""
 from __future__ import annotations
 
 import pytest
-
 from harness import spawn
 from parameter_checks import check_rank_parameters
 

@@ -9,10 +9,10 @@
 from __future__ import annotations
 
 import pytest
-
 from harness import spawn
-from megamlm.training.metrics_file import read_metrics
 from trainer_checks import FLAGS, pretrain_on_rank, read_ranks, run_pretrain
+
+from megamlm.training.metrics_file import read_metrics
 
 pytestmark = pytest.mark.distributed
 

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import pytest
-
 from harness import spawn
 from trainer_checks import FLAGS, pretrain_on_rank, read_ranks, run_pretrain
 

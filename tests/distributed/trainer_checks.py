@@ -14,9 +14,10 @@ FLAGS = [*SPLITTABLE_SHAPE, "--micro-batch-size", "2", "--global-batch-size", "8
 
 
 def run_pretrain(argv: list[str]) -> dict:
+    from step_recorder import StepRecorder
+
     from megamlm.config import parse_args
     from megamlm.training.trainer import pretrain
-    from step_recorder import StepRecorder
 
     recorder = StepRecorder()
     result = pretrain(parse_args([str(a) for a in argv]), on_step=recorder)

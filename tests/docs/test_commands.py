@@ -247,8 +247,8 @@ def _has(module: str) -> bool:
 
 def _tiny_hf_models(folder: Path) -> None:
     import torch
-
     from helpers import tiny_args
+
     from megamlm.checkpoint import save_checkpoint
     from megamlm.config import Config
     from megamlm.data.embedded import TOKENIZER_FILE
@@ -411,7 +411,8 @@ def preloaded_python():
 
 
 def check_ok(result, what: str) -> None:
-    assert result.returncode == 0, f"{what} exited {result.returncode}\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+    assert result.returncode == 0, (f"{what} exited {result.returncode}\n{result.stdout[-3000:]}\n"
+                                    f"{result.stderr[-3000:]}")
 
 
 def plan_layout(flags: list[str], world: int, what: str) -> None:

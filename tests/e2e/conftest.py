@@ -1,13 +1,12 @@
 from contextlib import contextmanager
-
-import pytest
-import torch
-
 from types import SimpleNamespace
 
 import helpers
+import pytest
+import torch
 from helpers import FAST, TINY, write_dataset
 from step_recorder import StepRecorder
+
 from megamlm.config import parse_args
 from megamlm.data import IndexedDataset, prepare_embedded_corpus
 from megamlm.training.trainer import pretrain

@@ -115,7 +115,8 @@ REFUSED = [
     (["--objective", "clm", "--train-iters", "8", "--weight-decay", "0.0"],
      "--weight-decay is 0.1 in the checkpoint and 0.0 here"),
     (["--objective", "clm", "--train-iters", "8", "--seed", "99"], "--seed is 1234 in the checkpoint and 99 here"),
-    (["--objective", "clm", "--train-iters", "3", "--lr-wsd-decay-iters", "1"], "it is at step 4, past --train-iters 3"),
+    (["--objective", "clm", "--train-iters", "3", "--lr-wsd-decay-iters", "1"],
+     "it is at step 4, past --train-iters 3"),
 ]
 
 

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from decoder_families import FAMILIES, QK_NORM_FAMILIES, build
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,7 +68,8 @@ def test_the_example_continues_a_qwen2_folder_into_a_eurobert_encoder(tmp_path):
     report = json.loads(report_file.read_text())
     loss = report["causal_loss"]
     assert abs(loss["megamlm"] - loss["transformers"]) < 1e-4, loss
-    assert sorted(report["cpt"]["losses"]) == ["1", "2"] and all(math.isfinite(v) for v in report["cpt"]["losses"].values())
+    assert sorted(report["cpt"]["losses"]) == ["1", "2"]
+    assert all(math.isfinite(v) for v in report["cpt"]["losses"].values())
     assert "--attention-bias" in report["cpt"]["command"] and "--tie-word-embeddings" in report["cpt"]["command"]
     assert report["export"]["arch"] == "eurobert"
     config = json.loads((tmp_path / "work" / "hf-eurobert" / "config.json").read_text())

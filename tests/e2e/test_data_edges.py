@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
-
 from helpers import expect_one_line, tool_main
 from helpers import tree_digest as snapshot
+
 from megamlm.cli import main
 from megamlm.data.embedded import TOKENIZER_FILE
 

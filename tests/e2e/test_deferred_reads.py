@@ -5,6 +5,8 @@ import json
 
 import pytest
 import torch
+from helpers import FAST, TINY
+from step_recorder import StepRecorder
 
 from megamlm.checkpoint import load_model_weights
 from megamlm.config import parse_args
@@ -15,9 +17,6 @@ from megamlm.training.metrics import model_flops
 from megamlm.training.metrics_file import read_metrics
 from megamlm.training.nonfinite import NonFiniteError
 from megamlm.training.trainer import pretrain
-
-from helpers import FAST, TINY
-from step_recorder import StepRecorder
 
 GBS = 4  # TINY's global batch size
 TIMING = ("tokens_per_second", "mfu", "peak_memory_mib")

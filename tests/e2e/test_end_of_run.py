@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from helpers import TINY
+
 from megamlm.cli import main
 
 

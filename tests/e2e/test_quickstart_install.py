@@ -60,7 +60,7 @@ def test_quickstart_install_trains_exports_and_evaluates_without_any_extra(tmp_p
     hidden(repo / "tools" / "convert_to_hf.py", "--input", "ckpt", "--output", "hf")
     task = work / "reviews"
     task.mkdir()
-    rows = "\n".join(json.dumps({"text": t, "label": l}) for t, l in
+    rows = "\n".join(json.dumps({"text": t, "label": label}) for t, label in
                      [("she said it was good", "pos"), ("he was not good", "neg")] * 2)
     for split in ("train", "validation", "test"):
         (task / f"{split}.jsonl").write_text(rows + "\n")

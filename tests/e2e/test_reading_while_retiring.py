@@ -10,8 +10,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
 from helpers import TINY_SHAPE
+
 from megamlm.hf import export as export_module
 from megamlm.hf.export import export_checkpoint
 

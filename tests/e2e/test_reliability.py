@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from megamlm.checkpoint import load_model_weights
+from megamlm.errors import ResumeError
 from megamlm.model.config import ModelArgs
 from megamlm.model.transformer import Transformer
 from megamlm.training import trainer
-from megamlm.errors import ResumeError
 from megamlm.training.nonfinite import NonFiniteError
 
 GBS = 4  # the TINY settings' global batch size (conftest.py)

@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers import TINY_BATCH, TINY_SHAPE
 
 REPO = Path(__file__).resolve().parents[2]

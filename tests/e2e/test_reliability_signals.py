@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from helpers import TINY_BATCH, TINY_SHAPE
 from step_recorder import StepRecorder
+
 from megamlm.checkpoint import resolve_checkpoint
 from megamlm.config import parse_args
 from megamlm.training.stopping import SAME_REQUEST_S
@@ -92,7 +92,8 @@ class Run:
             env["PAUSE_IN_SAVE_OF"] = str(pause_in_save_of)
         if hold_after_step is not None:
             env["HOLD_AFTER_STEP"] = str(hold_after_step)
-        self.proc = subprocess.Popen([sys.executable, str(driver), *ARGS, "--save", str(save), *extra], cwd=tmp_path, env=env,
+        self.proc = subprocess.Popen([sys.executable, str(driver), *ARGS, "--save", str(save), *extra],
+                                     cwd=tmp_path, env=env,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: list[str] = []
 

@@ -10,8 +10,8 @@ import json
 
 import pytest
 import torch
-
 from helpers import TINY_SHAPE
+
 from megamlm.checkpoint.catalog import LEGACY_TRAIN_STATE, TRAIN_STATE
 from megamlm.checkpoint.integrity import MARKER
 from megamlm.cli import main

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from helpers import TINY
+
 from megamlm.cli import main
 from megamlm.config import parse_args
 from megamlm.data.embedded import TOKENIZER_FILE
@@ -45,7 +46,7 @@ def test_an_explicit_different_tokenizer_is_still_refused(tmp_path, capsys):
     other = _other_tokenizer(tmp_path / "other.json")
     assert main([*TINY, "--data-path", prefix, "--tokenizer-model", other, "--train-iters", "5"]) == 2
     err = capsys.readouterr().err
-    assert "was tokenized by" in err and len([l for l in err.splitlines() if l.startswith("error:")]) == 1
+    assert "was tokenized by" in err and len([line for line in err.splitlines() if line.startswith("error:")]) == 1
 
 
 def test_a_missing_data_file_is_named_before_the_tokenizer(tmp_path, capsys):

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from helpers import expect_one_line, tool_main
 from helpers import tree_digest as digest
+
 from megamlm.checkpoint.catalog import rng_file
 from megamlm.checkpoint.integrity import MARKER, describe_files
 from megamlm.cli import main
@@ -121,7 +121,6 @@ def test_a_crafted_newest_checkpoint_is_skipped_for_the_previous_one_saying_why(
 # ---- studies: nothing in a study file or a step file runs as a command of the emitted SLURM scripts -------------
 
 import yaml  # noqa: E402
-
 
 STUDY = {"name": "edge", "sizes": ["tiny"], "seeds": [7],
          "pretrain": {"model": {"seq_length": 64},

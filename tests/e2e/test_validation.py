@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-
 from helpers import load_tool, write_dataset
+
 from megamlm.cli import main
 from megamlm.data import IndexedDataset
 from megamlm.training.metrics_file import read_metrics

@@ -3,6 +3,7 @@
 
 def test_the_log_names_the_chosen_batch_the_memory_and_step_1_before_the_first_step(cache_dir, capsys):
     from helpers import TINY_SHAPE
+
     from megamlm.cli import main
 
     assert main([*TINY_SHAPE, "--train-iters", "2", "--log-interval", "1"]) == 0
@@ -15,6 +16,7 @@ def test_the_log_names_the_chosen_batch_the_memory_and_step_1_before_the_first_s
 
 def test_the_log_describes_the_lr_schedule_and_names_a_wsd_length_another_style_ignores(cache_dir, capsys):
     from helpers import TINY_SHAPE
+
     from megamlm.cli import main
 
     assert main([*TINY_SHAPE, "--train-iters", "2", "--lr", "1e-3", "--lr-warmup-iters", "1",

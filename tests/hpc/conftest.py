@@ -20,4 +20,5 @@ def pytest_collection_modifyitems(config, items):
             if not os.environ.get("MEGAMLM_HPC_CLUSTER"):
                 item.add_marker(pytest.mark.skip(reason="needs the HPC stage's cluster: bash tests/hpc/run_stage.sh"))
             elif shutil.which("sbatch") is None or shutil.which("mpirun") is None:
-                item.add_marker(pytest.mark.skip(reason="needs sbatch and mpirun (tests/hpc/run_stage.sh installs them)"))
+                item.add_marker(pytest.mark.skip(reason="needs sbatch and mpirun (tests/hpc/run_stage.sh installs "
+                                                        "them)"))

@@ -8,9 +8,19 @@ import subprocess
 import sys
 
 import pytest
-
-from slurm_jobs import (CPU_JOB, REPO, TINY, job_env, job_field, last_loss, latest_step, sbatch, wait_for_end,
-                        wait_for_log, wait_until)
+from slurm_jobs import (
+    CPU_JOB,
+    REPO,
+    TINY,
+    job_env,
+    job_field,
+    last_loss,
+    latest_step,
+    sbatch,
+    wait_for_end,
+    wait_for_log,
+    wait_until,
+)
 
 SCRIPT = str(REPO / "examples" / "slurm" / "pretrain_nvidia.sbatch")
 

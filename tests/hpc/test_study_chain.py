@@ -80,7 +80,8 @@ def test_the_chain_runs_in_order_and_its_last_job_reports_every_model(tmp_path):
     assert f"branched from runs/mini/{CLM}/iter_0000005 at step 5" in branch_log
     first_log = logs[f"cpu_miniature-{CLM}-{first_segment['JobId']}.out"]
     assert "] step 5/10" in first_log and "] step 6/10" not in first_log  # the segment stopped at the branch step
-    assert f"resumed from runs/mini/{CLM}/iter_0000005 at step 5" in logs[f"cpu_miniature-{CLM}-{last_segment['JobId']}.out"]
+    last_log = logs[f"cpu_miniature-{CLM}-{last_segment['JobId']}.out"]
+    assert f"resumed from runs/mini/{CLM}/iter_0000005 at step 5" in last_log
     for run in (CLM, BRANCH):
         own = (root / "eval_jobs" / run / "results.md").read_text()
         assert f"| {run} |" in own and all(f"| {other} |" not in own for other in (CLM, BRANCH) if other != run)

@@ -18,7 +18,8 @@ from megamlm.config import ConfigError, parse_args, switch_step, warmup_iters, w
     (["--lr-warmup-iters", "200", "--train-iters", "100"], "exceed --train-iters"),
     (["--save-interval", "10"], "needs --save"),
     (["--load", "a", "--init-from", "b"], "exclude each other"),
-    (["--hidden-size", "100", "--num-attention-heads", "8"], "not divisible by --num-attention-heads 8; pick divisible sizes or set --head-dim"),
+    (["--hidden-size", "100", "--num-attention-heads", "8"], "not divisible by --num-attention-heads 8; pick divisible "
+                                                             "sizes or set --head-dim"),
     (["--head-dim", "15"], "the head dimension (15) must be positive and even"),
     (["--rope-scaling", "{factor: 2}"], "--rope-scaling '{factor: 2}': Expecting property name"),
     (["--rope-scaling", '{"rope_type": "dynamic", "factor": 2}'], "RoPE type 'dynamic' is not supported"),
@@ -142,7 +143,8 @@ def test_help_lists_the_choices_of_every_choice_flag(capsys):
         parse_args(["--help"])
     out = " ".join(capsys.readouterr().out.split())
     for choices in ("{mlm,clm,clm_then_mlm,mlm_then_clm}", "{wsd,cosine,linear,constant}", "{fsdp,ddp}",
-                    "{1f1b,interleaved_1f1b}", "{auto,triton,chunked,reference}", "{auto,sdpa,sdpa_flash,sdpa_cudnn,flex,flash}",
+                    "{1f1b,interleaved_1f1b}", "{auto,triton,chunked,reference}",
+                    "{auto,sdpa,sdpa_flash,sdpa_cudnn,flex,flash}",
                     "{auto,none,blocks,model,cudagraphs}"):
         assert choices in out
 
@@ -170,7 +172,8 @@ def test_fp8_without_torchao_names_the_fix(monkeypatch):
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torchao" else real(name, *a))
-    with pytest.raises(ConfigError, match=r'--fp8 needs the torchao package, which is not installed; pip install "megamlm\[fp8\]"'):
+    with pytest.raises(ConfigError, match=r'--fp8 needs the torchao package, which is not installed; pip install '
+                                          r'"megamlm\[fp8\]"'):
         parse_args(["--fp8"])
 
 

@@ -39,8 +39,9 @@ def test_pretrain_help_has_a_one_line_usage_then_the_groups_and_lists_no_compile
 
 
 def test_save_at_takes_the_comma_list_of_its_example_and_spaces(capsys):
-    assert parse_args(["--save", "x", "--train-iters", "42000", "--save-at", "10000,21000"]).checkpoint.save_at == [10000, 21000]
-    assert parse_args(["--save", "x", "--train-iters", "42000", "--save-at", "10000", "21000"]).checkpoint.save_at == [10000, 21000]
+    given = ["--save", "x", "--train-iters", "42000", "--save-at"]
+    assert parse_args([*given, "10000,21000"]).checkpoint.save_at == [10000, 21000]
+    assert parse_args([*given, "10000", "21000"]).checkpoint.save_at == [10000, 21000]
 
 
 def test_evaluate_help_lists_the_tasks_describes_every_flag_and_names_each_default_once():

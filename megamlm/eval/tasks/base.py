@@ -71,7 +71,10 @@ class Task(ABC):
         return self.data.family
 
     def validate(self) -> None:
-        """Raise TaskDataError when the data cannot be used (labels that do not match, ...)."""
+        """Raise TaskDataError when the data cannot be used (labels that do not match, ...).
+
+        A hook, not abstract: the base accepts any data and subclasses with checks override it."""
+        return None
 
     @abstractmethod
     def build_model(self, encoder) -> torch.nn.Module: ...

@@ -39,22 +39,26 @@ class QuestionAnswering(Task):
         for split, examples in self.data.splits.items():
             ids = [e.id for e in examples]
             if len(set(ids)) != len(ids):
-                raise TaskDataError(f"task {self.name}: the {split} split repeats question ids; give every question its own id")
+                raise TaskDataError(f"task {self.name}: the {split} split repeats question ids; give every question "
+                                    "its own id")
             for e in examples:
                 for text, start in e.answers:
                     if e.context[start:start + len(text)] != text:
                         raise TaskDataError(f"task {self.name}: {split} question {e.id}: answer {text!r} is not at "
                                             f"character {start} of its context; fix the answer start")
-        room = self.settings.max_length - self.settings.max_query_length - 1 - self.tokenizer.num_special_tokens_to_add(pair=True)
+        room = (self.settings.max_length - self.settings.max_query_length - 1
+                - self.tokenizer.num_special_tokens_to_add(pair=True))
         if room < 8:
-            raise TaskDataError(f"task {self.name}: windows of {self.settings.max_length} tokens leave no room for context "
-                                f"after questions of up to {self.settings.max_query_length} tokens; use a larger "
-                                f"--max-length or a smaller --max-query-length")
+            raise TaskDataError(f"task {self.name}: windows of {self.settings.max_length} tokens leave no room for "
+                                f"context after questions of up to {self.settings.max_query_length} tokens; use a "
+                                f"larger --max-length or a smaller --max-query-length")
         if self.settings.doc_stride is not None and self.settings.doc_stride >= room:
-            raise TaskDataError(f"task {self.name}: doc_stride {self.settings.doc_stride} leaves no room for new context in "
-                                f"windows of {self.settings.max_length} tokens with questions of up to "
-                                f"{self.settings.max_query_length}; use --doc-stride below {room} or a larger --max-length")
-        self.doc_stride = self.settings.doc_stride if self.settings.doc_stride is not None else min(DOC_STRIDE, room // 2)
+            raise TaskDataError(f"task {self.name}: doc_stride {self.settings.doc_stride} leaves no room for new "
+                                f"context in windows of {self.settings.max_length} tokens with questions of up to "
+                                f"{self.settings.max_query_length}; use --doc-stride below {room} or a larger "
+                                "--max-length")
+        self.doc_stride = (self.settings.doc_stride if self.settings.doc_stride is not None
+                           else min(DOC_STRIDE, room // 2))
         self.with_no_answer = any(not e.answers for s in self.data.splits.values() for e in s)
         self._windows: dict[str, list[Window]] = {}
 

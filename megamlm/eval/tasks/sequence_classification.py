@@ -1,6 +1,7 @@
 """Sequence classification (single texts or pairs): EuroBERT's head (dense, GELU, linear) with mean
-pooling by default (the paper's; EuroBERT's own default is "late"), accuracy. The paper's pair tasks arrive as one formatted text (paper_datasets.py);
-a user task with a `text_pair` is encoded as a pair with the tokenizer's template."""
+pooling by default (the paper's; EuroBERT's own default is "late"), accuracy. The paper's pair tasks arrive as one
+formatted text (paper_datasets.py); a user task with a `text_pair` is encoded as a pair with the tokenizer's
+template."""
 
 from __future__ import annotations
 

@@ -19,7 +19,8 @@ from megamlm.eval.tasks.base import Task, encode_batch, label_vocabulary, pad
 IGNORE = -100
 
 
-def subtoken_words(words: list[str], tokenizer, max_length: int, eurobert_inputs: bool = False) -> tuple[list[int], list[int]]:
+def subtoken_words(words: list[str], tokenizer, max_length: int,
+                   eurobert_inputs: bool = False) -> tuple[list[int], list[int]]:
     """Token ids of the sentence and, per token, the index of the word it belongs to (-1 for special
     tokens and anything outside the words)."""
     char_word, text = [], ""

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
-
 from helpers import tree_digest as digest
+
 from megamlm.checkpoint import CheckpointError, load_checkpoint, resolve_checkpoint, save_checkpoint
 from megamlm.checkpoint.catalog import rng_file
 from megamlm.checkpoint.integrity import MARKER, describe_files

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
-
 from helpers import write_dataset
+
 from megamlm.data import BlendedDataset, DataError, StreamSpec, build_train_dataset
 from megamlm.data.blending import build_blend_index_numpy, parse_data_path
 

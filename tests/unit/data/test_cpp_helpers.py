@@ -29,7 +29,8 @@ def helpers(tmp_path_factory):
         pytest.skip("no C++ compiler: megamlm uses the numpy builders")
     out = tmp_path_factory.mktemp("helpers")
     result = subprocess.run(
-        [sys.executable, "setup.py", "-q", "build_ext", "--build-lib", str(out / "lib"), "--build-temp", str(out / "tmp")],
+        [sys.executable, "setup.py", "-q", "build_ext", "--build-lib", str(out / "lib"),
+         "--build-temp", str(out / "tmp")],
         cwd=REPO, capture_output=True, text=True,
     )
     built = list((out / "lib").rglob("_helpers*"))
@@ -102,7 +103,8 @@ def test_epoch_arrays_identical(with_helpers, case, seq_length):
     np.testing.assert_array_equal(wide, expected)
 
 
-@pytest.mark.parametrize("weights", [[0.7, 0.3], [1, 1, 2], [0.5, 0.0, 0.5], [0.001, 0.999], [1 / 3] * 3, list(np.random.RandomState(0).rand(40))])
+@pytest.mark.parametrize("weights", [[0.7, 0.3], [1, 1, 2], [0.5, 0.0, 0.5], [0.001, 0.999], [1 / 3] * 3,
+                                     list(np.random.RandomState(0).rand(40))])
 def test_blend_index_identical(helpers, weights):
     n = 100000
     owner, number = build_blend_index_numpy(weights, n)

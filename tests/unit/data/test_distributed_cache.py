@@ -5,7 +5,6 @@ import os
 
 import numpy as np
 import pytest
-
 from helpers import free_port, write_dataset
 
 torch = pytest.importorskip("torch")
@@ -41,7 +40,7 @@ def test_two_ranks_share_one_cache_and_split_each_batch(tmp_path, make_documents
     assert len(list(cache.glob("index-*-description.json"))) == 1
     reference = build_train_dataset(StreamSpec([str(tmp_path / "d")], 16, 64, seed=11))  # one process, no cache
     ranks = [np.load(tmp_path / f"rank{r}.npy") for r in range(2)]
-    for rank, rows in enumerate(ranks):
+    for rows in ranks:
         for row in rows:
             np.testing.assert_array_equal(row[1:], reference[int(row[0])])
     for b in range(4):

@@ -4,8 +4,8 @@ import struct
 
 import numpy as np
 import pytest
-
 from helpers import write_dataset
+
 from megamlm.data.indexed import MAGIC, DataError, IndexedDataset, IndexedDatasetWriter, best_dtype
 
 

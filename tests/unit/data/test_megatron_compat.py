@@ -5,8 +5,8 @@ import warnings
 
 import numpy as np
 import pytest
-
 from helpers import write_dataset
+
 from megamlm.data import IndexedDataset, IndexedDatasetWriter, best_dtype
 from megamlm.data.preprocess import PreprocessSettings, preprocess
 

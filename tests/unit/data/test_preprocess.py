@@ -27,7 +27,8 @@ def write_jsonl(path, records):
 
 def settings(tmp_path, inputs, **kw):
     kw.setdefault("progress", False)
-    return PreprocessSettings(inputs=inputs, output_prefix=str(tmp_path / "out" / "c"), tokenizer_model=str(TOKENIZER_FILE), **kw)
+    return PreprocessSettings(inputs=inputs, output_prefix=str(tmp_path / "out" / "c"),
+                              tokenizer_model=str(TOKENIZER_FILE), **kw)
 
 
 def test_documents_are_encoded_like_megatron(tmp_path):
@@ -50,7 +51,8 @@ def test_bos_and_no_eod(tmp_path):
     source = write_jsonl(tmp_path / "c.jsonl", RECORDS[:1])
     preprocess(settings(tmp_path, [source], prepend_bos=True))
     tok = load_tokenizer(TOKENIZER_FILE)
-    assert IndexedDataset(tmp_path / "out" / "c_text_document")[0].tolist() == [tok.bos_id] + tok.encode(RECORDS[0]["text"])
+    first = IndexedDataset(tmp_path / "out" / "c_text_document")[0].tolist()
+    assert first == [tok.bos_id] + tok.encode(RECORDS[0]["text"])
 
 
 def test_bad_input_is_reported_before_work(tmp_path):

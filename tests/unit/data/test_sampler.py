@@ -1,6 +1,6 @@
 import pytest
-
 from helpers import write_dataset
+
 from megamlm.data import DataError, GlobalBatchSampler, IndexedDataset, MicroBatchLoader
 from megamlm.data.samples import PackedSampleDataset
 
@@ -121,7 +121,7 @@ def test_loader_order_is_independent_of_workers(dataset):
 def test_loader_advances_consumed_samples_per_delivered_batch(dataset):
     sampler = GlobalBatchSampler(48, 8, 2)
     seen = []
-    for batch in MicroBatchLoader(dataset, sampler, num_workers=2):
+    for _batch in MicroBatchLoader(dataset, sampler, num_workers=2):
         seen.append(sampler.state_dict()["consumed_samples"])
         if len(seen) == 2:
             break

@@ -2,12 +2,11 @@ import json
 
 import numpy as np
 import pytest
-
 from helpers import write_dataset
-from megamlm.data import DataError, IndexedDataset, StreamSpec, build_train_dataset
-from megamlm.data import index_cache
-from megamlm.data.samples import PackedSampleDataset
+
+from megamlm.data import DataError, IndexedDataset, StreamSpec, build_train_dataset, index_cache
 from megamlm.data.sample_index import build_epoch, build_sample_index_numpy
+from megamlm.data.samples import PackedSampleDataset
 
 
 def reference_samples(docs, ds, count):

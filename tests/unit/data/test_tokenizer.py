@@ -38,7 +38,8 @@ def test_bundled_tokenizer():
 
 def bytes_to_unicode():
     """Byte-level BPE's byte -> printable character table."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+                 + list(range(ord("®"), ord("ÿ") + 1)))
     table, extra = {}, 0
     for b in range(256):
         if b in printable:

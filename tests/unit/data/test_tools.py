@@ -6,11 +6,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from helpers import load_tool as tool
 from helpers import write_dataset
+
 from megamlm.data import IndexedDataset, StreamSpec, build_train_dataset
 from megamlm.data.embedded import TOKENIZER_FILE
+
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
@@ -82,7 +83,8 @@ def test_merge_refuses_mixed_dtypes_and_overwriting_an_input(tmp_path, capsys):
     for name, dtype in (("a", np.uint16), ("b", np.int32)):
         write_dataset(tmp_path / name, [[1, 2]], dtype)
     merge = tool("merge_datasets")
-    assert merge.main(["--input", str(tmp_path / "a"), str(tmp_path / "b"), "--output-prefix", str(tmp_path / "m")]) == 2
+    assert merge.main(["--input", str(tmp_path / "a"), str(tmp_path / "b"),
+                       "--output-prefix", str(tmp_path / "m")]) == 2
     assert "different token dtypes" in capsys.readouterr().err
     assert merge.main(["--input", str(tmp_path / "a"), "--output-prefix", str(tmp_path / "a")]) == 2
     assert "is one of the inputs" in capsys.readouterr().err

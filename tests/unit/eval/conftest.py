@@ -27,7 +27,8 @@ def _tokenizer(template: str):
     bos, eos = tok.token_to_id("<bos>"), tok.token_to_id("<eos>")
     if template == "cls_sep":
         tok.post_processor = processors.TemplateProcessing(
-            single="<bos> $A <eos>", pair="<bos> $A <eos> $B:1 <eos>:1", special_tokens=[("<bos>", bos), ("<eos>", eos)])
+            single="<bos> $A <eos>", pair="<bos> $A <eos> $B:1 <eos>:1",
+            special_tokens=[("<bos>", bos), ("<eos>", eos)])
     elif template == "bos":
         tok.post_processor = processors.TemplateProcessing(
             single="<bos> $A", pair="<bos> $A $B:1", special_tokens=[("<bos>", bos)])
@@ -93,26 +94,34 @@ def tiny_models(tmp_path_factory):
 def classification_task(pairs: bool = False) -> TaskData:
     texts = ["good film", "great movie", "bad film", "boring movie", "the cat sat", "the mat was bad"]
     labels = ["pos", "pos", "neg", "neg", "pos", "neg"]
-    make = lambda: [TextExample(t, l, "yes no" if pairs else None) for t, l in zip(texts, labels)]
+    def make():
+        return [TextExample(t, label, "yes no" if pairs else None) for t, label in zip(texts, labels)]
+
     return TaskData("tiny-cls", "sequence_classification", {"train": make(), "validation": make(), "test": make()})
 
 
 def tagging_task(bio: bool) -> TaskData:
     if bio:
-        rows = [(["Elizabeth", "said", "that", "Mr.", "Darcy", "was", "proud"], ["B-PER", "O", "O", "B-PER", "I-PER", "O", "O"]),
+        rows = [(["Elizabeth", "said", "that", "Mr.", "Darcy", "was", "proud"],
+                 ["B-PER", "O", "O", "B-PER", "I-PER", "O", "O"]),
                 (["Jane", "walked", "to", "Netherfield", "Park"], ["B-PER", "O", "O", "B-LOC", "I-LOC"])]
     else:
         rows = [(["the", "cat", "sat", "on", "a", "mat", "."], ["DET", "NOUN", "VERB", "ADP", "DET", "NOUN", "."]),
                 (["Jane", "smiled", "at", "Bingley"], ["NOUN", "VERB", "ADP", "NOUN"])]
-    make = lambda: [TaggedSentence(list(t), list(g)) for t, g in rows]
+    def make():
+        return [TaggedSentence(list(t), list(g)) for t, g in rows]
+
     return TaskData("tiny-tags", "token_classification", {"train": make(), "validation": make(), "test": make()})
 
 
 def qa_task() -> TaskData:
-    ctx = "Elizabeth said that Mr. Darcy was proud, and Jane smiled at Bingley who walked to Netherfield Park in the rain."
-    make = lambda: [QAExample("a", "Who was proud?", ctx, [("Mr. Darcy", ctx.index("Mr. Darcy"))]),
-                    QAExample("b", "Where did Bingley walk?", ctx, [("Netherfield Park", ctx.index("Netherfield Park"))]),
-                    QAExample("c", "Who was the cat?", ctx, [])]
+    ctx = ("Elizabeth said that Mr. Darcy was proud, and Jane smiled at Bingley who walked to Netherfield Park in "
+           "the rain.")
+    def make():
+        return [QAExample("a", "Who was proud?", ctx, [("Mr. Darcy", ctx.index("Mr. Darcy"))]),
+                QAExample("b", "Where did Bingley walk?", ctx, [("Netherfield Park", ctx.index("Netherfield Park"))]),
+                QAExample("c", "Who was the cat?", ctx, [])]
+
     return TaskData("tiny-qa", "question_answering", {"train": make(), "validation": make(), "test": make()})
 
 
@@ -121,5 +130,7 @@ def retrieval_task() -> TaskData:
               "d4": "a boring film in the rain"}
     queries = {"q1": "cat mat", "q2": "Darcy proud", "q3": "Jane Bingley"}
     qrels = {"q1": {"d1": 1}, "q2": {"d2": 2, "d4": 0}, "q3": {"d3": 1}}
-    make = lambda: RetrievalSplit(dict(queries), dict(corpus), {q: dict(r) for q, r in qrels.items()})
+    def make():
+        return RetrievalSplit(dict(queries), dict(corpus), {q: dict(r) for q, r in qrels.items()})
+
     return TaskData("tiny-ret", "retrieval", {"train": make(), "validation": make(), "test": make()})

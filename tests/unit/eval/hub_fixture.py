@@ -49,7 +49,8 @@ def _tagging(datasets, tokens: str, tags: str, extra: dict | None = None):
                 row.update({"idx": str(i), "text": " ".join(words), "annotator": "a"})
             out.append(row)
         return out
-    return {k: datasets.Dataset.from_list(rows(n), features=features) for k, n in (("train", 12), ("validation", 3), ("test", 3))}
+    return {k: datasets.Dataset.from_list(rows(n), features=features)
+            for k, n in (("train", 12), ("validation", 3), ("test", 3))}
 
 
 def _squad(datasets, v2: bool):
@@ -65,7 +66,8 @@ def _squad(datasets, v2: bool):
             out.append({"id": f"{prefix}{i}", "title": "t", "context": context, "question": "Who was proud?",
                         "answers": answers})
         return out
-    return {"train": datasets.Dataset.from_list(rows(40, "tr")), "validation": datasets.Dataset.from_list(rows(5, "va"))}
+    return {"train": datasets.Dataset.from_list(rows(40, "tr")),
+            "validation": datasets.Dataset.from_list(rows(5, "va"))}
 
 
 def _record(datasets):
@@ -79,7 +81,8 @@ def _record(datasets):
 
 
 def _beir(datasets, prefix: str, with_title: bool):
-    corpus = [{"_id": f"{prefix}d{i}", "title": f"Title {i}" if with_title else "", "text": _sentence(random.Random(i), 8)}
+    corpus = [{"_id": f"{prefix}d{i}", "title": f"Title {i}" if with_title else "",
+               "text": _sentence(random.Random(i), 8)}
               for i in range(30)]
     queries = [{"_id": f"{prefix}q{i}", "text": _sentence(random.Random(100 + i), 4)} for i in range(12)]
     return {"corpus": {"corpus": datasets.Dataset.from_list(corpus)},
@@ -103,7 +106,8 @@ def _mldr(datasets):
                  "positive_passages": [{"docid": f"md{i}", "text": "x", "title": ""}],
                  "negative_passages": [{"docid": f"md{i + 20}", "text": "y", "title": ""}]} for i in queries]
     corpus = [{"docid": f"md{i}", "text": _sentence(random.Random(300 + i), 8)} for i in range(30)]
-    return {"default": {"train": datasets.Dataset.from_list(rows(range(8, 12))), "dev": datasets.Dataset.from_list(rows(range(4))),
+    return {"default": {"train": datasets.Dataset.from_list(rows(range(8, 12))),
+                        "dev": datasets.Dataset.from_list(rows(range(4))),
                         "test": datasets.Dataset.from_list(rows(range(4, 8)))},
             "corpus": {"corpus": datasets.Dataset.from_list(corpus)}}
 
@@ -124,7 +128,8 @@ def build_hub(datasets) -> dict:
     for prefix, hub_id, title in (("", "BeIR/msmarco", False), ("n", "BeIR/nq", True)):
         for config, splits in _beir(datasets, prefix, title).items():
             hub[(hub_id, config)] = splits
-    hub[("BeIR/msmarco-qrels", None)] = _qrels(datasets, "", {"train": range(8, 12), "validation": range(4), "test": range(4, 8)})
+    hub[("BeIR/msmarco-qrels", None)] = _qrels(datasets, "", {"train": range(8, 12), "validation": range(4),
+                                                              "test": range(4, 8)})
     hub[("BeIR/nq-qrels", None)] = _qrels(datasets, "n", {"test": range(10)})
     for config, splits in _mldr(datasets).items():
         hub[("hgissbkh/mldr-en", config)] = splits

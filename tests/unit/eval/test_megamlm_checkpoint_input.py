@@ -12,6 +12,7 @@ AUSTEN_TOKENIZER = ROOT / "megamlm" / "assets" / "austen" / "tokenizer.json"
 
 def _write_megamlm_checkpoint(save_dir: Path, steps=(1,)) -> None:
     from helpers import tiny_args
+
     from megamlm.checkpoint import save_checkpoint
     from megamlm.config import Config
     from megamlm.model.transformer import Transformer
@@ -32,7 +33,7 @@ def test_megamlm_checkpoint_is_exported_then_evaluated(tmp_path, capsys):
     _write_megamlm_checkpoint(tmp_path / "ckpt")
     task = tmp_path / "reviews"
     task.mkdir()
-    rows = "\n".join(json.dumps({"text": t, "label": l}) for t, l in
+    rows = "\n".join(json.dumps({"text": t, "label": label}) for t, label in
                      [("she said it was good", "pos"), ("he was not good", "neg")] * 2)
     for split in ("train", "validation", "test"):
         (task / f"{split}.jsonl").write_text(rows + "\n")

@@ -3,8 +3,8 @@ exported as its causal Qwen3 model and evaluated by megamlm's own bidirectional 
 
 import pytest
 import torch
-
 from decoder_families import QK_NORM_FAMILIES, build, word_ids
+
 from megamlm.eval.finetune import Hyperparameters, run_finetuning
 from megamlm.eval.megamlm_encoder import MegamlmEncoder, is_megamlm_encoder
 from megamlm.eval.model_io import load_encoder, load_tokenizer

@@ -61,7 +61,8 @@ def test_each_dataset_end_to_end_from_the_hub(name, hub, tiny_models, tmp_path):
     one_epoch = PAPER_DATASETS[name].kind == "token_classification" and PAPER_DATASETS[name].max_steps is None
     steps = [] if one_epoch else ["--max-steps", "2"]  # CoNLL-2003 and UNER: one epoch
     args = ["--model", f"tiny={tiny_models['eurobert']}", "--tasks", name, "--output", str(out), "--lrs", "1e-3",
-            "--seeds", "0", "--batch-size", "4", "--micro-batch-size", "2", "--max-length", "48", "--max-query-length", "16", "--doc-stride", "8", "--no-plots", *steps]
+            "--seeds", "0", "--batch-size", "4", "--micro-batch-size", "2", "--max-length", "48",
+            "--max-query-length", "16", "--doc-stride", "8", "--no-plots", *steps]
     assert main(args) == 0
     result = json.loads((out / "runs" / "tiny" / name / "lr0.001_seed0.json").read_text())
     assert result["metric"] == EXPECTED[name] and 0 <= result["test"]["score"] <= 100
@@ -103,7 +104,8 @@ def test_retrieval_corpus_is_the_judged_documents_and_relevance_is_binary(hub):
     full = load_paper_dataset("msmarco", retrieval_corpus="full")
     assert len(full.splits["test"].corpus) == 30
     nq = load_paper_dataset("nq")
-    assert nq.splits["test"].corpus["nd0"] == "Document: Title 0. " + hub.data[("BeIR/nq", "corpus")]["corpus"][0]["text"]
+    first_text = hub.data[("BeIR/nq", "corpus")]["corpus"][0]["text"]
+    assert nq.splits["test"].corpus["nd0"] == "Document: Title 0. " + first_text
     halves = set(nq.splits["validation"].queries), set(nq.splits["test"].queries)
     assert len(halves[0]) == len(halves[1]) == 5 and not halves[0] & halves[1]
     assert halves == (set(load_paper_dataset("nq").splits["validation"].queries), halves[1])  # deterministic
@@ -137,7 +139,8 @@ def test_offline_cache_miss_is_one_line_naming_the_dataset_and_the_fetch_command
     monkeypatch.setattr(datasets, "load_dataset", cache_miss)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     main = _tool("evaluate")
-    args = ["--model", f"tiny={tiny_models['eurobert']}", "--tasks", "uner", "--output", str(tmp_path / "o"), "--no-plots"]
+    args = ["--model", f"tiny={tiny_models['eurobert']}", "--tasks", "uner", "--output", str(tmp_path / "o"),
+            "--no-plots"]
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: dataset uner: ")

@@ -30,7 +30,8 @@ def test_ndcg_at_10_on_a_judged_only_corpus_by_hand():
     assert scores["mrr@10"] == pytest.approx(100 * (1 / 2 + 1) / 2)
     # The same queries over a full corpus where 9 unjudged documents outrank everything: far lower.
     full = {q: [f"u{i}" for i in range(9)] + r for q, r in rankings.items()}
-    assert metrics.retrieval_scores(full, qrels)["ndcg@10"] == pytest.approx(100 * (0 + 1 / math.log2(11) / (1 + 1 / math.log2(3))) / 2)
+    assert metrics.retrieval_scores(full, qrels)["ndcg@10"] == pytest.approx(
+        100 * (0 + 1 / math.log2(11) / (1 + 1 / math.log2(3))) / 2)
 
 
 def test_squad_v2_no_answer_f1_by_hand():
@@ -167,7 +168,8 @@ def test_ontonotes_steps_and_the_pooling_default_are_the_protocol_tables():
     assert "OntoNotes `max_steps=1000`" in ours and "TC: `max_steps: -1`" not in paper
     assert PROTOCOL_MAX_STEPS["token_classification"] == -1 and "CoNLL-2003 and UNER: `max_steps: -1`" in paper
     assert all(d.max_steps is None for name, d in PAPER_DATASETS.items() if name != "ontonotes")
-    assert planned_steps(59_924, Hyperparameters(), "token_classification", PAPER_DATASETS["ontonotes"].max_steps) == 1000
+    assert planned_steps(59_924, Hyperparameters(), "token_classification",
+                         PAPER_DATASETS["ontonotes"].max_steps) == 1000
     # the sequence-classification pooling: the paper's (mean), EuroBERT's late only when asked
     paper, ours = rows["SC head"]
     assert TaskSettings().classifier_pooling == "mean"

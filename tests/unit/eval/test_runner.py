@@ -22,7 +22,7 @@ def _cls_folder(folder: Path, test_labels=("pos", "neg")) -> Path:
     rows = [("good film", "pos"), ("great movie", "pos"), ("bad film", "neg"), ("boring movie", "neg")]
     for split in ("train", "validation", "test"):
         labels = test_labels if split == "test" else ("pos", "neg")
-        lines = [json.dumps({"text": t, "label": labels[0] if l == "pos" else labels[1]}) for t, l in rows]
+        lines = [json.dumps({"text": t, "label": labels[0] if label == "pos" else labels[1]}) for t, label in rows]
         (folder / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
     return folder
 
@@ -42,7 +42,8 @@ def test_evaluate_writes_one_result_per_run_and_skips_finished(tiny_models, tmp_
     out = tmp_path / "out"
     assert main(_args(tiny_models["bert"], task, out)) == 0
     files = _result_files(out)
-    assert [p.name for p in files] == ["lr0.0001_seed0.json", "lr0.0001_seed1.json", "lr0.001_seed0.json", "lr0.001_seed1.json"]
+    assert [p.name for p in files] == ["lr0.0001_seed0.json", "lr0.0001_seed1.json", "lr0.001_seed0.json",
+                                       "lr0.001_seed1.json"]
     result = json.loads(files[0].read_text())
     assert result["status"] == "finished" and result["steps"] == 1 and result["task"] == "reviews"
     table = (out / "results.md").read_text()
@@ -109,7 +110,8 @@ def test_bad_input_is_one_clear_error_and_nothing_is_run(tiny_models, tmp_path, 
     elif case == "no_tokenizer":
         model = str(tmp_path / "bare")
         shutil.copytree(tiny_models["bert"], model,
-                        ignore=lambda d, names: [n for n in names if n.startswith("tokenizer") or n == "special_tokens_map.json"])
+                        ignore=lambda d, names: [n for n in names
+                                                 if n.startswith("tokenizer") or n == "special_tokens_map.json"])
     elif case == "label_mismatch":
         task = f"sequence_classification:{_cls_folder(tmp_path / 'mismatch', test_labels=('good', 'bad'))}"
     elif case == "empty_split":

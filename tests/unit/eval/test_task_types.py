@@ -99,7 +99,8 @@ def test_question_answering_spans_and_no_answer(tiny_models, arch):
 
 def test_qa_decoding_respects_max_answer_length(tiny_models):
     tokenizer = load_tokenizer(tiny_models["bert"])
-    task = build_task(qa_task(), tokenizer, TaskSettings(max_length=64, max_query_length=16, doc_stride=16, max_answer_length=2))
+    task = build_task(qa_task(), tokenizer,
+                      TaskSettings(max_length=64, max_query_length=16, doc_stride=16, max_answer_length=2))
     window = task._windows_of("test")[0]
     context = [k for k, o in enumerate(window.offsets) if o is not None]
     start = [-100.0] * len(window.input_ids)

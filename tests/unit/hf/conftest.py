@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import helpers
 import pytest
 import torch
-
-import helpers
 from decoder_families import WORDS
 from helpers import tiny_args
+
 from megamlm.checkpoint import save_checkpoint
 from megamlm.config import config_from_settings
 from megamlm.model.config import ModelArgs
@@ -85,7 +85,8 @@ def save_tiny_llama(folder: Path, tie: bool = True, seed: int = 0, model_type: s
 
 @pytest.fixture(scope="session")
 def kit():
-    return SimpleNamespace(TINY=TINY, WORDS=WORDS, AUSTEN_TOKENIZER=AUSTEN_TOKENIZER, AUSTEN_IDS=AUSTEN_IDS, random_model=random_model,
+    return SimpleNamespace(TINY=TINY, WORDS=WORDS, AUSTEN_TOKENIZER=AUSTEN_TOKENIZER, AUSTEN_IDS=AUSTEN_IDS,
+                           random_model=random_model,
                            write_checkpoint=write_checkpoint, word_tokenizer=word_tokenizer,
                            save_tiny_llama=save_tiny_llama)
 

@@ -12,8 +12,8 @@ import json
 
 import pytest
 import torch
-
 from decoder_families import FAMILIES, WORDS, build, word_ids
+
 from megamlm.hf.export import export_checkpoint
 from megamlm.hf.importer import import_hf
 from megamlm.hf.megamlm_checkpoint import load_model, read_record

@@ -54,7 +54,8 @@ def test_config_and_files(exported):
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == "eurobert" and config["architectures"] == ["EuroBertForMaskedLM"]
     assert config["tie_word_embeddings"] is False
-    assert (config["mask_token_id"], config["pad_token_id"], config["bos_token_id"], config["eos_token_id"]) == (3, 2, 0, 1)
+    assert (config["mask_token_id"], config["pad_token_id"], config["bos_token_id"],
+            config["eos_token_id"]) == (3, 2, 0, 1)
     assert config["rope_parameters"]["rope_theta"] == model.args.rope_theta
     assert config["num_key_value_heads"] == model.args.num_query_groups
     card = (out / "README.md").read_text()

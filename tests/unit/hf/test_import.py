@@ -116,7 +116,8 @@ def test_tools_round_trip_and_report_errors(tmp_path, kit, capsys):
     assert tool("convert_from_hf")(["--input", str(tmp_path / "nothing"), "--output", str(tmp_path / "c2")]) == 2
     assert "does not exist" in capsys.readouterr().err
     (tmp_path / "blocker").write_text("a file")  # an output it cannot write (issue 22): one line naming the path
-    assert tool("convert_from_hf")(["--input", str(tmp_path / "llama"), "--output", str(tmp_path / "blocker" / "c")]) == 2
+    assert tool("convert_from_hf")(["--input", str(tmp_path / "llama"),
+                                    "--output", str(tmp_path / "blocker" / "c")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and str(tmp_path / "blocker") in err and err.count("\n") == 1, err
     assert tool("convert_from_hf")(["--input", str(tmp_path / "llama"), "--output", str(tmp_path / "c3"),
@@ -139,7 +140,8 @@ def _refused(source: Path, out: Path, match: str, **kwargs) -> None:
 
 @pytest.mark.parametrize("model_type, overrides, match", [
     ("qwen3_moe", {"head_dim": 16}, "model_type='qwen3_moe' uses a mixture-of-experts MLP"),
-    ("gemma2", {"head_dim": 16, "hidden_activation": "gelu_pytorch_tanh"}, "model_type='gemma2' uses attention and final logit soft-capping"),
+    ("gemma2", {"head_dim": 16, "hidden_activation": "gelu_pytorch_tanh"}, "model_type='gemma2' uses attention and "
+                                                                           "final logit soft-capping"),
     ("mixtral", {}, "model_type='mixtral' uses a mixture-of-experts MLP"),
     ("llama", {"mlp_bias": True}, "mlp_bias=true"),
     ("llama", {"rope_parameters": {"rope_type": "dynamic", "rope_theta": 500.0, "factor": 2.0}}, "RoPE type 'dynamic'"),
@@ -211,7 +213,8 @@ def test_unsupported_model_type_names_the_supported(tmp_path):
     from transformers import GPT2Config, GPT2LMHeadModel
 
     GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50)).save_pretrained(str(tmp_path / "g"))
-    _refused(tmp_path / "g", tmp_path / "ckpt", "model_type='gpt2'.*eurobert, gemma3, gemma3_text, llama, mistral, qwen2, qwen3")
+    _refused(tmp_path / "g", tmp_path / "ckpt", "model_type='gpt2'.*eurobert, gemma3, gemma3_text, llama, mistral, "
+                                                "qwen2, qwen3")
 
 
 def test_missing_files(tmp_path, kit):
@@ -237,7 +240,8 @@ def test_config_weights_mismatch_names_the_tensor(tmp_path, kit):
     config = json.loads((tmp_path / "m" / "config.json").read_text())
     config["intermediate_size"] = 128
     (tmp_path / "m" / "config.json").write_text(json.dumps(config))
-    _refused(tmp_path / "m", tmp_path / "ckpt", r"tensor 'model\.layers\.0\.mlp\.\w+_proj\.weight'.* has shape .* but its config implies")
+    _refused(tmp_path / "m", tmp_path / "ckpt", r"tensor 'model\.layers\.0\.mlp\.\w+_proj\.weight'.* has shape .* but "
+                                                r"its config implies")
 
 
 def test_tokenizer_larger_than_the_embedding(tmp_path, kit):
@@ -286,7 +290,8 @@ def test_untie_embeddings_gives_the_head_its_own_copy(tmp_path, kit):
     assert torch.equal(model.lm_head.weight, model.embed_tokens.weight)
     ids = torch.randint(3, hf.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(5))
     with torch.no_grad():
-        assert (model.logits(model(ids, causal=True))[..., :hf.config.vocab_size] - hf(input_ids=ids).logits).abs().max() < 1e-4
+        ours = model.logits(model(ids, causal=True))[..., :hf.config.vocab_size]
+        assert (ours - hf(input_ids=ids).logits).abs().max() < 1e-4
 
 
 def test_mask_token_choice_and_collisions(tmp_path, kit):
@@ -372,7 +377,8 @@ def test_sharded_and_renamed_weights_import_the_same(tmp_path, kit, layout):
     model = _load_imported(tmp_path / "ckpt")
     ids = torch.randint(3, hf.config.vocab_size, (1, 12), generator=torch.Generator().manual_seed(6))
     with torch.no_grad():
-        assert (model.logits(model(ids, causal=True))[..., :hf.config.vocab_size] - hf(input_ids=ids).logits).abs().max() < 1e-4
+        ours = model.logits(model(ids, causal=True))[..., :hf.config.vocab_size]
+        assert (ours - hf(input_ids=ids).logits).abs().max() < 1e-4
 
 
 def test_the_printed_command_trains_what_was_imported(tmp_path, kit, capsys):

@@ -70,7 +70,8 @@ def test_import_peak_memory_is_one_shard_plus_the_model(tmp_path, kit):
     shard_mib = max(s.stat().st_size for s in shards) / 2**20
     # One float32 model, one shard being read, and a quarter of the model for everything else; a second
     # float32 copy of the state dict alone would exceed it.
-    print(f"import peak growth {growth:.0f} MiB; model {model_mib:.0f} MiB in float32, largest shard {shard_mib:.0f} MiB")
+    print(f"import peak growth {growth:.0f} MiB; model {model_mib:.0f} MiB in float32, largest shard {shard_mib:.0f} "
+          "MiB")
     assert growth < model_mib + shard_mib + 0.25 * model_mib, (growth, model_mib, shard_mib)
 
     from megamlm.hf.megamlm_checkpoint import load_model, read_record

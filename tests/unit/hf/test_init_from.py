@@ -5,11 +5,11 @@ import random
 
 import pytest
 import torch
+from step_recorder import StepRecorder
 
 from megamlm.cli import load_config
 from megamlm.config import ConfigError
 from megamlm.training.trainer import pretrain
-from step_recorder import StepRecorder
 
 transformers = pytest.importorskip("transformers")
 

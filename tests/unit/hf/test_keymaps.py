@@ -1,8 +1,8 @@
+from dataclasses import replace
+
 import pytest
 
 from megamlm.hf.errors import ConversionError
-from dataclasses import replace
-
 from megamlm.hf.keymaps import EUROBERT, LLAMA, MISTRAL, QWEN2, keymap_for_model_type
 from megamlm.model.transformer import Transformer
 

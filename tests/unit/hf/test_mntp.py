@@ -11,8 +11,8 @@ from megamlm.hf.export import export_checkpoint
 from megamlm.objectives import IGNORE_INDEX, MaskingSpec, mlm_mask
 from megamlm.objectives.schedule import make_batch
 from megamlm.parallel.dims import ParallelDims
-from megamlm.training.step import forward_backward
 from megamlm.parallel.parallelize import parallelize
+from megamlm.training.step import forward_backward
 
 transformers = pytest.importorskip("transformers")
 SEED, IDS = 11, [5, 6, 7]

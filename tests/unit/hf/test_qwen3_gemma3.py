@@ -16,8 +16,8 @@ import sys
 import pytest
 import torch
 import torch.nn.functional as F
-
 from decoder_families import QK_NORM_FAMILIES, build, word_ids
+
 from megamlm.hf.errors import ConversionError
 from megamlm.hf.export import export_checkpoint
 from megamlm.hf.importer import import_hf

@@ -10,9 +10,9 @@ import importlib.util
 
 import pytest
 import torch
+from helpers import loss_and_grads, sparse_batch, tiny_args
 
 import megamlm.kernels as K
-from helpers import loss_and_grads, sparse_batch, tiny_args
 from megamlm.model.config import Backends
 from megamlm.model.transformer import Transformer
 

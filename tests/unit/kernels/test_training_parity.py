@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from helpers import tiny_args
+
 from megamlm.model.config import Backends
 from megamlm.model.transformer import Transformer
 from megamlm.objectives.loss import sparse_lm_loss

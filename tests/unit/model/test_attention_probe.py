@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import tiny_args
 
 from megamlm.model import attention_backends, attention_probe
 from megamlm.model.attention_probe import (
@@ -14,7 +15,6 @@ from megamlm.model.attention_probe import (
     synthetic_documents,
     time_attention,
 )
-from helpers import tiny_args
 from megamlm.model.config import Backends
 from megamlm.model.transformer import Transformer
 
@@ -38,7 +38,8 @@ def test_gpu_candidates_cover_sdpa_kernels_flex_and_flash_when_installed(monkeyp
     import importlib.util
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "flash_attn" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: object() if name == "flash_attn" else real(name, *a))
     assert candidate_backends(CUDA, 64, torch.bfloat16, False) == ["sdpa", "sdpa_flash", "sdpa_cudnn", "flex", "flash"]
     assert candidate_backends(CUDA, 64, torch.bfloat16, True) == ["flex", "flash"]  # no dense mask on GPU
     assert candidate_backends(CUDA, 8, torch.float32, False) == ["sdpa", "sdpa_flash", "sdpa_cudnn"]

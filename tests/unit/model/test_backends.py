@@ -13,11 +13,11 @@ import importlib.util
 
 import pytest
 import torch
+from helpers import loss_and_grads, sparse_batch, tiny_args
 
 import megamlm.kernels as K
 from megamlm.kernels import reference
 from megamlm.model import attention_backends, transformer
-from helpers import loss_and_grads, sparse_batch, tiny_args
 from megamlm.model.config import Backends
 from megamlm.model.transformer import Transformer
 

@@ -1,6 +1,7 @@
 """The decoder features of Qwen3 and Gemma 3 in megamlm's model, each off by default: sliding-window masks as
 transformers defines them (composed with documents), the fallback of other attention backends to them, the
-attention scale, and the parameters each feature adds. (Parity with transformers: tests/unit/hf/test_qwen3_gemma3.py.)"""
+attention scale, and the parameters each feature adds. (Parity with transformers:
+tests/unit/hf/test_qwen3_gemma3.py.)"""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import math
 
 import pytest
 import torch
-
 from helpers import tiny_args
+
 from megamlm import kernels
 from megamlm.model.attention_backends import attention, window_mask
 from megamlm.model.transformer import Transformer

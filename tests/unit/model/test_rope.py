@@ -48,7 +48,8 @@ def test_tables_carry_the_attention_factor_and_round_trip_as_a_dict():
 @pytest.mark.parametrize("params, match", [
     ({"rope_type": "dynamic", "factor": 2.0}, "RoPE type 'dynamic' is not supported"),
     ({"rope_type": "longrope", "factor": 2.0}, "RoPE type 'longrope' is not supported"),
-    ({"rope_type": "llama3", "factor": 8.0}, "needs low_freq_factor, high_freq_factor, original_max_position_embeddings"),
+    ({"rope_type": "llama3", "factor": 8.0}, "needs low_freq_factor, high_freq_factor, "
+                                             "original_max_position_embeddings"),
     ({"rope_type": "linear", "factor": 2.0, "beta_fast": 3}, "'linear' with beta_fast is not supported"),
     ({"rope_type": "default", "partial_rotary_factor": 0.5}, "partial_rotary_factor=0.5"),
 ])

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import objective_batches, tiny_args
 
 import megamlm.parallel.compile as compile_module
-from helpers import objective_batches, tiny_args
 from megamlm.config import ConfigError
 from megamlm.model.transformer import Transformer
 from megamlm.parallel.compile import resolve_compile_mode

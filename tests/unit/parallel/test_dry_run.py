@@ -4,13 +4,13 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-
 from helpers import expect_one_line
+
 from megamlm.cli import main
 from megamlm.config import parse_args
-from megamlm.parallel.dry_run import dry_run_model_args, rank_estimates
-from megamlm.parallel.dims import dims_from_config
 from megamlm.model.transformer import Transformer
+from megamlm.parallel.dims import dims_from_config
+from megamlm.parallel.dry_run import dry_run_model_args, rank_estimates
 
 LAYOUT = ["--model", "610m", "--dry-run", "--world-size", "64", "--tp", "2", "--pp", "4", "--micro-batch-size", "4",
           "--global-batch-size", "512", "--device", "cuda"]

@@ -8,8 +8,8 @@ import importlib.util
 import pytest
 import torch
 import torch.nn as nn
-
 from helpers import objective_batches, tiny_args
+
 from megamlm.config import ConfigError
 from megamlm.model.transformer import RMSNorm, Transformer
 from megamlm.parallel.dims import ParallelDims
@@ -29,7 +29,8 @@ needs_torchao = pytest.mark.skipif(importlib.util.find_spec("torchao") is None, 
 def test_without_torchao_fp8_is_refused_in_one_line(monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torchao" else real(name, *a))
-    with pytest.raises(ConfigError, match=r'--fp8 needs the torchao package, which is not installed; pip install "megamlm\[fp8\]"'):
+    with pytest.raises(ConfigError, match=r'--fp8 needs the torchao package, which is not installed; pip install '
+                                          r'"megamlm\[fp8\]"'):
         check_float8(ONE)
     with pytest.raises(ValueError, match="--fp8 needs the torchao package"):  # a caller that skipped the checks
         parallelize(Transformer(ARGS), ONE, None, CPU, fp8=True)

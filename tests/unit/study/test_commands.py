@@ -6,6 +6,7 @@ import subprocess
 from pathlib import Path
 
 from helpers import expect_one_line, tool_main
+
 from megamlm.study.commands import evaluate_command, evaluated_models, export_command
 
 REPO = Path(__file__).resolve().parents[3]

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from megamlm.study.commands import all_evaluated_models
 from megamlm.study.cost import throughput_for
-from megamlm.study.plan import build_plan
 from megamlm.study.load import load_study
+from megamlm.study.plan import build_plan
 from megamlm.study.table import plan_table
 
 REPO = Path(__file__).resolve().parents[3]
@@ -33,7 +33,8 @@ def test_the_committed_report_is_the_real_run_of_the_committed_study():
     grid = len(e.lrs) * len(e.seeds)
     per_model = report.split("### Per model, one table per task family")[1].split("\n## ")[0]
     rows = [line for line in per_model.splitlines() if line.startswith("| tiny-")]
-    assert len(rows) == len(e.tasks) * len(all_evaluated_models(plan)) and all(line.endswith(f"| {grid}/{grid} |") for line in rows)  # every LR x seed
+    assert len(rows) == len(e.tasks) * len(all_evaluated_models(plan))
+    assert all(line.endswith(f"| {grid}/{grid} |") for line in rows)  # every LR x seed
     for family in ("sequence classification", "token classification", "question answering",
                    "information retrieval"):
         assert f"#### {family}" in report

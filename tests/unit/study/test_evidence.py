@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from megamlm.eval.results import RunKey, write_json_atomic
-from megamlm.study.commands import evaluated_models
 from megamlm.study.arms import arms
 from megamlm.study.claims import CONTRADICTED, MIXED, SUPPORTED, UNDECIDED, claims, claims_section
-from megamlm.study.scores import Scores, continuation_gains, lr_curves, models_at, stability
+from megamlm.study.commands import evaluated_models
 from megamlm.study.report import write_report
+from megamlm.study.scores import Scores, continuation_gains, lr_curves, models_at, stability
 
 CLAIMS = Path(__file__).resolve().parents[3] / "examples" / "studies" / "claims" / "clm_mlm_2507.00994.yaml"
 STUDY = {"seeds": [1, 2, 3], "claims": str(CLAIMS),

@@ -6,15 +6,14 @@ import runpy
 from pathlib import Path
 
 import pytest
+from test_local import make_checkpoint
 
 from megamlm.errors import UserError
 from megamlm.eval.results import RunKey, write_json_atomic
-from megamlm.study.commands import status_file
 from megamlm.study.arms import arms
+from megamlm.study.commands import status_file
 from megamlm.study.curves import drawn_curve, final_validation, validation_curve
 from megamlm.study.report import write_report
-
-from test_local import make_checkpoint
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -109,7 +108,8 @@ def test_one_seed_measures_no_spread(finished, tmp_path):
 
     shutil.rmtree(finished.save_dir(finished.run("tiny-mlm100-m40-s2")))
     text = write_report(finished, tmp_path / "R.md", figures=False).read_text()
-    assert "| tiny-clm100-m40 − tiny-mlm100-m40 | pretraining seeds | +2.100 (n/a: fewer than 2 values in an arm) |" in text
+    assert ("| tiny-clm100-m40 − tiny-mlm100-m40 | pretraining seeds | +2.100 (n/a: fewer than 2 values in an arm) |"
+            in text)
 
 
 def test_arms_of_one_pretraining_seed_are_compared_over_fine_tuning_seeds(small_plan, tmp_path):

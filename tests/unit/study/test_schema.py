@@ -1,12 +1,11 @@
 """The study file: every mistake is one StudyError naming the key and the fix, before any plan is made."""
 
 import pytest
+from small_study import SMALL, write_study
 
 from megamlm.study.load import load_study
 from megamlm.study.scaling import scale_steps
 from megamlm.study.schema import StudyError, key_reference
-
-from small_study import SMALL, write_study
 
 
 def load(tmp_path, changes=None, overrides=()):
@@ -16,12 +15,14 @@ def load(tmp_path, changes=None, overrides=()):
 @pytest.mark.parametrize("changes, message", [
     ({"sizes": ["2b"]}, "sizes: unknown model preset '2b'"),
     ({"grids": [{"budgets": [100], "clm_fractions": [0, 1.5]}]}, r"clm_fractions must lie in \[0, 1\]"),
-    ({"grids": [{"budgets": [100], "clm_fractions": [0], "switch_steps": [10]}]}, "either clm_fractions or switch_steps"),
+    ({"grids": [{"budgets": [100], "clm_fractions": [0], "switch_steps": [10]}]}, "either clm_fractions or "
+                                                                                  "switch_steps"),
     ({"grids": [{"budgets": [100, 100], "clm_fractions": [0]}]}, "budgets lists a value twice"),
     ({"grids": [{"budgets": [100], "clm_fractions": [0], "mask_ratio": [0.3]}]}, r"unknown key grids\[0\].mask_ratio"),
     ({"seeds": "1"}, "seeds must be a list"),
     ({"pretrain": {"training": {"train_iters": 10}}}, "pretrain.training.train_iters is set by the planner"),
-    ({"pretrain": {"training": {"learning_rate": 1e-3}}}, "pretrain.training.learning_rate is not a pretrain.py setting"),
+    ({"pretrain": {"training": {"learning_rate": 1e-3}}}, "pretrain.training.learning_rate is not a pretrain.py "
+                                                          "setting"),
     ({"pretrain": {"optimizer": {}}}, "pretrain.optimizer is not a pretrain.py config section"),
     ({"pretrain": {"config": "missing.yaml"}}, "pretrain.config"),
     ({"continued_pretraining": [{"parents": ["clm42k-m40"], "steps": [10]}]}, "no arm 'clm42k-m40' in the grids"),

@@ -105,10 +105,11 @@ def test_submit_chains_branches_after_the_segment_that_writes_their_checkpoint(s
     assert len(evaluations) == len(plan.runs)
     assert evaluations["tiny-clm100-m40.eval.sbatch"] == str(clm[-1])
     # The last job writes the report after every evaluation, whether each succeeded or not (afterany).
-    [(last, (script, dependency, _))] = [max(jobs.items())]
+    [(_, (script, dependency, _))] = [max(jobs.items())]
     eval_jobs = sorted(n for n, j in jobs.items() if j[0].endswith(".eval.sbatch"))
     assert script == "report.sbatch" and dependency == ":".join(map(str, eval_jobs))
-    assert next(a for a in sbatch_calls(tmp_path)[-1] if a.startswith("--dependency=")).startswith("--dependency=afterany:")
+    dependency_flag = next(a for a in sbatch_calls(tmp_path)[-1] if a.startswith("--dependency="))
+    assert dependency_flag.startswith("--dependency=afterany:")
 
 
 def test_segments_are_the_branch_steps_then_the_end(small_plan):

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from helpers import assert_same, objective_batches, snapshot, tiny_args
 
 from megamlm.model.transformer import Transformer
 from megamlm.parallel.dims import ParallelDims
@@ -14,8 +15,6 @@ from megamlm.parallel.parallelize import parallelize
 from megamlm.training.nonfinite import NonFiniteGuard
 from megamlm.training.optim import build_optimizer
 from megamlm.training.step import SkipStreak, forward_backward, global_grad_norm, skip_streak, train_step
-
-from helpers import assert_same, objective_batches, snapshot, tiny_args
 
 ARGS = tiny_args()
 CPU = torch.device("cpu")

@@ -7,8 +7,8 @@ import re
 
 import pytest
 import torch
-
 from helpers import tiny_args
+
 from megamlm.config import ConfigError, parse_args
 from megamlm.training import reporter as reporter_module
 from megamlm.training.reporter import RunReporter

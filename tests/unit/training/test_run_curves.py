@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from helpers import load_tool
+
 from megamlm.training.run_curves import DEFAULT_OUTPUT, legend_name, load_run, validation_curve
 
 

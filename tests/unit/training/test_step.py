@@ -2,14 +2,13 @@
 
 import pytest
 import torch
+from helpers import assert_same, objective_batches, snapshot, tiny_args
 
 from megamlm.model.transformer import Transformer
 from megamlm.parallel.dims import ParallelDims
 from megamlm.parallel.parallelize import parallelize
 from megamlm.training.optim import build_optimizer
 from megamlm.training.step import train_step
-
-from helpers import assert_same, objective_batches, snapshot, tiny_args
 
 ARGS = tiny_args()
 CPU = torch.device("cpu")
