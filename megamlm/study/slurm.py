@@ -25,6 +25,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from megamlm.eval.paper_datasets import PAPER_DATASETS
 from megamlm.study.checks import check_script_path, check_slurm_values
 from megamlm.study.commands import REPO, evaluate_command, evaluated_models, export_command
 from megamlm.study.plan import Plan, Run
@@ -190,8 +191,6 @@ def report_script(plan: Plan, workdir: Path, report_args: list[str]) -> str:
 def _hub_datasets(plan: Plan) -> list[str]:
     """The evaluation's tasks read from the Hugging Face Hub (the paper's datasets), which the offline jobs need
     fetched first."""
-    from megamlm.eval.paper_datasets import PAPER_DATASETS
-
     e = plan.study.evaluation
     return [] if e is None else [t for t in e.tasks if t in PAPER_DATASETS]
 
