@@ -76,7 +76,7 @@ def _losses(fp8: bool, precision: str, objective: str, device=CPU, steps: int = 
     model = Transformer(ARGS).to(device)
     pm = parallelize(model, ONE, None, device, precision=precision, fp8=fp8)
     optimizer = build_optimizer(model, 3e-3, 0.1, (0.9, 0.95), 1e-8)
-    return [train_step(pm, optimizer, _batches(s, objective), 3e-3, 1.0, device, precision).loss
+    return [float(train_step(pm, optimizer, _batches(s, objective), 3e-3, 1.0, device, precision).loss)
             for s in range(1, steps + 1)]
 
 
