@@ -12,6 +12,23 @@
 # a signal arriving within a second of the first as the same request.)
 set -uo pipefail
 
+# A shell started in the background by a non-interactive parent (`cmd &` in a script, nohup, many CI runners and
+# job wrappers) inherits SIGINT as ignored, and bash cannot trap a signal that was ignored when it started: Ctrl-C
+# or `kill -INT` would then never reach the workers and the run would go on to its last step. Start this script
+# again once with SIGINT at its default (coreutils' env --default-signal, 8.31 or newer) so the trap below holds.
+sigint_ignored() {
+    local mask
+    mask=$(awk '/^SigIgn:/ {print $2}' "/proc/$$/status" 2>/dev/null)
+    [[ -n "${mask}" ]] && (( (16#${mask} >> 1) & 1 ))
+}
+if [[ -z "${MEGAMLM_SIGINT_RESET:-}" ]] && sigint_ignored; then
+    if env --default-signal=INT true 2>/dev/null; then
+        MEGAMLM_SIGINT_RESET=1 exec env --default-signal=INT bash "$0" "$@"
+    fi
+    echo "warning: SIGINT is ignored by this script's parent (a background start?) and this system's env cannot" \
+         "reset it (coreutils older than 8.31): stop the run with SIGTERM (kill -TERM $$), not Ctrl-C" >&2
+fi
+
 # The agent's own list (torchrun --signals-to-handle); the signals left out stay ignored, as set below.
 export PET_SIGNALS_TO_HANDLE=${PET_SIGNALS_TO_HANDLE:-SIGHUP,SIGQUIT}
 trap '' INT TERM USR1    # torchrun inherits "ignored"; megamlm's workers install their own handlers

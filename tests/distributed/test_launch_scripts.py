@@ -7,6 +7,7 @@ would give them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -179,29 +180,51 @@ def test_run_local_trains_with_torchrun_on_cpu_and_logs_once_per_run(cache):
         assert out.stdout.count(line) == 1, (line, out.stdout)
 
 
-def launch_until_step(args: list[str], env: dict, step: int, signum: int) -> tuple[int, str, str]:
-    """Run examples/run_local.sh, send ``signum`` to the script once rank 0 logged ``step``; (status, out, err)."""
+def kill_tree(pid: int) -> None:
+    """SIGKILL a process and every descendant (torchrun's workers run in sessions of their own)."""
+    pids, i = [pid], 0
+    while i < len(pids):
+        for task in Path(f"/proc/{pids[i]}/task").glob("*/children"):
+            with contextlib.suppress(OSError):   # the task ended meanwhile
+                pids += [int(c) for c in task.read_text().split()]
+        i += 1
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def launch_until_step(args: list[str], env: dict, step: int, signum: int,
+                      sigint: signal.Handlers = signal.SIG_DFL) -> tuple[int, str, str]:
+    """Run examples/run_local.sh with SIGINT's disposition set to ``sigint`` (SIG_IGN: as a background start leaves
+    it), send ``signum`` to the script once rank 0 logged ``step``; (status, out, err)."""
     proc = subprocess.Popen(["bash", str(SCRIPTS[0]), *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        if f"] step {step}/" in line:
-            proc.send_signal(signum)
-            break
-    out, err = proc.communicate(timeout=600)
+                            stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
+    try:
+        lines = []
+        for line in proc.stdout:
+            lines.append(line)
+            if f"] step {step}/" in line:
+                proc.send_signal(signum)
+                break
+        out, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:   # the signal did not stop it: do not leave a 100,000-step run behind
+            kill_tree(proc.pid)
     return proc.returncode, "".join(lines) + out, err
 
 
 def test_a_stop_signal_under_torchrun_saves_and_the_launch_script_exits_0(cache, tmp_path):
     """Ctrl-C (SIGINT) and SIGTERM reach the ranks, not torchrun's agent: a clean save, exit code 0, no traceback,
-    and the same command resumes from that checkpoint."""
+    and the same command resumes from that checkpoint. The SIGINT launch starts with SIGINT ignored, as any
+    background start (`cmd &` in a script, nohup, CI runners) leaves it and as bash cannot trap by itself."""
     save = tmp_path / "run"
     # Long enough that it cannot end before the signal, however late this process reads the step line (a loaded
     # machine ran 400 steps before it did): the stops come from the signals, never from the end of the run.
     args = [*TINY_RUN, "--train-iters", "100000", "--save", str(save)]
     env = {**launch_env(cache), "NPROC": "2"}
-    status, out, err = launch_until_step(args, env, 2, signal.SIGINT)
+    status, out, err = launch_until_step(args, env, 2, signal.SIGINT, sigint=signal.SIG_IGN)
     assert status == 0, err[-3000:]
     assert "received SIGINT" in out and "Traceback" not in err and "SignalException" not in err
     first = int((save / "latest_checkpointed_iteration.txt").read_text())
