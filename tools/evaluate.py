@@ -31,8 +31,9 @@ from megamlm.errors import UserError, exit_line  # noqa: E402
 from megamlm.eval.examples import TASK_KINDS  # noqa: E402
 from megamlm.eval.finetune import PRECISIONS, Hyperparameters  # noqa: E402
 from megamlm.eval.heads import POOLINGS  # noqa: E402
-from megamlm.eval.model_source import CHECKPOINT_CHOICES, parse_model_specs, resolve_models  # noqa: E402
+from megamlm.eval.model_source import CHECKPOINT_CHOICES, MODEL_NAME, parse_model_specs, resolve_models  # noqa: E402
 from megamlm.eval.paper_datasets import PAPER_DATASETS, RETRIEVAL_CORPORA  # noqa: E402
+from megamlm.eval.random_init import DEFAULT_NAME, RANDOM_INIT_SEED, random_init_model  # noqa: E402
 from megamlm.eval.registry import LOCAL_TASKS  # noqa: E402
 from megamlm.eval.runner import (  # noqa: E402
     PAPER_LRS,
@@ -143,6 +144,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tables", type=Path, help="folder for the tables and figures of this command's models (default: "
                                             "--output); a study's SLURM job per run writes its own here, so jobs "
                                             "sharing --output do not rewrite each other's results.md")
+    p.add_argument("--random-init-baseline", nargs="?", const=DEFAULT_NAME, metavar="NAME",
+                   help=f"also evaluate a model of the given models' shape and tokenizer with freshly initialised "
+                        f"weights (seed {RANDOM_INIT_SEED}), as model NAME (default name: {DEFAULT_NAME}) through the "
+                        "same fine-tuning protocol, and compute each task's trivial baselines without training "
+                        "(rows baseline:NAME; stored in OUTPUT/baselines)")
     p.add_argument("--no-plots", action="store_true", help="write tables only")
     p.add_argument("--force", action="store_true",
                    help="write into an --output folder that holds files of something else (an earlier evaluation's "
@@ -165,6 +171,12 @@ def main(argv: list[str] | None = None) -> int:
         models = [entry for name, path in parse_model_specs(args.model)
                   for entry in resolve_models(name, path, args.output / "hf_exports", args.export_arch,
                                               args.checkpoints)]
+        if args.random_init_baseline is not None:
+            name = args.random_init_baseline
+            if name in {m.name for m in models} or not MODEL_NAME.match(name):
+                raise PlanError(f"--random-init-baseline {name!r}: give a name that no --model has, of letters, "
+                                "digits and ._+-")
+            models.append(random_init_model(models, name, args.output / "hf_exports"))
         plan = EvalPlan(
             models=models, tasks=[t.strip() for t in args.tasks.split(",") if t.strip()], output=args.output,
             lrs=args.lrs, seeds=args.seeds,
@@ -180,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
             max_train_examples=args.max_train_examples, max_eval_examples=args.max_eval_examples,
             data_dir=args.data_dir, hf_datasets_dir=args.hf_datasets_dir, retrieval_corpus=args.retrieval_corpus,
             num_workers=args.num_workers,
-            devices=devices)
+            devices=devices, baselines=args.random_init_baseline is not None)
         if not plan.tasks:
             raise PlanError("no task given; pass --tasks, e.g. --tasks rt-sentiment,brown-pos")
         outcome = evaluate(plan, plots=not args.no_plots, tables=args.tables)

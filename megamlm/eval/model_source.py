@@ -21,7 +21,7 @@ from megamlm.hf.megamlm_checkpoint import read_record
 
 CHECKPOINT_CHOICES = ("all", "latest")
 
-_NAME = re.compile(r"^[A-Za-z0-9._+-]+$")
+MODEL_NAME = re.compile(r"^[A-Za-z0-9._+-]+$")
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ def parse_model_specs(specs: list[str]) -> list[tuple[str, Path]]:
             name, sep, path = item.partition("=")
             if not sep:
                 name, path = Path(item).name, item
-            if not _NAME.match(name):
+            if not MODEL_NAME.match(name):
                 raise ModelFolderError(f"model name {name!r} (from {item!r}) may only use letters, digits and ._+-; "
                                        f"write --model NAME=PATH")
             pairs.append((name, Path(path)))

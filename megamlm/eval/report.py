@@ -1,4 +1,5 @@
-"""Write the aggregate table (Markdown and CSV), the per-LR table (CSV) and the two figures."""
+"""Write the aggregate table (Markdown and CSV), the per-LR table (CSV), the trivial baselines (rows of the Markdown
+table named ``baseline:NAME``, and their own CSV, so results.csv keeps its columns) and the two figures."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 from megamlm import figures
 from megamlm.eval.aggregate import LrScores, TaskSummary, family_averages
+from megamlm.eval.baseline_store import BaselineRow
 from megamlm.eval.results import write_text_atomic
 
 
@@ -28,10 +30,18 @@ def mean_and_interval(mean: float, ci: float, seeds: int) -> str:
     return f"{mean:.2f} ± {ci:.2f}" if seeds > 1 else f"{mean:.2f} ± n/a"
 
 
-def markdown_table(summaries: list[TaskSummary]) -> str:
+def markdown_table(summaries: list[TaskSummary], baselines: list[BaselineRow] = ()) -> str:
+    """One row per (model, task); a task's trivial baselines follow its models, with "–" for what training has
+    (LR, seeds, runs) and "(no training)" after their test score."""
     lines = ["| model | family | task | metric | best LR | val | test (mean ± 95% CI) | seeds | runs |",
              "|---|---|---|---|---|---|---|---|---|"]
-    for s in sorted(summaries, key=lambda s: (s.family, s.task, s.model)):
+    rows = [(s.family, s.task, 0, s.model, s) for s in summaries] + [(b.family, b.task, 1, b.model, b)
+                                                                     for b in baselines]
+    for *_, s in sorted(rows, key=lambda row: row[:4]):
+        if isinstance(s, BaselineRow):
+            lines.append(f"| {s.model} | {s.family} | {s.task} | {s.metric} | – | {s.validation:.2f} | "
+                         f"{s.test:.2f} (no training) | – | – |")
+            continue
         runs = f"{s.runs}/{s.planned_runs}" + (f", {s.diverged_runs} diverged" if s.diverged_runs else "")
         lines.append(f"| {s.model} | {s.family} | {s.task} | {s.metric} | {s.best_lr:g} | {s.validation_mean:.2f} | "
                      f"{mean_and_interval(s.test_mean, s.test_ci, s.seeds)} | {s.seeds} | {runs} |")
@@ -47,11 +57,15 @@ def markdown_table(summaries: list[TaskSummary]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(output: Path, summaries: list[TaskSummary], lr_rows: list[LrScores], plots: bool = True) -> list[Path]:
+def write_report(output: Path, summaries: list[TaskSummary], lr_rows: list[LrScores], plots: bool = True,
+                 baselines: list[BaselineRow] = ()) -> list[Path]:
     written = [output / "results.md", output / "results.csv", output / "scores_per_lr.csv"]
-    write_text_atomic(written[0], "# Fine-tuning results\n\n" + markdown_table(summaries))
+    write_text_atomic(written[0], "# Fine-tuning results\n\n" + markdown_table(summaries, baselines))
     write_text_atomic(written[1], _csv(summaries))
     write_text_atomic(written[2], _csv(lr_rows))
+    if baselines:
+        written.append(output / "baselines.csv")
+        write_text_atomic(written[-1], _csv(list(baselines)))
     if plots and summaries:
         written.append(figures.score_per_model(summaries, output / "score_per_model.png"))
         written.append(figures.score_vs_lr(lr_rows, output / "score_vs_lr.png"))

@@ -18,6 +18,7 @@ import torch
 
 from megamlm.errors import UserError
 from megamlm.eval.aggregate import collect, per_lr, summarize
+from megamlm.eval.baseline_store import baseline_path, read_baseline_file, read_baselines, write_baselines
 from megamlm.eval.examples import RetrievalSplit, TaskData
 from megamlm.eval.finetune import PRECISIONS, Hyperparameters, run_finetuning
 from megamlm.eval.model_io import load_encoder, load_tokenizer
@@ -60,6 +61,8 @@ class EvalPlan:
     """The paper's datasets: judged (EncodEval's corpus: the documents judged for validation or test) or full."""
     num_workers: int = 1
     devices: tuple[str, ...] = ("cpu",)
+    baselines: bool = False
+    """Also compute each task's trivial baselines (megamlm.eval.baselines) into <output>/baselines."""
 
     def keys(self) -> list[RunKey]:
         return [RunKey(m.name, task_display_name(t), lr, seed)
@@ -70,6 +73,11 @@ class EvalPlan:
         hp = {k: v for k, v in self.hyperparameters.to_dict().items() if k not in ("lr", "seed")}
         return {"model_path": str(model.hf_path), "task": task, "hyperparameters": hp,
                 "task_settings": dataclasses.asdict(self.settings), "max_train_examples": self.max_train_examples,
+                "max_eval_examples": self.max_eval_examples, "retrieval_corpus": self.retrieval_corpus}
+
+    def baseline_settings(self, task: str) -> dict:
+        """What determines a task's trivial baselines (their fingerprint)."""
+        return {"task": task, "max_train_examples": self.max_train_examples,
                 "max_eval_examples": self.max_eval_examples, "retrieval_corpus": self.retrieval_corpus}
 
 
@@ -141,7 +149,22 @@ def check_plan(plan: EvalPlan, log=print) -> dict[str, TaskData]:
                     raise PlanError(f"{plan.output / key.relative_path()} was made with other settings "
                                     f"({result.get('settings')}); use another --output folder to keep both, "
                                     f"or delete that folder's runs/{key.model}/{key.task}")
+    for spec in plan.tasks if plan.baselines else ():
+        stored = read_baseline_file(plan.output, task_display_name(spec))
+        if stored is not None and stored.get("fingerprint") != fingerprint(plan.baseline_settings(spec)):
+            raise PlanError(f"{baseline_path(plan.output, task_display_name(spec))} was made with other settings "
+                            f"({stored.get('settings')}); use another --output folder to keep both, or delete it")
     return tasks
+
+
+def compute_baselines(plan: EvalPlan, tasks: dict[str, TaskData], log=print) -> None:
+    """The trivial baselines of every task that has none stored yet (they are deterministic: stored ones are kept)."""
+    for spec in plan.tasks:
+        name = task_display_name(spec)
+        if read_baseline_file(plan.output, name) is None:
+            started = time.perf_counter()
+            path = write_baselines(plan.output, name, tasks[spec], plan.baseline_settings(spec))
+            log(f"trivial baselines of {name}: {path} ({time.perf_counter() - started:.1f} s)")
 
 
 class _Worker:
@@ -224,8 +247,8 @@ def execute(plan: EvalPlan, tasks: dict[str, TaskData] | None = None, log=print)
     return report
 
 
-OUTPUT_ENTRIES = ("runs", "hf_exports", "results.md", "results.csv", "scores_per_lr.csv", "score_per_model.png",
-                  "score_vs_lr.png")
+OUTPUT_ENTRIES = ("runs", "hf_exports", "baselines", "results.md", "results.csv", "baselines.csv", "scores_per_lr.csv",
+                  "score_per_model.png", "score_vs_lr.png")
 """What tools/evaluate.py writes into --output: a folder holding one of them is one it wrote (and resumes)."""
 
 
@@ -249,12 +272,15 @@ def evaluate(plan: EvalPlan, plots: bool = True, log=print, tables: Path | None 
     """Check, run what is missing, then aggregate everything finished into tables and figures (in ``tables``,
     default the plan's output folder)."""
     tasks = check_plan(plan, log=log)
+    if plan.baselines:
+        compute_baselines(plan, tasks, log=log)
     report = execute(plan, tasks, log=log)
     results = collect(plan.output, plan.keys())
     summaries = summarize(results, plan.keys())
     if tables is not None:
         Path(tables).mkdir(parents=True, exist_ok=True)
-    written = write_report(Path(tables or plan.output), summaries, per_lr(results), plots=plots)
+    baselines = read_baselines(plan.output, [task_display_name(t) for t in plan.tasks]) if plan.baselines else []
+    written = write_report(Path(tables or plan.output), summaries, per_lr(results), plots=plots, baselines=baselines)
     log(f"{len(report['finished'])} runs finished now, {len(report['skipped'])} skipped (finished before), "
         f"{len(report['failed'])} failed; wrote {', '.join(str(p) for p in written)}")
     return {**report, "summaries": summaries, "written": written}

@@ -3,8 +3,14 @@ evaluated checkpoint (tools/convert_to_hf.py) and its fine-tuning (tools/evaluat
 local runner launch exactly these, from the folder the plan was made in (the repository root by default).
 
 Layout under the study's root: ``ROOT/RUN`` (checkpoints, metrics.jsonl), ``ROOT/hf/MODEL`` (exports),
-``ROOT/eval`` (fine-tuning results, one file per model, task, LR and seed), ``ROOT/status`` (the local runner's
+``ROOT/eval`` (fine-tuning results, one file per model, task, LR and seed; the trivial baselines in
+``ROOT/eval/baselines``), ``ROOT/status`` (the local runner's
 record of finished runs) and ``ROOT/logs``. An evaluated intermediate checkpoint is the model ``RUN-stepN``.
+
+Baselines: the evaluation of one run per model size (the first of that size in the plan) passes
+``--random-init-baseline random-init-SIZE``, so each size's random-init model is fine-tuned once with the study's
+protocol (as the model ``random-init-SIZE``, its weights under ``ROOT/eval/hf_exports``) and every task's trivial
+baselines are computed.
 """
 
 from __future__ import annotations
@@ -41,6 +47,20 @@ def evaluated_models(plan: Plan, run: Run) -> list[EvaluatedModel]:
 
 def all_evaluated_models(plan: Plan) -> list[EvaluatedModel]:
     return [m for run in plan.runs for m in evaluated_models(plan, run)]
+
+
+def random_init_name(size: str) -> str:
+    return f"random-init-{size}"
+
+
+def random_init_models(plan: Plan) -> dict[str, str]:
+    """The run whose evaluation also evaluates its size's random-init model -> that model's name."""
+    chosen: dict[str, str] = {}
+    for run in plan.runs:
+        name = random_init_name(run.size)
+        if name not in chosen.values() and evaluated_models(plan, run):
+            chosen[run.name] = name
+    return chosen
 
 
 def _script(repo: str, name: str) -> str:
@@ -90,6 +110,9 @@ def evaluate_command(plan: Plan, run: Run, python: str = "python", num_workers: 
     for key in ("data_dir", "hf_datasets_dir"):
         if getattr(e, key):
             command += [_flag(key), str(plan.study.resolve(getattr(e, key)))]
+    random_init = random_init_models(plan).get(run.name)
+    if random_init:
+        command += ["--random-init-baseline", random_init]
     if num_workers > 1:
         command += ["--num-workers", str(num_workers)]
     if devices:

@@ -10,7 +10,10 @@ table says which), the difference with its 95% Welch-Satterthwaite interval and 
 the comparisons of the table; significant only at adjusted p < 0.05; fewer than 2 values in an arm: n/a.
 Downstream: one table per task family (best LR on validation per model, test mean and 95% CI over fine-tuning
 seeds), the arms' scores over pretraining seeds, score against the CLM fraction per budget, score against
-pretraining steps from the evaluated intermediate checkpoints, and (``scores.py``) the paper's other figures,
+pretraining steps from the evaluated intermediate checkpoints, each task's baselines beside the arms (each
+size's random-init model, fine-tuned with the same protocol, and the trivial baselines computed without training)
+and its informative/uninformative mark (``informative.py``: a one-sided Welch test of each arm against the
+random-init model, Holm over the arms), and (``scores.py``) the paper's other figures,
 each only where the study has its data: score against the fine-tuning LR per arm and task family and the
 stability loss per arm (both need 2 or more LRs), the continued-pretraining gain against continued steps from
 each parent; then a section answering the paper's claims (a)-(e) with Welch's test and Holm's correction.
@@ -30,16 +33,18 @@ from pathlib import Path
 
 from megamlm import figures as figs  # `figures` is write_report's flag
 from megamlm.eval.aggregate import TaskSummary, collect, summarize
-from megamlm.eval.metrics import mean_confidence_interval
+from megamlm.eval.baseline_store import BaselineRow, read_baselines
+from megamlm.eval.metrics import SIGNIFICANCE, mean_confidence_interval
 from megamlm.eval.registry import task_display_name
 from megamlm.eval.report import markdown_table
 from megamlm.eval.results import RunKey, write_text_atomic
 from megamlm.study.arms import arms
 from megamlm.study.claims import claims_section
-from megamlm.study.commands import all_evaluated_models, evaluated_models, status_file
+from megamlm.study.commands import all_evaluated_models, evaluated_models, random_init_models, status_file
 from megamlm.study.cost import throughput_for
 from megamlm.study.curves import VALIDATION_METRICS, final_validation, run_metrics
 from megamlm.study.figure_data import draw_figures
+from megamlm.study.informative import task_evidence
 from megamlm.study.local import finished_step
 from megamlm.study.plan import Plan
 from megamlm.study.report_target import (
@@ -80,9 +85,18 @@ def validation_section(plan: Plan, rehearsal: bool = False) -> tuple[str, dict[s
 
 
 def evaluation_keys(plan: Plan) -> list[RunKey]:
+    """The (model, task, LR, seed) runs of the study: every evaluated model's, and each size's random-init model's."""
     e = plan.study.evaluation
-    return [RunKey(m.name, task_display_name(t), lr, seed) for m in all_evaluated_models(plan)
-            for t in e.tasks for lr in e.lrs for seed in e.seeds]
+    models = [m.name for m in all_evaluated_models(plan)] + list(random_init_models(plan).values())
+    return [RunKey(m, task_display_name(t), lr, seed) for m in models for t in e.tasks for lr in e.lrs
+            for seed in e.seeds]
+
+
+def evaluation_baselines(plan: Plan) -> list[BaselineRow]:
+    """The tasks' trivial baselines, as the evaluation of one run per size stored them."""
+    if plan.study.evaluation is None:
+        return []
+    return read_baselines(Path(plan.root) / "eval", [task_display_name(t) for t in plan.study.evaluation.tasks])
 
 
 def evaluation_results(plan: Plan) -> list[dict]:
@@ -108,11 +122,12 @@ def finetuning_scores(results: list[dict], summaries: list[TaskSummary]) -> dict
     return scores
 
 
-def family_tables(summaries: list[TaskSummary]) -> str:
+def family_tables(summaries: list[TaskSummary], baselines: list[BaselineRow] = ()) -> str:
     parts = []
     for family in sorted({s.family for s in summaries}):
         rows = [s for s in summaries if s.family == family]
-        table = markdown_table(rows).split("\n\nFamily averages")[0].rstrip("\n")
+        table = markdown_table(rows, [b for b in baselines if b.family == family]).split("\n\nFamily averages")[0]
+        table = table.rstrip("\n")
         parts.append(f"#### {family}\n\n{table}\n")
     return "\n".join(parts)
 
@@ -148,9 +163,43 @@ def downstream_section(plan: Plan, summaries: list[TaskSummary], results: list[d
             lines.append(f"| {arm.label} | {task} | {len(values)} | {fmt_mean(mean, ci, 2)} | "
                          f"{', '.join(f'{v:.2f}' for v in values)} |")
     tasks = sorted({s.task for s in summaries})
-    text = ("Per arm (each seed's score is its model's test mean at the best LR):\n\n" + "\n".join(lines) + "\n\n"
-            + comparison_table(final, tasks, 2, rehearsal))
+    lines += baseline_rows(plan, tasks, by_model)
+    text = ("Per arm (each seed's score is its model's test mean at the best LR), and beside them the baselines: "
+            "each size's random-init model (its fine-tuning seeds at its best LR) and the trivial baselines "
+            "(no training):\n\n" + "\n".join(lines) + "\n\n" + comparison_table(final, tasks, 2, rehearsal))
     return text, scores
+
+
+def baseline_rows(plan: Plan, tasks: list[str], by_model: dict[tuple[str, str], list[float]]) -> list[str]:
+    """Rows of the per-arm table for the random-init models and the trivial baselines of ``tasks``."""
+    lines = []
+    for name in sorted(set(random_init_models(plan).values())):
+        for task in tasks:
+            values = by_model.get((name, task))
+            if values:
+                mean, ci = mean_confidence_interval(values)
+                lines.append(f"| {name} | {task} | {len(values)} fine-tuning | {fmt_mean(mean, ci, 2)} | "
+                             f"{', '.join(f'{v:.2f}' for v in values)} |")
+    for b in evaluation_baselines(plan):
+        if b.task in tasks:
+            lines.append(f"| {b.model} | {b.task} | – | {b.test:.2f} (no training) | – |")
+    return lines
+
+
+def informative_section(plan: Plan, results: list[dict], rehearsal: bool) -> str:
+    """The informative/uninformative mark of every task (megamlm.study.informative), uninformative tasks named."""
+    if rehearsal:
+        return "A rehearsal tests nothing: no task is marked informative or uninformative.\n"
+    evidence = task_evidence(plan, results)
+    marks = {(True, True): "informative", (False, True): "uninformative", (False, False): "not tested"}
+    lines = [f"- **{e.task}**: {marks[(e.informative, e.tested)]}: {e.reason}." for e in evidence.values()]
+    left_out = [e.task for e in evidence.values() if not e.informative]
+    named = (f"Not shown informative (no arm shown to beat the random-init model), so left out of the claims: "
+             f"{', '.join(left_out)}." if left_out else "Every task is informative.")
+    return ("A task is informative when an arm beats its size's random-init model: per arm a one-sided Welch t-test "
+            "of its final scores (one per pretraining seed; with one pretraining seed, its fine-tuning seeds) against "
+            "the random-init model's scores over fine-tuning seeds at its best LR, the arms' p-values Holm-adjusted "
+            f"per task, informative at adjusted p < {SIGNIFICANCE:g}.\n\n" + "\n".join(lines) + f"\n\n{named}\n")
 
 
 def time_section(plan: Plan) -> str:
@@ -218,7 +267,10 @@ def write_report(plan: Plan, path: str | Path | None = None, figures: bool = Tru
     parts += [f"![{title}](figures/{p.name})\n" for title, p in images if p.name == "validation.png"]
     if summaries:
         parts += ["## Downstream", "", downstream_text, "### Per model, one table per task family", "",
-                  "Best LR on validation, test mean ± 95% CI over fine-tuning seeds:", "", family_tables(summaries)]
+                  "Best LR on validation, test mean ± 95% CI over fine-tuning seeds; each size's random-init model "
+                  "(`random-init-SIZE`) and the trivial baselines (`baseline:NAME`, no training) beside the models:",
+                  "", family_tables(summaries, evaluation_baselines(plan)),
+                  "### Informative tasks", "", informative_section(plan, results, rehearsal)]
         parts += [f"![{title}](figures/{p.name})\n" for title, p in images if p.name != "validation.png"]
     if claims_text:
         parts += ["## The paper's claims", "", claims_text]
@@ -230,6 +282,6 @@ def write_report(plan: Plan, path: str | Path | None = None, figures: bool = Tru
     text = "\n".join(part for part in parts if part is not None)
     write_text_atomic(path, "\n".join(line.rstrip() for line in text.split("\n")).replace("\n\n\n", "\n\n") + "\n")
     if summaries:
-        write_text_atomic(Path(plan.root) / "results.md", markdown_table(summaries))
+        write_text_atomic(Path(plan.root) / "results.md", markdown_table(summaries, evaluation_baselines(plan)))
     return path
 
