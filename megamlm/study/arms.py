@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from megamlm.study.plan import Plan, Run
 
 CLM_FRACTION_KINDS = ("mlm", "clm", "clm_then_mlm")
-"""The kinds the paper's grid spans, each a CLM fraction of its budget (0, 1, or the share before the switch)."""
+"""The kinds of the paper's arms, each a CLM fraction of its budget (0, 1, or the share before the switch)."""
 
 
 @dataclass

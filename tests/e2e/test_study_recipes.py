@@ -1,4 +1,4 @@
-"""The recipes study (examples/studies/recipes_2026.yaml: the paper's grid, the CLM detour mlm -> clm -> mlm and
+"""The recipes study (examples/studies/recipes_2026.yaml: the paper's arms, the CLM detour mlm -> clm -> mlm and
 MNTP then MLM) scaled down to 12-step runs of a 1-layer model (hidden 32) without fine-tuning, through the
 documented commands: ``--emit slurm`` writes scripts that launch exactly the planned commands with their branch
 flags, and ``--run`` trains the 8 runs end to end, the detour branching from the MLM run's pinned checkpoint at
