@@ -4,8 +4,8 @@ documented commands: ``--emit slurm`` writes scripts that launch exactly the pla
 flags, and ``--run`` trains the 8 runs end to end, the detour branching from the MLM run's pinned checkpoint at
 its first switch (step 7) and MNTP-then-MLM from the MNTP run at step 6, as their run records show.
 
-Slow: 8 pretraining processes, each starting torch and building its data indices (2.4 CPU-minutes; 11 minutes of
-wall time for the --run on the shared 2-core machine under load, 2026-12-02)."""
+Slow: 8 pretraining processes, each starting torch and building its data indices: 2.4 CPU-minutes; on the shared
+2-core machine under load (2026-12-02), 11 minutes of wall time for the --run alone and 23.5 for this test."""
 
 import json
 import shlex
