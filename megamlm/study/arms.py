@@ -1,4 +1,8 @@
-"""The arms of a study: an *arm* is a run without its seed (``clm100-mlm100-m40``); its seeds are its replicates."""
+"""The arms of a study: an *arm* is a run without its seed (``clm100-mlm100-m40``); its seeds are its replicates.
+
+An arm's *kind* is what a claims table compares: ``mlm``, ``clm``, ``clm_then_mlm`` (the paper's), ``continuation``,
+and for any other schedule its objective (``mntp``, ``mlm_then_clm``, ``mlm,clm,mlm``, ``mntp,mlm``): those are
+part of no claim unless a claims table names their kind."""
 
 from __future__ import annotations
 
@@ -6,6 +10,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from megamlm.study.plan import Plan, Run
+
+CLM_FRACTION_KINDS = ("mlm", "clm", "clm_then_mlm")
+"""The kinds of the paper's arms, each a CLM fraction of its budget (0, 1, or the share before the switch)."""
 
 
 @dataclass
@@ -15,20 +22,20 @@ class Arm:
 
     @property
     def clm_fraction(self) -> float | None:
-        run = self.runs[0]
-        if run.is_continuation:
+        """The share of the budget trained with CLM, for the paper's kinds; None for any other arm."""
+        run, kind = self.runs[0], self.kind
+        if kind not in CLM_FRACTION_KINDS:
             return None
         if run.switch_step is None:
-            return 1.0 if run.objective == "clm" else 0.0
+            return 1.0 if kind == "clm" else 0.0
         return run.switch_step / run.train_iters
 
     @property
     def kind(self) -> str:
-        """``clm``, ``mlm``, ``clm_then_mlm`` (any two-phase run) or ``continuation``."""
+        """``continuation``, else the run's objective: ``clm``, ``mlm``, ``clm_then_mlm`` (CLM then MLM at any
+        switch), or another schedule's (``mntp``, ``mlm,clm,mlm``, ...)."""
         run = self.runs[0]
-        if run.is_continuation:
-            return "continuation"
-        return run.objective if run.switch_step is None else "clm_then_mlm"
+        return "continuation" if run.is_continuation else run.objective
 
     @property
     def group(self) -> tuple:

@@ -9,7 +9,9 @@ import re
 from pathlib import Path
 from typing import get_args
 
-from megamlm.config import SECTION_CLASSES
+from megamlm.config import SECTION_CLASSES, ConfigError, objective_phases
+from megamlm.config.checks import check_phases, check_switches
+from megamlm.config.sections import ObjectiveConfig
 from megamlm.eval.finetune import Hyperparameters
 from megamlm.eval.paper_datasets import RETRIEVAL_CORPORA
 from megamlm.eval.tasks import TaskSettings
@@ -21,10 +23,11 @@ from megamlm.study.schema import (
     ContinuationObjective,
     Evaluation,
     ExportArch,
+    Schedule,
     Slurm,
     Study,
     StudyError,
-    grid_arms,
+    study_arms,
 )
 from megamlm.study.settings import PLANNER_SETTINGS, pretrain_settings
 
@@ -73,8 +76,9 @@ def validate_study(study: Study) -> None:
         if size not in PRESETS:
             raise StudyError(f"sizes: unknown model preset {size!r}; choose from {', '.join(PRESETS)}")
     _nonempty_unique(study.seeds, "seeds")
-    if not study.grids:
-        raise StudyError("grids is empty; give at least one grid of budgets and CLM fractions")
+    if not study.grids and not study.schedules:
+        raise StudyError("grids is missing or empty, and so is schedules: the study has no arm; give at least one "
+                         "grid of budgets and CLM fractions, or one schedule of phases")
     for i, grid in enumerate(study.grids):
         where = f"grids[{i}]"
         _nonempty_unique(grid.budgets, f"{where}.budgets")
@@ -87,18 +91,18 @@ def validate_study(study: Study) -> None:
                              f"{grid.clm_fractions}")
         if any(s < 0 for s in grid.switch_steps):
             raise StudyError(f"{where}.switch_steps must be >= 0, got {grid.switch_steps}")
-        _nonempty_unique(grid.mask_ratios, f"{where}.mask_ratios")
-        if any(not 0 < m < 1 for m in grid.mask_ratios):
-            raise StudyError(f"{where}.mask_ratios must lie strictly between 0 and 1, got {grid.mask_ratios}")
+        _check_mask_ratios(grid.mask_ratios, where)
+    for i, schedule in enumerate(study.schedules):
+        _check_schedule(schedule, f"schedules[{i}]")
     _check_pretrain_sections(study.pretrain, "pretrain")
     pretrain_settings(study)  # the config file exists and parses
-    labels = {arm_label(*arm) for grid in study.grids for arm in grid_arms(grid)}
+    labels = {arm_label(*arm) for arm, _ in study_arms(study)}
     for i, continuation in enumerate(study.continued_pretraining):
         where = f"continued_pretraining[{i}]"
         _nonempty_unique(continuation.parents, f"{where}.parents")
         for parent in continuation.parents:
             if parent not in labels:
-                raise StudyError(f"{where}.parents: no arm {parent!r} in the grids; the grids make "
+                raise StudyError(f"{where}.parents: no arm {parent!r} in the grids and schedules; they make "
                                  f"{', '.join(sorted(labels))}")
         _nonempty_unique(continuation.steps, f"{where}.steps")
         _positive(continuation.steps, f"{where}.steps")
@@ -158,6 +162,42 @@ def check_script_path(path: str | Path, where: str) -> None:
     if bad is not None:
         raise StudyError(f"{where} {text!r} holds {bad!r}, which a SLURM job script cannot take in a path; "
                          "choose a folder without whitespace, quotes, backslashes or control characters")
+
+
+def _check_mask_ratios(mask_ratios: list[float], where: str) -> None:
+    _nonempty_unique(mask_ratios, f"{where}.mask_ratios")
+    if any(not 0 < m < 1 for m in mask_ratios):
+        raise StudyError(f"{where}.mask_ratios must lie strictly between 0 and 1, got {mask_ratios}")
+
+
+def _check_schedule(schedule: Schedule, where: str) -> None:
+    """Known phases, none next to itself, one switch per boundary, strictly increasing and inside every budget:
+    pretrain.py's own checks (``config.checks``), named by the schedule and budget."""
+    phases = schedule.phases
+    if not phases:
+        raise StudyError(f"{where}.phases is empty; list the objectives in order, e.g. [mlm, clm, mlm]")
+    for phase in phases:
+        if len(objective_phases(phase)) > 1:
+            raise StudyError(f"{where}.phases: {phase} is {len(objective_phases(phase))} phases; list them one by "
+                             f"one ([{', '.join(objective_phases(phase))}]) with their switches")
+    _nonempty_unique(schedule.budgets, f"{where}.budgets")
+    _positive(schedule.budgets, f"{where}.budgets")
+    if schedule.switches and schedule.switch_steps:
+        raise StudyError(f"{where}: give either switches or switch_steps (one of them, not both)")
+    boundaries = len(phases) - 1
+    if boundaries and not (schedule.switches or schedule.switch_steps):
+        raise StudyError(f"{where}: phases [{', '.join(phases)}] have {boundaries} boundar"
+                         f"{'ies' if boundaries > 1 else 'y'}; give switches (fractions of the budget) or "
+                         "switch_steps, one per boundary")
+    _check_mask_ratios(schedule.mask_ratios, where)
+    objective = ",".join(phases)
+    for budget in schedule.budgets:
+        try:
+            check_phases(objective)
+            check_switches(ObjectiveConfig(objective, schedule.switches or None, schedule.switch_steps or None),
+                           budget)
+        except ConfigError as err:
+            raise StudyError(f"{where} (phases [{', '.join(phases)}], budget {budget}): {err}") from None
 
 
 def _validate_evaluation(e: Evaluation) -> None:

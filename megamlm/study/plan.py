@@ -1,5 +1,5 @@
-"""From a study to a plan: every model of the grid as a run, each run starting from the run it shares the
-longest prefix with.
+"""From a study to a plan: every model of the grids and schedules as a run, each run starting from the run it
+shares the longest prefix with (``study.prefixes``).
 
 Two runs share their first k steps when they train the same sample stream (size, seed, data, split, sequence
 length, masking, optimizer, batch) and give every step 1..k the same objective and the exact same learning rate:
@@ -7,7 +7,8 @@ then the checkpoint of one at step k *is* the other's at step k, and ``pretrain.
 it as the other's straight run (the trainer checks exactly this: ``training/lineage.py``). The planner places the
 arms one by one, longest first, each branching from the placed run it shares the most steps with (the earliest
 such run, so the branch point is always a step its parent trains itself); each distinct prefix is then trained
-exactly once, whatever the order. A CLM-then-MLM arm thus branches from the CLM run at its switch step, and a
+exactly once, whatever the order. A CLM-then-MLM arm thus branches from the CLM run at its switch step, a CLM
+detour (mlm, clm, mlm) from the MLM run at its first switch, an MNTP-then-MLM arm from the MNTP run, and a
 shorter budget from a longer run at the end of their common stable phase (with a 2,000-step WSD decay, a
 12k-step budget branches from a 42k-step run at step 10,000). Continued-pretraining arms start from their
 parent's last checkpoint with ``--continue-from`` (or branch from a sibling continuation they share a prefix with).
@@ -15,91 +16,18 @@ parent's last checkpoint with ``--continue-from`` (or branch from a sibling cont
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-from megamlm.config import OBJECTIVE_PHASES, Config, ConfigError, batch_start, given_config, validate
-from megamlm.model.config import PRESETS
+from megamlm.config import Config, ConfigError, given_config, validate
 from megamlm.study.naming import arm_label, continuation_label, run_name
-from megamlm.study.schema import Study, StudyError, grid_arms
+from megamlm.study.prefixes import place, placement_order, shared_steps, step_settings, stream_key
+from megamlm.study.runs import Run
+from megamlm.study.schema import ArmSpec, Study, StudyError, study_arms
 from megamlm.study.settings import merge_settings, pretrain_settings
 from megamlm.training.lineage import History, Segment
 
-# Config fields that do not decide whether two runs' steps can be the same steps: the schedules (compared step by
-# step), where checkpoints go, validation, logging and the parallel layout.
-_SCHEDULE_FIELDS = {"objective": {"objective", "switch", "switch_step"},
-                    "training": {"train_iters", "lr", "min_lr", "lr_decay_style", "lr_warmup_iters",
-                                 "lr_warmup_fraction", "lr_wsd_decay_iters", "lr_wsd_decay_fraction", "exit_interval",
-                                 "exit_duration_in_mins", "micro_batch_size", "device", "max_skipped_steps"}}
-_LAYOUT_SECTIONS = ("checkpoint", "validation", "logging", "parallel", "performance")
-
-
-@dataclass
-class Run:
-    """One pretraining run of the plan."""
-
-    name: str
-    label: str
-    """The name without size and seed (how study files refer to an arm)."""
-    size: str
-    seed: int
-    objective: str
-    train_iters: int
-    switch_step: int | None
-    mask_ratio: float
-    settings: dict
-    """pretrain.py settings as config sections, without the planner's checkpoint flags."""
-    config: Config
-    continues: str | None = None
-    """The run this one continues (continued pretraining), else None."""
-    parent: str | None = None
-    """The run whose checkpoint this one starts from: a branch (--load PARENT/iter_k) or a continuation."""
-    branch_step: int = 0
-    """Step of the parent's checkpoint a branch starts from; 0 for a run that starts at step 0."""
-    save_at: list[int] = field(default_factory=list)
-    """Steps whose checkpoints survive --keep-last: its children's branch points and evaluated checkpoints."""
-    children: list[str] = field(default_factory=list)
-    reproduces_paper: bool = False
-    """A model the paper trained (its grid or continuation is marked ``reproduces_paper``)."""
-
-    @property
-    def is_continuation(self) -> bool:
-        return self.continues is not None
-
-    @property
-    def steps_trained(self) -> int:
-        """Steps this run trains itself (the rest are its parent's)."""
-        return self.train_iters - self.branch_step
-
-    @property
-    def tokens_per_step(self) -> int:
-        seq_length = self.config.model.seq_length or PRESETS[self.size]["max_seq_length"]
-        return self.global_batch_size * seq_length
-
-    @property
-    def global_batch_size(self) -> int:
-        """The study's global batch, else the one a launch starts from: the preset's recipe (config/batches.py;
-        a launch keeps it unless its data-parallel ranks need more)."""
-        given = self.config.training.global_batch_size
-        return given if given is not None else batch_start(self.size)[1]
-
-    def objective_steps(self, independent: bool = False) -> dict[str, int]:
-        """Steps this run trains itself per objective (``independent``: all its steps, as if nothing were shared)."""
-        first, switch = (0 if independent else self.branch_step), self.switch_step
-        if switch is None:
-            return {self.objective: self.train_iters - first}
-        before, after = OBJECTIVE_PHASES[self.objective]
-        counts = {before: max(0, switch - first), after: self.train_iters - max(first, switch)}
-        return {k: v for k, v in counts.items() if v}
-
-    def schedule(self) -> str:
-        """``clm 1-10,000 -> mlm 10,001-42,000``."""
-        if self.switch_step is None:
-            return f"{self.objective} 1-{self.train_iters:,}"
-        before, after = OBJECTIVE_PHASES[self.objective]
-        return f"{before} 1-{self.switch_step:,} -> {after} {self.switch_step + 1:,}-{self.train_iters:,}"
+__all__ = ["Plan", "Run", "build_plan", "settings_flags", "shared_steps", "step_settings"]
 
 
 @dataclass
@@ -190,79 +118,24 @@ def _parse(flags: list[str], where: str) -> Config:
 # ---- arms -> runs --------------------------------------------------------------------------------------------
 
 
-def _arm_run(study: Study, base: dict, size: str, seed: int, arm: tuple[str, int, int | None, float], label: str,
+def _arm_run(study: Study, base: dict, size: str, seed: int, arm: ArmSpec, label: str,
              continues: str | None = None) -> Run:
-    """``arm``: (objective, train_iters, switch step or None, mask ratio), as ``grid_arms`` yields them."""
-    objective, train_iters, switch, mask_ratio = arm
+    """One run of an arm (``schema.grid_arms``, ``schema.schedule_arms``) at one size and seed."""
     base = {section: dict(values) for section, values in base.items()}
-    if switch is None:  # a one-objective run has no switch (a base config's switch_step would only confuse)
+    if not arm.switch_steps:  # a one-objective run has no switch (a base config's switch_step would only confuse)
         for key in ("switch", "switch_step"):
             base.get("objective", {}).pop(key, None)
+    # One switch is given as a number (--switch-step 30, as before schedules of more phases), several as a list.
+    switches = None if not arm.switch_steps else arm.switch_steps[0] if len(arm.switch_steps) == 1 \
+        else list(arm.switch_steps)
     settings = merge_settings(base, {
-        "model": {"model": size}, "training": {"train_iters": train_iters, "seed": seed},
-        "objective": {"objective": objective, "mask_ratio": mask_ratio,
-                      **({"switch_step": switch} if switch is not None else {})}})
+        "model": {"model": size}, "training": {"train_iters": arm.train_iters, "seed": seed},
+        "objective": {"objective": arm.objective, "mask_ratio": arm.mask_ratio,
+                      **({"switch_step": switches} if switches is not None else {})}})
     name = run_name(size, label, seed, len(study.seeds) > 1)
     config = _parse(settings_flags(settings) + ["--save", name], f"run {name}")
-    return Run(name, label, size, seed, objective, train_iters, switch, mask_ratio, settings, config,
-               continues=continues)
-
-
-def _stream_key(run: Run) -> str:
-    """Everything that must be equal for two runs' steps to be the same steps, except the schedules."""
-    config = run.config.to_dict()
-    for section in _LAYOUT_SECTIONS:
-        config.pop(section)
-    for section, names in _SCHEDULE_FIELDS.items():
-        for name in names:
-            config[section].pop(name)
-    return repr((sorted((s, sorted(v.items())) for s, v in config.items()), run.continues))
-
-
-def step_settings(config: Config) -> np.ndarray:
-    """The (objective, learning rate) of every step 1..train_iters, as the trainer computes them."""
-    segment = Segment.of_config(config)
-    lr, steps = segment.lr_schedule_object(), range(1, config.training.train_iters + 1)
-    return np.array([(segment.objective_at(step), lr.lr_at(step)) for step in steps],
-                    dtype=[("objective", "U3"), ("lr", "f8")])
-
-
-def shared_steps(a: np.ndarray, b: np.ndarray) -> int:
-    """How many first steps two runs of one stream train alike (``step_settings`` of each): the same objective and
-    exactly the same learning rate at every step (``History.first_difference``, the trainer's check, agrees)."""
-    n = min(len(a), len(b))
-    differ = np.flatnonzero((a["objective"][:n] != b["objective"][:n]) | (a["lr"][:n] != b["lr"][:n]))
-    return int(differ[0]) if len(differ) else n
-
-
-def _placement_order(run: Run) -> tuple:
-    """Longest runs first; at equal length one objective before two, CLM first, later switches first; the seeds of
-    an arm side by side (runs of different seeds never branch from each other, and a study run in this order has
-    every seed of its first arms early)."""
-    return (run.size, run.mask_ratio, -run.train_iters, run.switch_step is not None, run.objective != "clm",
-            -(run.switch_step or 0), run.seed)
-
-
-def _place(runs: list[Run]) -> list[Run]:
-    placed: list[Run] = []
-    steps_of = {run.name: step_settings(run.config) for run in runs}
-    for run in runs:
-        key = _stream_key(run)
-        best, best_steps = None, 0
-        for other in placed:
-            if _stream_key(other) == key:
-                steps = shared_steps(steps_of[other.name], steps_of[run.name])
-                if steps > best_steps:  # ties keep the earliest: it trains the branch step itself
-                    best, best_steps = other, steps
-        if best is not None and best_steps >= run.train_iters:
-            raise StudyError(f"runs {best.name} and {run.name} train the same steps; list each arm once")
-        if best is not None:
-            run.parent, run.branch_step = best.name, best_steps
-            best.children.append(run.name)
-        elif run.continues is not None:
-            run.parent = run.continues
-        placed.append(run)
-    return placed
+    return Run(name, label, size, seed, arm.objective, arm.train_iters, tuple(arm.switch_steps), arm.mask_ratio,
+               settings, config, continues=continues)
 
 
 def build_plan(study: Study, root: str | None = None) -> Plan:
@@ -272,12 +145,10 @@ def build_plan(study: Study, root: str | None = None) -> Plan:
     arms: dict[str, Run] = {}
     for size in study.sizes:
         for seed in study.seeds:
-            for grid in study.grids:
-                for objective, budget, switch, mask_ratio in grid_arms(grid):
-                    label = arm_label(objective, budget, switch, mask_ratio)
-                    run = _arm_run(study, base, size, seed, (objective, budget, switch, mask_ratio), label)
-                    arms.setdefault(run.name, run).reproduces_paper |= grid.reproduces_paper
-    pretraining = _place(sorted(arms.values(), key=_placement_order))
+            for arm, reproduces_paper in study_arms(study):
+                run = _arm_run(study, base, size, seed, arm, arm_label(*arm))
+                arms.setdefault(run.name, run).reproduces_paper |= reproduces_paper
+    pretraining = place(sorted(arms.values(), key=placement_order))
     by_label = {(r.size, r.seed, r.label): r for r in pretraining}
     continuations = []
     for continuation in study.continued_pretraining:
@@ -288,11 +159,11 @@ def build_plan(study: Study, root: str | None = None) -> Plan:
                     cpt_base = merge_settings(base, continuation.pretrain)
                     for steps in continuation.steps:
                         label = continuation_label(parent_label, continuation.objective, steps)
-                        run = _arm_run(study, cpt_base, size, seed, (continuation.objective, steps, None,
-                                                                     parent.mask_ratio), label, continues=parent.name)
+                        arm = ArmSpec(continuation.objective, steps, (), parent.mask_ratio)
+                        run = _arm_run(study, cpt_base, size, seed, arm, label, continues=parent.name)
                         run.reproduces_paper = continuation.reproduces_paper
                         continuations.append(run)
-    continuations = _place(sorted(continuations, key=lambda r: (r.continues, -r.train_iters)))
+    continuations = place(sorted(continuations, key=lambda r: (r.continues, -r.train_iters)))
     by_name = {r.name: r for r in pretraining}
     for run in continuations:
         if not run.branch_step:
@@ -339,7 +210,7 @@ def _check_branches(plan: Plan) -> None:
         parent = plan.run(run.parent)
         difference = History([Segment.of_config(parent.config)]).first_difference(Segment.of_config(run.config),
                                                                                   run.branch_step)
-        if difference is not None or _stream_key(parent) != _stream_key(run):
+        if difference is not None or stream_key(parent) != stream_key(run):
             raise AssertionError(f"planned branch {parent.name} -> {run.name} at {run.branch_step}: {difference}")
 
 

@@ -6,7 +6,7 @@ import copy
 import dataclasses
 
 from megamlm.study.naming import arm_label
-from megamlm.study.schema import Study, StudyError, grid_arms
+from megamlm.study.schema import Study, StudyError, study_arms
 from megamlm.study.settings import STEP_SETTINGS, pretrain_settings
 
 
@@ -16,15 +16,20 @@ def scaled(steps: int, factor: float) -> int:
 
 def scale_steps(study: Study, factor: float) -> Study:
     """The study with every step count multiplied by ``factor`` (a smaller copy of the same plan): budgets, switch
-    steps, continuation lengths, evaluated checkpoints, fine-tuning steps, and the pretrain settings counted in
-    steps (warmup and decay iterations, validation, save and log intervals), the base config's included."""
+    steps (the grids' and the schedules'), continuation lengths, evaluated checkpoints, fine-tuning steps, and the
+    pretrain settings counted in steps (warmup and decay iterations, validation, save and log intervals), the base
+    config's included. Scaled switch steps that collide leave a phase empty: the checks then name the schedule."""
     if not 0 < factor <= 1:
         raise StudyError(f"--scale must be in (0, 1], got {factor}")
     grids = [dataclasses.replace(grid, budgets=[scaled(b, factor) for b in grid.budgets],
                                  switch_steps=[0 if s == 0 else scaled(s, factor) for s in grid.switch_steps])
              for grid in study.grids]
-    renamed = dict(zip([arm_label(*arm) for grid in study.grids for arm in grid_arms(grid)],
-                       [arm_label(*arm) for grid in grids for arm in grid_arms(grid)]))
+    schedules = [dataclasses.replace(s, budgets=[scaled(b, factor) for b in s.budgets],
+                                     switch_steps=[scaled(step, factor) for step in s.switch_steps])
+                 for s in study.schedules]
+    resized = dataclasses.replace(study, grids=grids, schedules=schedules)
+    renamed = dict(zip([arm_label(*arm) for arm, _ in study_arms(study)],
+                       [arm_label(*arm) for arm, _ in study_arms(resized)]))
     continued = [dataclasses.replace(c, parents=[renamed.get(parent, parent) for parent in c.parents],
                                      steps=[scaled(s, factor) for s in c.steps],
                                      pretrain=_scale_settings(c.pretrain, factor))
@@ -43,7 +48,7 @@ def scale_steps(study: Study, factor: float) -> Study:
         for key, value in values.items():
             if value != base[section].get(key):
                 pretrain.setdefault(section, {})[key] = value
-    return dataclasses.replace(study, grids=grids, continued_pretraining=continued, evaluation=evaluation,
+    return dataclasses.replace(resized, continued_pretraining=continued, evaluation=evaluation,
                                pretrain=pretrain, scale=factor)
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
-from megamlm.config import field_docs
+from megamlm.config import field_docs, objective_name
 from megamlm.config.loader import keys_of
 from megamlm.errors import UserError
 from megamlm.eval.finetune import Hyperparameters
@@ -46,6 +46,26 @@ class Grid:
     reproduces_paper: bool = False
     """True: this grid's arms are models the paper trained (arXiv 2507.00994, at this size, budget and mask ratio);
     the planner's table then marks every run `paper` or `extension` (an arm any marked grid holds is the paper's)."""
+
+
+@dataclass(frozen=True)
+class Schedule:
+    phases: list[str]
+    """The objectives trained one after the other (mlm, clm, mntp = masked next-token prediction), e.g. [mlm, clm,
+    mlm] (the CLM detour) or [mntp, mlm]; one phase trains that objective throughout (pretrain.py --objective)."""
+    budgets: list[int]
+    """Steps of each model (pretrain.py --train-iters): one arm per budget and mask ratio."""
+    switches: list[float] = field(default_factory=list)
+    """Where each phase but the last ends, as fractions of the budget, strictly increasing in (0, 1): [0.6, 0.9]
+    switches after steps round(0.6 x budget) and round(0.9 x budget) (pretrain.py --switch); one per boundary."""
+    switch_steps: list[int] = field(default_factory=list)
+    """Instead of switches: the last step of each phase but the last, strictly increasing and inside every budget
+    (pretrain.py --switch-step), e.g. [300, 450]."""
+    mask_ratios: list[float] = field(default_factory=lambda: [0.4])
+    """Mask ratios of the phases that mask (mlm, mntp), each its own arm (runs branch from each other only at the
+    same mask ratio)."""
+    reproduces_paper: bool = False
+    """True: these arms are models the paper trained (as grids[].reproduces_paper)."""
 
 
 @dataclass(frozen=True)
@@ -133,9 +153,12 @@ class Study:
     """The study's name (file names, job names)."""
     sizes: list[str]
     """Model presets (tiny, 210m, 610m, 1b)."""
-    grids: list[Grid]
-    """The arms trained from scratch: each grid is budgets x CLM fractions (or switch steps) x mask ratios; the
-    study is their union."""
+    grids: list[Grid] = field(default_factory=list)
+    """The arms of the paper's kind trained from scratch: each grid is budgets x CLM fractions (or switch steps) x
+    mask ratios; the study is the union of its grids and schedules."""
+    schedules: list[Schedule] = field(default_factory=list)
+    """More arms trained from scratch, each a sequence of phases of any length (e.g. the CLM detour mlm, clm, mlm,
+    or mntp then mlm) x budgets x mask ratios; every arm shares its common prefix with the others."""
     seeds: list[int] = field(default_factory=lambda: [1234])
     """Pretraining seeds: each arm is trained once per seed (weights, sample order and masks)."""
     pretrain: dict = field(default_factory=dict)
@@ -180,8 +203,19 @@ class Study:
         return p if p.is_absolute() else self.source.parent / p
 
 
-def grid_arms(grid: Grid) -> list[tuple[str, int, int | None, float]]:
-    """(objective, budget, switch step, mask ratio) of every arm of a grid."""
+class ArmSpec(NamedTuple):
+    """One arm trained from scratch, as a grid or a schedule declares it."""
+
+    objective: str
+    """pretrain.py --objective: a named objective (mlm, clm, clm_then_mlm, ...) or phases joined by commas."""
+    train_iters: int
+    switch_steps: tuple[int, ...]
+    """The last step of each phase but the last (empty for one phase)."""
+    mask_ratio: float
+
+
+def grid_arms(grid: Grid) -> list[ArmSpec]:
+    """Every arm of a grid: MLM, CLM or CLM-then-MLM at one switch step."""
     arms = []
     for mask_ratio in grid.mask_ratios:
         for budget in grid.budgets:
@@ -189,19 +223,39 @@ def grid_arms(grid: Grid) -> list[tuple[str, int, int | None, float]]:
                         else list(grid.switch_steps))
             for switch in switches:
                 if switch <= 0:
-                    arms.append(("mlm", budget, None, mask_ratio))
+                    arms.append(ArmSpec("mlm", budget, (), mask_ratio))
                 elif switch >= budget:
-                    arms.append(("clm", budget, None, mask_ratio))
+                    arms.append(ArmSpec("clm", budget, (), mask_ratio))
                 else:
-                    arms.append(("clm_then_mlm", budget, switch, mask_ratio))
+                    arms.append(ArmSpec("clm_then_mlm", budget, (switch,), mask_ratio))
     return arms
+
+
+def schedule_arms(schedule: Schedule) -> list[ArmSpec]:
+    """Every arm of a schedule, named as pretrain.py stores its objective (``clm, mlm`` is clm_then_mlm: the same
+    arm as a grid's)."""
+    objective = objective_name(tuple(schedule.phases))
+    arms = []
+    for mask_ratio in schedule.mask_ratios:
+        for budget in schedule.budgets:
+            switches = (tuple(round(f * budget) for f in schedule.switches) if schedule.switches
+                        else tuple(schedule.switch_steps))
+            arms.append(ArmSpec(objective, budget, switches, mask_ratio))
+    return arms
+
+
+def study_arms(study: Study) -> list[tuple[ArmSpec, bool]]:
+    """Every arm trained from scratch, with whether its grid or schedule marks it the paper's: the grids' first."""
+    return ([(arm, grid.reproduces_paper) for grid in study.grids for arm in grid_arms(grid)]
+            + [(arm, s.reproduces_paper) for s in study.schedules for arm in schedule_arms(s)])
 
 
 def key_reference() -> str:
     """Every study key with its documentation, as a Markdown table (examples/studies/README.md prints it)."""
     lines = ["| key | meaning |", "|---|---|"]
-    sections = (("", Study), ("grids[].", Grid), ("continued_pretraining[].", Continuation),
-                ("evaluation.", Evaluation), ("cost.", Cost), ("slurm.", Slurm))
+    sections = (("", Study), ("grids[].", Grid), ("schedules[].", Schedule),
+                ("continued_pretraining[].", Continuation), ("evaluation.", Evaluation), ("cost.", Cost),
+                ("slurm.", Slurm))
     for prefix, cls in sections:
         docs = field_docs(cls)
         for name in keys_of(cls):

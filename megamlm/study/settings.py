@@ -8,11 +8,11 @@ from megamlm.study.schema import Study, StudyError
 
 # pretrain.py settings the planner sets for each run from the grid: (section, key) -> the study key that sets it.
 PLANNER_SETTINGS = {
-    ("model", "model"): "sizes", ("objective", "objective"): "grids[].clm_fractions / switch_steps",
-    ("objective", "switch"): "grids[].clm_fractions / switch_steps",
-    ("objective", "switch_step"): "grids[].clm_fractions / switch_steps",
-    ("objective", "mask_ratio"): "grids[].mask_ratios",
-    ("training", "train_iters"): "grids[].budgets", ("training", "seed"): "seeds",
+    ("model", "model"): "sizes", ("objective", "objective"): "grids[].clm_fractions / schedules[].phases",
+    ("objective", "switch"): "grids[].clm_fractions / schedules[].switches",
+    ("objective", "switch_step"): "grids[].switch_steps / schedules[].switch_steps",
+    ("objective", "mask_ratio"): "grids[].mask_ratios / schedules[].mask_ratios",
+    ("training", "train_iters"): "grids[].budgets / schedules[].budgets", ("training", "seed"): "seeds",
     ("checkpoint", "save"): "--root", ("checkpoint", "load"): "the plan (branches)",
     ("checkpoint", "continue_from"): "continued_pretraining", ("checkpoint", "init_from"): "the plan",
     ("checkpoint", "save_at"): "the plan (branch points) and evaluation.checkpoint_steps",

@@ -56,3 +56,11 @@ def test_the_paper_study_files_mark_which_runs_are_the_papers(monkeypatch):
         assert "5 are models the paper trained" in header and "the paper's grid" not in header
     assert "All 24 runs reproduce models the paper trained" in planned("paper_610m", monkeypatch)
     assert "the paper's grid" not in README.read_text()
+
+
+def test_the_printed_recipes_plan_is_the_planners_output(monkeypatch):
+    """The recipes study's plan in the README: its detour and MNTP arms with their phases and branch points."""
+    printed = planned("recipes_2026", monkeypatch)
+    assert block("plan_study recipes_2026") == printed.rstrip(), REGENERATE
+    detour = "| tiny-mlm300-clm150-mlm50-m40 | tiny-mlm500-m40 @ 300 | mlm 1-300 -> clm 301-450 -> mlm 451-500 |"
+    assert detour in printed
