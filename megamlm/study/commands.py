@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from megamlm.checkpoint.catalog import iteration_dir
-from megamlm.study.plan import Plan, Run
+from megamlm.study.plan import Plan
+from megamlm.study.runs import Run
 from megamlm.study.schema import EVALUATE_OWN_SETTINGS
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,7 +13,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from megamlm.study.plan import Plan, Run
+from megamlm.study.plan import Plan
+from megamlm.study.runs import Run
 from megamlm.study.schema import Study, StudyError
 
 

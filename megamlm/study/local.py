@@ -31,7 +31,8 @@ from megamlm.study.commands import (
     pretrain_command,
     status_file,
 )
-from megamlm.study.plan import Plan, Run
+from megamlm.study.plan import Plan
+from megamlm.study.runs import Run
 
 Executor = Callable[[list[str], Path], int]
 """Runs one command (argument list) from the planning folder, its output going to the log file; returns its exit

@@ -21,13 +21,11 @@ from pathlib import Path
 
 from megamlm.config import Config, ConfigError, given_config, validate
 from megamlm.study.naming import arm_label, continuation_label, run_name
-from megamlm.study.prefixes import place, placement_order, shared_steps, step_settings, stream_key
+from megamlm.study.prefixes import place, placement_order, stream_key
 from megamlm.study.runs import Run
 from megamlm.study.schema import ArmSpec, Study, StudyError, study_arms
 from megamlm.study.settings import merge_settings, pretrain_settings
 from megamlm.training.lineage import History, Segment
-
-__all__ = ["Plan", "Run", "build_plan", "settings_flags", "shared_steps", "step_settings"]
 
 
 @dataclass

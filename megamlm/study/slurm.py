@@ -28,7 +28,8 @@ from pathlib import Path
 from megamlm.eval.paper_datasets import PAPER_DATASETS
 from megamlm.study.checks import check_script_path, check_slurm_values
 from megamlm.study.commands import REPO, evaluate_command, evaluated_models, export_command
-from megamlm.study.plan import Plan, Run
+from megamlm.study.plan import Plan
+from megamlm.study.runs import Run
 from megamlm.study.schema import StudyError
 
 ENV_FILE = "env.sh"

@@ -4,7 +4,8 @@ step where their histories part; the pinned checkpoints; the flags pretrain.py g
 import pytest
 
 from megamlm.config import parse_args
-from megamlm.study.plan import build_plan, shared_steps, step_settings
+from megamlm.study.plan import build_plan
+from megamlm.study.prefixes import shared_steps, step_settings
 from megamlm.study.schema import StudyError
 from megamlm.training.lineage import History, Segment
 
