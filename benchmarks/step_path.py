@@ -75,6 +75,12 @@ def trace_second_step(defer: bool) -> tuple[dict[str, set[str]], dict[str, set[s
     return ran, stops
 
 
+def crossed_files(ran: dict[str, set[str]], stops: dict[str, set[str]]) -> list[str]:
+    """The step's sequence and its stops: the files a reader of one step opens (at most 6, tests/unit/training/
+    test_step_path.py)."""
+    return sorted(set(stops) | {name for name in SEQUENCE if name in ran})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--defer", action="store_true", help="read the step numbers only at log lines")
@@ -84,7 +90,7 @@ def main() -> None:
     print(f"files whose code ran: {len(ran)}")
     for name in sorted(ran):
         print(f"  {name}: {', '.join(sorted(ran[name]))}")
-    crossed = sorted(set(stops) | {name for name in SEQUENCE if name in ran})
+    crossed = crossed_files(ran, stops)
     print(f"the step's sequence and its stops: {len(crossed)}")
     for name in crossed:
         print(f"  {name}: {', '.join(sorted(stops.get(name, ()))) or '(the sequence)'}")
