@@ -74,7 +74,7 @@ from megamlm.model.config import ModelArgs
 from megamlm.model.transformer import Transformer
 from megamlm.objectives import MaskingSpec, ObjectiveSchedule
 from megamlm.config import ParallelConfig, TrainingConfig, model_section_values
-from megamlm.parallel.dims import resolve_parallel_dims
+from megamlm.training.startup import resolve_parallel_dims
 from megamlm.parallel.parallelize import parallelize
 from megamlm.training.optim import build_optimizer
 from megamlm.training.step import StepSetup, train_step
