@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from megamlm.config import field_docs
+from megamlm.config import field_docs, fraction_step
 from megamlm.config.loader import keys_of
 from megamlm.errors import UserError
 from megamlm.eval.finetune import Hyperparameters
@@ -185,7 +185,7 @@ def grid_arms(grid: Grid) -> list[tuple[str, int, int | None, float]]:
     arms = []
     for mask_ratio in grid.mask_ratios:
         for budget in grid.budgets:
-            switches = ([round(f * budget) for f in grid.clm_fractions] if grid.clm_fractions
+            switches = ([fraction_step(f, budget) for f in grid.clm_fractions] if grid.clm_fractions
                         else list(grid.switch_steps))
             for switch in switches:
                 if switch <= 0:
