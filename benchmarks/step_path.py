@@ -31,8 +31,10 @@ FLAGS = ["--num-layers", "1", "--hidden-size", "32", "--ffn-hidden-size", "64", 
          "--lr-warmup-iters", "1", "--lr-wsd-decay-iters", "1", "--train-iters", "3"]
 
 
-def trace_second_step(defer: bool) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
-    """({file: functions that ran}, {stop file: functions the sequence called there}), paths relative to ROOT."""
+def trace_second_step(defer: bool, data_cache: str | None = None) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """({file: functions that ran}, {stop file: functions the sequence called there}), paths relative to ROOT.
+
+    ``data_cache``: where the bundled corpus is tokenized (kept; None: a temporary folder, tokenized afresh)."""
     ran: dict[str, set[str]] = {}
     stops: dict[str, set[str]] = {}
     updated = [False]
@@ -68,8 +70,9 @@ def trace_second_step(defer: bool) -> tuple[dict[str, set[str]], dict[str, set[s
 
     trainer.Trainer.run_step = traced
     try:
-        with tempfile.TemporaryDirectory() as cache:
-            trainer.pretrain(parse_args(FLAGS + ["--data-cache-path", cache]), read_on_device=defer or None)
+        with tempfile.TemporaryDirectory() as scratch:
+            cfg = parse_args(FLAGS + ["--data-cache-path", data_cache or scratch])
+            trainer.pretrain(cfg, read_on_device=defer or None)
     finally:
         trainer.Trainer.run_step = real
     return ran, stops

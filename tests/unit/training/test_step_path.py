@@ -6,9 +6,9 @@ from helpers import load_tool
 
 
 @pytest.mark.parametrize("defer", [False, True], ids=["host-reads", "deferred-reads"])
-def test_one_step_crosses_at_most_six_files(defer):
+def test_one_step_crosses_at_most_six_files(defer, cache_dir):
     step_path = load_tool("step_path", "benchmarks")
-    ran, stops = step_path.trace_second_step(defer)
+    ran, stops = step_path.trace_second_step(defer, cache_dir)
     crossed = step_path.crossed_files(ran, stops)
     # The tracer saw the whole step: its sequence, the model's forward, the loss and the update's caller.
     assert {"training/trainer.py", "training/step.py", "model/transformer.py"} <= set(crossed), crossed
