@@ -31,8 +31,10 @@ FLAGS = ["--num-layers", "1", "--hidden-size", "32", "--ffn-hidden-size", "64", 
          "--lr-warmup-iters", "1", "--lr-wsd-decay-iters", "1", "--train-iters", "3"]
 
 
-def trace_second_step(defer: bool) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
-    """({file: functions that ran}, {stop file: functions the sequence called there}), paths relative to ROOT."""
+def trace_second_step(defer: bool, data_cache: str | None = None) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """({file: functions that ran}, {stop file: functions the sequence called there}), paths relative to ROOT.
+
+    ``data_cache``: where the bundled corpus is tokenized (kept; None: a temporary folder, tokenized afresh)."""
     ran: dict[str, set[str]] = {}
     stops: dict[str, set[str]] = {}
     updated = [False]
@@ -68,11 +70,18 @@ def trace_second_step(defer: bool) -> tuple[dict[str, set[str]], dict[str, set[s
 
     trainer.Trainer.run_step = traced
     try:
-        with tempfile.TemporaryDirectory() as cache:
-            trainer.pretrain(parse_args(FLAGS + ["--data-cache-path", cache]), read_on_device=defer or None)
+        with tempfile.TemporaryDirectory() as scratch:
+            cfg = parse_args(FLAGS + ["--data-cache-path", data_cache or scratch])
+            trainer.pretrain(cfg, read_on_device=defer or None)
     finally:
         trainer.Trainer.run_step = real
     return ran, stops
+
+
+def crossed_files(ran: dict[str, set[str]], stops: dict[str, set[str]]) -> list[str]:
+    """The step's sequence and its stops: the files a reader of one step opens (at most 6, tests/unit/training/
+    test_step_path.py)."""
+    return sorted(set(stops) | {name for name in SEQUENCE if name in ran})
 
 
 def main() -> None:
@@ -84,7 +93,7 @@ def main() -> None:
     print(f"files whose code ran: {len(ran)}")
     for name in sorted(ran):
         print(f"  {name}: {', '.join(sorted(ran[name]))}")
-    crossed = sorted(set(stops) | {name for name in SEQUENCE if name in ran})
+    crossed = crossed_files(ran, stops)
     print(f"the step's sequence and its stops: {len(crossed)}")
     for name in crossed:
         print(f"  {name}: {', '.join(sorted(stops.get(name, ()))) or '(the sequence)'}")

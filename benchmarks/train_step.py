@@ -54,7 +54,7 @@ from megamlm.training.metrics import peak_device_memory_mib, throughput  # noqa:
 from megamlm.training.nonfinite import NonFiniteGuard  # noqa: E402
 from megamlm.training.optim import build_optimizer  # noqa: E402
 from megamlm.training.profiling import profile_steps, summarize_trace  # noqa: E402
-from megamlm.training.step import skip_streak, train_step  # noqa: E402
+from megamlm.training.step import StepSetup, skip_streak, train_step  # noqa: E402
 
 # CPU-sized configuration of the issue's target: hidden 384, Llama 3 vocabulary, sequence 512.
 BENCH_PRESETS = {
@@ -158,7 +158,7 @@ def megamlm_step(pm, optimizer, batch, device):
     """The trainer's step: with the fused AdamW the non-finite skip is decided on the device, and on a GPU the host
     does not wait for the step's numbers."""
     streak = skip_streak(NonFiniteGuard(max_in_a_row=1), optimizer, device, None)
-    train_step(pm, optimizer, [batch[0]], 1e-4, 1.0, device, "auto", streak=streak)
+    train_step(StepSetup.of(pm, device, 1.0, "auto"), optimizer, [batch[0]], 1e-4, streak=streak)
 
 
 def hf_step(model, optimizer, batch, device):

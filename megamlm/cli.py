@@ -17,6 +17,7 @@ from megamlm.log import log
 from megamlm.parallel.dry_run import dry_run_report
 from megamlm.parallel.runtime import stop_parallel
 from megamlm.training.nonfinite import NonFiniteError
+from megamlm.training.startup import dims_from_config
 from megamlm.training.trainer import pretrain
 
 
@@ -25,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = load_config(command_line("pretrain", argv, say=log))
         if cfg.parallel.dry_run:  # layout check and memory estimate only: no process group, no data, no GPU
-            print(dry_run_report(cfg))
+            print(dry_run_report(cfg, dims_from_config(cfg)))
             return 0
         pretrain(cfg)
         stop_parallel()

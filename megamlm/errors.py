@@ -21,6 +21,10 @@ class ConfigError(UserError, ValueError):
     """A bad flag, flag combination or input path; the message names the fix."""
 
 
+class LayoutError(UserError, ValueError):
+    """An impossible parallel layout; the message names the fix."""
+
+
 class CheckpointError(UserError, ValueError):
     """A checkpoint that is missing, incomplete, damaged, unsafe to read or does not fit this run; names the fix."""
 

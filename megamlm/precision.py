@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+from typing import Callable, ContextManager
 
 import torch
 
@@ -11,7 +13,9 @@ def uses_bf16(device: torch.device, precision: str) -> bool:
     return precision == "bf16" or (precision == "auto" and device.type == "cuda")
 
 
-def autocast_context(device: torch.device, precision: str):
+def autocast_for(device: torch.device, precision: str) -> Callable[[], ContextManager]:
+    """The forward's precision context, decided once: a factory of ``torch.autocast`` to bf16, or
+    ``contextlib.nullcontext`` (fp32); ``with autocast():`` around each forward."""
     if uses_bf16(device, precision):
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+        return functools.partial(torch.autocast, device_type=device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext

@@ -54,7 +54,7 @@ def layout_dims(world: int, layout: dict, args, micro_batch_size: int, global_ba
     """The checked ParallelDims of ``layout`` (short names: tp, pp, dp_replicate, pipeline_schedule, ...) for the
     model ``args`` and batch sizes; ``shape`` overrides a model flag (e.g. seq_length)."""
     from megamlm.config import ParallelConfig, TrainingConfig, model_section_values
-    from megamlm.parallel.dims import resolve_parallel_dims
+    from megamlm.training.startup import resolve_parallel_dims
 
     degrees = {"tensor_model_parallel_size": layout.get("tp", 1), "pipeline_model_parallel_size": layout.get("pp", 1)}
     parallel = ParallelConfig(**degrees, **{k: v for k, v in layout.items() if k not in ("tp", "pp")})

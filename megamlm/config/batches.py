@@ -12,7 +12,7 @@ micro 12, as ``examples/configs/paper_*.yaml`` say) or global 16 / micro 16. The
   interleaved 1F1B).
 
 Flags the user did set are never changed: a layout they do not fit is refused by
-``megamlm.parallel.dims.resolve_parallel_dims``. ``resolve.py`` applies this before the one validation.
+``megamlm.training.startup.resolve_parallel_dims``. ``resolve.py`` applies this before the one validation.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ from megamlm.config.sections import (
 from megamlm.errors import ConfigError
 from megamlm.extras import installed, missing_message
 from megamlm.model.attention_table import attention_backend_problem
-from megamlm.model.config import PRESETS
+from megamlm.model.config import LAYER_TYPES, PRESETS
 
 
 def validate(cfg: Config) -> None:
@@ -153,7 +153,7 @@ def check_model(cfg: Config) -> None:
         if len(kinds) != shape["num_layers"]:
             raise ConfigError(f"--layer-types names {len(kinds)} layers and --num-layers is {shape['num_layers']}; "
                               "give one type (full or sliding) per layer")
-        if set(kinds) - {"full", "sliding"} or ("sliding" in kinds and not m.sliding_window):
+        if set(kinds) - set(LAYER_TYPES) or ("sliding" in kinds and not m.sliding_window):
             raise ConfigError(f"--layer-types {m.layer_types}: each layer is full or sliding, and sliding layers "
                               "need --sliding-window")
     if m.sliding_window is not None and m.sliding_window < 1:

@@ -52,9 +52,10 @@ def as_tuple(value) -> tuple:
     return tuple(value) if isinstance(value, (list, tuple)) else (value,)
 
 
-def switch_fraction(o: ObjectiveConfig) -> float:
-    """The first switch's fraction (the only one of a two-phase schedule)."""
-    return as_tuple(o.switch)[0] if o.switch is not None else DEFAULT_SWITCH
+def fraction_step(fraction: float, train_iters: int) -> int:
+    """The step that ``fraction`` of a ``train_iters``-step run ends at: round(fraction x iters) (--switch, the LR
+    fractions, a study's CLM fractions)."""
+    return round(fraction * train_iters)
 
 
 def switch_steps(o: ObjectiveConfig, train_iters: int) -> tuple[int, ...]:
@@ -66,8 +67,8 @@ def switch_steps(o: ObjectiveConfig, train_iters: int) -> tuple[int, ...]:
     if o.switch_step is not None:
         return as_tuple(o.switch_step)
     if o.switch is None:
-        return (round(DEFAULT_SWITCH * train_iters),) if len(objective_phases(o.objective)) == 2 else ()
-    return tuple(round(fraction * train_iters) for fraction in as_tuple(o.switch))
+        return (fraction_step(DEFAULT_SWITCH, train_iters),) if len(objective_phases(o.objective)) == 2 else ()
+    return tuple(fraction_step(fraction, train_iters) for fraction in as_tuple(o.switch))
 
 
 def switch_step(o: ObjectiveConfig, train_iters: int) -> int | None:
@@ -79,7 +80,7 @@ def switch_step(o: ObjectiveConfig, train_iters: int) -> int | None:
 def _steps(iters: int | None, fraction: float | None, train_iters: int) -> int:
     if iters is not None:
         return iters
-    return round((fraction if fraction is not None else 0.05) * train_iters)
+    return fraction_step(fraction if fraction is not None else 0.05, train_iters)
 
 
 def warmup_iters(t: TrainingConfig) -> int:
@@ -92,7 +93,7 @@ def wsd_decay_iters(t: TrainingConfig) -> int:
     that a short WSD run decays too, but never the only step."""
     if t.lr_wsd_decay_iters is not None or t.lr_wsd_decay_fraction is not None:
         return _steps(t.lr_wsd_decay_iters, t.lr_wsd_decay_fraction, t.train_iters)
-    return min(max(1, round(0.05 * t.train_iters)), t.train_iters - 1)
+    return min(max(1, fraction_step(0.05, t.train_iters)), t.train_iters - 1)
 
 
 def unused_lr_settings(t: TrainingConfig) -> str | None:

@@ -1,7 +1,8 @@
 """Settings from YAML files and mappings into a Config, each value checked against its field's type.
 
 A ``--config run.yaml`` file holds sections (``{model: {...}, training: {...}}``); ``settings_of`` reads one into
-plain mappings, ``config_from_settings`` builds the frozen Config from them (also for study files and records).
+plain mappings (with ``yaml_file``, which reads the study files too), ``config_from_settings`` builds the frozen
+Config from them (also for study files and records).
 ``typed_dataclass`` is the one YAML-to-dataclass converter: the config's sections and the study file's keys alike.
 """
 
@@ -163,17 +164,22 @@ def read_yaml(text: str):
     return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
 
 
+def yaml_file(path: str | Path, what: str, fix: str):
+    """The YAML document in the file ``path`` (``read_yaml``: no key twice); a ConfigError naming the ``what``
+    (``config file``, ``study file``) and the problem otherwise, ``fix`` saying what to pass when it is missing."""
+    if not Path(path).is_file():
+        raise ConfigError(f"{what} {path} not found; {fix}")
+    try:
+        return read_yaml(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{what} {path} is not UTF-8 text (byte {err.start}); pass a YAML file") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{what} {path} is not valid YAML{yaml_problem(err)}; fix that line") from None
+
+
 def settings_of(path: str) -> dict:
     """The sections of a YAML config file as mappings (not yet typed); one line naming the problem otherwise."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file {path} not found; pass an existing YAML file to --config")
-    try:
-        data = read_yaml(p.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"config file {path} is not UTF-8 text (byte {err.start}); pass a YAML file") from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"config file {path} is not valid YAML{yaml_problem(err)}; fix that line") from None
+    data = yaml_file(path, "config file", "pass an existing YAML file to --config")
     if data is not None and not isinstance(data, dict):
         raise ConfigError(f"config file {path} must hold sections ({', '.join(SECTION_CLASSES)}) as a mapping, "
                           f"not a {type(data).__name__}")

@@ -17,7 +17,7 @@ import numpy as np
 from megamlm.hf.errors import ConversionError
 from megamlm.hf.keymaps import EXPORT_ARCHS, KeyMap, keymap_for_model_type
 from megamlm.model.config import ModelArgs
-from megamlm.model.rope import RopeScaling
+from megamlm.model.rope_scaling import RopeScaling
 
 # Architectures with a feature megamlm's blocks do not have: the import names the feature.
 UNSUPPORTED_FEATURES = {

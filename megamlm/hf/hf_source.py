@@ -104,7 +104,7 @@ def load_tokenizer(source: HFSource):
                               "beside it") from error
 
 
-def _weight_files(source: HFSource) -> list[Path]:
+def weight_files(source: HFSource) -> list[Path]:
     """The files holding the weights, one shard after another; a missing shard is refused by name."""
     for name in WEIGHT_FILES:
         path = source.folder / name
@@ -143,11 +143,11 @@ def iter_tensors(source: HFSource) -> Iterator[tuple[str, torch.Tensor]]:
     if source.gguf_file:
         yield from _load_gguf(source).items()
         return
-    for path in _weight_files(source):
+    for path in weight_files(source):
         if path.suffix == ".safetensors":
             yield from _safetensors_tensors(path)
         else:
-            state = _torch_state(path)
+            state = torch_state(path)
             for name in list(state):
                 yield _hf_name(name), state.pop(name)
 
@@ -166,7 +166,9 @@ def _safetensors_tensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
             yield _hf_name(name), tensor
 
 
-def _torch_state(path: Path) -> dict[str, torch.Tensor]:
+def torch_state(path: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a PyTorch weight file (``pytorch_model.bin``), loaded weights-only (nothing in the pickle
+    runs), memory-mapped where the format allows; a ConversionError names a refused or damaged file."""
     try:
         return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     except pickle.UnpicklingError as error:  # weights_only refused what the pickle asks to build (nothing ran)

@@ -31,10 +31,10 @@ from megamlm.hf.errors import ConversionError
 from megamlm.hf.export import export_checkpoint
 from megamlm.hf.hf_source import (
     WEIGHT_FILES,
-    _torch_state,
-    _weight_files,
     is_hf_model,
     open_source,
+    torch_state,
+    weight_files,
 )
 from megamlm.hf.importer import import_hf
 from megamlm.hf.megamlm_checkpoint import (
@@ -119,11 +119,11 @@ def read_hf(path: str | Path) -> MergeInput:
                               "tools/convert_from_hf.py and merge the megamlm checkpoints instead")
     config = json.loads((source.folder / "config.json").read_text())
     tensors: dict[str, torch.Tensor] = {}
-    for weights in _weight_files(source):
+    for weights in weight_files(source):
         if weights.suffix == ".safetensors":
             tensors.update(load_file(str(weights)))
         else:
-            tensors.update(_torch_state(weights))
+            tensors.update(torch_state(weights))
     text = config.get("text_config") or {}
     vocabulary = {key: config.get(key, text.get(key))
                   for key in ("vocab_size", "bos_token_id", "eos_token_id", "pad_token_id", "mask_token_id")}

@@ -39,10 +39,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from megamlm import extras
 from megamlm.log import log
-from megamlm.model.attention_table import (  # noqa: F401 (re-exported: the table is declared there, torch-free)
+from megamlm.model.attention_table import (
     ATTENTION_BACKENDS,
     ATTENTION_TABLE,
-    AttentionBackendSpec,
     attention_backend_problem,
     unknown_backend,
 )

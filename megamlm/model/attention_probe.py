@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import torch
 
 from megamlm import extras
-from megamlm.model.attention_backends import ATTENTION_TABLE, FLEX_MIN_HEAD_DIM, AttentionBackendSpec, attention
+from megamlm.model.attention_backends import FLEX_MIN_HEAD_DIM, attention
+from megamlm.model.attention_table import ATTENTION_TABLE, AttentionBackendSpec
 from megamlm.model.config import Backends, ModelArgs
 
 

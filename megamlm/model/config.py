@@ -15,7 +15,7 @@ MLPActivation = Literal["swiglu", "geglu"]
 LAYER_TYPES = ("full", "sliding")
 """The attention of a layer: over the whole sequence, or a sliding window of ``sliding_window`` tokens."""
 AttentionBackend = Literal[ATTENTION_BACKENDS]
-"""``auto`` and the names of ``megamlm.model.attention_backends.ATTENTION_TABLE``; ``auto`` is resolved per attention
+"""``auto`` and the names of ``megamlm.model.attention_table.ATTENTION_TABLE``; ``auto`` is resolved per attention
 mode before the model is built."""
 
 

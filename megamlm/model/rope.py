@@ -14,7 +14,7 @@ import math
 
 import torch
 
-from megamlm.model.rope_scaling import RopeScaling, RopeScalingType  # noqa: F401 (re-exported)
+from megamlm.model.rope_scaling import RopeScaling
 
 
 def _llama3(inv_freq: torch.Tensor, s: RopeScaling) -> torch.Tensor:

@@ -11,20 +11,21 @@ import bisect
 
 import numpy as np
 
-from megamlm.config import OBJECTIVE_PHASES, as_tuple, objective_name, objective_phases
+from megamlm.config import as_tuple, objective_name, objective_phases
 from megamlm.errors import ResumeError
 from megamlm.objectives.batch import Batch, make_batch
 from megamlm.objectives.masking import MaskingSpec
 
-PHASES: dict[str, tuple[str, ...]] = OBJECTIVE_PHASES
-"""Each named objective's phases in order (declared in ``megamlm.config``; this name stays for existing callers)."""
+
+def phase_switches(phases: tuple[str, ...], switch_step) -> tuple[int, ...]:
+    """The switch steps of a schedule of ``phases``: ``switch_step`` (a step, a list or None), one per boundary."""
+    return as_tuple(switch_step)[:len(phases) - 1]
 
 
 def objective_at_step(objective: str, switch_step, step: int) -> str:
     """The objective a schedule (``--objective``, its switch step or steps) trains at 1-based ``step``."""
     phases = objective_phases(objective)
-    switches = as_tuple(switch_step)[:len(phases) - 1]
-    return phases[bisect.bisect_left(switches, step)]
+    return phases[bisect.bisect_left(phase_switches(phases, switch_step), step)]
 
 
 def schedule_state(objective: str, train_iters: int, switch_step) -> dict:
@@ -32,7 +33,7 @@ def schedule_state(objective: str, train_iters: int, switch_step) -> dict:
     ``clm_then_mlm``), and its switch as before (None for one phase, the step for two) or, for more phases, the
     list of steps."""
     phases = objective_phases(objective)
-    switches = as_tuple(switch_step)[:len(phases) - 1]
+    switches = phase_switches(phases, switch_step)
     stored = None if not switches else switches[0] if len(phases) == 2 else list(switches)
     return {"objective": objective_name(phases), "train_iters": train_iters, "switch_step": stored}
 
@@ -45,7 +46,7 @@ class ObjectiveSchedule:
         self.train_iters = train_iters
         self.masking = masking
         self.seed = seed
-        self.switch_steps: tuple[int, ...] = as_tuple(switch_step)[:len(self.phases) - 1]
+        self.switch_steps: tuple[int, ...] = phase_switches(self.phases, switch_step)
 
     @property
     def switch_step(self) -> int | None:

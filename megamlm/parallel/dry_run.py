@@ -20,7 +20,7 @@ from megamlm.data import load_tokenizer
 from megamlm.data.embedded import TOKENIZER_FILE
 from megamlm.model.config import ModelArgs
 from megamlm.model.transformer import Transformer
-from megamlm.parallel.dims import ParallelDims, dims_from_config
+from megamlm.parallel.dims import ParallelDims
 from megamlm.parallel.pipeline import prune_to_stages, rank_stages
 from megamlm.precision import uses_bf16
 
@@ -82,8 +82,8 @@ def rank_estimates(cfg: Config, dims: ParallelDims, args: ModelArgs) -> list[dic
     return rows
 
 
-def dry_run_report(cfg: Config) -> str:
-    dims = dims_from_config(cfg)
+def dry_run_report(cfg: Config, dims: ParallelDims) -> str:
+    """``--dry-run``'s report of ``cfg`` in its checked layout ``dims`` (megamlm/training/startup.py)."""
     args = dry_run_model_args(cfg)
     with torch.device("meta"):
         total = sum(p.numel() for p in Transformer(args).parameters())

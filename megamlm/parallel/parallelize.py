@@ -79,9 +79,6 @@ class ParallelModel:
     def has_first_stage(self) -> bool:
         return self.dims.pp == 1 or 0 in self.stage_ids
 
-    def head_weight(self) -> torch.Tensor:
-        return self.model.lm_head.weight
-
     def unique_parameters(self) -> list[torch.Tensor]:
         """This rank's parameters, without the last pipeline stage's copy of a tied embedding, so that a sum
         over every rank counts each weight once."""

@@ -12,7 +12,7 @@ sharing the modules, with only the stage's layers. ``PipelineRunner`` runs this 
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, ContextManager
 
 import torch
 import torch.nn as nn
@@ -27,7 +27,6 @@ from megamlm.model.transformer import Transformer
 from megamlm.objectives import Batch
 from megamlm.parallel.tied_embeddings import sync_gradients
 from megamlm.parallel.vocab_parallel_loss import parallel_sparse_lm_loss
-from megamlm.precision import autocast_context
 
 if TYPE_CHECKING:  # parallelize.py imports this module
     from megamlm.parallel.parallelize import ParallelModel
@@ -127,7 +126,7 @@ class PipelineRunner:
         if self.measure is not None:
             self.measured.append(self.measure(output, targets))
             return torch.zeros((), device=output.device)
-        loss, _ = parallel_sparse_lm_loss(output, self.pm.head_weight(), targets, self.pm.model.backends.kernels)
+        loss, _ = parallel_sparse_lm_loss(output, self.pm.model.lm_head.weight, targets, self.pm.model.backends.kernels)
         self.sums.append(loss.detach())
         return loss * self.scale
 
@@ -150,12 +149,13 @@ class PipelineRunner:
                   if pm.has_last_stage else None)
         return args, target, kwargs
 
-    def run(self, micro_batches: list[Batch], scale: float, device, precision) -> torch.Tensor:
-        """Forward and backward of this step's micro-batches, each loss times ``scale``: this rank's sum of token
-        losses (0-d; zero off the last stage)."""
+    def run(self, micro_batches: list[Batch], scale: float, device,
+            autocast: Callable[[], ContextManager]) -> torch.Tensor:
+        """Forward and backward of this step's micro-batches, each loss times ``scale``, under ``autocast()``
+        (megamlm/precision.py): this rank's sum of token losses (0-d; zero off the last stage)."""
         args, target, kwargs = self._inputs(micro_batches, device)
         self.scale, self.sums = scale, []
-        with autocast_context(device, precision):
+        with autocast():
             self.schedule.step(*args, target=target, losses=[], return_outputs=False, **kwargs)
         # On its first run the schedule infers shapes with one extra call of the loss on placeholder tensors.
         real = self.sums[len(self.sums) - self.n_microbatches:] if self.sums else []
@@ -163,13 +163,14 @@ class PipelineRunner:
         sync_gradients(self.pm.model, self.pm.embedding_group)  # the two copies of a tied embedding
         return local_loss
 
-    def evaluate(self, micro_batches: list[Batch], measure, device, precision) -> list[tuple[float, int, int]]:
+    def evaluate(self, micro_batches: list[Batch], measure, device,
+                 autocast: Callable[[], ContextManager]) -> list[tuple[float, int, int]]:
         """Forward only (the schedule's ``eval``): ``measure(output, targets)`` of each micro-batch, on the last
         stage (empty elsewhere)."""
         args, target, kwargs = self._inputs(micro_batches, device)
         self.measure, self.measured = measure, []
         try:
-            with autocast_context(device, precision):
+            with autocast():
                 self.schedule.eval(*args, target=target, losses=[], return_outputs=False, **kwargs)
         finally:
             self.measure = None

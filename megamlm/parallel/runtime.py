@@ -7,18 +7,16 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
 from megamlm.log import log
-from megamlm.parallel.dims import LayoutError, ParallelDims
+from megamlm.parallel.dims import ParallelDims
 from megamlm.parallel.launch import init_distributed
 
 
 def start_parallel(dims: ParallelDims, device: torch.device) -> tuple[DeviceMesh | None, torch.device]:
-    """(mesh, this rank's device); a single process gets no mesh and keeps ``device``."""
+    """(mesh, this rank's device); a single process gets no mesh and keeps ``device``. The start-up checks found
+    the launcher's world to be the one ``dims`` was planned for (megamlm/training/startup.py)."""
     if not dims.is_parallel:
         return None, device
-    _, world, local_rank = init_distributed(device.type)
-    if world != dims.world_size:
-        raise LayoutError(f"the launcher started {world} processes but the layout was planned for "
-                          f"{dims.world_size}; launch {dims.world_size} processes or drop --world-size")
+    _, _, local_rank = init_distributed(device.type)
     if device.type == "cuda":
         device = torch.device("cuda", local_rank)
     mesh = dims.build_mesh(device.type)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from megamlm.config import ConfigError, read_yaml, yaml_problem
-from megamlm.config.loader import typed_dataclass
+from megamlm.config import ConfigError
+from megamlm.config.loader import typed_dataclass, yaml_file
 from megamlm.study.checks import check_evaluation_keys, validate_study
 from megamlm.study.scaling import scale_steps
 from megamlm.study.schema import Study, StudyError
@@ -22,14 +22,10 @@ from megamlm.study.schema import Study, StudyError
 def load_study(path: str | Path, overrides: list[str] = (), scale: float | None = None) -> Study:
     """Read, override (``--set KEY=VALUE``), scale and check a study file; raises StudyError."""
     path = Path(path)
-    if not path.is_file():
-        raise StudyError(f"study file {path} not found; pass the path of a study YAML (see examples/studies/)")
     try:
-        data = read_yaml(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as err:
-        raise StudyError(f"{path} is not UTF-8 text (byte {err.start}); pass a study YAML file") from None
-    except yaml.YAMLError as err:
-        raise StudyError(f"{path} is not valid YAML{yaml_problem(err)}") from None
+        data = yaml_file(path, "study file", "pass the path of a study YAML (see examples/studies/)")
+    except ConfigError as err:  # the same one line, as the study's error
+        raise StudyError(str(err)) from None
     if not isinstance(data, dict):
         raise StudyError(f"{path} must hold a mapping of study keys (name, sizes, grids, ...)")
     own_report = data.get("report")

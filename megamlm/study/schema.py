@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, NamedTuple
 
-from megamlm.config import field_docs, objective_name
+from megamlm.config import field_docs, fraction_step, objective_name
 from megamlm.config.loader import keys_of
 from megamlm.errors import UserError
 from megamlm.eval.finetune import Hyperparameters
@@ -219,7 +219,7 @@ def grid_arms(grid: Grid) -> list[ArmSpec]:
     arms = []
     for mask_ratio in grid.mask_ratios:
         for budget in grid.budgets:
-            switches = ([round(f * budget) for f in grid.clm_fractions] if grid.clm_fractions
+            switches = ([fraction_step(f, budget) for f in grid.clm_fractions] if grid.clm_fractions
                         else list(grid.switch_steps))
             for switch in switches:
                 if switch <= 0:
@@ -238,7 +238,7 @@ def schedule_arms(schedule: Schedule) -> list[ArmSpec]:
     arms = []
     for mask_ratio in schedule.mask_ratios:
         for budget in schedule.budgets:
-            switches = (tuple(round(f * budget) for f in schedule.switches) if schedule.switches
+            switches = (tuple(fraction_step(f, budget) for f in schedule.switches) if schedule.switches
                         else tuple(schedule.switch_steps))
             arms.append(ArmSpec(objective, budget, switches, mask_ratio))
     return arms

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from array import array
 
 import torch
 
@@ -72,6 +73,11 @@ class LRSchedule:
         if self.style == "linear":
             return self.min_lr + span * (1.0 - progress)
         raise ValueError(f"unknown LR schedule {self.style!r}")
+
+    def table(self, last_step: int) -> array:
+        """``lr_at`` of steps 1 to ``last_step`` (at index ``step - 1``), computed once before the first step: the
+        loop reads the very floats ``lr_at`` returns, 8 bytes a step."""
+        return array("d", map(self.lr_at, range(1, last_step + 1)))
 
     def describe(self) -> str:
         """The start-up line: ``learning rate 0.001: 50 warmup steps, then constant to step 400 and a linear decay

@@ -2,31 +2,44 @@
 (training/setup.py) before any work.
 
 The Config's own checks ran when it was resolved (megamlm/config/checks.py). These need this launch: the world
-size (the layout, megamlm/parallel/dims.py), this machine (the device, a Triton-capable GPU, the installed
-optional packages, a compile mode it can run), the files named (the TensorBoard folder, the data and its
-tokenizer) and the model's shape (float8's widths). Each raises one line naming the fix: ConfigError, or
-LayoutError for the layout. The modules that apply a setting (parallel/compile.py, parallel/float8.py) say what
-is wrong; this module is where it is refused.
+size (the layout, ``resolve_parallel_dims``; megamlm/parallel/dims.py holds its arithmetic), this machine (the
+device, a Triton-capable GPU, the installed optional packages, a compile mode it can run), the files named (the
+TensorBoard folder, the data and its tokenizer) and the model's shape (float8's widths). Each raises one line naming
+the fix: ConfigError, or LayoutError for the layout. The modules that apply a setting (parallel/compile.py,
+parallel/float8.py) say what is wrong; this module is where it is refused.
 """
-
 from __future__ import annotations
 
 import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping, get_args
 
 import torch
 
-from megamlm.config import Config, ConfigError, objective_phases, validation_enabled
-from megamlm.errors import os_error_text
+from megamlm.config import (
+    Config,
+    ConfigError,
+    DataParallelImpl,
+    ParallelConfig,
+    PipelineSchedule,
+    TrainingConfig,
+    launch_world_size,
+    objective_phases,
+    resolved_shape,
+    validation_enabled,
+)
+from megamlm.errors import LayoutError, os_error_text
 from megamlm.hf.hf_source import is_hf_model
 from megamlm.kernels import check_kernel_backend
-from megamlm.model.attention_backends import attention_backend_problem, check_attention_backend
+from megamlm.launcher_env import world_size_from_env
+from megamlm.model.attention_backends import check_attention_backend
+from megamlm.model.attention_table import attention_backend_problem
 from megamlm.model.config import Backends, ModelArgs
 from megamlm.model.transformer import Transformer
 from megamlm.parallel.compile import compile_mode_problem, resolve_compile_mode
-from megamlm.parallel.dims import ParallelDims, dims_from_config
+from megamlm.parallel.dims import ParallelDims, data_parallel_degrees, layers_per_round
 from megamlm.parallel.float8 import float8_problem, float8_width_problem
 
 
@@ -45,6 +58,10 @@ def check_launch(cfg: Config) -> Launch:
     """The checks that need no data: the run's own files, the layout, the device and what runs on it."""
     check_run_files(cfg)
     dims = dims_from_config(cfg)
+    launched = world_size_from_env()
+    if dims.world_size != launched:
+        raise LayoutError(f"the launcher started {launched} processes but the layout was planned for "
+                          f"{dims.world_size}; launch {dims.world_size} processes or drop --world-size")
     device = resolve_device(cfg.training.device)
     compile_mode = check_compile(cfg.performance.compile, device, dims)
     if problem := attention_backend_problem(cfg.performance.attention_backend, device.type):
@@ -53,6 +70,139 @@ def check_launch(cfg: Config) -> Launch:
         check_float8(dims)
     check_data_sources(cfg)
     return Launch(dims, device, compile_mode, backends_for(cfg, device))
+
+
+def dims_from_config(cfg: Config, world_size: int | None = None) -> ParallelDims:
+    """The run's checked layout (world size: the argument, --world-size, else the launcher's environment).
+
+    ``cfg`` is resolved (megamlm/config/resolve.py): its batch sizes are set, fitted to this layout where the user
+    left them unset.
+    """
+    return resolve_parallel_dims(world_size or launch_world_size(cfg), cfg.parallel, cfg.training,
+                                 resolved_shape(cfg.model))
+
+
+def resolve_parallel_dims(world_size: int, parallel: ParallelConfig, training: TrainingConfig,
+                          shape: Mapping[str, int | None]) -> ParallelDims:
+    """Check the layout ``parallel`` asks for against the world size, the batch sizes of ``training`` and the model
+    ``shape`` (by flag name, as ``megamlm.config.resolved_shape`` gives it; ``vocab_size`` None: tokenizer-sized,
+    padded to a multiple of TP later); raise LayoutError naming the fix. Returns the layout.
+
+    ``dp_shard = -1`` takes whatever the other degrees leave of the world.
+    """
+    if world_size < 1:
+        raise LayoutError(f"world size must be positive, got {world_size}")
+    check_degrees(parallel)
+    tp, pp = parallel.tensor_model_parallel_size, parallel.pipeline_model_parallel_size
+    if world_size % (tp * pp):
+        raise LayoutError(f"world size {world_size} is not divisible by TP {tp} x PP {pp}; launch a multiple of "
+                          f"{tp * pp} processes or change --tp/--pp")
+    dp = world_size // (tp * pp)
+    check_data_parallel(parallel, dp, world_size)
+    check_tensor_parallel(tp, shape)
+    check_pipeline(parallel, shape["num_layers"])
+    check_micro_batches(parallel, training, dp)
+    return ParallelDims.of(world_size, parallel, shape["num_layers"])
+
+
+def check_degrees(parallel: ParallelConfig) -> None:
+    """Each degree is positive and each choice known."""
+    for flag, value in (("--tensor-model-parallel-size", parallel.tensor_model_parallel_size),
+                        ("--pipeline-model-parallel-size", parallel.pipeline_model_parallel_size),
+                        ("--dp-replicate", parallel.dp_replicate)):
+        if value < 1:
+            raise LayoutError(f"{flag} must be >= 1, got {value}")
+    if parallel.dp_shard == 0 or parallel.dp_shard < -1:
+        raise LayoutError(f"--dp-shard must be >= 1, or -1 for the rest of the world; got {parallel.dp_shard}")
+    for flag, value, choices in (("--data-parallel-impl", parallel.data_parallel_impl, get_args(DataParallelImpl)),
+                                 ("--pipeline-schedule", parallel.pipeline_schedule, get_args(PipelineSchedule))):
+        if value not in choices:
+            raise LayoutError(f"unknown {flag} {value!r}; choose one of {', '.join(choices)}")
+
+
+def check_data_parallel(parallel: ParallelConfig, dp: int, world_size: int) -> None:
+    """The ``dp`` data-parallel ranks split into replicas and shards as asked (DDP: replicas only, without TP)."""
+    tp, pp = parallel.tensor_model_parallel_size, parallel.pipeline_model_parallel_size
+    dp_replicate, dp_shard = parallel.dp_replicate, parallel.dp_shard
+    if parallel.data_parallel_impl == "ddp":
+        if dp_shard not in (-1, 1):
+            raise LayoutError("--dp-shard sets FSDP's sharding degree; with --data-parallel-impl ddp every "
+                              "data-parallel rank holds a full replica: drop --dp-shard or use fsdp")
+        if dp_replicate not in (1, dp):
+            raise LayoutError(f"with --data-parallel-impl ddp all {dp} data-parallel ranks are replicas; "
+                              f"drop --dp-replicate or set it to {dp}")
+        if tp > 1:
+            raise LayoutError("DDP does not compose with tensor parallelism here; use --data-parallel-impl fsdp "
+                              "(FSDP2 shards over the data-parallel ranks and keeps TP's DTensors)")
+        return
+    if dp % dp_replicate:
+        raise LayoutError(f"--dp-replicate {dp_replicate} does not divide the data-parallel size {dp} "
+                          f"(world {world_size} / (TP {tp} x PP {pp})); pick a divisor of {dp}")
+    dp_replicate, dp_shard = data_parallel_degrees(dp, parallel)
+    if dp_replicate * dp_shard != dp:
+        raise LayoutError(f"--dp-replicate {dp_replicate} x --dp-shard {dp_shard} = {dp_replicate * dp_shard} "
+                          f"but world {world_size} / (TP {tp} x PP {pp}) leaves {dp} data-parallel ranks; "
+                          "make the product match or pass --dp-shard -1")
+
+
+def check_tensor_parallel(tp: int, shape: Mapping[str, int | None]) -> None:
+    """Tensor parallelism splits the heads, the MLP, the sequence and the vocabulary evenly."""
+    if tp == 1:
+        return
+    for name in ("num_attention_heads", "num_query_groups", "ffn_hidden_size", "seq_length"):
+        if shape[name] % tp:
+            raise LayoutError(f"--{name.replace('_', '-')} {shape[name]} is not divisible by "
+                              f"--tensor-model-parallel-size {tp}; tensor parallelism splits it evenly: pick a TP "
+                              "size that divides it")
+    vocab_size = shape["vocab_size"]
+    if vocab_size is not None and vocab_size % tp:
+        raise LayoutError(f"--vocab-size {vocab_size} is not divisible by --tensor-model-parallel-size {tp}; "
+                          f"pad it to a multiple of {128 * tp} (128 x TP)")
+
+
+def check_pipeline(parallel: ParallelConfig, num_layers: int) -> None:
+    """Every pipeline stage gets layers; interleaved 1F1B gets whole rounds of virtual stages, at least 2 a rank."""
+    pp, schedule = parallel.pipeline_model_parallel_size, parallel.pipeline_schedule
+    per_virtual_stage = parallel.num_layers_per_virtual_stage
+    if pp == 1:
+        if per_virtual_stage is not None or schedule != "1f1b":
+            raise LayoutError("--pipeline-schedule/--num-layers-per-virtual-stage need --pipeline-model-parallel-size "
+                              "> 1")
+        return
+    if schedule == "1f1b":
+        if per_virtual_stage is not None:
+            raise LayoutError("--num-layers-per-virtual-stage is for --pipeline-schedule interleaved_1f1b; "
+                              "drop it or switch the schedule")
+        if num_layers < pp:
+            raise LayoutError(f"--num-layers {num_layers} is fewer than --pipeline-model-parallel-size {pp}; "
+                              "every pipeline stage needs at least one layer")
+        return
+    if per_virtual_stage is None or per_virtual_stage < 1:
+        raise LayoutError("--pipeline-schedule interleaved_1f1b needs --num-layers-per-virtual-stage N "
+                          "(layers in each virtual stage)")
+    per_round = layers_per_round(parallel)
+    if num_layers % per_round or num_layers // per_round < 2:
+        raise LayoutError(
+            f"--num-layers {num_layers} must be a multiple of PP {pp} x --num-layers-per-virtual-stage "
+            f"{per_virtual_stage} giving at least 2 stages per rank for interleaved 1F1B; "
+            f"lower --num-layers-per-virtual-stage or use --pipeline-schedule 1f1b")
+
+
+def check_micro_batches(parallel: ParallelConfig, training: TrainingConfig, dp: int) -> None:
+    """The global batch splits into micro-batches over the data-parallel ranks, enough of them for the pipeline."""
+    pp, micro, global_ = parallel.pipeline_model_parallel_size, training.micro_batch_size, training.global_batch_size
+    if global_ % (micro * dp):
+        raise LayoutError(f"--global-batch-size {global_} is not divisible by --micro-batch-size "
+                          f"{micro} x data-parallel size {dp}; use a multiple of {micro * dp}")
+    micro_batches = global_ // (micro * dp)
+    if pp > 1 and micro_batches < pp:
+        raise LayoutError(f"pipeline parallelism needs at least PP={pp} micro-batches per step per data-parallel "
+                          f"rank, got {micro_batches} (global {global_} / (micro {micro} x "
+                          f"DP {dp})); raise --global-batch-size or lower --micro-batch-size")
+    if pp > 1 and parallel.pipeline_schedule == "interleaved_1f1b" and micro_batches % pp:
+        raise LayoutError(f"interleaved 1F1B runs micro-batches in rounds of PP={pp}; {micro_batches} micro-batches "
+                          f"per step is not a multiple: make --global-batch-size / (--micro-batch-size x DP) a "
+                          f"multiple of {pp}")
 
 
 def check_run_files(cfg: Config) -> None:

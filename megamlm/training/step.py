@@ -15,12 +15,17 @@ flag on the device, handed to torch's fused AdamW (GPU and CPU) as ``found_inf``
 ``torch.amp.GradScaler`` uses: the host reads nothing during the step, and the step's numbers stay 0-d device tensors
 (``StepResult``) until training/reporter.py reads them (``StepOutcome``). An optimizer that cannot take the flag
 (apex's FusedAdam) is the one branch where the host reads it.
+
+What does not change between steps (the precision context, the data-parallel size, the parameters the norm sums,
+the clipping threshold) is decided once before the first step (``StepSetup.of``) and read here as plain values, so
+that one step calls into the model, the loss and the optimizer only.
 """
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import Callable, ContextManager
 
 import torch
 import torch.distributed as dist
@@ -33,8 +38,29 @@ from megamlm.parallel.launch import host_collective_device
 from megamlm.parallel.parallelize import ParallelModel
 from megamlm.parallel.pipeline import pipeline_runner
 from megamlm.parallel.vocab_parallel_loss import parallel_sparse_lm_loss
-from megamlm.precision import autocast_context
+from megamlm.precision import autocast_for
 from megamlm.training.nonfinite import NonFiniteGuard
+
+
+@dataclass(frozen=True)
+class StepSetup:
+    """What every optimizer step of a run reads and none changes, decided once before the first step."""
+
+    pm: ParallelModel
+    device: torch.device
+    autocast: Callable[[], ContextManager]
+    """The forward's precision context (``with setup.autocast():``), megamlm/precision.py's ``autocast_for``."""
+    dp: int
+    """The data-parallel size (``ParallelDims.dp``)."""
+    parameters: list[torch.Tensor]
+    """This rank's parameters, a tied embedding counted once over the ranks: what the global gradient norm sums
+    (``ParallelModel.unique_parameters``)."""
+    clip_grad: float
+    """The gradient norm is clipped to this (0: no clipping)."""
+
+    @classmethod
+    def of(cls, pm: ParallelModel, device: torch.device, clip_grad: float, precision: str = "auto") -> StepSetup:
+        return cls(pm, device, autocast_for(device, precision), pm.dims.dp, pm.unique_parameters(), clip_grad)
 
 
 @dataclass(frozen=True)
@@ -109,24 +135,24 @@ def skip_streak(guard: NonFiniteGuard, optimizer: torch.optim.Optimizer, device:
     return SkipStreak(len(guard.in_a_row), guard.max_in_a_row, device)
 
 
-def train_step(pm: ParallelModel, optimizer: torch.optim.Optimizer, micro_batches: list[Batch], lr: float,
-               clip_grad: float, device: torch.device, precision: str = "auto",
+def train_step(setup: StepSetup, optimizer: torch.optim.Optimizer, micro_batches: list[Batch], lr: float,
                streak: SkipStreak | None = None) -> StepResult:
     """Forward/backward this rank's micro-batches, then skip or clip globally and apply one update at ``lr``.
 
     ``streak``: the device mirror of the skip streak (``skip_streak``); a complete one holds the update back.
     """
-    loss, predicted = forward_backward(pm, micro_batches, device, precision)
-    grad_norm = global_grad_norm(pm)
+    pm = setup.pm
+    loss, predicted = forward_backward(setup, micro_batches)
+    grad_norm = global_grad_norm(setup)
     # The skip, decided before clipping: clipped by an infinite norm, the gradients would turn into finite zeros.
     found_inf = (~(torch.isfinite(loss) & torch.isfinite(grad_norm))).to(torch.float32)
     if streak is not None:
         found_inf = torch.maximum(found_inf, streak.stopped.to(torch.float32))
-    if clip_grad > 0:
+    if setup.clip_grad > 0:
         # Under a set found_inf a non-finite norm turns the gradients into zeros or NaNs here; the update that would
         # read them is skipped.
         params = [p for p in pm.model.parameters() if p.grad is not None]
-        torch.nn.utils.clip_grads_with_norm_(params, clip_grad, grad_norm)
+        torch.nn.utils.clip_grads_with_norm_(params, setup.clip_grad, grad_norm)
     for group in optimizer.param_groups:
         group["lr"] = lr
     if optimizer.defaults.get("fused"):
@@ -148,17 +174,16 @@ def train_step(pm: ParallelModel, optimizer: torch.optim.Optimizer, micro_batche
     return StepResult(loss, grad_norm, applied, predicted)
 
 
-def forward_backward(pm: ParallelModel, micro_batches: list[Batch], device: torch.device,
-                     precision: str = "auto") -> tuple[torch.Tensor, int]:
+def forward_backward(setup: StepSetup, micro_batches: list[Batch]) -> tuple[torch.Tensor, int]:
     """Accumulate this step's gradients on every rank; returns (global mean token loss, a 0-d fp64 device tensor
     the host does not wait for; global predicted tokens, counted on the host's copy of the targets)."""
-    dims = pm.dims
+    pm, device, dims = setup.pm, setup.device, setup.pm.dims
     local_tokens = sum(b.positions.numel() for b in micro_batches)
     # Every TP and PP rank of a data-parallel replica computes the same count.
     total_tokens = round(_global_sum(pm, local_tokens, dims.tp * dims.pp))
-    scale = dims.dp / max(total_tokens, 1)
+    scale = setup.dp / max(total_tokens, 1)
     if dims.pp > 1:
-        local_loss = pipeline_runner(pm, len(micro_batches), device).run(micro_batches, scale, device, precision)
+        local_loss = pipeline_runner(pm, len(micro_batches), device).run(micro_batches, scale, device, setup.autocast)
     else:
         part = pm.parts[0]
         local_loss = torch.zeros((), dtype=torch.float32, device=device)
@@ -169,22 +194,24 @@ def forward_backward(pm: ParallelModel, micro_batches: list[Batch], device: torc
             positions = batch.positions.to(device, non_blocking=True)
             document_ids = batch.document_ids.to(device, non_blocking=True) if batch.document_ids is not None else None
             with _gradient_sync(part, i == len(micro_batches) - 1):
-                with autocast_context(device, precision):
+                with setup.autocast():
                     hidden = part(input_ids, causal=batch.causal, document_ids=document_ids)
-                    loss, _ = parallel_sparse_lm_loss(hidden, pm.head_weight(), targets, pm.model.backends.kernels,
-                                                      positions)
+                    # The LM head's weight is read after the forward: FSDP2 has gathered it there.
+                    loss, _ = parallel_sparse_lm_loss(hidden, pm.model.lm_head.weight, targets,
+                                                      pm.model.backends.kernels, positions)
                 (loss * scale).backward()
             local_loss += loss.detach()
     # Losses live on the last pipeline stage, repeated on each of its TP ranks.
     return _global_loss(pm, local_loss, dims.tp) / max(total_tokens, 1), total_tokens
 
 
-def global_grad_norm(pm: ParallelModel) -> torch.Tensor:
+def global_grad_norm(setup: StepSetup) -> torch.Tensor:
     """The L2 norm of every rank's gradients together (DTensor shards and pipeline stages), in fp32.
 
     Not finite when any gradient anywhere is not finite, or when the finite gradients' norm overflows.
     """
-    grads = [p.grad for p in pm.unique_parameters() if p.grad is not None]
+    pm = setup.pm
+    grads = [p.grad for p in setup.parameters if p.grad is not None]
     total = torch.nn.utils.get_total_norm(grads, 2.0) if grads else torch.zeros(())
     if isinstance(total, DTensor):
         total = total.full_tensor()

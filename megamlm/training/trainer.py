@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import time
+from array import array
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -47,7 +48,7 @@ from megamlm.training.reporter import PendingStep, RunReporter, StepLedger
 from megamlm.training.resume import Start, TrainProgress, plan_start
 from megamlm.training.run_record import build_run_record, write_run_record
 from megamlm.training.setup import RunPlan, backends_on_device, plan_run
-from megamlm.training.step import SkipStreak, StepOutcome, skip_streak, train_step
+from megamlm.training.step import SkipStreak, StepOutcome, StepSetup, skip_streak, train_step
 from megamlm.training.stopping import ExitSignalHandler, StopPolicy, WriteFailure
 from megamlm.training.validation import ValidationSet, load_validation_set
 
@@ -125,6 +126,10 @@ class Trainer:
     streak: SkipStreak | None = field(default=None, init=False)
     """The guard's streak mirrored on the device, when the host reads the step numbers only when needed
     (training/step.py)."""
+    step_setup: StepSetup | None = field(default=None, init=False)
+    """What every step reads and none changes (training/step.py), decided before the first step."""
+    lrs: array | None = field(default=None, init=False)
+    """The learning rate of each step (``LRSchedule.table``: step k at index k - 1)."""
     reporter: RunReporter | None = field(default=None, init=False)
     ledger: StepLedger | None = field(default=None, init=False)
     """The finished steps the host has not read yet (training/reporter.py)."""
@@ -141,6 +146,8 @@ class Trainer:
         """One optimizer step per global batch up to --train-iters, or until a stop (``after_step``)."""
         t, log_cfg = self.cfg.training, self.cfg.logging
         self.streak = skip_streak(self.guard, self.optimizer, self.device, self.read_on_device)
+        self.step_setup = StepSetup.of(self.pm, self.device, t.clip_grad, t.precision)
+        self.lrs = self.lr_schedule.table(t.train_iters)
         self.reporter = RunReporter(self.cfg.checkpoint.save, log_cfg.tensorboard_dir, log_cfg.log_interval,
                                     t.train_iters, self.result.start_step, self.plan.model_args, self.device,
                                     self.plan.dims.world_size)
@@ -174,9 +181,8 @@ class Trainer:
                          for mb in loaded]
         if self.device.type == "cuda":  # pinned: the copies to the device do not make the host wait
             micro_batches = [pin_batch(b) for b in micro_batches]
-        lr = self.lr_schedule.lr_at(step)
-        result = train_step(self.pm, self.optimizer, micro_batches, lr, t.clip_grad, self.device, t.precision,
-                            streak=self.streak)
+        lr = self.lrs[step - 1]
+        result = train_step(self.step_setup, self.optimizer, micro_batches, lr, streak=self.streak)
         self.progress.advance(t.global_batch_size)
         self.result.last_step = step
         return PendingStep(result, step, objective, lr, [k for b in micro_batches for k in b.sample_ids],

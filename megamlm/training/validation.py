@@ -34,7 +34,7 @@ from megamlm.objectives.batch import make_batch
 from megamlm.parallel.parallelize import ParallelModel
 from megamlm.parallel.pipeline import pipeline_runner
 from megamlm.parallel.vocab_parallel_loss import parallel_sparse_lm_loss, parallel_top1_correct
-from megamlm.precision import autocast_context
+from megamlm.precision import autocast_for
 from megamlm.training.setup import RunPlan
 
 VALIDATION_MASK_ID_BASE = 1 << 62
@@ -134,19 +134,20 @@ def forward_metrics(pm: ParallelModel, micro_batches: list[Batch], device: torch
     """Forward only, no gradients (validation): (sum of token losses, predicted tokens, top-1 correct predictions
     when ``accuracy``) over the micro-batches of every data-parallel rank; the same numbers on every rank."""
     def measure(hidden: torch.Tensor, targets: torch.Tensor) -> tuple[float, int, int]:
-        loss, predicted = parallel_sparse_lm_loss(hidden, pm.head_weight(), targets, pm.model.backends.kernels)
-        correct = parallel_top1_correct(hidden, pm.head_weight(), targets) if accuracy else 0
+        loss, predicted = parallel_sparse_lm_loss(hidden, pm.model.lm_head.weight, targets, pm.model.backends.kernels)
+        correct = parallel_top1_correct(hidden, pm.model.lm_head.weight, targets) if accuracy else 0
         return float(loss), predicted, correct
 
+    autocast = autocast_for(device, precision)
     with torch.no_grad():
         if pm.dims.pp > 1:
             runner = pipeline_runner(pm, len(micro_batches), device)
-            measured = runner.evaluate(micro_batches, measure, device, precision)
+            measured = runner.evaluate(micro_batches, measure, device, autocast)
         else:
             measured = []
             for batch in micro_batches:
                 document_ids = batch.document_ids.to(device) if batch.document_ids is not None else None
-                with autocast_context(device, precision):
+                with autocast():
                     hidden = pm.parts[0](batch.input_ids.to(device), causal=batch.causal, document_ids=document_ids)
                     measured.append(measure(hidden, batch.targets.to(device)))
     sums = torch.tensor([sum(m[i] for m in measured) for i in range(3)], dtype=torch.float64, device=device)

@@ -56,7 +56,7 @@ def reference(ckpt: str, first_word: int, words: int, resume_dir: str) -> dict:
     from megamlm.parallel.dims import ParallelDims
     from megamlm.parallel.parallelize import parallelize
     from megamlm.training.optim import build_optimizer
-    from megamlm.training.step import train_step
+    from megamlm.training.step import StepSetup, train_step
 
     record, args = _record(ckpt)
     cpu = torch.device("cpu")
@@ -65,9 +65,10 @@ def reference(ckpt: str, first_word: int, words: int, resume_dir: str) -> dict:
     pm = parallelize(model, ParallelDims(world_size=1), None, cpu)
     optimizer = build_optimizer(model, LR, 0.1, (0.9, 0.95), 1e-5)
     sched = schedule(record.config, first_word, words)
+    setup = StepSetup.of(pm, cpu, CLIP)
     losses, norms = [], []
     for step in range(1, STEPS + 1):
-        out = train_step(pm, optimizer, batches(sched, step, GLOBAL_IDS, first_word, words), LR, CLIP, cpu)
+        out = train_step(setup, optimizer, batches(sched, step, GLOBAL_IDS, first_word, words), LR)
         losses.append(out.loss)
         norms.append(out.grad_norm)
         if step == RESUME_AT:
@@ -92,7 +93,7 @@ def check_family(rank: int, world: int, layouts: dict, family: str, ckpt: str, f
     from megamlm.model.transformer import Transformer
     from megamlm.parallel.parallelize import parallelize
     from megamlm.training.optim import build_optimizer
-    from megamlm.training.step import train_step
+    from megamlm.training.step import StepSetup, train_step
 
     record, args = _record(ckpt)
     sched = schedule(record.config, first_word, words)
@@ -110,9 +111,10 @@ def check_family(rank: int, world: int, layouts: dict, family: str, ckpt: str, f
         per_rank = len(GLOBAL_IDS) // dims.dp
         pm, optimizer = build()
         mine = GLOBAL_IDS[pm.dp_rank * per_rank:(pm.dp_rank + 1) * per_rank]
+        setup = StepSetup.of(pm, cpu, CLIP)
         losses, norms = [], []
         for step in range(1, STEPS + 1):
-            out = train_step(pm, optimizer, batches(sched, step, mine, first_word, words), LR, CLIP, cpu)
+            out = train_step(setup, optimizer, batches(sched, step, mine, first_word, words), LR)
             losses.append(out.loss)
             norms.append(out.grad_norm)
         _check(f"{family} {layout_name} loss", losses, expected["losses"], 1e-5)
@@ -124,7 +126,8 @@ def check_family(rank: int, world: int, layouts: dict, family: str, ckpt: str, f
         if dims.pp > 1:  # the single-process checkpoint, resharded onto the pipeline, continues exactly
             pm, optimizer = build()
             load_checkpoint(Path(resume_dir) / f"iter_{RESUME_AT:07d}", pm.model, optimizer)
-            resumed = [train_step(pm, optimizer, batches(sched, step, mine, first_word, words), LR, CLIP, cpu).loss
+            setup = StepSetup.of(pm, cpu, CLIP)
+            resumed = [train_step(setup, optimizer, batches(sched, step, mine, first_word, words), LR).loss
                        for step in range(RESUME_AT + 1, STEPS + 1)]
             _check(f"{family} {layout_name} resumed loss", resumed, expected["losses"][RESUME_AT:], 1e-5)
 

@@ -17,12 +17,13 @@ CPU = torch.device("cpu")
 
 def _steps(pm, ids):
     from megamlm.training.optim import build_optimizer
-    from megamlm.training.step import train_step
+    from megamlm.training.step import StepSetup, train_step
 
     sched = schedule("mlm")
     optimizer = build_optimizer(pm.model, LR, 0.1, (0.9, 0.95), 1e-8)
-    first = train_step(pm, optimizer, micro_batches(sched, 1, ids), LR, CLIP, CPU)
-    second = train_step(pm, optimizer, micro_batches(sched, 2, [[k + 8 for k in m] for m in ids]), LR, CLIP, CPU)
+    setup = StepSetup.of(pm, CPU, CLIP)
+    first = train_step(setup, optimizer, micro_batches(sched, 1, ids), LR)
+    second = train_step(setup, optimizer, micro_batches(sched, 2, [[k + 8 for k in m] for m in ids]), LR)
     return first, second
 
 

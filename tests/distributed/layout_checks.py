@@ -25,7 +25,7 @@ def reference(objective: str):
     from megamlm.parallel.dims import ParallelDims
     from megamlm.parallel.parallelize import parallelize
     from megamlm.training.optim import build_optimizer
-    from megamlm.training.step import train_step
+    from megamlm.training.step import StepSetup, train_step
 
     sched = schedule(objective)
     torch.manual_seed(SEED)
@@ -41,9 +41,9 @@ def reference(objective: str):
     single = parallelize(model, ParallelDims(world_size=1), None, torch.device("cpu"))
     assert single.parts == [model] and single.mesh is None
     optimizer = build_optimizer(model, LR, 0.1, (0.9, 0.95), 1e-8)
-    first = train_step(single, optimizer, batches, LR, CLIP, torch.device("cpu"))
-    second = train_step(single, optimizer, micro_batches(sched, 2, [[k + 8 for k in ids] for ids in GLOBAL_IDS]),
-                        LR, CLIP, torch.device("cpu"))
+    setup = StepSetup.of(single, torch.device("cpu"), CLIP)
+    first = train_step(setup, optimizer, batches, LR)
+    second = train_step(setup, optimizer, micro_batches(sched, 2, [[k + 8 for k in ids] for ids in GLOBAL_IDS]), LR)
     return first.loss, grads, second.loss, first.grad_norm
 
 
@@ -52,7 +52,7 @@ def check_layout(rank: int, world: int, layout: dict, recompute: bool = False, c
     from megamlm.model.transformer import Transformer
     from megamlm.parallel.parallelize import parallelize
     from megamlm.training.optim import build_optimizer
-    from megamlm.training.step import forward_backward, train_step
+    from megamlm.training.step import StepSetup, forward_backward, train_step
 
     dims = layout_dims(world, layout, TINY, micro_batch_size=2, global_batch_size=8)
     mesh = dims.build_mesh("cpu")
@@ -66,7 +66,8 @@ def check_layout(rank: int, world: int, layout: dict, recompute: bool = False, c
         per_rank = len(GLOBAL_IDS) // dims.dp
         mine = GLOBAL_IDS[pm.dp_rank * per_rank:(pm.dp_rank + 1) * per_rank]
 
-        loss, _ = forward_backward(pm, micro_batches(sched, 1, mine), cpu)
+        setup = StepSetup.of(pm, cpu, CLIP)
+        loss, _ = forward_backward(setup, micro_batches(sched, 1, mine))
         assert float(loss) == pytest.approx(float(ref_loss), rel=1e-5), (objective, layout)
         grads = full_grads(pm.model.named_parameters())
         expected = set(ref_grads) if dims.pp == 1 else {n for n in ref_grads if n in grads}
@@ -81,11 +82,11 @@ def check_layout(rank: int, world: int, layout: dict, recompute: bool = False, c
         # The same first step again, now through the one train_step of every layout.
         optimizer = build_optimizer(pm.model, LR, 0.1, (0.9, 0.95), 1e-8)
         optimizer.zero_grad(set_to_none=True)
-        first = train_step(pm, optimizer, micro_batches(sched, 1, mine), LR, CLIP, cpu)
+        first = train_step(setup, optimizer, micro_batches(sched, 1, mine), LR)
         assert first.applied and float(first.loss) == pytest.approx(float(ref_loss), rel=1e-5), (objective, layout)
         assert float(first.grad_norm) == pytest.approx(float(ref_norm), rel=1e-4), (first.grad_norm, ref_norm)
         second_ids = [[k + 8 for k in ids] for ids in mine]
-        second = train_step(pm, optimizer, micro_batches(sched, 2, second_ids), LR, CLIP, cpu)
+        second = train_step(setup, optimizer, micro_batches(sched, 2, second_ids), LR)
         assert float(second.loss) == pytest.approx(float(ref_second), rel=1e-4), (objective, layout)
         if compile != "none":  # the compiler did capture the model
             assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > 0

@@ -8,9 +8,9 @@ import torch
 def check_rank_parameters(rank: int, world: int, out_dir: str) -> None:
     from megamlm.config import parse_args
     from megamlm.model.transformer import Transformer, count_parameters
-    from megamlm.parallel.dims import dims_from_config
     from megamlm.parallel.dry_run import dry_run_model_args, rank_estimates
     from megamlm.parallel.parallelize import parallelize
+    from megamlm.training.startup import dims_from_config
     from megamlm.training.trainer import rank_parameters_note
 
     cfg = parse_args(["--tp", "2", "--micro-batch-size", "2", "--global-batch-size", "4", "--seq-length", "32"])

@@ -51,7 +51,7 @@ def pretrain_flags(cmd: list[str]) -> list[str]:
 
 def check_layout_plans(flags: list[str], world: int) -> None:
     from megamlm.config import parse_args
-    from megamlm.parallel.dims import dims_from_config
+    from megamlm.training.startup import dims_from_config
 
     dims = dims_from_config(parse_args(flags + ["--dry-run", "--world-size", str(world)]))
     assert dims.world_size == world

@@ -56,23 +56,23 @@ def pretrain_poisoned_on_rank(rank: int, world: int, argv: list[str], out_dir: s
     real_step, real_streak, real_norm = trainer.train_step, trainer.skip_streak, step_module.global_grad_norm
     current, streaks = [0], []
 
-    def poisoned_step(pm, optimizer, micro_batches, *args, **kwargs):
+    def poisoned_step(setup, optimizer, micro_batches, *args, **kwargs):
         current[0] = micro_batches[0].sample_ids[0] // cfg.training.global_batch_size + 1
         handle = None
         if poison == "nan" and current[0] == poison_step and rank == poison_rank:
-            handle = pm.model.register_forward_hook(lambda module, inputs, out: out * float("nan"))
+            handle = setup.pm.model.register_forward_hook(lambda module, inputs, out: out * float("nan"))
         try:
-            return real_step(pm, optimizer, micro_batches, *args, **kwargs)
+            return real_step(setup, optimizer, micro_batches, *args, **kwargs)
         finally:
             if handle is not None:
                 handle.remove()
 
-    def poisoned_norm(pm):
+    def poisoned_norm(setup):
         if poison == "huge" and current[0] == poison_step and rank == poison_rank:
-            grad = next(p.grad for p in pm.unique_parameters() if p.grad is not None)
+            grad = next(p.grad for p in setup.parameters if p.grad is not None)
             local = grad.to_local() if hasattr(grad, "to_local") else grad
             local.view(-1)[0] += 1e20
-        return real_norm(pm)
+        return real_norm(setup)
 
     def recorded_streak(*args, **kwargs):
         streaks.append(real_streak(*args, **kwargs))

@@ -74,8 +74,7 @@ def test_flag_errors_through_the_command_line(capsys, argv, message):
 
 
 def test_error_classes_are_user_errors_and_value_errors():
-    from megamlm.errors import ResumeError, UserError
-    from megamlm.parallel.dims import LayoutError
+    from megamlm.errors import LayoutError, ResumeError, UserError
     from megamlm.parallel.launch import LaunchError
 
     for cls in (ConfigError, DataError, CheckpointError, ResumeError, LayoutError):

@@ -33,16 +33,16 @@ class Poison:
         self.predicted: dict[int, int] = {}
         monkeypatch.setattr(trainer, "train_step", self)
 
-    def __call__(self, pm, optimizer, micro_batches, *args, **kwargs):
+    def __call__(self, setup, optimizer, micro_batches, *args, **kwargs):
         step = micro_batches[0].sample_ids[0] // GBS + 1
-        model = pm.model
+        model = setup.pm.model
         handle = None
         if step in self.nan_steps:
             handle = model.register_forward_hook(lambda module, inputs, out: out * float("nan"))
         elif step in self.huge_steps:
             handle = model.layers["0"].mlp.up_proj.weight.register_hook(lambda g: g + 1e20)
         try:
-            out = self.real(pm, optimizer, micro_batches, *args, **kwargs)
+            out = self.real(setup, optimizer, micro_batches, *args, **kwargs)
         finally:
             if handle is not None:
                 handle.remove()

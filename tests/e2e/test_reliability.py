@@ -35,15 +35,15 @@ class StepHook:
         self.weights_changed: dict[int, bool] = {}
         monkeypatch.setattr(trainer, "train_step", self)
 
-    def __call__(self, pm, optimizer, micro_batches, *args, **kwargs):
+    def __call__(self, setup, optimizer, micro_batches, *args, **kwargs):
         self.step += 1
-        model = pm.model
+        model = setup.pm.model
         before = [p.detach().clone() for p in model.parameters()]
         handle = None
         if self.step in self.nan_steps:
             handle = model.register_forward_hook(lambda module, inputs, out: out * float("nan"))
         try:
-            stats = self.real(pm, optimizer, micro_batches, *args, **kwargs)
+            stats = self.real(setup, optimizer, micro_batches, *args, **kwargs)
         finally:
             if handle is not None:
                 handle.remove()

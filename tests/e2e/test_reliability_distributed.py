@@ -74,10 +74,10 @@ from megamlm.model.config import ModelArgs
 from megamlm.model.transformer import Transformer
 from megamlm.objectives import MaskingSpec, ObjectiveSchedule
 from megamlm.config import ParallelConfig, TrainingConfig, model_section_values
-from megamlm.parallel.dims import resolve_parallel_dims
+from megamlm.training.startup import resolve_parallel_dims
 from megamlm.parallel.parallelize import parallelize
 from megamlm.training.optim import build_optimizer
-from megamlm.training.step import train_step
+from megamlm.training.step import StepSetup, train_step
 
 cpu = torch.device("cpu")
 args = ModelArgs(vocab_size=64, num_layers=1, hidden_size=16, ffn_hidden_size=32, num_attention_heads=2,
@@ -95,7 +95,8 @@ for step, bad in ((1, True), (2, False)):
     if bad and rank == 1:
         handle = pm.parts[0].register_forward_hook(lambda module, inputs, output: output * float("nan"))
     before = [p.to_local().detach().clone() for p in pm.model.parameters()]
-    result = train_step(pm, optimizer, [schedule.make_batch(step, tokens, [2 * step + rank])], 0.1, 1.0, cpu)
+    batch = schedule.make_batch(step, tokens, [2 * step + rank])
+    result = train_step(StepSetup.of(pm, cpu, 1.0), optimizer, [batch], 0.1)
     if handle is not None:
         handle.remove()
     out[f"skipped_bad_{bad}"] = not result.applied

@@ -149,13 +149,13 @@ class InjectHugeGradient:
         self.real, self.steps, self.step = trainer.train_step, set(steps), None
         monkeypatch.setattr(trainer, "train_step", self)
 
-    def __call__(self, pm, optimizer, micro_batches, lr, *args, **kwargs):
+    def __call__(self, setup, optimizer, micro_batches, lr, *args, **kwargs):
         self.step = micro_batches[0].sample_ids[0] // 4 + 1  # global batch 4: the step from its first sample
         handle = None
         if self.step in self.steps:
-            handle = pm.model.layers["0"].mlp.up_proj.weight.register_hook(lambda g: g + 1e20)
+            handle = setup.pm.model.layers["0"].mlp.up_proj.weight.register_hook(lambda g: g + 1e20)
         try:
-            return self.real(pm, optimizer, micro_batches, lr, *args, **kwargs)
+            return self.real(setup, optimizer, micro_batches, lr, *args, **kwargs)
         finally:
             if handle is not None:
                 handle.remove()

@@ -1,8 +1,11 @@
 """Rules of the code base that a reader should not have to re-check by hand, read from megamlm/'s syntax trees:
 
-- every user error about a run's settings (ConfigError) is raised by the configuration's checks (megamlm/config/)
-  or by the start-up check phase (megamlm/training/startup.py), so that all of them come before any work;
-- no function takes more than 8 parameters (a parameter object says more than a long list).
+- every user error about a run's settings (ConfigError, LayoutError) is raised by the configuration's checks
+  (megamlm/config/) or by the start-up check phase (megamlm/training/startup.py), so that all of them come before
+  any work;
+- no function takes more than 8 parameters (a parameter object says more than a long list);
+- no compatibility re-exports: a module imports from megamlm only what it uses (a package's ``__init__.py``, its
+  face, aside), so every name is imported from the module that defines it.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "megamlm"
 MAX_PARAMETERS = 8
 CONFIG_ERROR_HOMES = ("config/", "training/startup.py")
-"""Where ConfigError may be raised, relative to megamlm/."""
+"""Where the ``SETTINGS_ERRORS`` may be raised, relative to megamlm/."""
+SETTINGS_ERRORS = ("ConfigError", "LayoutError")
+"""The errors about a run's settings (megamlm/errors.py)."""
 ENTRY_POINTS: frozenset[str] = frozenset()
 """``module:function`` of entry points whose keyword-only options do not count (none needs it yet)."""
 # The receiver of a method, and autograd's context of a torch.autograd.Function, are not arguments a caller passes.
@@ -52,7 +57,22 @@ def config_error_raises(tree: ast.AST, module: str) -> list[str]:
         if isinstance(node, ast.Raise) and node.exc is not None:
             raised = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
             name = raised.attr if isinstance(raised, ast.Attribute) else getattr(raised, "id", None)
-            if name == "ConfigError":
+            if name in SETTINGS_ERRORS:
+                found.append(f"{module}:{node.lineno}")
+    return found
+
+
+def reexports(source: str, module: str) -> list[str]:
+    """Imports from megamlm that a module keeps although it does not use them (``# noqa: F401``, which silences
+    ruff's unused-import check): a name offered from somewhere other than where it is defined."""
+    if module.endswith("__init__.py"):
+        return []
+    lines = source.splitlines()
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith("megamlm")):
+            text = "\n".join(lines[node.lineno - 1:node.end_lineno])
+            if "noqa" in text and "F401" in text:
                 found.append(f"{module}:{node.lineno}")
     return found
 
@@ -66,8 +86,22 @@ def _modules():
 def test_config_errors_are_raised_by_the_checks_only():
     outside = [where for module, tree in _modules() if not module.startswith(CONFIG_ERROR_HOMES)
                for where in config_error_raises(tree, module)]
-    assert not outside, ("ConfigError raised outside the configuration's checks and the start-up check phase "
-                         f"(move the check to megamlm/config/ or megamlm/training/startup.py): {outside}")
+    assert not outside, (f"{' or '.join(SETTINGS_ERRORS)} raised outside the configuration's checks and the "
+                         "start-up check phase (move the check to megamlm/config/ or megamlm/training/startup.py): "
+                         f"{outside}")
+
+
+def test_no_module_re_exports_names_from_another():
+    found = [where for path in sorted(PACKAGE.rglob("*.py"))
+             for where in reexports(path.read_text(), path.relative_to(PACKAGE).as_posix())]
+    assert not found, f"import these names from the module that defines them, and drop the re-export: {found}"
+
+
+def test_the_re_export_rule_finds_kept_unused_imports():
+    source = ("from megamlm.a import (  # noqa: F401 (re-exported)\n    x,\n)\nfrom megamlm.b import y\n"
+              "import matplotlib  # noqa: F401\nfrom .c import z  # noqa: F401\n")
+    assert reexports(source, "m.py") == ["m.py:1", "m.py:6"]
+    assert reexports(source, "pkg/__init__.py") == []
 
 
 def test_no_function_takes_more_than_eight_parameters():
@@ -89,3 +123,8 @@ def test_the_parameter_rule_counts_what_a_caller_passes(source, flagged):
 def test_the_config_error_rule_finds_each_way_of_raising_it():
     source = "raise ConfigError('x')\nraise config.ConfigError('y')\nraise ConfigError\nraise ValueError('z')"
     assert config_error_raises(ast.parse(source), "m") == ["m:1", "m:2", "m:3"]
+
+
+def test_the_config_error_rule_covers_layout_errors():
+    source = "raise LayoutError('x')\nraise errors.LayoutError('y')\nraise UserError('z')"
+    assert config_error_raises(ast.parse(source), "m") == ["m:1", "m:2"]

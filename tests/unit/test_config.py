@@ -89,7 +89,7 @@ def test_megatron_flags_override_the_preset(tmp_path):
 
 def test_decoder_feature_flags_reach_the_model_shape(tmp_path):
     from megamlm.config import model_features
-    from megamlm.model.rope import RopeScaling
+    from megamlm.model.rope_scaling import RopeScaling
 
     cfg = parse_args(["--hidden-size", "100", "--num-attention-heads", "4", "--num-query-groups", "2", "--head-dim",
                       "32", "--attention-bias", "--tie-word-embeddings",

@@ -12,7 +12,7 @@ from megamlm.objectives import IGNORE_INDEX, MaskingSpec, mlm_mask
 from megamlm.objectives.schedule import make_batch
 from megamlm.parallel.dims import ParallelDims
 from megamlm.parallel.parallelize import parallelize
-from megamlm.training.step import forward_backward
+from megamlm.training.step import StepSetup, forward_backward
 
 transformers = pytest.importorskip("transformers")
 SEED, IDS = 11, [5, 6, 7]
@@ -52,7 +52,7 @@ def direct_mntp_loss(logits_of, tokens: np.ndarray, spec: MaskingSpec) -> float:
 def megamlm_mntp_loss(model, tokens: np.ndarray, spec: MaskingSpec, objective: str = "mntp") -> float:
     pm = parallelize(model, ParallelDims(world_size=1), None, torch.device("cpu"))
     batch = make_batch(objective, tokens, IDS, SEED, spec)
-    loss, _ = forward_backward(pm, [batch], torch.device("cpu"))
+    loss, _ = forward_backward(StepSetup.of(pm, torch.device("cpu"), 0.0), [batch])
     model.zero_grad(set_to_none=True)
     return loss
 

@@ -78,7 +78,7 @@ def test_decoder_features_run_on_the_kernels_unchanged(triton_calls, device):
     factor) and tied embeddings: the Triton model computes what the reference model does."""
     from dataclasses import replace
 
-    from megamlm.model.rope import RopeScaling
+    from megamlm.model.rope_scaling import RopeScaling
 
     args = replace(ARGS, head_dim=10, attention_bias=True, attention_out_bias=True, tie_word_embeddings=True,
                    rope_scaling=RopeScaling("yarn", factor=4.0, original_max_position_embeddings=4))

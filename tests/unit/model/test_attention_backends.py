@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from megamlm.extras import detect_optional_extras
-from megamlm.model import attention_backends
+from megamlm.model import attention_backends, attention_table
 from megamlm.model.attention_backends import (
     attention,
     dense_document_mask,
@@ -172,13 +172,13 @@ def test_attention_backend_choices_come_from_the_one_table():
 
     from megamlm.model.config import AttentionBackend
 
-    table = attention_backends.ATTENTION_TABLE
-    assert get_args(AttentionBackend) == attention_backends.ATTENTION_BACKENDS == ("auto", *table)
+    table = attention_table.ATTENTION_TABLE
+    assert get_args(AttentionBackend) == attention_table.ATTENTION_BACKENDS == ("auto", *table)
     assert [n for n, spec in table.items() if not spec.gpu_only] == ["sdpa"]
 
 
 def test_attention_backend_problem_names_the_fix(monkeypatch):
-    problem = attention_backends.attention_backend_problem
+    problem = attention_table.attention_backend_problem
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "flash_attn" else real(name, *a))
     assert problem("flash", None) == ("--attention-backend flash needs the flash-attn package, which is not installed; "

@@ -4,7 +4,8 @@
 import pytest
 import torch
 
-from megamlm.model.rope import RopeScaling, inverse_frequencies, rotary_tables
+from megamlm.model.rope import inverse_frequencies, rotary_tables
+from megamlm.model.rope_scaling import RopeScaling
 
 transformers = pytest.importorskip("transformers")
 

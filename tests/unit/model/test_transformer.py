@@ -99,7 +99,7 @@ def test_decoder_features_are_off_by_default_and_shape_the_model():
 
 def test_shape_records_without_the_new_fields_read_as_their_defaults():
     from megamlm.model.config import shape_record
-    from megamlm.model.rope import RopeScaling
+    from megamlm.model.rope_scaling import RopeScaling
 
     old = {k: v for k, v in tiny_args().to_dict().items()
            if k not in ("head_dim", "attention_bias", "attention_out_bias", "rope_scaling", "tie_word_embeddings")}

@@ -8,7 +8,8 @@ import yaml
 
 from megamlm.config import ParallelConfig, TrainingConfig, parse_args
 from megamlm.config.batches import RECIPE_BATCH, fit_batch
-from megamlm.parallel.dims import LayoutError, dims_from_config, resolve_parallel_dims
+from megamlm.errors import LayoutError
+from megamlm.training.startup import dims_from_config, resolve_parallel_dims
 
 REPO = Path(__file__).resolve().parents[3]
 

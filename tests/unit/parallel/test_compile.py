@@ -14,7 +14,7 @@ from megamlm.parallel.dims import ParallelDims
 from megamlm.parallel.parallelize import parallelize
 from megamlm.training.optim import build_optimizer
 from megamlm.training.startup import check_compile
-from megamlm.training.step import train_step
+from megamlm.training.step import StepSetup, train_step
 
 ARGS = tiny_args()
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
@@ -56,7 +56,7 @@ def _train(mode: str, steps: int = 1, device=CPU, args=ARGS):
     names = [n for n, _ in model.named_parameters()]
     pm = parallelize(model, ONE, None, device, compile=mode)
     optimizer = build_optimizer(model, 1e-3, 0.1, (0.9, 0.95), 1e-8)
-    results = [train_step(pm, optimizer, objective_batches(s, objective), 1e-3, 1.0, device, "fp32")
+    results = [train_step(StepSetup.of(pm, device, 1.0, "fp32"), optimizer, objective_batches(s, objective), 1e-3)
                for s in range(1, steps + 1) for objective in ("mlm", "clm")]
     assert [n for n, _ in model.named_parameters()] == names  # compiled in place: checkpoints keep their names
     return pm, results, {n: p.detach().clone() for n, p in model.named_parameters()}

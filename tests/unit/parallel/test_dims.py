@@ -4,7 +4,8 @@ import pytest
 import torch.distributed as dist
 
 from megamlm.config import ConfigError, parse_args
-from megamlm.parallel.dims import LayoutError, dims_from_config
+from megamlm.errors import LayoutError
+from megamlm.training.startup import dims_from_config
 
 BASE = ["--model", "tiny", "--micro-batch-size", "2", "--global-batch-size", "16", "--dry-run"]
 

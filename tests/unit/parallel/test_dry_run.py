@@ -9,8 +9,8 @@ from helpers import expect_one_line
 from megamlm.cli import main
 from megamlm.config import parse_args
 from megamlm.model.transformer import Transformer
-from megamlm.parallel.dims import dims_from_config
 from megamlm.parallel.dry_run import dry_run_model_args, rank_estimates
+from megamlm.training.startup import dims_from_config
 
 LAYOUT = ["--model", "610m", "--dry-run", "--world-size", "64", "--tp", "2", "--pp", "4", "--micro-batch-size", "4",
           "--global-batch-size", "512", "--device", "cuda"]

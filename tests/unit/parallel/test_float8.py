@@ -17,7 +17,7 @@ from megamlm.parallel.float8 import apply_float8, float8_linear_names
 from megamlm.parallel.parallelize import parallelize
 from megamlm.training.optim import build_optimizer
 from megamlm.training.startup import check_float8, check_float8_widths
-from megamlm.training.step import train_step
+from megamlm.training.step import StepSetup, train_step
 
 ARGS = tiny_args(hidden_size=64, ffn_hidden_size=128, max_seq_length=32)
 CPU = torch.device("cpu")
@@ -76,7 +76,7 @@ def _losses(fp8: bool, precision: str, objective: str, device=CPU, steps: int = 
     model = Transformer(ARGS).to(device)
     pm = parallelize(model, ONE, None, device, precision=precision, fp8=fp8)
     optimizer = build_optimizer(model, 3e-3, 0.1, (0.9, 0.95), 1e-8)
-    return [float(train_step(pm, optimizer, _batches(s, objective), 3e-3, 1.0, device, precision).loss)
+    return [float(train_step(StepSetup.of(pm, device, 1.0, precision), optimizer, _batches(s, objective), 3e-3).loss)
             for s in range(1, steps + 1)]
 
 

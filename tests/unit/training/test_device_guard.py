@@ -14,7 +14,7 @@ from megamlm.parallel.dims import ParallelDims
 from megamlm.parallel.parallelize import parallelize
 from megamlm.training.nonfinite import NonFiniteGuard
 from megamlm.training.optim import build_optimizer
-from megamlm.training.step import SkipStreak, forward_backward, global_grad_norm, skip_streak, train_step
+from megamlm.training.step import SkipStreak, StepSetup, forward_backward, global_grad_norm, skip_streak, train_step
 
 ARGS = tiny_args()
 CPU = torch.device("cpu")
@@ -31,14 +31,15 @@ def fused_adamw(model):
 
 
 def device_step(pm, optimizer, step, lr=1e-3, clip=1.0):
-    result = train_step(pm, optimizer, batches(step), lr, clip, CPU)
+    result = train_step(StepSetup.of(pm, CPU, clip), optimizer, batches(step), lr)
     return result.loss, result.grad_norm, result.applied
 
 
 def host_step(pm, optimizer, step, lr=1e-3, clip=1.0):
     """The step with the decision read on the host: the update (no found_inf) only where both numbers are finite."""
-    loss, _ = forward_backward(pm, batches(step), CPU)
-    norm = global_grad_norm(pm)
+    setup = StepSetup.of(pm, CPU, clip)
+    loss, _ = forward_backward(setup, batches(step))
+    norm = global_grad_norm(setup)
     applied = math.isfinite(float(loss)) and math.isfinite(float(norm))
     if applied:
         torch.nn.utils.clip_grads_with_norm_([p for p in pm.model.parameters() if p.grad is not None], clip, norm)
@@ -109,16 +110,16 @@ def test_an_optimizer_without_found_inf_skips_on_the_host(trained):
     step leaves the weights and the optimizer state as they were, and such a run reads every step (no streak)."""
     model, pm, _ = trained
     unfused = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=False)
-    assert bool(train_step(pm, unfused, batches(2), 1e-3, 1.0, CPU).applied)
+    assert bool(train_step(StepSetup.of(pm, CPU, 1.0), unfused, batches(2), 1e-3).applied)
     params, state = snapshot(model, unfused)
     hook = model.register_forward_hook(lambda module, inputs, out: out * float("nan"))
-    assert not bool(train_step(pm, unfused, batches(3), 1e-3, 1.0, CPU).applied)
+    assert not bool(train_step(StepSetup.of(pm, CPU, 1.0), unfused, batches(3), 1e-3).applied)
     hook.remove()
     after_params, after_state = snapshot(model, unfused)
     assert_same(params, after_params)
     for name in state:
         assert_same(state[name], after_state[name])
-    assert bool(train_step(pm, unfused, batches(4), 1e-3, 1.0, CPU).applied)
+    assert bool(train_step(StepSetup.of(pm, CPU, 1.0), unfused, batches(4), 1e-3).applied)
     assert skip_streak(NonFiniteGuard(3), unfused, CPU, True) is None
 
 
@@ -133,8 +134,8 @@ def test_train_step_with_a_streak_returns_the_same_values_as_unread_tensors(trai
     streak = SkipStreak(0, 3, CPU)
     for step in (2, 3, 4):
         hooks = [overflow(m) for m in (model, sync_model)] if step == 3 else []
-        want = train_step(sync_pm, sync_optimizer, batches(step), 1e-3, 1.0, CPU)
-        got = train_step(pm, optimizer, batches(step), 1e-3, 1.0, CPU, streak=streak)
+        want = train_step(StepSetup.of(sync_pm, CPU, 1.0), sync_optimizer, batches(step), 1e-3)
+        got = train_step(StepSetup.of(pm, CPU, 1.0), optimizer, batches(step), 1e-3, streak=streak)
         for h in hooks:
             h.remove()
         assert all(isinstance(v, torch.Tensor) and v.dim() == 0 for v in (got.loss, got.grad_norm, got.applied))
@@ -149,11 +150,11 @@ def test_a_complete_streak_holds_back_every_later_update_until_the_host_stops_th
     model, pm, optimizer = trained
     streak = SkipStreak(1, 2, CPU)  # a resumed run one skip into its streak: the next skip completes it
     hook = overflow(model)
-    assert not bool(train_step(pm, optimizer, batches(2), 1e-3, 1.0, CPU, streak=streak).applied)
+    assert not bool(train_step(StepSetup.of(pm, CPU, 1.0), optimizer, batches(2), 1e-3, streak=streak).applied)
     hook.remove()
     assert int(streak.count) == 2 and bool(streak.stopped)
     params, state = snapshot(model, optimizer)
-    held = train_step(pm, optimizer, batches(3), 1e-3, 1.0, CPU, streak=streak)  # finite, but held back
+    held = train_step(StepSetup.of(pm, CPU, 1.0), optimizer, batches(3), 1e-3, streak=streak)  # finite, but held back
     assert torch.isfinite(held.loss) and torch.isfinite(held.grad_norm) and not bool(held.applied)
     after_params, after_state = snapshot(model, optimizer)
     assert_same(params, after_params)
@@ -165,5 +166,5 @@ def test_a_resumed_complete_streak_does_not_hold_back_a_good_step(trained):
     """A relaunch after the stop (its checkpoint's streak is complete) trains on when the next step is finite."""
     _, pm, optimizer = trained
     streak = SkipStreak(2, 2, CPU)
-    assert bool(train_step(pm, optimizer, batches(2), 1e-3, 1.0, CPU, streak=streak).applied)
+    assert bool(train_step(StepSetup.of(pm, CPU, 1.0), optimizer, batches(2), 1e-3, streak=streak).applied)
     assert int(streak.count) == 0

@@ -3,9 +3,9 @@
 import torch
 
 from megamlm.config import parse_args
-from megamlm.parallel.dims import dims_from_config
 from megamlm.parallel.dry_run import GIB, dry_run_model_args, rank_estimates
 from megamlm.training import trainer
+from megamlm.training.startup import dims_from_config
 from megamlm.training.trainer import first_step_note, memory_note
 
 

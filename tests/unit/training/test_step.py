@@ -8,7 +8,7 @@ from megamlm.model.transformer import Transformer
 from megamlm.parallel.dims import ParallelDims
 from megamlm.parallel.parallelize import parallelize
 from megamlm.training.optim import build_optimizer
-from megamlm.training.step import train_step
+from megamlm.training.step import StepSetup, train_step
 
 ARGS = tiny_args()
 CPU = torch.device("cpu")
@@ -24,7 +24,7 @@ def trained():
     model = Transformer(ARGS)
     pm = parallelize(model, ParallelDims(world_size=1), None, CPU)
     optimizer = build_optimizer(model, 1e-3, 0.1, (0.9, 0.95), 1e-8)
-    first = train_step(pm, optimizer, batches(1), 1e-3, 1.0, CPU)
+    first = train_step(StepSetup.of(pm, CPU, 1.0), optimizer, batches(1), 1e-3)
     assert first.applied
     return model, pm, optimizer
 
@@ -33,7 +33,7 @@ def test_a_finite_gradient_whose_total_norm_overflows_changes_nothing(trained):
     model, pm, optimizer = trained
     params, state = snapshot(model, optimizer)
     handle = model.layers["0"].mlp.up_proj.weight.register_hook(lambda g: g + 1e20)  # finite; norm**2 overflows
-    result = train_step(pm, optimizer, batches(2), 1e-3, 1.0, CPU)
+    result = train_step(StepSetup.of(pm, CPU, 1.0), optimizer, batches(2), 1e-3)
     handle.remove()
     assert not result.applied
     assert result.grad_norm == float("inf") and result.loss == pytest.approx(result.loss)  # the loss is finite
@@ -43,7 +43,7 @@ def test_a_finite_gradient_whose_total_norm_overflows_changes_nothing(trained):
         assert_same(state[name], after_state[name])
     assert all(p.grad is None for p in model.parameters())
     # The next good step trains on as if the skipped one had never happened.
-    assert train_step(pm, optimizer, batches(3), 1e-3, 1.0, CPU).applied
+    assert train_step(StepSetup.of(pm, CPU, 1.0), optimizer, batches(3), 1e-3).applied
 
 
 def test_clipping_first_would_have_hidden_the_overflow(trained):
@@ -69,7 +69,7 @@ def test_a_non_finite_loss_skips_the_step(trained):
     model, pm, optimizer = trained
     params, _ = snapshot(model, optimizer)
     handle = model.register_forward_hook(lambda module, inputs, out: out * float("nan"))
-    result = train_step(pm, optimizer, batches(2), 1e-3, 1.0, CPU)
+    result = train_step(StepSetup.of(pm, CPU, 1.0), optimizer, batches(2), 1e-3)
     handle.remove()
     assert not result.applied
     assert_same(params, snapshot(model, optimizer)[0])
