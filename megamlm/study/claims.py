@@ -190,6 +190,14 @@ def _pairs_and_models(plan: Plan, spec: ClaimSpec) -> tuple[list[tuple[Arm, Arm,
     return [(a, b, None) for a, b in pairs], facts
 
 
+def _measure(scores: Scores, tasks: list[str], evidence: Evidence, stability: bool):
+    """model name -> the value a claim compares: its score averaged over ``tasks`` as the paper averages, or
+    (stability) its relative stability loss over them."""
+    if stability:
+        return lambda name: scores.relative_stability_loss(name, tasks, evidence.random_init or {})
+    return lambda name: scores.claim_score(name, tasks)
+
+
 def _values(scores: Scores, models: list[tuple[int, str]], value) -> tuple[list[float], set[int]]:
     found = [(seed, v) for seed, name in models if (v := value(name)) is not None]
     return [v for _, v in found], {seed for seed, _ in found}
@@ -209,11 +217,7 @@ def _answer(table: ClaimsTable, spec: ClaimSpec, plan: Plan, scores: Scores, val
         claim.setting += _validation_facts(validation, [arm for a, b, _ in pairs for arm in (b, a)])
     tasks = [t for t in sorted(scores.family_of) if t not in evidence.excluded]
     stability = spec.compare == "stability"
-    if stability:
-        base = evidence.random_init or {}
-        value = lambda name, ts=tasks: scores.relative_stability_loss(name, ts, base)  # noqa: E731
-    else:
-        value = lambda name, ts=tasks: scores.claim_score(name, ts)  # noqa: E731
+    value = _measure(scores, tasks, evidence, stability)
     sides: list[dict[str, tuple[int, str]]] = [{}, {}]
     for a, b, step in pairs:
         ma, mb = models_at(plan, a, step), models_at(plan, b, step)
@@ -223,13 +227,10 @@ def _answer(table: ClaimsTable, spec: ClaimSpec, plan: Plan, scores: Scores, val
         what = f"relative stability loss {b.label} − {a.label}" if stability else f"{a.label} − {b.label}{at}"
         for family in scores.families:
             ts = [t for t in tasks if scores.family_of[t] == family]
-            if stability:
-                if not evidence.random_init:
-                    continue
-                va, vb = (_values(scores, m, lambda n, ts=ts: scores.relative_stability_loss(n, ts, base))[0]
-                          for m in (mb, ma))
-            else:
-                va, vb = (_values(scores, m, lambda n, ts=ts: scores.claim_score(n, ts))[0] for m in (ma, mb))
+            if stability and not evidence.random_init:
+                continue
+            of_family = _measure(scores, ts, evidence, stability)
+            va, vb = (_values(scores, m, of_family)[0] for m in ((mb, ma) if stability else (ma, mb)))
             if ts and va and vb:
                 claim.described.append(f"{what}, {family}: {statistics.fmean(va) - statistics.fmean(vb):+.2f}")
     a_side, b_side = (list(side.values()) for side in sides)
@@ -237,8 +238,9 @@ def _answer(table: ClaimsTable, spec: ClaimSpec, plan: Plan, scores: Scores, val
         a_side, b_side = b_side, a_side  # b's loss − a's: > 0 where a loses less
     claim.what = (f"relative stability loss {' + '.join(sorted({b.label for _, b, _ in pairs}))} − "
                   f"{' + '.join(sorted({a.label for a, _, _ in pairs}))}" if stability else
-                  f"{' + '.join(sorted({a.label for a, _, _ in pairs}, key=str))} − "
-                  f"{' + '.join(sorted({b.label for _, b, _ in pairs}))}")
+                  f"{' + '.join(sorted({a.label for a, _, _ in pairs}))} − "
+                  f"{' + '.join(sorted({b.label for _, b, _ in pairs}))}"
+                  + (f" at step {pairs[0][2]:,}" if pairs[0][2] is not None else ""))
     if not tasks:
         claim.untestable = NO_TASK
         return claim
