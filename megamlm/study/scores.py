@@ -14,7 +14,8 @@ Quantities, each from the fine-tuning results (one file per model, task, LR and 
   over the families) divided by its gain over the random-init model of the same shape (its score minus that
   model's, averaged the same way), clipped to [0, 1]; a model with no gain gets 1. So a model that learns
   nothing counts as the least stable, never as stable, which the plain loss (near 0 for any model at chance,
-  since every LR scores the same) would make it;
+  since every LR scores the same) would make it. (No scalar definition of the paper's own stability measure was
+  found in the text searched, its abstract and summaries; this is ours, stated in the report);
 - a continuation's *gain*: its score minus its parent's final score, seed by seed (a continuation of seed s
   continues the parent of seed s).
 
