@@ -5,14 +5,14 @@
 
 The report (Markdown, figures in figures/ beside it; figures need matplotlib) holds the plan, the validation MLM
 loss, MLM accuracy and CLM loss of every arm against steps, the final validation scores with their mean and 95%
-interval over seeds and the differences between arms (Welch's t-test, 95% interval, Holm-adjusted p-value over
-each table; significant at adjusted p < 0.05), then, from the fine-tuning results, a table per task family, the
+interval over seeds and the differences between arms (descriptive: unadjusted 95% Welch interval and p-value,
+nothing called significant), then, from the fine-tuning results, a table per task family, the
 arms' scores over pretraining seeds, score against the CLM fraction per budget, score against pretraining
 steps (evaluated intermediate checkpoints), score against the fine-tuning LR and the stability loss per arm
 (with 2 or more LRs), the continued-pretraining gain against continued steps (with continuations), and the
-paper's claims (a)-(e) answered one by one with the same tests. Pass the same --set/--scale/--root as the run. With
---scale < 1 the report is a rehearsal's: headed as one, without tests, written to ROOT/rehearsal/REPORT.md by default
-and never into the folder of the study's own report.
+paper's claims (a)-(e) answered by one pre-registered permutation test each, Holm over the claims. Pass the same
+--set/--scale/--root as the run. With --scale < 1 the report is a rehearsal's: headed as one, without tests,
+written to ROOT/rehearsal/REPORT.md by default and never into the folder of the study's own report.
 """
 
 from __future__ import annotations

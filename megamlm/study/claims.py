@@ -1,69 +1,93 @@
-"""A paper's claims answered from a study's scores: for each claim of its table (``study.claims_table``), the
-tests its comparison makes (signed: > 0 is the paper's direction), Welch's test with Holm's correction over the
-section's tests, a verdict, and what in the study's setting could explain a departure."""
+"""A paper's claims answered from a study's scores: for each claim of its table (``study.claims_table``), one
+pre-registered test (``decision.py``: an exact permutation test over the pretrained models' labels, Holm's
+correction over the claims, intervals at the level of each claim's Holm step) on the models' scores averaged as
+the paper averages over the informative tasks, a verdict, and what in the study's setting could explain a
+departure. Tasks marked uninformative (``Evidence.excluded``) are left out of every claim test; the stability
+claim needs the random-init model's scores (``Evidence.random_init``). The per-family differences under each
+claim are descriptive."""
 
 from __future__ import annotations
 
 import math
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
-from megamlm.eval.metrics import SIGNIFICANCE, Comparison, compare, holm
+import numpy as np
+
+from megamlm.eval.metrics import SIGNIFICANCE
 from megamlm.model.config import PRESETS
 from megamlm.study.arms import Arm, arm_of_run, arms
 from megamlm.study.claims_table import KIND_NAMES, ClaimSpec, ClaimsTable, load_claims
+from megamlm.study.decision import AGAINST, FAVOUR, ClaimSample, decide, interval
+from megamlm.study.permutation import smallest_p
 from megamlm.study.plan import Plan
 from megamlm.study.schema import StudyError
-from megamlm.study.scores import Scores, evaluated_steps_of, family_samples, stability
-from megamlm.study.statistics import PRETRAINING_SEEDS, Sample, p_text, sample_values, test_basis
+from megamlm.study.scores import Scores, evaluated_steps_of, models_at
+from megamlm.study.statistics import Sample
 
-SUPPORTED, CONTRADICTED, MIXED, UNDECIDED = ("supported", "contradicted", "mixed",
-                                             "not distinguishable at this scale")
+SUPPORTED, CONTRADICTED, UNDECIDED = "supported", "contradicted", "not distinguishable at this scale"
+NO_BASELINE, NO_TASK = "not testable (no random-init baseline)", "not testable (no informative task)"
+
+
+def not_testable(seeds: int) -> str:
+    return f"not testable with {seeds} seed{'s' if seeds != 1 else ''}"
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the claims take besides the scores."""
+    excluded: Mapping[str, str] = field(default_factory=dict)
+    """Tasks left out of every claim test, each with why (e.g. "uninformative: no arm beats the random-init
+    model"); default: none, every task is informative."""
+    random_init: Mapping[str, float] | None = None
+    """Per task, the score of a random-init model of the same shape fine-tuned with the same protocol (test mean
+    at its best LR): the baseline of the stability claim's measure; None: that claim is not testable."""
+
+
 @dataclass
-class Test:
-    """One comparison of a claim: ``difference`` is signed so that > 0 is the paper's direction."""
-    what: str
-    family: str
-    basis: str
-    comparison: Comparison
-    adjusted: float = math.nan
+class Side:
+    """The pretrained models one side of a claim compares: (pretraining seed, model name)."""
+    models: list[tuple[int, str]]
 
 
 @dataclass
 class Claim:
     key: str
     statement: str
-    tests: list[Test]
     setting: str
     """What in this study's setting could explain a departure from the paper (filled from its settings)."""
     absent: str = ""
     """Why the study cannot ask this claim (no arms for it); empty when it can."""
     matches: bool = False
-    """A claim of "matches or beats": a difference that is not distinguishable is consistent with it."""
+    margin: float = 0.0
+    what: str = ""
+    """The compared arms: "A − B" (their models pooled on each side)."""
+    described: list[str] = field(default_factory=list)
+    """Per compared pair and family, the difference of means: descriptive, untested."""
+    sample: ClaimSample | None = None
+    untestable: str = ""
+    """Why the claim has no test although it is asked (too few seeds, no baseline, no informative task)."""
+    difference: float = math.nan
+    p_value: float = math.nan
+    adjusted: float = math.nan
+    decision: int = 0
+    level: float = math.nan
+    bounds: tuple[float, float] = (math.nan, math.nan)
+
+    @property
+    def null(self) -> float:
+        return -self.margin if self.matches else 0.0
 
     def verdict(self) -> str:
-        tested = [t for t in self.tests if t.comparison.tested]
-        favour = any(t.adjusted < SIGNIFICANCE and t.comparison.difference > 0 for t in tested)
-        against = any(t.adjusted < SIGNIFICANCE and t.comparison.difference < 0 for t in tested)
-        if favour and against:
-            return MIXED
-        return SUPPORTED if favour else CONTRADICTED if against else UNDECIDED
+        if self.untestable:
+            return self.untestable
+        return SUPPORTED if self.decision == FAVOUR else CONTRADICTED if self.decision == AGAINST else UNDECIDED
 
 
 def _tokens(value: float) -> str:
     return f"{value / 1e9:,.1f}B" if value >= 1e8 else f"{value / 1e6:,.2f}M"
-
-
-def _pair(a: dict[str, Sample], b: dict[str, Sample], what: str, family: str) -> Test | None:
-    """mean(a) - mean(b) on one family, over the basis the two arms allow."""
-    if family not in a or family not in b:
-        return None
-    basis = test_basis(a, b)
-    va, vb = sample_values(a[family], basis), sample_values(b[family], basis)
-    if not va or not vb:
-        return None
-    return Test(what, family, basis, compare(va, vb))
 
 
 def _setting(plan: Plan, arm: Arm) -> dict:
@@ -128,64 +152,109 @@ def _continuation_pairs(plan: Plan, spec: ClaimSpec) -> list[tuple[Arm, Arm, int
     return [(g[spec.a], g[spec.b], steps) for (_, steps), g in by_parent.items() if spec.a in g and spec.b in g]
 
 
-def _differences(plan: Plan, scores: Scores, a: Arm, b: Arm, what: str, step: int | None = None) -> list[Test]:
-    sa, sb = family_samples(plan, scores, a, step), family_samples(plan, scores, b, step)
-    return [t for f in scores.families if (t := _pair(sa, sb, what, f))]
-
-
-def _answer(table: ClaimsTable, spec: ClaimSpec, plan: Plan, scores: Scores, validation) -> Claim:
-    """One claim's tests and setting (empty, with the reason, where the study has no arms to ask it)."""
+def _pairs_and_models(plan: Plan, spec: ClaimSpec) -> tuple[list[tuple[Arm, Arm, int | None]], dict]:
+    """The compared (a arm, b arm, step: None for the final models) and the claim's setting facts; an empty list
+    and {"absent": why} where the study has no arms for the claim."""
     a_name, b_name = KIND_NAMES[spec.a], KIND_NAMES[spec.b]
-    none = f"no {' and '.join(sorted((a_name, b_name)))} arm of one size, budget and mask ratio"
-    tests: list[Test] = []
     if spec.compare == "continuation":
         cpt = _continuation_pairs(plan, spec)
-        for from_a, from_b, _ in cpt:
-            tests += _differences(plan, scores, from_a, from_b, f"{from_a.label} − {from_b.label}")
         if not cpt:
-            return Claim(spec.key, spec.statement, tests, "", f"no {KIND_NAMES[spec.objective]} continuations of "
-                         f"both {a_name} and {b_name} arms with the same steps", spec.matches)
+            return [], {"absent": f"no {KIND_NAMES[spec.objective]} continuations of both {a_name} and {b_name} "
+                                  "arms with the same steps"}
         parent = arm_of_run(plan)[cpt[0][1].runs[0].continues]
-        steps = ", ".join(sorted({f"{s:,}" for *_, s in cpt}))
-        return Claim(spec.key, spec.statement, tests, _fill(table, spec, plan, parent, cpt=steps), "", spec.matches)
+        return [(a, b, None) for a, b, _ in cpt], {"arm": parent,
+                                                    "cpt": ", ".join(sorted({f"{s:,}" for *_, s in cpt}))}
     pairs = _arm_pairs(plan, spec)
     if not pairs:
-        return Claim(spec.key, spec.statement, tests, "", none, spec.matches)
-    extra: dict = {}
+        return [], {"absent": f"no {' and '.join(sorted((a_name, b_name)))} arm of one size, budget and mask ratio"}
+    facts: dict = {"arm": pairs[0][1]}
     if spec.compare == "final":
-        for a, b in pairs:
-            tests += _differences(plan, scores, a, b, f"{a.label} − {b.label}")
         splits = [arm for pair in pairs for arm in pair if arm.kind == "clm_then_mlm"]
-        extra["mlm_phase"] = ", ".join(f"{p:,}" for p in sorted({s.runs[0].train_iters - s.runs[0].switch_step
+        facts["mlm_phase"] = ", ".join(f"{p:,}" for p in sorted({s.runs[0].train_iters - s.runs[0].switch_step
                                                                    for s in splits}))
-    elif spec.compare == "early":
-        early = None
+        return [(a, b, None) for a, b in pairs], facts
+    if spec.compare == "early":
+        early = []
         for a, b in pairs:
             steps = sorted(set(evaluated_steps_of(plan, a)) & set(evaluated_steps_of(plan, b)))
             steps = [s for s in steps if s < a.runs[0].train_iters]
             if steps:
-                early = steps[0]
-                tests += _differences(plan, scores, a, b, f"{a.label} − {b.label} at step {early:,}", early)
-        if early is None:
-            return Claim(spec.key, spec.statement, tests, "", "no checkpoint of both arms evaluated before the end "
-                         "(evaluation.checkpoint_steps)", spec.matches)
-        extra = {"early": early, "early_tokens": _tokens(early * pairs[0][0].runs[0].tokens_per_step)}
-    else:  # stability: b's loss minus a's, > 0 when a loses less away from its best LR
-        losses = stability(plan, scores)
-        for a, b in pairs:
-            for family in scores.families:
-                la, lb = losses.get(a.label, {}).get(family), losses.get(b.label, {}).get(family)
-                if la and lb:
-                    tests.append(Test(f"stability loss {b.label} − {a.label}", family, PRETRAINING_SEEDS,
-                                      compare(lb, la)))
-        e = plan.study.evaluation
-        if e is None or len(e.lrs) < 2:
-            return Claim(spec.key, spec.statement, tests, _fill(table, spec, plan, pairs[0][1]),
-                         "a single fine-tuning learning rate", spec.matches)
-    setting = _fill(table, spec, plan, pairs[0][1], **extra)
+                early.append((a, b, steps[0]))
+        if not early:
+            return [], {"absent": "no checkpoint of both arms evaluated before the end (evaluation.checkpoint_steps)"}
+        facts.update(early=early[0][2], early_tokens=_tokens(early[0][2] * early[0][0].runs[0].tokens_per_step))
+        return early, facts
+    e = plan.study.evaluation
+    if e is None or len(e.lrs) < 2:
+        return [], {"absent": "a single fine-tuning learning rate"}
+    return [(a, b, None) for a, b in pairs], facts
+
+
+def _measure(scores: Scores, tasks: list[str], evidence: Evidence, stability: bool):
+    """model name -> the value a claim compares: its score averaged over ``tasks`` as the paper averages, or
+    (stability) its relative stability loss over them."""
+    if stability:
+        return lambda name: scores.relative_stability_loss(name, tasks, evidence.random_init or {})
+    return lambda name: scores.claim_score(name, tasks)
+
+
+def _values(scores: Scores, models: list[tuple[int, str]], value) -> tuple[list[float], set[int]]:
+    found = [(seed, v) for seed, name in models if (v := value(name)) is not None]
+    return [v for _, v in found], {seed for seed, _ in found}
+
+
+def _answer(table: ClaimsTable, spec: ClaimSpec, plan: Plan, scores: Scores, validation,
+            evidence: Evidence) -> Claim:
+    """One claim: its pooled sides' values, the descriptive per-family differences, and its setting."""
+    claim = Claim(spec.key, spec.statement, "", matches=spec.matches, margin=spec.margin)
+    pairs, facts = _pairs_and_models(plan, spec)
+    if not pairs:
+        claim.absent = facts["absent"]
+        return claim
+    arm = facts.pop("arm")
+    claim.setting = _fill(table, spec, plan, arm, **facts)
     if spec.validation_facts:
-        setting += _validation_facts(validation, [arm for a, b in pairs for arm in (b, a)])
-    return Claim(spec.key, spec.statement, tests, setting, "", spec.matches)
+        claim.setting += _validation_facts(validation, [arm for a, b, _ in pairs for arm in (b, a)])
+    tasks = [t for t in sorted(scores.family_of) if t not in evidence.excluded]
+    stability = spec.compare == "stability"
+    value = _measure(scores, tasks, evidence, stability)
+    sides: list[dict[str, tuple[int, str]]] = [{}, {}]
+    for a, b, step in pairs:
+        ma, mb = models_at(plan, a, step), models_at(plan, b, step)
+        sides[0].update({name: (seed, name) for seed, name in ma})
+        sides[1].update({name: (seed, name) for seed, name in mb})
+        at = f" at step {step:,}" if step is not None else ""
+        what = f"relative stability loss {b.label} − {a.label}" if stability else f"{a.label} − {b.label}{at}"
+        for family in scores.families:
+            ts = [t for t in tasks if scores.family_of[t] == family]
+            if stability and not evidence.random_init:
+                continue
+            of_family = _measure(scores, ts, evidence, stability)
+            va, vb = (_values(scores, m, of_family)[0] for m in ((mb, ma) if stability else (ma, mb)))
+            if ts and va and vb:
+                claim.described.append(f"{what}, {family}: {statistics.fmean(va) - statistics.fmean(vb):+.2f}")
+    a_side, b_side = (list(side.values()) for side in sides)
+    if stability:
+        a_side, b_side = b_side, a_side  # b's loss − a's: > 0 where a loses less
+    claim.what = (f"relative stability loss {' + '.join(sorted({b.label for _, b, _ in pairs}))} − "
+                  f"{' + '.join(sorted({a.label for a, _, _ in pairs}))}" if stability else
+                  f"{' + '.join(sorted({a.label for a, _, _ in pairs}))} − "
+                  f"{' + '.join(sorted({b.label for _, b, _ in pairs}))}"
+                  + (f" at step {pairs[0][2]:,}" if pairs[0][2] is not None else ""))
+    if not tasks:
+        claim.untestable = NO_TASK
+        return claim
+    if stability and not evidence.random_init:
+        claim.untestable = NO_BASELINE
+        return claim
+    (va, seeds_a), (vb, seeds_b) = _values(scores, a_side, value), _values(scores, b_side, value)
+    if not va or not vb:
+        claim.absent = "no scores yet: no model of both sides has a score on every informative task"
+        return claim
+    claim.sample = ClaimSample(np.array(va), np.array(vb), claim.null)
+    if not claim.sample.testable:
+        claim.untestable = not_testable(len(seeds_a | seeds_b))
+    return claim
 
 
 def study_claims(plan: Plan) -> ClaimsTable | None:
@@ -195,65 +264,30 @@ def study_claims(plan: Plan) -> ClaimsTable | None:
 
 
 def claims(plan: Plan, scores: Scores, validation: dict[str, dict[str, Sample]] | None = None,
-           table: ClaimsTable | None = None) -> list[Claim]:
-    """The claims of ``table`` (default: the study's), each with its tests, Holm-adjusted together over every test
-    of the section. ``validation`` (arm label -> metric -> values, the report's final validation table) adds the
-    MLM-trained arms' final validation MLM accuracy to the settings that ask for it."""
+           table: ClaimsTable | None = None, evidence: Evidence | None = None) -> list[Claim]:
+    """The claims of ``table`` (default: the study's), each with its test decided, Holm over the testable claims.
+    ``validation`` (arm label -> metric -> values, the report's final validation table) adds the MLM-trained arms'
+    final validation MLM accuracy to the settings that ask for it."""
     table = table or study_claims(plan)
-    found = [_answer(table, spec, plan, scores, validation) for spec in table.claims] if table else []
-    every = [t for c in found for t in c.tests]
-    adjusted = holm([t.comparison.p_value for t in every]) if every else []
-    for test, p in zip(every, adjusted):
-        test.adjusted = p
+    evidence = evidence or Evidence()
+    found = [_answer(table, spec, plan, scores, validation, evidence) for spec in table.claims] if table else []
+    tested = [c for c in found if c.sample is not None and not c.untestable]
+    if tested:
+        decided = decide([c.sample for c in tested])
+        for i, c in enumerate(tested):
+            c.difference, c.p_value = float(decided.difference[i]), float(decided.p_value[i])
+            c.adjusted, c.decision = float(decided.adjusted[i]), int(decided.decision[i])
+            c.level = float(decided.level[i])
+            c.bounds = interval(c.sample, c.level)
+    for c in found:
+        if c.sample is not None and c.untestable:
+            c.difference = float(c.sample.a.mean() - c.sample.b.mean())
     return found
 
 
-def _test_line(t: Test, rehearsal: bool) -> str:
-    c = t.comparison
-    if rehearsal:
-        return f"{t.what}, {t.family}: {c.difference:+.2f}"
-    if not c.tested:
-        why = "fewer than 2 values in an arm" if min(c.n_a, c.n_b) < 2 else "no spread in either arm"
-        return f"{t.what}, {t.family}: {c.difference:+.2f} (n/a: {why})"
-    mark = " **significant**" if t.adjusted < SIGNIFICANCE else ""
-    return (f"{t.what}, {t.family}: {c.difference:+.2f} [{c.difference - c.half_width:+.2f}, "
-            f"{c.difference + c.half_width:+.2f}], {p_text(t.adjusted)}{mark} (over {t.basis})")
+def smallest_p_of(claim: Claim) -> float:
+    return smallest_p(claim.sample.a.size, claim.sample.b.size) if claim.sample is not None else math.nan
 
 
-def claims_section(plan: Plan, scores: Scores, rehearsal: bool = False,
-                   validation: dict[str, dict[str, Sample]] | None = None) -> str:
-    """The section answering the study's claims table with the numbers; in a rehearsal, the differences only."""
-    table = study_claims(plan)
-    found = claims(plan, scores, validation, table)
-    if not any(c.tests for c in found):
-        return ""
-    n = sum(len(c.tests) for c in found)
-    if rehearsal:
-        head = ("Each claim of the paper with the differences this rehearsal measured (signed so that > 0 is the "
-                "paper's direction), untested: a rehearsal of the pipeline answers none of them.")
-    else:
-        head = (f"Each claim of the paper ({table.paper}), tested on the downstream scores per task family "
-                "(test mean at the best LR, averaged over the family's tasks). Each line: the difference of means "
-                "signed so that > 0 is the paper's direction, its 95% interval (Welch-Satterthwaite), the p-value "
-                f"of Welch's two-sided t-test adjusted with Holm's method over the section's {n} tests; "
-                f"**significant** = adjusted p < {SIGNIFICANCE}. A claim is *supported* where some test is "
-                "significant in the paper's direction and none against it, *contradicted* where some is "
-                "significant against it and none for it, *mixed* where both, and *not distinguishable at this "
-                "scale* where none is. The stability loss is the test score at the best LR minus the mean at the "
-                "grid's other LRs.")
-    lines = [head, ""]
-    for claim in found:
-        title = f"**({claim.key}) {claim.statement}**"
-        if claim.absent or not claim.tests:
-            lines += [f"- {title}: not asked by this study ({claim.absent or 'no scores yet'}).", ""]
-            continue
-        verdict = "" if rehearsal else f": {claim.verdict()}"
-        lines.append(f"- {title}{verdict}.")
-        lines += [f"  - {_test_line(t, rehearsal)}" for t in claim.tests]
-        if not rehearsal and claim.verdict() != SUPPORTED:
-            lines.append(f"  - What in this setting could explain it: {claim.setting}")
-            if claim.matches and claim.verdict() == UNDECIDED:
-                lines.append("  - Not distinguishable is consistent with \"matches\", which a difference test "
-                             "cannot establish on its own.")
-        lines.append("")
-    return "\n".join(lines)
+def significant(claim: Claim) -> bool:
+    return claim.adjusted < SIGNIFICANCE

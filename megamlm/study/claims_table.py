@@ -37,7 +37,11 @@ class ClaimSpec:
     objective: ArmKind = "mlm"
     """continuation: the objective of the compared continuations."""
     matches: bool = False
-    """A claim of "matches or beats": a difference that is not distinguishable is consistent with it."""
+    """A claim of "matches or beats": decided by a non-inferiority test against ``margin``, never by a difference
+    that is not significant."""
+    margin: float = 0.0
+    """matches: how many score points worse the claimed arm may be and still "match" (> 0; e.g. 1.0); the test's
+    null is that it is worse by exactly this much. Only with ``matches: true``."""
     validation_facts: bool = False
     """The setting also cites the compared MLM-trained arms' final validation MLM accuracy and loss."""
 
@@ -72,4 +76,10 @@ def load_claims(path: Path) -> ClaimsTable:
             if value not in choices.__args__:
                 raise StudyError(f"claims table {path}: claim {claim.key}'s {name} is {value!r}; choose one of "
                                  f"{', '.join(choices.__args__)}")
+        if claim.matches and not claim.margin > 0:
+            raise StudyError(f"claims table {path}: claim {claim.key} is a claim of \"matches or beats\" without a "
+                             "margin; give `margin:` (score points, > 0, e.g. 1.0) for its non-inferiority test")
+        if claim.margin and not claim.matches:
+            raise StudyError(f"claims table {path}: claim {claim.key} gives a margin ({claim.margin:g}) but is not a "
+                             "claim of \"matches or beats\"; add `matches: true` or remove the margin")
     return table

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from megamlm.eval.metrics import SIGNIFICANCE, holm, welch
 from megamlm.study.arms import arms
+from megamlm.study.claims import Evidence
 from megamlm.study.commands import random_init_models, random_init_name
 from megamlm.study.plan import Plan
 from megamlm.study.scores import Scores, models_at
@@ -108,3 +109,22 @@ def task_evidence(plan: Plan, results: list[dict], level: float = SIGNIFICANCE) 
 def informative_tasks(plan: Plan, results: list[dict], level: float = SIGNIFICANCE) -> set[str]:
     """The tasks an arm is shown to beat the random-init model on: the only tasks fit for the claims."""
     return {task for task, evidence in task_evidence(plan, results, level).items() if evidence.informative}
+
+
+def claim_evidence(plan: Plan, results: list[dict], level: float = SIGNIFICANCE) -> Evidence:
+    """What the claims take from the baselines: the tasks not shown informative (left out of every claim test, each
+    with its reason) and each task's random-init score (test mean at its best LR), the stability claim's reference.
+    A study of several sizes has one random-init model per size, and the claims' measure takes one per task: there
+    the reference is left out and the stability claim says it is not testable."""
+    evidence = task_evidence(plan, results, level)
+    excluded = {task: e.reason for task, e in evidence.items() if not e.informative}
+    references = sorted(set(random_init_models(plan).values()))
+    if len(references) != 1:
+        return Evidence(excluded=excluded)
+    scores = Scores.of(results)
+    random_init = {}
+    for task in evidence:
+        values = best_lr_scores(scores, references[0], task)
+        if values:
+            random_init[task] = sum(values) / len(values)
+    return Evidence(excluded=excluded, random_init=random_init)

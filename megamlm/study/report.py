@@ -4,10 +4,10 @@ files and the fine-tuning results.
 An *arm* is a run without its seed (``clm100-mlm100-m40``); its seeds are its replicates. For each arm: the
 validation curves of every seed (a branch's curve is its parent's up to the branch step, then its own; a
 continuation's follows its parent's last step), the final validation scores with their mean and 95% t-interval
-over seeds, and the differences between arms: Welch's two-sided t-test over pretraining seeds (where both arms
-have a single pretraining seed, as in the paper, over the fine-tuning seeds at each model's selected LR, and the
-table says which), the difference with its 95% Welch-Satterthwaite interval and its Holm-adjusted p-value over
-the comparisons of the table; significant only at adjusted p < 0.05; fewer than 2 values in an arm: n/a.
+over seeds, and the differences between arms, descriptive: the difference with its unadjusted 95%
+Welch-Satterthwaite interval and the unadjusted p-value of Welch's two-sided t-test over pretraining seeds (where
+both arms have a single pretraining seed, as in the paper, over the fine-tuning seeds at each model's selected LR,
+and the table says which), nothing called significant; fewer than 2 values in an arm: n/a.
 Downstream: one table per task family (best LR on validation per model, test mean and 95% CI over fine-tuning
 seeds), the arms' scores over pretraining seeds, score against the CLM fraction per budget, score against
 pretraining steps from the evaluated intermediate checkpoints, each task's baselines beside the arms (each
@@ -16,7 +16,8 @@ and its informative/uninformative mark (``informative.py``: a one-sided Welch te
 random-init model, Holm over the arms), and (``scores.py``) the paper's other figures,
 each only where the study has its data: score against the fine-tuning LR per arm and task family and the
 stability loss per arm (both need 2 or more LRs), the continued-pretraining gain against continued steps from
-each parent; then a section answering the paper's claims (a)-(e) with Welch's test and Holm's correction.
+each parent; then a section answering the paper's claims (a)-(e), one pre-registered permutation test per claim
+with Holm's correction over the claims (``decision.py``).
 
 A study planned with ``--scale`` < 1 is a rehearsal of the pipeline: its report says so at the top, keeps the
 tables and figures, makes no test and names no difference significant, and is written under the runs' root
@@ -39,12 +40,12 @@ from megamlm.eval.registry import task_display_name
 from megamlm.eval.report import markdown_table
 from megamlm.eval.results import RunKey, write_text_atomic
 from megamlm.study.arms import arms
-from megamlm.study.claims import claims_section
+from megamlm.study.claims_text import claims_section
 from megamlm.study.commands import all_evaluated_models, evaluated_models, random_init_models, status_file
 from megamlm.study.cost import throughput_for
 from megamlm.study.curves import VALIDATION_METRICS, final_validation, run_metrics
 from megamlm.study.figure_data import draw_figures
-from megamlm.study.informative import task_evidence
+from megamlm.study.informative import claim_evidence, task_evidence
 from megamlm.study.local import finished_step
 from megamlm.study.plan import Plan
 from megamlm.study.report_target import (
@@ -242,7 +243,8 @@ def write_report(plan: Plan, path: str | Path | None = None, figures: bool = Tru
                                         else ("", {}))
     tasks = sorted({s.task for s in summaries})
     scores = Scores.of(results)
-    claims_text = claims_section(plan, scores, rehearsal, validation_values) if summaries else ""
+    claims_text = (claims_section(plan, scores, rehearsal, validation_values, claim_evidence(plan, results))
+                   if summaries else "")
     images, note = [], ""
     if figures:
         if not figs.available():

@@ -9,17 +9,24 @@ Quantities, each from the fine-tuning results (one file per model, task, LR and 
 - its *stability loss* on a task: the test score at the best LR minus the mean test score at the grid's other
   LRs (0 = as good everywhere; large = only one LR works), averaged over the family's tasks; a model evaluated at
   one LR has none. This is the quantity behind the paper's "CLM fine-tunes more stably";
+- its *relative stability loss* over a set of tasks (the stability claim's measure): the loss above (its score at
+  the best LR minus the mean at the other LRs, averaged as the paper averages: per family over the tasks, then
+  over the families) divided by its gain over the random-init model of the same shape (its score minus that
+  model's, averaged the same way), clipped to [0, 1]; a model with no gain gets 1. So a model that learns
+  nothing counts as the least stable, never as stable, which the plain loss (near 0 for any model at chance,
+  since every LR scores the same) would make it. (No scalar definition of the paper's own stability measure was
+  found in the text searched, its abstract and summaries; this is ours, stated in the report);
 - a continuation's *gain*: its score minus its parent's final score, seed by seed (a continuation of seed s
   continues the parent of seed s).
 
-An arm's values are one per pretraining seed (its models at the step asked for); comparisons are Welch's
-two-sided t-test over them (where both arms have a single pretraining seed, over the fine-tuning seeds at the
-best LR), Holm-adjusted over the tests of one section.
+An arm's values are one per pretraining seed (its models at the step asked for); the report's tables compare
+them descriptively (``statistics.py``) and its claims by one pre-registered test each (``decision.py``).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from megamlm.eval.aggregate import per_lr
@@ -89,6 +96,44 @@ class Scores:
             others = [lrs[lr][1] for lr in lrs if lr != best]
             return lrs[best][1] - sum(others) / len(others)
         return self._family_mean(model, family, loss)
+
+    def task_score(self, model: str, task: str) -> float | None:
+        """The model's test mean over fine-tuning seeds at the task's best LR."""
+        lr = self.best_lr(model, task)
+        return None if lr is None else self.by_lr[model][task][lr][1]
+
+    def averaged(self, tasks: Collection[str], value: Callable[[str], float | None]) -> float | None:
+        """``value`` of each task averaged as the paper averages: over each family's tasks, then over the
+        families; None where a task has no value or there is no task."""
+        families: dict[str, list[float | None]] = defaultdict(list)
+        for task in tasks:
+            families[self.family_of.get(task, task)].append(value(task))
+        if not families or any(v is None for f in families.values() for v in f):
+            return None
+        return sum(sum(f) / len(f) for f in families.values()) / len(families)
+
+    def claim_score(self, model: str, tasks: Collection[str]) -> float | None:
+        """The model's score over ``tasks`` (test means at each task's best LR) averaged as the paper averages."""
+        return self.averaged(tasks, lambda task: self.task_score(model, task))
+
+    def relative_stability_loss(self, model: str, tasks: Collection[str],
+                                random_init: Mapping[str, float]) -> float | None:
+        """(score at the best LR − mean at the grid's other LRs) / (score at the best LR − the random-init
+        model's), each averaged over ``tasks`` as the paper averages, clipped to [0, 1]; 1 where the model does
+        not beat the random-init model. None with fewer than 2 LRs on a task or a task without a baseline."""
+        def others(task):
+            lrs = self.by_lr.get(model, {}).get(task, {})
+            best = self.best_lr(model, task)
+            rest = [lrs[lr][1] for lr in lrs if lr != best]
+            return sum(rest) / len(rest) if rest else None
+        best = self.claim_score(model, tasks)
+        rest = self.averaged(tasks, others)
+        base = self.averaged(tasks, random_init.get)
+        if best is None or rest is None or base is None:
+            return None
+        if best <= base:
+            return 1.0
+        return min(1.0, max(0.0, (best - rest) / (best - base)))
 
     def finetuning_seeds(self, model: str, family: str) -> list[float]:
         """Per fine-tuning seed, the family mean of that seed's test scores at each task's best LR (the seeds

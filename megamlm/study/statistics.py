@@ -1,8 +1,10 @@
 """The statistics of a study report: an arm's values per metric (``Sample``), which seeds a comparison of two arms
-runs over, and the table of every pair of arms: the difference of means with Welch's two-sided t-test, its 95%
-Welch-Satterthwaite interval and its Holm-adjusted p-value over the table's tests (significant only at adjusted
-p < 0.05; fewer than 2 values in an arm: n/a). Where both arms have a single pretraining seed, as the paper's
-models, a test runs over the fine-tuning seeds of each one's model at its selected LR.
+runs over, and the descriptive table of every pair of arms: the difference of means with its unadjusted 95%
+Welch-Satterthwaite interval and the unadjusted p-value of Welch's two-sided t-test, plainly labelled (fewer than
+2 values in an arm: n/a). The table names nothing significant: its many cells over few seeds are description, and
+the claims section's pre-registered tests (``decision.py``) are the report's only conclusions. Where both arms
+have a single pretraining seed, as the paper's models, a comparison runs over the fine-tuning seeds of each one's
+model at its selected LR.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from megamlm.eval.metrics import SIGNIFICANCE, Comparison, compare, holm
+from megamlm.eval.metrics import Comparison, compare
 
 PRETRAINING_SEEDS = "pretraining seeds"
 FINETUNING_SEEDS = "fine-tuning seeds at the best LR"
@@ -44,19 +46,18 @@ def p_text(p: float) -> str:
     return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
 
 
-def _cell(c: Comparison, adjusted: float, digits: int) -> str:
+def _cell(c: Comparison, digits: int) -> str:
     if not c.tested:
         why = "fewer than 2 values in an arm" if min(c.n_a, c.n_b) < 2 else "no spread in either arm"
         return f"{c.difference:+.{digits}f} (n/a: {why})"
     low, high = c.difference - c.half_width, c.difference + c.half_width
-    mark = " **significant**" if adjusted < SIGNIFICANCE else ""
-    return f"{c.difference:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}], {p_text(adjusted)}{mark}"
+    return f"{c.difference:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}], p = {c.p_value:.3f}"
 
 
 def comparison_table(values: dict[str, dict[str, Sample]], metrics: list[str], digits: int,
                      rehearsal: bool = False) -> str:
-    """Every pair of arms on every metric: the difference of means, and (not in a rehearsal) Welch's test with its
-    95% interval and Holm-adjusted p-value over the table's tests."""
+    """Every pair of arms on every metric: the difference of means, and (not in a rehearsal) its unadjusted 95%
+    Welch interval and unadjusted p-value, descriptive."""
     labels = list(values)
     pairs = [(a, b) for i, a in enumerate(labels) for b in labels[i + 1:]]
     if not pairs:
@@ -70,7 +71,6 @@ def comparison_table(values: dict[str, dict[str, Sample]], metrics: list[str], d
             if sa and sb and sample_values(sa, bases[(a, b)]) and sample_values(sb, bases[(a, b)]):
                 cells[(a, b, metric)] = compare(sample_values(sa, bases[(a, b)]), sample_values(sb, bases[(a, b)]))
     keys = list(cells)
-    adjusted = dict(zip(keys, holm([cells[k].p_value for k in keys]))) if keys else {}
     header = "| A − B | test over | " + " | ".join(metrics) + " |\n|---|---|" + "---|" * len(metrics) + "\n"
     rows = []
     for a, b in pairs:
@@ -82,22 +82,21 @@ def comparison_table(values: dict[str, dict[str, Sample]], metrics: list[str], d
             elif rehearsal:
                 row.append(f"{c.difference:+.{digits}f}")
             else:
-                row.append(_cell(c, adjusted[(a, b, metric)], digits))
+                row.append(_cell(c, digits))
         rows.append(f"| {a} − {b} | {'–' if rehearsal else bases[(a, b)]} | " + " | ".join(row) + " |")
     table = header + "\n".join(rows) + "\n"
     if rehearsal:
         return ("Differences between arms (mean of A − mean of B), untested: a rehearsal of the pipeline draws no "
                 "conclusions.\n\n" + table)
     tested = [k for k in keys if cells[k].tested]
-    significant = [f"{a} − {b} ({metric})" for (a, b, metric) in tested if adjusted[(a, b, metric)] < SIGNIFICANCE]
     finetuning = any(bases[p] == FINETUNING_SEEDS for p in pairs)
-    summary = (f"Significant at Holm-adjusted p < {SIGNIFICANCE} ({len(tested)} tests in this table): "
-               + ("; ".join(significant) if significant else "none") + ".\n\n" if tested else
+    summary = ("" if tested else
                "No difference in this table could be tested (fewer than 2 values in an arm, or no spread).\n\n")
-    explain = ("Differences between arms: mean of A − mean of B, its 95% interval (Welch-Satterthwaite) in brackets, "
-               "and the p-value of Welch's two-sided t-test (unequal variances) over the seeds named under "
-               "*test over*, adjusted with Holm's method over the tests of this table; **significant** = adjusted "
-               f"p < {SIGNIFICANCE}. n/a: no test (fewer than 2 values in an arm, or no spread).")
+    explain = ("Differences between arms, descriptive: mean of A − mean of B, its unadjusted 95% interval "
+               "(Welch-Satterthwaite) in brackets, and the unadjusted p-value of Welch's two-sided t-test over the "
+               "seeds named under *test over*. Nothing here is called significant: over this many cells and few "
+               "seeds some unadjusted p-values are small by chance; the report's conclusions are the claims "
+               "section's pre-registered tests. n/a: no test (fewer than 2 values in an arm, or no spread).")
     if finetuning:
         explain += (" Over fine-tuning seeds (both arms have one pretraining seed): the variance of fine-tuning "
                     "alone, at each model's selected LR; it says whether the two pretrained models differ, not "

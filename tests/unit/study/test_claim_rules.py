@@ -1,0 +1,124 @@
+"""The rules of the claims section (issue 32): an uninformative task is left out of every claim test and named;
+non-significance never yields "matches" (only the non-inferiority test against the table's margin does); a claim
+whose permutation test cannot reach p < 0.05 says "not testable with N seeds"; the stability measure ranks a
+model that learns nothing as the least stable; intervals agree with the Holm-adjusted p-values."""
+
+import numpy as np
+import pytest
+from test_evidence import BASELINE, PAPER, STUDY, write_results
+
+from megamlm.study.arms import arms
+from megamlm.study.claims import NO_TASK, SUPPORTED, UNDECIDED, Evidence, claims
+from megamlm.study.claims_table import load_claims
+from megamlm.study.claims_text import claims_section
+from megamlm.study.decision import FAVOUR, NEITHER, ClaimSample, decide, holm_levels, interval
+from megamlm.study.schema import StudyError
+from megamlm.study.scores import Scores, models_at
+
+UNINFORMATIVE = {"rt-sentiment": "uninformative: no arm beats the random-init model"}
+
+
+def claim(plan, scores, key, evidence=BASELINE):
+    return next(c for c in claims(plan, scores, evidence=evidence) if c.key == key)
+
+
+def shift(plan, scores, kind, task, by):
+    """Move every final model of the arms of ``kind`` by ``by`` (a value, or per pretraining seed) on ``task``."""
+    for arm in (a for a in arms(plan) if a.kind == kind):
+        for seed, model in models_at(plan, arm):
+            add = by(seed) if callable(by) else by
+            lrs = scores.by_lr[model][task]
+            scores.by_lr[model][task] = {lr: (v + add, t + add) for lr, (v, t) in lrs.items()}
+
+
+def test_an_uninformative_task_is_left_out_of_every_claim_test(small_plan):
+    plan = small_plan(STUDY)
+    scores = write_results(plan, **PAPER)
+    shift(plan, scores, "clm", "rt-sentiment", 40.0)  # CLM 30 points above MLM on the uninformative task
+    assert claim(plan, scores, "a").difference == pytest.approx(-10.0)  # (+10 - 30) / 2 families with it
+    excluded = Evidence(excluded=UNINFORMATIVE, random_init=BASELINE.random_init)
+    a = claim(plan, scores, "a", excluded)
+    assert a.difference == pytest.approx(10.0) and a.verdict() == SUPPORTED  # brown-pos alone
+    mlm = next(arm for arm in arms(plan) if arm.kind == "mlm")
+    by_hand = sorted(scores.task_score(m, "brown-pos") for _, m in models_at(plan, mlm))
+    assert sorted(a.sample.a) == pytest.approx(by_hand)
+    assert not any("sequence classification" in line for line in a.described)
+    text = claims_section(plan, scores, evidence=excluded)
+    assert ("Left out of every claim test: rt-sentiment (uninformative: no arm beats the random-init model)."
+            in text)
+    everything = Evidence(excluded={t: "uninformative" for t in ("brown-pos", "rt-sentiment")})
+    assert {c.verdict() for c in claims(plan, scores, evidence=everything)} == {NO_TASK}
+
+
+def test_non_significance_never_yields_matches():
+    """A split with a huge spread over seeds and the same mean as MLM: nothing is significant, so no verdict;
+    "matches" needs the non-inferiority test to reject a difference of −margin."""
+    b = np.array([50.0, 50.1, 49.9, 50.2, 49.8])
+    a = np.array([5.0, 95.0, 10.0, 90.0, 50.0])
+    decided = decide([ClaimSample(a, b, 0.0), ClaimSample(a, b, -1.0)])
+    assert list(decided.decision) == [NEITHER, NEITHER]
+    # the same mean within a tight spread is shown to be within the margin: that, and only that, is "matches"
+    tight = decide([ClaimSample(b + 0.05, b, -1.0)])
+    assert list(tight.decision) == [FAVOUR]
+
+
+def test_a_split_of_huge_variance_is_not_reported_as_matching(small_plan):
+    plan = small_plan(STUDY)
+    scores = write_results(plan, **{**PAPER, "final": {**PAPER["final"], "clm_then_mlm": 80.0}})
+    for task in ("brown-pos", "rt-sentiment"):
+        shift(plan, scores, "clm_then_mlm", task, lambda seed: {1: -40, 2: 40, 3: -30, 4: 30, 5: 0}[seed])
+    c = claim(plan, scores, "c")
+    assert c.verdict() == UNDECIDED and c.adjusted >= 0.05
+    assert "Not shown to be within 1 point of the other arms" in claims_section(plan, scores, evidence=BASELINE)
+
+
+def test_a_matches_claim_states_its_margin(tmp_path):
+    table = tmp_path / "t.yaml"
+    row = "  - {key: c, statement: A matches B, compare: final, a: clm, b: mlm, setting: s%s}\n"
+    table.write_text("paper: p\nclaims:\n" + row % ", matches: true")
+    with pytest.raises(StudyError, match="claim c is a claim of \"matches or beats\" without a margin"):
+        load_claims(table)
+    table.write_text("paper: p\nclaims:\n" + row % ", margin: 1.0")
+    with pytest.raises(StudyError, match="gives a margin \\(1\\) but is not a claim of \"matches or beats\""):
+        load_claims(table)
+    table.write_text("paper: p\nclaims:\n" + row % ", matches: true, margin: 1.0")
+    assert load_claims(table).claims[0].margin == 1.0
+
+
+def test_three_seeds_against_three_are_not_testable(small_plan):
+    assert not ClaimSample(np.zeros(3), np.ones(3)).testable  # at best p = 2 / 20
+    assert ClaimSample(np.zeros(5), np.ones(5)).testable and ClaimSample(np.zeros(9), np.ones(3)).testable
+    plan = small_plan({**STUDY, "seeds": [1, 2, 3]})
+    found = {c.key: c for c in claims(plan, write_results(plan, **PAPER), evidence=BASELINE)}
+    assert {c.verdict() for c in found.values()} == {"not testable with 3 seeds"}
+    assert found["a"].difference == pytest.approx(10.0)
+    text = claims_section(plan, write_results(plan, **PAPER), evidence=BASELINE)
+    assert "**(a) MLM beats CLM at the end of pretraining**: not testable with 3 seeds." in text
+    assert "3 against 3 models give no permutation p-value below 0.100" in text
+
+
+def test_the_relative_stability_loss_ranks_a_model_that_learns_nothing_least_stable():
+    results = []
+    for model, by_lr in (("m", {1e-3: 80.0, 3e-3: 70.0, 1e-2: 60.0}), ("chance", {1e-3: 50.0, 3e-3: 50.0})):
+        for lr, score in by_lr.items():
+            results.append({"model": model, "task": "t", "lr": lr, "seed": 0, "family": "f",
+                            "validation": {"score": score}, "test": {"score": score}})
+    scores = Scores.of(results)
+    # m: loses 80 - 65 = 15 of its 30-point gain over the random-init model's 50
+    assert scores.relative_stability_loss("m", ["t"], {"t": 50.0}) == pytest.approx(0.5)
+    assert scores.stability_loss("chance", "f") == 0.0  # the plain loss calls it perfectly stable
+    assert scores.relative_stability_loss("chance", ["t"], {"t": 50.0}) == 1.0  # no gain: least stable
+    assert scores.relative_stability_loss("m", ["t"], {}) is None
+
+
+def test_each_interval_excludes_the_null_exactly_when_its_holm_adjusted_p_is_significant():
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        samples = [ClaimSample(rng.normal(rng.choice([0, 1, 3]), 1, 5), rng.normal(0, 1, 5), null)
+                   for null in (0.0, 0.0, -1.0, 0.0)]
+        decided = decide(samples)
+        for i, s in enumerate(samples):
+            low, high = interval(s, decided.level[i])
+            assert (not low <= s.null <= high) == (decided.adjusted[i] < 0.05)
+    assert holm_levels(np.array([0.001, 0.02, 0.5, np.nan, 0.012])) == pytest.approx(
+        [0.0125, 0.025, 0.05, np.nan, 0.05 / 3], nan_ok=True)
