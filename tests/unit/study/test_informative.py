@@ -12,7 +12,7 @@ from test_evidence import PAPER, STUDY, _results, write_results, write_score
 from megamlm.eval.baseline_store import write_baselines
 from megamlm.eval.examples import TaskData, TextExample
 from megamlm.study.commands import evaluate_command, random_init_models
-from megamlm.study.informative import _one_sided, informative_tasks, task_evidence
+from megamlm.study.informative import _one_sided, claim_evidence, informative_tasks, task_evidence
 from megamlm.study.report import write_report
 
 REPO = Path(__file__).resolve().parents[3]
@@ -67,6 +67,11 @@ def test_a_task_no_arm_beats_the_random_init_model_on_is_uninformative_and_named
     assert "- **brown-pos**: informative: beats random init (" in informative
     assert "- **rt-sentiment**: uninformative: no arm beats random init at adjusted p < 0.05" in informative
     assert "left out of the claims: rt-sentiment." in informative
+    # ... and the claims are made without it: the report hands the same marks and the random-init scores to them.
+    evidence = claim_evidence(plan, _results(plan))
+    assert list(evidence.excluded) == ["rt-sentiment"]
+    assert evidence.random_init == {"brown-pos": pytest.approx(60.0), "rt-sentiment": pytest.approx(90.0)}
+    assert "Left out of every claim test: rt-sentiment (no arm beats random init at adjusted p < 0.05" in text
 
 
 def test_without_a_random_init_model_no_task_is_shown_informative(small_plan, tmp_path):
