@@ -9,7 +9,8 @@ Tasks: local (austen-novel, austen-qa, austen-qa-speakers, austen-retrieval, aus
 the packaged corpus; rt-sentiment, brown-genre, brown-pos from --data-dir), the paper's 12 datasets (sst2 qqp
 mnli conll2003 ontonotes uner squad squad_v2 record msmarco nq mldr, loaded with Hugging Face datasets:
 downloaded and cached when online, from the cache with HF_HUB_OFFLINE=1, or from --hf-datasets-dir copies),
-or your own folder as TYPE:PATH. Writes results.md, results.csv, scores_per_lr.csv, score_per_model.png and score_vs_lr.png.
+or your own folder as TYPE:PATH. Writes results.md, results.csv, scores_per_lr.csv, score_per_model.png
+and score_vs_lr.png.
 """
 
 from __future__ import annotations
