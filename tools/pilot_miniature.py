@@ -162,6 +162,11 @@ def main(argv=None) -> int:
         unknown = sorted(set(a for a in args.arms.split(",") if a) - {"mlm", "clm_then_mlm"})
         if unknown:
             raise PilotFailure(f"--arms {args.arms}: unknown {', '.join(unknown)}; use mlm and/or clm_then_mlm")
+        counts = {"--eval-points": args.eval_points, "--eval-iters": args.eval_iters,
+                  "--finetune-steps": args.finetune_steps}
+        for flag, value in counts.items():
+            if value < 1:
+                raise PilotFailure(f"{flag} {value}: must be at least 1")
         output = Path(args.output)
         output.mkdir(parents=True, exist_ok=True)
         lines = []

@@ -76,3 +76,6 @@ def test_the_tool_refuses_a_bad_candidate_in_one_line(tmp_path, capsys):
     expect_one_line(capsys, status, "mask=0.9", "0.2-0.5")
     status = tool_main("pilot_miniature")(["--output", str(tmp_path / "p"), "--arms", "mlm,mntp"])
     expect_one_line(capsys, status, "--arms", "mntp")
+    status = tool_main("pilot_miniature")(["--output", str(tmp_path / "p"), "--finetune-steps", "0"])
+    expect_one_line(capsys, status, "--finetune-steps 0", "at least 1")
+    assert not (tmp_path / "p").exists()
