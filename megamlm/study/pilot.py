@@ -20,6 +20,8 @@ TARGET_GAP = 0.5
 """Nats the MLM-only arm's final validation MLM loss must sit under the validation tokens' unigram entropy."""
 ARMS = ("mlm", "clm_then_mlm", "random")
 """Pretrained arms the pilot can run, and the random-init baseline (the weights of step 0, unchanged)."""
+EVAL_MASK_RATIO = 0.4
+"""Validation masks at the miniature's ratio whatever a candidate trains with, so candidates' losses compare."""
 RANDOM_LR = 1e-30
 """The random arm's LR: pretrain.py wants an LR > 0, and AdamW's update (at most about LR) and decoupled decay
 (a factor 1 - LR x 0.1) change no fp32 weight at this LR, so its one step leaves the initial weights as they are."""
@@ -111,7 +113,7 @@ def pretrain_flags(c: Candidate, arm: str, seed: int = 1) -> list[str]:
              "--num-query-groups", str(c.groups), "--seq-length", str(c.seq),
              "--micro-batch-size", str(c.batch), "--global-batch-size", str(c.batch),
              "--train-iters", str(steps), "--lr", f"{RANDOM_LR if arm == 'random' else c.lr:g}",
-             "--mask-ratio", f"{c.mask:g}", "--eval-mask-ratio", f"{c.mask:g}", "--seed", str(seed),
+             "--mask-ratio", f"{c.mask:g}", "--eval-mask-ratio", f"{EVAL_MASK_RATIO:g}", "--seed", str(seed),
              "--split", "969,30,1", "--save-interval", str(steps)]
     if arm != "random":
         flags += ["--lr-warmup-iters", str(max(1, c.steps // 10)), "--lr-wsd-decay-iters", str(max(1, c.steps // 5))]

@@ -5,6 +5,7 @@ import pytest
 from megamlm.config.resolve import given_config, resolve
 from megamlm.study.pilot import (
     DEFAULTS,
+    EVAL_MASK_RATIO,
     RANDOM_LR,
     LossVerdict,
     PilotError,
@@ -32,13 +33,14 @@ def test_bad_candidates_name_the_fix(text, words):
 
 
 def test_arm_flags_are_a_valid_launch(tmp_path):
-    c = parse_candidate("vocab=2048,layers=2,seq=64,steps=40")
+    c = parse_candidate("vocab=2048,layers=2,seq=64,steps=40,mask=0.2")
     for arm in ("mlm", "clm_then_mlm", "random"):
         flags = pretrain_flags(c, arm, seed=3)
         cfg, _ = given_config([*flags, "--save", str(tmp_path / arm)])
         cfg = resolve(cfg)
         assert (cfg.model.num_layers, cfg.model.seq_length, cfg.training.micro_batch_size) == (2, 64, 8)
-        assert cfg.objective.mask_ratio == 0.4 and cfg.training.seed == 3
+        assert cfg.objective.mask_ratio == 0.2 and cfg.training.seed == 3
+        assert cfg.validation.eval_mask_ratio == EVAL_MASK_RATIO == 0.4  # candidates' losses compare
     random = resolve(given_config([*pretrain_flags(c, "random"), "--save", str(tmp_path / "r")])[0])
     assert (random.training.train_iters, random.training.lr) == (1, RANDOM_LR)
     switched = resolve(given_config([*pretrain_flags(c, "clm_then_mlm"), "--save", str(tmp_path / "s")])[0])
