@@ -103,6 +103,7 @@ def curve(save: Path) -> list[tuple[int, float, float]]:
 
 def finetune(candidate, runs: dict[str, Path], output: Path, args) -> dict[str, dict[str, float]]:
     folder = output / "evals" / candidate.slug
+    folder.mkdir(parents=True, exist_ok=True)
     models = ",".join(f"{arm}={path}" for arm, path in runs.items())
     run([sys.executable, str(REPO / "tools" / "evaluate.py"), "--model", models, "--checkpoints", "latest",
          "--tasks", args.tasks, "--output", str(folder), "--lrs", args.finetune_lrs, "--seeds", args.finetune_seeds,
