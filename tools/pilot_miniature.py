@@ -108,7 +108,8 @@ def finetune(candidate, runs: dict[str, Path], output: Path, args) -> dict[str, 
     run([sys.executable, str(REPO / "tools" / "evaluate.py"), "--model", models, "--checkpoints", "latest",
          "--tasks", args.tasks, "--output", str(folder), "--lrs", args.finetune_lrs, "--seeds", args.finetune_seeds,
          "--max-steps", str(args.finetune_steps), "--batch-size", "16", "--micro-batch-size", "16",
-         "--max-train-examples", str(args.max_train_examples), "--max-eval-examples", str(args.max_eval_examples)],
+         "--max-train-examples", str(args.max_train_examples), "--max-eval-examples", str(args.max_eval_examples),
+         "--max-query-length", str(min(64, candidate.seq // 2))],  # QA windows keep room for context
         output / "evals" / f"{candidate.slug}.log")
     scores: dict[str, dict[str, float]] = {}
     with open(folder / "results.csv", encoding="utf-8") as f:
