@@ -5,11 +5,12 @@ folder holding only files of something else is refused unless --force).
     python tools/evaluate.py --model mlm=hf/mlm,clm=hf/clm --tasks austen-qa,austen-retrieval --output evals/x
     python tools/evaluate.py --model mlm=runs/mlm --tasks sst2,squad --output evals/y  # every checkpoint of a run
 
-Tasks: local (austen-qa and austen-retrieval from the packaged corpus; rt-sentiment, brown-genre,
-brown-pos from --data-dir), the paper's 12 datasets (sst2 qqp mnli conll2003 ontonotes uner squad
-squad_v2 record msmarco nq mldr, loaded with Hugging Face datasets: downloaded and cached when online,
-from the cache with HF_HUB_OFFLINE=1, or from --hf-datasets-dir copies), or your own folder as
-TYPE:PATH. Writes results.md, results.csv, scores_per_lr.csv, score_per_model.png and score_vs_lr.png.
+Tasks: local (austen-novel, austen-qa, austen-qa-speakers, austen-retrieval, austen-retrieval-small from
+the packaged corpus; rt-sentiment, brown-genre, brown-pos from --data-dir), the paper's 12 datasets (sst2 qqp
+mnli conll2003 ontonotes uner squad squad_v2 record msmarco nq mldr, loaded with Hugging Face datasets:
+downloaded and cached when online, from the cache with HF_HUB_OFFLINE=1, or from --hf-datasets-dir copies),
+or your own folder as TYPE:PATH. Writes results.md, results.csv, scores_per_lr.csv, score_per_model.png
+and score_vs_lr.png.
 """
 
 from __future__ import annotations

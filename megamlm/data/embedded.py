@@ -28,9 +28,9 @@ def default_cache_root() -> Path:
     return Path(os.environ.get("MEGAMLM_CACHE") or Path.home() / ".cache" / "megamlm")
 
 
-def _fingerprint() -> str:
+def _fingerprint(tokenizer_file: Path = TOKENIZER_FILE) -> str:
     digest = hashlib.sha256(f"layout{_LAYOUT_VERSION}".encode())
-    for path in (CORPUS_FILE, TOKENIZER_FILE):
+    for path in (CORPUS_FILE, tokenizer_file):
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
@@ -44,8 +44,8 @@ def _is_complete(folder: Path) -> bool:
     return summary.get("documents") == len(dataset) and summary.get("tokens") == dataset.num_tokens
 
 
-def _tokenize_into(folder: Path) -> None:
-    tokenizer = load_tokenizer(TOKENIZER_FILE)
+def _tokenize_into(folder: Path, tokenizer_file: Path = TOKENIZER_FILE) -> None:
+    tokenizer = load_tokenizer(tokenizer_file)
     with gzip.open(CORPUS_FILE, "rt", encoding="utf-8") as f:
         texts = [json.loads(line)["text"] for line in f if line.strip()]
     tokens = 0
@@ -57,25 +57,29 @@ def _tokenize_into(folder: Path) -> None:
     (folder / "summary.json").write_text(json.dumps({"documents": len(texts), "tokens": tokens}))
 
 
-def prepare_embedded_corpus(cache_dir: str | os.PathLike | None = None) -> tuple[str, str]:
+def prepare_embedded_corpus(cache_dir: str | os.PathLike | None = None,
+                            tokenizer_file: str | os.PathLike = TOKENIZER_FILE) -> tuple[str, str]:
     """(data prefix, tokenizer.json path) of the bundled corpus, tokenized on first use.
 
     The cache folder (default `$MEGAMLM_CACHE` or `~/.cache/megamlm`, then `austen-<hash>`) is
     built under a temporary name and renamed when complete; an incomplete or corrupt folder is
-    rebuilt. Each document is one paragraph followed by the eos token.
+    rebuilt. Each document is one paragraph followed by the eos token. ``tokenizer_file`` tokenizes
+    the corpus with another vocabulary (e.g. a smaller one from tools/train_tokenizer.py); the hash
+    covers it, so each vocabulary has its own folder.
     """
-    for path in (CORPUS_FILE, TOKENIZER_FILE):
+    tokenizer_file = Path(tokenizer_file)
+    for path in (CORPUS_FILE, tokenizer_file):
         if not path.is_file():
             raise DataError(f"bundled asset {path} is missing; reinstall megamlm (pip install -e .)")
     root = Path(cache_dir) if cache_dir is not None else default_cache_root()
-    folder = root / f"austen-{_fingerprint()}"
+    folder = root / f"austen-{_fingerprint(tokenizer_file)}"
     if not _is_complete(folder):
         root.mkdir(parents=True, exist_ok=True)
         tmp = root / f"{folder.name}.tmp{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir()
         try:
-            _tokenize_into(tmp)
+            _tokenize_into(tmp, tokenizer_file)
             try:
                 os.rename(tmp, folder)  # fails when the folder exists (another process, or a leftover)
             except OSError:
@@ -84,4 +88,4 @@ def prepare_embedded_corpus(cache_dir: str | os.PathLike | None = None) -> tuple
                     os.rename(tmp, folder)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    return str(folder / DATASET_NAME), str(TOKENIZER_FILE)
+    return str(folder / DATASET_NAME), str(tokenizer_file)

@@ -11,8 +11,11 @@ from megamlm.eval.paper_datasets import PAPER_DATASETS, load_paper_dataset
 from megamlm.eval.readers import TaskDataError, read_task_folder
 
 AUSTEN_TASKS = {
+    "austen-novel": austen_tasks.austen_novel,
     "austen-qa": austen_tasks.austen_qa,
+    "austen-qa-speakers": austen_tasks.austen_qa_speakers,
     "austen-retrieval": austen_tasks.austen_retrieval,
+    "austen-retrieval-small": austen_tasks.austen_retrieval_small,
 }
 """Built from the corpus shipped in the package (megamlm/assets/austen/austen.jsonl.gz)."""
 LOCAL_TASKS = {

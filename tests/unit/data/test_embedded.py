@@ -55,3 +55,21 @@ def test_cache_location_from_environment(tmp_path, monkeypatch):
     assert default_cache_root() == tmp_path / "env"
     monkeypatch.delenv("MEGAMLM_CACHE")
     assert default_cache_root() == Path.home() / ".cache" / "megamlm"
+
+
+@pytest.mark.slow
+def test_another_tokenizer_gets_its_own_folder(prepared, tmp_path):
+    """A smaller vocabulary (tools/train_tokenizer.py) tokenizes the same corpus into a folder of its own."""
+    from tests.helpers import load_tool
+
+    root, prefix, _ = prepared
+    small = tmp_path / "tokenizer-512.json"
+    load_tool("train_tokenizer").train([str(CORPUS_FILE)], 512).save(str(small))
+    other, tokenizer_path = prepare_embedded_corpus(root, tokenizer_file=small)
+    assert tokenizer_path == str(small) and os.path.dirname(other) != os.path.dirname(prefix)
+    dataset, tokenizer = IndexedDataset(other), load_tokenizer(str(small))
+    assert len(dataset) == 9996 and tokenizer.vocab_size == 512
+    assert dataset.num_tokens > IndexedDataset(prefix).num_tokens  # fewer merges, more tokens
+    with gzip.open(CORPUS_FILE, "rt") as f:
+        texts = [json.loads(line)["text"] for line in f]
+    assert tokenizer.decode(dataset[1234][:-1]) == texts[1234] and dataset[1234][-1] == tokenizer.eos_id

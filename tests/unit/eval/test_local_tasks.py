@@ -70,3 +70,58 @@ def test_austen_tasks_need_no_data_folder(tmp_path):
 
     task = load_task("austen-retrieval", data_dir=tmp_path / "missing")
     assert len(task.splits["test"]) == 305
+
+
+def test_austen_novel_labels_the_book_of_each_paragraph():
+    novel = austen_tasks.austen_novel()
+    assert novel.kind == "sequence_classification"
+    assert {k: len(v) for k, v in novel.splits.items()} == {"train": 4498, "validation": 534, "test": 573}
+    books = {p["text"]: p["book"] for p in austen_tasks.austen_paragraphs()}
+    for examples in novel.splits.values():
+        assert len({e.label for e in examples}) == 6
+        assert all(200 <= len(e.text) <= 1500 and books[e.text] == e.label for e in examples)
+    majority = max(sum(e.label == b for e in novel.splits["test"]) for b in set(books.values()))
+    assert majority == 142  # Emma, 24.8% of test
+    again = austen_tasks.austen_novel()
+    assert [e.text for e in again.splits["test"]] == [e.text for e in novel.splits["test"]]
+
+
+def test_austen_qa_speakers_asks_both_halves_of_each_interrupted_speech():
+    qa = austen_tasks.austen_qa_speakers()
+    assert qa.kind == "question_answering"
+    assert {k: len(v) for k, v in qa.splits.items()} == {"train": 606, "validation": 68, "test": 70}
+    for examples in qa.splits.values():
+        for first, second in zip(examples[::2], examples[1::2]):
+            assert first.id.endswith("a") and second.id == first.id[:-1] + "b"
+            assert first.answers == second.answers and first.context == second.context
+            (text, start), = first.answers
+            assert first.context[start:start + len(text)] == text
+            fragment_a, fragment_b = first.question[len('Who said "'):-2], second.question[len('Who said "'):-2]
+            assert first.context.index(fragment_a) < start < first.context.index(fragment_b)
+    train = {e.context for e in qa.splits["train"]}
+    assert not train & {e.context for e in qa.splits["test"]}
+
+
+def test_one_adjacent_rule_answers_only_half_of_austen_qa_speakers():
+    """"The name after the next speech verb" is right on the first half of each speech only."""
+    import re
+
+    after = re.compile(rf"{austen_tasks._VERB}\s+{austen_tasks._SPEAKER}")
+    test = austen_tasks.austen_qa_speakers().splits["test"]
+    right = 0
+    for e in test:
+        match = after.search(e.context, e.context.index(e.question[len('Who said "'):-2]))
+        right += bool(match) and match.start(1) == e.answers[0][1]
+    assert right == len(test) // 2
+
+
+def test_austen_retrieval_small_caps_queries_and_corpus():
+    small = austen_tasks.austen_retrieval_small()
+    assert small.name == "austen-retrieval-small"
+    sizes = {k: (len(v.queries), len(v.corpus)) for k, v in small.splits.items()}
+    assert sizes == {"train": (2269, 2269), "validation": (100, 200), "test": (100, 200)}
+    full = austen_tasks.austen_retrieval()
+    for split in ("validation", "test"):
+        part = small.splits[split]
+        assert set(part.queries) <= set(full.splits[split].queries)
+        assert all(doc in part.corpus for rels in part.qrels.values() for doc in rels)

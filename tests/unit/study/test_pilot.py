@@ -1,0 +1,83 @@
+"""The miniature's pilot (issue 32): candidates, the arms' pretrain.py flags, and its two verdicts."""
+
+import pytest
+
+from megamlm.config.resolve import given_config, resolve
+from megamlm.study.pilot import (
+    DEFAULTS,
+    EVAL_MASK_RATIO,
+    RANDOM_LR,
+    LossVerdict,
+    PilotError,
+    parse_candidate,
+    pretrain_flags,
+    task_verdicts,
+)
+from tests.helpers import expect_one_line, tool_main
+
+
+def test_a_candidate_changes_only_the_keys_it_names():
+    c = parse_candidate("vocab=2048, lr=3e-3,mask=0.3")
+    assert (c.vocab, c.lr, c.mask, c.layers, c.steps) == (2048, 3e-3, 0.3, DEFAULTS.layers, DEFAULTS.steps)
+    assert c.name == "vocab=2048,lr=0.003,mask=0.3" and c.slug == "vocab2048_lr0.003_mask0.3"
+    assert parse_candidate("").name == "miniature"
+
+
+@pytest.mark.parametrize("text, words", [
+    ("vocab:2048", "KEY=VALUE"), ("colour=red", "KEY=VALUE"), ("lr=fast", "not a number"),
+    ("mask=0.6", "0.2-0.5"), ("vocab=100", "260"), ("hidden=100", "divide"), ("clm=1", "strictly between"),
+    ("steps=0", "positive")])
+def test_bad_candidates_name_the_fix(text, words):
+    with pytest.raises(PilotError, match=words):
+        parse_candidate(text)
+
+
+def test_arm_flags_are_a_valid_launch(tmp_path):
+    c = parse_candidate("vocab=2048,layers=2,seq=64,steps=40,mask=0.2")
+    for arm in ("mlm", "clm_then_mlm", "random"):
+        flags = pretrain_flags(c, arm, seed=3)
+        cfg, _ = given_config([*flags, "--save", str(tmp_path / arm)])
+        cfg = resolve(cfg)
+        assert (cfg.model.num_layers, cfg.model.seq_length, cfg.training.micro_batch_size) == (2, 64, 8)
+        assert cfg.objective.mask_ratio == 0.2 and cfg.training.seed == 3
+        assert cfg.validation.eval_mask_ratio == EVAL_MASK_RATIO == 0.4  # candidates' losses compare
+    random = resolve(given_config([*pretrain_flags(c, "random"), "--save", str(tmp_path / "r")])[0])
+    assert (random.training.train_iters, random.training.lr) == (1, RANDOM_LR)
+    switched = resolve(given_config([*pretrain_flags(c, "clm_then_mlm"), "--save", str(tmp_path / "s")])[0])
+    assert switched.objective.objective == "clm_then_mlm" and switched.objective.switch == 0.25
+    with pytest.raises(PilotError, match="unknown arm"):
+        pretrain_flags(c, "mntp")
+
+
+def test_one_adamw_step_at_the_random_arms_lr_changes_no_weight():
+    import torch
+
+    torch.manual_seed(0)
+    weight = torch.nn.Parameter(torch.randn(64, 64) * 0.02)
+    before = weight.detach().clone()
+    optimizer = torch.optim.AdamW([weight], lr=RANDOM_LR, betas=(0.9, 0.95), eps=1e-5, weight_decay=0.1)
+    weight.sum().backward()
+    optimizer.step()
+    assert torch.equal(weight.detach(), before)
+
+
+def test_the_loss_target_is_half_a_nat_under_the_entropy():
+    assert LossVerdict(5.70, 6.21).meets_target and not LossVerdict(5.72, 6.21).meets_target
+    assert LossVerdict(6.26, 6.21).gap == pytest.approx(-0.05)
+
+
+def test_a_task_is_informative_when_the_best_arm_leads_random_by_the_margin():
+    scores = {"novel": {"mlm": 60.0, "clm_then_mlm": 70.0, "random": 40.0}, "pos": {"mlm": 66.0, "random": 64.0}}
+    assert task_verdicts(scores, margin=5) == {"novel": ("clm_then_mlm", 30.0, True), "pos": ("mlm", 2.0, False)}
+    with pytest.raises(PilotError, match="random-init"):
+        task_verdicts({"qa": {"mlm": 50.0}}, margin=5)
+
+
+def test_the_tool_refuses_a_bad_candidate_in_one_line(tmp_path, capsys):
+    status = tool_main("pilot_miniature")(["--output", str(tmp_path / "p"), "--candidate", "mask=0.9"])
+    expect_one_line(capsys, status, "mask=0.9", "0.2-0.5")
+    status = tool_main("pilot_miniature")(["--output", str(tmp_path / "p"), "--arms", "mlm,mntp"])
+    expect_one_line(capsys, status, "--arms", "mntp")
+    status = tool_main("pilot_miniature")(["--output", str(tmp_path / "p"), "--finetune-steps", "0"])
+    expect_one_line(capsys, status, "--finetune-steps 0", "at least 1")
+    assert not (tmp_path / "p").exists()
