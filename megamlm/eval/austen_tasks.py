@@ -15,6 +15,9 @@ austen-retrieval (BEIR style): paragraphs of 300-1,500 characters with 3-8 sente
 the middle sentence and the relevant document (relevance 1) is the rest of the paragraph. Split by a
 hash of the paragraph id; the validation and test corpora are their split's documents plus up to
 500 whole paragraphs of that split that are not queries (distractors).
+
+austen-book (sequence classification, 6 classes): which of the six novels a paragraph of at least 200
+characters comes from (short lines of dialogue name no book); split by a hash of the paragraph id.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ import json
 import re
 from pathlib import Path
 
-from megamlm.eval.examples import QAExample, RetrievalSplit, TaskData
+from megamlm.eval.examples import QAExample, RetrievalSplit, TaskData, TextExample
 from megamlm.eval.local_data import hash_split
 
 AUSTEN_CORPUS = Path(__file__).resolve().parents[1] / "assets" / "austen" / "austen.jsonl.gz"
@@ -107,3 +110,15 @@ def austen_retrieval() -> TaskData:
         qrels = {q: {"d" + q[1:]: 1} for q in queries[split]}
         splits[split] = RetrievalSplit(queries[split], documents, qrels)
     return TaskData("austen-retrieval", "retrieval", splits, source=f"{AUSTEN_CORPUS.name} (derived)")
+
+
+BOOK_MIN_CHARS = 200
+
+
+def austen_book() -> TaskData:
+    """The novel (6 classes) of each paragraph of at least 200 characters (4,705 / 567 / 603)."""
+    splits = {"train": [], "validation": [], "test": []}
+    for paragraph in austen_paragraphs():
+        if len(paragraph["text"]) >= BOOK_MIN_CHARS:
+            splits[hash_split(f"austen-{paragraph['id']}")].append(TextExample(paragraph["text"], paragraph["book"]))
+    return TaskData("austen-book", "sequence_classification", splits, source=f"{AUSTEN_CORPUS.name} (book field)")

@@ -13,6 +13,7 @@ from megamlm.eval.readers import TaskDataError, read_task_folder
 AUSTEN_TASKS = {
     "austen-qa": austen_tasks.austen_qa,
     "austen-retrieval": austen_tasks.austen_retrieval,
+    "austen-book": austen_tasks.austen_book,
 }
 """Built from the corpus shipped in the package (megamlm/assets/austen/austen.jsonl.gz)."""
 LOCAL_TASKS = {

@@ -55,7 +55,8 @@ class TokenClassification(Task):
         self.fallback_tag = "O" if "O" in self.label_ids else self.labels[0]
         self._encoded: dict[str, list[tuple[list[int], list[int]]]] = {}
 
-    def _encode(self, split):
+    def encode_split(self, split):
+        """(token ids, word index of each token or -1) of each sentence of ``split`` (cached; the probe reads them)."""
         if split not in self._encoded:
             self._encoded[split] = [subtoken_words(s.tokens, self.tokenizer, self.settings.max_length,
                                                    bool(self.settings.eurobert_inputs))
@@ -67,7 +68,7 @@ class TokenClassification(Task):
 
     def train_features(self):
         features = []
-        for (ids, words), sentence in zip(self._encode("train"), self.data.splits["train"]):
+        for (ids, words), sentence in zip(self.encode_split("train"), self.data.splits["train"]):
             labels = [self.label_ids[sentence.tags[w]] if w >= 0 else IGNORE for w in words]
             features.append((ids, labels))
         return features
@@ -83,7 +84,7 @@ class TokenClassification(Task):
 
     @torch.no_grad()
     def evaluate(self, model, split, device):
-        encoded, sentences = self._encode(split), self.data.splits[split]
+        encoded, sentences = self.encode_split(split), self.data.splits[split]
         predictions, truncated = [], 0
         size = self.settings.eval_batch_size
         for start in range(0, len(encoded), size):

@@ -70,3 +70,12 @@ def test_austen_tasks_need_no_data_folder(tmp_path):
 
     task = load_task("austen-retrieval", data_dir=tmp_path / "missing")
     assert len(task.splits["test"]) == 305
+
+
+def test_austen_book_names_the_novel_of_long_paragraphs_split_by_paragraph():
+    book = austen_tasks.austen_book()
+    assert {k: len(v) for k, v in book.splits.items()} == {"train": 4705, "validation": 567, "test": 603}
+    assert {e.label for e in book.splits["test"]} == {"Sense & Sensibility", "Pride & Prejudice", "Mansfield Park",
+                                                      "Emma", "Northanger Abbey", "Persuasion"}
+    assert all(len(e.text) >= austen_tasks.BOOK_MIN_CHARS for s in book.splits.values() for e in s)
+    assert not {e.text for e in book.splits["train"]} & {e.text for e in book.splits["test"]}
