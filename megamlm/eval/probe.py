@@ -6,7 +6,8 @@ tokens (token classification: over each word's sub-tokens), are the features (``
 ``StandardScaler`` then ``LogisticRegression`` (L2, lbfgs, multinomial, ``max_iter`` 1,000) is fitted on train for
 each C of a small grid (1e-3, 1e-2, 0.1, 1, 10); the C with the best validation score (ties: the smaller C, the
 stronger regularisation) is scored on test with the task's metric (accuracy; tagging accuracy or entity F1 for
-token classification, words cut off by ``max_length`` counted as wrong). Beside every row: the majority-class score
+token classification, words cut off by ``max_length`` counted as wrong; a validation or test label that the train
+examples lack is never predicted, so counted as wrong too). Beside every row: the majority-class score
 (the most frequent train label everywhere), and, per model shape and attention mode, a random-init model of that
 shape (``frozen.random_init``) as its own row. Question answering and retrieval are not probed: a linear probe needs
 one label per text or word, and spans and rankings have none.
@@ -125,7 +126,7 @@ def with_random_baselines(models: list[ProbeModel]) -> list[ProbeModel]:
 
 
 def _task(data: TaskData, tokenizer, settings: ProbeSettings):
-    task_settings = TaskSettings(max_length=settings.max_length, eurobert_inputs=False)
+    task_settings = TaskSettings(max_length=settings.max_length, eurobert_inputs=False, unseen_labels=True)
     cls = SequenceClassification if data.kind == "sequence_classification" else TokenClassification
     return cls(data, tokenizer, task_settings)
 

@@ -21,7 +21,8 @@ class SequenceClassification(Task):
     def validate(self):
         splits = self.data.splits
         self.labels = label_vocabulary(self.name, [e.label for e in splits["train"]],
-                                       {s: [e.label for e in splits[s]] for s in ("validation", "test")})
+                                       {s: [e.label for e in splits[s]] for s in ("validation", "test")},
+                                       self.settings.unseen_labels)
         if len(self.labels) < 2:
             raise TaskDataError(f"task {self.name}: the train split has a single label {self.labels}; "
                                 f"classification needs at least two")

@@ -47,7 +47,8 @@ class TokenClassification(Task):
     def validate(self):
         splits = self.data.splits
         self.labels = label_vocabulary(self.name, [t for s in splits["train"] for t in s.tags],
-                                       {s: [t for x in splits[s] for t in x.tags] for s in ("validation", "test")})
+                                       {s: [t for x in splits[s] for t in x.tags] for s in ("validation", "test")},
+                                       self.settings.unseen_labels)
         self.label_ids = {label: i for i, label in enumerate(self.labels)}
         self.uses_spans = metrics.is_bio_tagset(self.labels)
         self.metric = "span_f1" if self.uses_spans else "accuracy"

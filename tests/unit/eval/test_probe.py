@@ -76,6 +76,14 @@ def test_a_tiny_model_probes_a_marker_task_to_about_100(decoder, tmp_path, atten
     assert row["rows"] == {"train": 40, "validation": 20, "test": 20} and row["hidden_size"] == 32
 
 
+def test_a_test_label_that_train_lacks_is_scored_as_wrong_not_refused(decoder, tmp_path):
+    data = marker_task({"train": 40, "validation": 20, "test": 20})
+    data.splits["test"][:2] = [TextExample("cat cat cat", "other"), TextExample("mat mat mat", "other")]
+    plan = ProbePlan([ProbeModel("llama", decoder)], {"markers": data}, tmp_path, SETTINGS)
+    (row,) = run_probe(plan, log=lambda line: None)
+    assert row["test"] <= 90.0 and row["validation"] >= 95.0, row
+
+
 def test_rows_for_each_model_attention_and_task_with_the_random_init_baseline(decoder, tmp_path):
     models = with_random_baselines([ProbeModel("llama", decoder, a) for a in ("causal", "bidirectional")])
     assert [(m.name, m.attention, m.random_init) for m in models][2:] == [
