@@ -64,6 +64,7 @@ EXTRAS: dict[str, Extra] = {extra.module: extra for extra in (
     Extra("sentencepiece", ("sentencepiece",), "data"),
     Extra("tiktoken", ("tiktoken",), "data"),
     Extra("datasets", ("datasets",), "eval"),
+    Extra("sklearn", ("scikit-learn",), "eval", submodules=("sklearn.linear_model",)),
 )}
 
 ACCELERATORS = ("flash_attn", "transformer_engine", "apex", "torchao", "triton")

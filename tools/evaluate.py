@@ -11,6 +11,19 @@ mnli conll2003 ontonotes uner squad squad_v2 record msmarco nq mldr, loaded with
 downloaded and cached when online, from the cache with HF_HUB_OFFLINE=1, or from --hf-datasets-dir copies),
 or your own folder as TYPE:PATH. Writes results.md, results.csv, scores_per_lr.csv, score_per_model.png
 and score_vs_lr.png.
+
+    python tools/evaluate.py --probe linear --probe-attention causal,bidirectional --model src=ckpt/smollm2 \
+        --tasks austen-novel,rt-sentiment --max-train-examples 1000 --max-eval-examples 500 --output evals/probe
+
+--probe linear scores frozen models instead of fine-tuning them: features are the final layer's hidden states
+mean-pooled over each text's non-padding tokens (token classification: over each word's sub-tokens); a
+StandardScaler + scikit-learn LogisticRegression (L2) is fitted on train for C in --probe-c-grid, the C best on
+validation is scored on test with the task's metric. A random-init model of each model's shape (megamlm's own
+initialisation, seed 0) is probed beside them as row random-init, and the majority class is shown per task.
+Models are read into megamlm's Transformer (megamlm checkpoints or run folders, Hugging Face folders or .gguf
+files of the families tools/convert_from_hf.py imports), so --probe-attention runs the same weights causally
+or bidirectionally. Question answering and retrieval are not probed (no label per text or word). Writes
+probe/<model>/<attention>/<task>.json per row, probe_results.md and probe_results.csv.
 """
 
 from __future__ import annotations
@@ -34,6 +47,7 @@ from megamlm.eval.finetune import PRECISIONS, Hyperparameters  # noqa: E402
 from megamlm.eval.heads import POOLINGS  # noqa: E402
 from megamlm.eval.model_source import CHECKPOINT_CHOICES, MODEL_NAME, parse_model_specs, resolve_models  # noqa: E402
 from megamlm.eval.paper_datasets import PAPER_DATASETS, RETRIEVAL_CORPORA  # noqa: E402
+from megamlm.eval.probe_command import PROBE_ONLY_FLAGS, add_probe_flags, given_flags, probe_command  # noqa: E402
 from megamlm.eval.random_init import DEFAULT_NAME, RANDOM_INIT_SEED, random_init_model  # noqa: E402
 from megamlm.eval.registry import LOCAL_TASKS  # noqa: E402
 from megamlm.eval.runner import (  # noqa: E402
@@ -111,7 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", choices=PRECISIONS, default=hp.precision,
                    help="auto = bf16 autocast on CUDA (as the paper), fp32 on CPU")
     p.add_argument("--max-length", type=_int_or_protocol, default="protocol",
-                   help="longest input in tokens; protocol = 99%% of the model's max_position_embeddings")
+                   help="longest input in tokens; protocol = 99%% of the model's max_position_embeddings (--probe: "
+                        "512, or 99%% of the shortest model's positions where less)")
     p.add_argument("--max-query-length", type=int, default=ts.max_query_length, help="QA question tokens")
     p.add_argument("--doc-stride", type=int, default=ts.doc_stride,
                    help="QA window overlap in tokens (default: 128, or half the room a window leaves for context "
@@ -151,6 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "same fine-tuning protocol, and compute each task's trivial baselines without training "
                         "(rows baseline:NAME; stored in OUTPUT/baselines)")
     p.add_argument("--no-plots", action="store_true", help="write tables only")
+    add_probe_flags(p)
     p.add_argument("--force", action="store_true",
                    help="write into an --output folder that holds files of something else (an earlier evaluation's "
                         "folder is resumed without it)")
@@ -162,7 +178,16 @@ def main(argv: list[str] | None = None) -> int:
         argv = command_line("evaluate", argv)
     except UserError as error:
         return exit_line(error)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.probe:
+            return probe_command(args, parser)
+        given = given_flags(args, parser, PROBE_ONLY_FLAGS)
+        if given:
+            raise PlanError(f"{given[0]} sets the linear probe; add --probe linear, or drop {given[0]} to fine-tune")
+    except (UserError, OSError) as error:
+        return exit_line(error)
     if args.devices:
         devices = tuple(d.strip() for d in args.devices.split(",") if d.strip())
     else:

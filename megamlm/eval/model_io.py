@@ -53,6 +53,11 @@ def load_tokenizer(path: str | Path):
         if "trust_remote_code" in str(error):
             raise ModelFolderError(remote_code_refusal(str(path))) from None
         raise
+    return prepare_tokenizer(tokenizer, path)
+
+
+def prepare_tokenizer(tokenizer, path: str | Path):
+    """``tokenizer`` (of the model at ``path``) checked to be fast, given a pad token (eos, sep or unk) if none."""
     if not getattr(tokenizer, "is_fast", False):
         raise ModelFolderError(f"the tokenizer in {path} is a slow (Python) tokenizer; evaluation needs a fast one "
                                "with offsets: save a tokenizer.json (convert with AutoTokenizer.from_pretrained(..., "

@@ -248,7 +248,7 @@ def execute(plan: EvalPlan, tasks: dict[str, TaskData] | None = None, log=print)
 
 
 OUTPUT_ENTRIES = ("runs", "hf_exports", "baselines", "results.md", "results.csv", "baselines.csv", "scores_per_lr.csv",
-                  "score_per_model.png", "score_vs_lr.png")
+                  "score_per_model.png", "score_vs_lr.png", "probe", "probe_results.md", "probe_results.csv")
 """What tools/evaluate.py writes into --output: a folder holding one of them is one it wrote (and resumes)."""
 
 

@@ -37,6 +37,9 @@ class TaskSettings:
     eval_batch_size: int = 64
     eurobert_inputs: bool | None = None
     """EuroBERT's input convention (text + EOS, no template); None = decided by the model's type."""
+    unseen_labels: bool = False
+    """Accept validation/test labels that train lacks (the linear probe, whose small fixed subsets may miss a rare
+    label: it never predicts one, so such examples score as wrong); fine-tuning refuses them."""
 
 
 def pad(sequences: list[list[int]], value: int) -> torch.Tensor:
@@ -121,10 +124,13 @@ class Task(ABC):
         return tokenizer(texts, truncation=True, max_length=s.max_length)["input_ids"]
 
 
-def label_vocabulary(task_name: str, train_labels, other_splits: dict[str, object]) -> list[str]:
-    """Sorted train labels; every evaluation label must occur in train."""
+def label_vocabulary(task_name: str, train_labels, other_splits: dict[str, object], unseen: bool = False) -> list[str]:
+    """Sorted train labels; every evaluation label must occur in train (``unseen``: the other splits' labels that
+    train lacks are added after them instead)."""
     labels = sorted(set(train_labels))
     known = set(labels)
+    if unseen:
+        return labels + sorted({label for split_labels in other_splits.values() for label in split_labels} - known)
     for split, split_labels in other_splits.items():
         unknown = sorted(set(split_labels) - known)
         if unknown:

@@ -21,7 +21,8 @@ class SequenceClassification(Task):
     def validate(self):
         splits = self.data.splits
         self.labels = label_vocabulary(self.name, [e.label for e in splits["train"]],
-                                       {s: [e.label for e in splits[s]] for s in ("validation", "test")})
+                                       {s: [e.label for e in splits[s]] for s in ("validation", "test")},
+                                       self.settings.unseen_labels)
         if len(self.labels) < 2:
             raise TaskDataError(f"task {self.name}: the train split has a single label {self.labels}; "
                                 f"classification needs at least two")
@@ -32,7 +33,8 @@ class SequenceClassification(Task):
         self.label_ids = {label: i for i, label in enumerate(self.labels)}
         self._encoded: dict[str, list[list[int]]] = {}
 
-    def _encode(self, split: str) -> list[list[int]]:
+    def encode_split(self, split: str) -> list[list[int]]:
+        """Token ids of each example of ``split`` as the model is fed them (cached; the linear probe reads them)."""
         if split not in self._encoded:
             examples = self.data.splits[split]
             if examples[0].text_pair is None:
@@ -48,7 +50,7 @@ class SequenceClassification(Task):
         return SequenceClassifier(encoder, len(self.labels), self.settings.classifier_pooling)
 
     def train_features(self):
-        ids = self._encode("train")
+        ids = self.encode_split("train")
         return [(x, self.label_ids[e.label]) for x, e in zip(ids, self.data.splits["train"])]
 
     def collate(self, features):
@@ -62,7 +64,7 @@ class SequenceClassification(Task):
 
     @torch.no_grad()
     def evaluate(self, model, split, device):
-        ids, examples = self._encode(split), self.data.splits[split]
+        ids, examples = self.encode_split(split), self.data.splits[split]
         predictions = []
         size = self.settings.eval_batch_size
         for start in range(0, len(ids), size):

@@ -47,7 +47,8 @@ class TokenClassification(Task):
     def validate(self):
         splits = self.data.splits
         self.labels = label_vocabulary(self.name, [t for s in splits["train"] for t in s.tags],
-                                       {s: [t for x in splits[s] for t in x.tags] for s in ("validation", "test")})
+                                       {s: [t for x in splits[s] for t in x.tags] for s in ("validation", "test")},
+                                       self.settings.unseen_labels)
         self.label_ids = {label: i for i, label in enumerate(self.labels)}
         self.uses_spans = metrics.is_bio_tagset(self.labels)
         self.metric = "span_f1" if self.uses_spans else "accuracy"
@@ -55,7 +56,8 @@ class TokenClassification(Task):
         self.fallback_tag = "O" if "O" in self.label_ids else self.labels[0]
         self._encoded: dict[str, list[tuple[list[int], list[int]]]] = {}
 
-    def _encode(self, split):
+    def encode_split(self, split):
+        """(token ids, word index of each token or -1) of each sentence of ``split`` (cached; the probe reads them)."""
         if split not in self._encoded:
             self._encoded[split] = [subtoken_words(s.tokens, self.tokenizer, self.settings.max_length,
                                                    bool(self.settings.eurobert_inputs))
@@ -67,7 +69,7 @@ class TokenClassification(Task):
 
     def train_features(self):
         features = []
-        for (ids, words), sentence in zip(self._encode("train"), self.data.splits["train"]):
+        for (ids, words), sentence in zip(self.encode_split("train"), self.data.splits["train"]):
             labels = [self.label_ids[sentence.tags[w]] if w >= 0 else IGNORE for w in words]
             features.append((ids, labels))
         return features
@@ -83,7 +85,7 @@ class TokenClassification(Task):
 
     @torch.no_grad()
     def evaluate(self, model, split, device):
-        encoded, sentences = self._encode(split), self.data.splits[split]
+        encoded, sentences = self.encode_split(split), self.data.splits[split]
         predictions, truncated = [], 0
         size = self.settings.eval_batch_size
         for start in range(0, len(encoded), size):

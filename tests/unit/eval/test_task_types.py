@@ -54,7 +54,7 @@ def test_every_subtoken_carries_its_words_label(tiny_models, arch):
     assert [w for w in owners if w >= 0] == sorted(w for w in owners if w >= 0)  # words in order
     task = build_task(tagging_task(bio=True), tokenizer, SETTINGS)
     (ids, labels), sentence = task.train_features()[0], task.data.splits["train"][0]
-    _, owners = task._encode("train")[0]
+    _, owners = task.encode_split("train")[0]
     assert [label for label, w in zip(labels, owners) if w < 0] == [IGNORE] * sum(w < 0 for w in owners)
     assert all(task.labels[label] == sentence.tags[w] for label, w in zip(labels, owners) if w >= 0)
     # Truncation: the words that do not fit get no position.
@@ -66,12 +66,12 @@ def test_eurobert_inputs_are_text_and_eos_without_template(tiny_models):
     tokenizer = load_tokenizer(tiny_models["eurobert"])
     task = build_task(classification_task(), tokenizer, SETTINGS, model_path=tiny_models["eurobert"])
     assert task.settings.eurobert_inputs and task.settings.max_length == 64
-    ids = task._encode("train")[0]
+    ids = task.encode_split("train")[0]
     assert ids[-1] == tokenizer.eos_token_id and ids[0] != tokenizer.bos_token_id
     assert ids == tokenizer("good film", add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
     bos = build_task(classification_task(), tokenizer, TaskSettings(max_length=64, classifier_pooling="bos"),
                      model_path=tiny_models["eurobert"])
-    assert bos._encode("train")[0] == [tokenizer.bos_token_id] + ids
+    assert bos.encode_split("train")[0] == [tokenizer.bos_token_id] + ids
     protocol = build_task(classification_task(), tokenizer, TaskSettings(), model_path=tiny_models["eurobert"])
     assert protocol.settings.max_length == round(0.99 * 256)  # 99% of max_position_embeddings
 

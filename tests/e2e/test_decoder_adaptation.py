@@ -1,0 +1,104 @@
+"""examples/decoder_adaptation/run.py (issue 34, item 5) at a tiny scale: a tiny Llama-shaped decoder built here as a
+Hugging Face folder stands in for SmolLM2; every stage runs and the report lists every row."""
+
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import expect_one_line, load_tool
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = REPO / ".." / "shared" / "data"
+needs_data = pytest.mark.skipif(not (DATA / "brown" / "brown.jsonl").is_file(),
+                                reason="shared/data (beside the repository) is not present")
+TINY = ["--steps", "2", "--seq-length", "32", "--batch-size", "2", "--probe-train", "60", "--probe-eval", "12",
+        "--probe-max-length", "32", "--heldout-windows", "2"]
+
+
+def _run():
+    return load_tool("run", "examples/decoder_adaptation").main
+
+
+def tiny_decoder(folder: Path) -> Path:
+    """A 2-layer Llama with a tied LM head and a byte-level BPE of 600 ids trained on a little Austen."""
+    import torch
+    import transformers
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+
+    sys.path.insert(0, str(REPO / "examples"))
+    try:
+        from cpt_hf_decoder import austen_paragraphs
+    finally:
+        sys.path.remove(str(REPO / "examples"))
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["<pad>", "<bos>", "<eos>", "<unk>", "<mask>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(austen_paragraphs(200), trainer)
+    tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>",
+                                                     unk_token="<unk>", mask_token="<mask>", pad_token="<pad>")
+    config = transformers.LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
+                                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, intermediate_size=64,
+                                      max_position_embeddings=128, tie_word_embeddings=True,
+                                      bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@needs_data
+@pytest.mark.slow
+def test_the_pipeline_reports_every_row_and_stage(tmp_path):
+    model = tiny_decoder(tmp_path / "decoder")
+    report = tmp_path / "REPORT.md"
+    assert _run()(["--model", str(model), "--workdir", str(tmp_path / "work"), "--report", str(report), *TINY]) == 0
+    text = report.read_text()
+    for row in ("the decoder as is (causal) (`decoder`) | causal |",
+                "the decoder, bidirectional, untrained (`decoder`) | bidirectional |",
+                "bidirectional + MNTP (`mntp`) | bidirectional |", "bidirectional + MLM (`mlm`) | bidirectional |",
+                "merged with its source (`", "random init of the same shape (baseline) (`random-init`)",
+                "| majority class |"):
+        assert row in text, row
+    results = [line for line in text.splitlines() if line.startswith("| ") and "(`" in line]
+    assert len(results) == 6, results
+    for stage in ("import", "tokenize", "train mntp", "train mlm", "probe (5 rows)", "merge", "probe (merged)",
+                  "held-out loss", "total"):
+        assert f"| {stage} |" in text, stage
+    assert "--objective mntp" in text and "Command: `python examples/decoder_adaptation/run.py" in text
+    assert "--weights 0.5,0.5" in text
+    # The two arms saw the same samples: their run records name the same data, seed and sample range.
+    data = [next(line.split("] ", 1)[1] for line in (tmp_path / "work" / f"train_{o}.log").read_text().splitlines()
+                 if "| samples " in line) for o in ("mntp", "mlm")]
+    assert data[0] == data[1] and "samples 0-3 of the stream" in data[0], data
+
+
+@needs_data
+@pytest.mark.parametrize("extra,message", [
+    (["--steps", "1"], "--steps 1 is too small"),
+    (["--merge-weight", "1.5"], "--merge-weight must lie in (0, 1)"),
+    (["--tasks", "no-such-task"], "unknown task 'no-such-task'"),
+    (["--model", "/nonexistent.gguf"], "not a .gguf file or a Hugging Face folder"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, extra, message):
+    argv = ["--workdir", str(tmp_path / "work"), "--report", str(tmp_path / "REPORT.md"), *extra]
+    if "--model" not in extra:
+        argv += ["--model", str(tmp_path)]  # never reached: the flag checks come first
+        (tmp_path / "config.json").write_text("{}")
+    expect_one_line(capsys, _run()(argv), message)
+    assert not (tmp_path / "work").exists() and not (tmp_path / "REPORT.md").exists()
+
+
+def test_a_used_workdir_is_refused_without_force(tmp_path, capsys):
+    (tmp_path / "work").mkdir()
+    (tmp_path / "work" / "keep.txt").write_text("mine")
+    (tmp_path / "config.json").write_text("{}")
+    status = _run()(["--model", str(tmp_path), "--workdir", str(tmp_path / "work"), "--data-dir", str(DATA),
+                     "--report", str(tmp_path / "REPORT.md")])
+    if not (DATA / "brown" / "brown.jsonl").is_file():
+        expect_one_line(capsys, status, "has no brown/brown.jsonl")
+    else:
+        expect_one_line(capsys, status, "is not an empty folder; choose a new one or pass --force")
+    assert (tmp_path / "work" / "keep.txt").read_text() == "mine"
