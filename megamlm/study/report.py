@@ -243,7 +243,8 @@ def write_report(plan: Plan, path: str | Path | None = None, figures: bool = Tru
                                         else ("", {}))
     tasks = sorted({s.task for s in summaries})
     scores = Scores.of(results)
-    claims_text = (claims_section(plan, scores, rehearsal, validation_values, claim_evidence(plan, results))
+    claims_text = (claims_section(plan, scores, rehearsal, validation_values,
+                                  None if rehearsal else claim_evidence(plan, results))
                    if summaries else "")
     images, note = [], ""
     if figures:
