@@ -169,7 +169,7 @@ def main(argv=None) -> int:
         for flag, value in counts.items():
             if value < 1:
                 raise PilotFailure(f"{flag} {value}: must be at least 1")
-        output = Path(args.output)
+        output = Path(args.output).resolve()   # its tools run from the repository root
         output.mkdir(parents=True, exist_ok=True)
         lines = []
 

@@ -39,6 +39,8 @@ How each is checked (the first rule that applies)
      SLURM) must be valid bash (``bash -n``). A study report (``tools/study_report.py STUDY``) reports the runs
      of that study run, which the copy does not have: it runs with ``--output`` in a scratch folder (written
      where the study file says, it would refuse to replace the committed report with an empty one).
+  6c. The miniature's pilot (``tools/pilot_miniature.py``: tens of minutes of pretraining and fine-tuning per
+     candidate) is parsed by its own parser; ``tests/unit/study/test_pilot.py`` runs it end to end at a tiny scale.
   7. Everything else runs as written, in a copy of the repository, and must exit 0 (a pretrain.py command's
      flags are also parsed as documented, since the scaling below overrides a few of them). A ``...`` in a
      command stands for "your other flags": the words before it are checked, by the rule that applies to them.
@@ -561,6 +563,9 @@ def check_part(words: list[str], command: Command, root: Path, env: dict) -> str
         result = run([*words, "--output", str(root / "scratch" / "study_report" / "REPORT.md")], root, env)
         check_ok(result, f"{what} (--output in a scratch folder)")
         return "ran with --output elsewhere"
+    if script == "tools/pilot_miniature.py":  # rule 6c
+        parse_only(script, args, what)
+        return "parsed (a pilot trains for tens of minutes)"
     if words[0] == "bash" and script and script.endswith("submit.sh"):
         check_ok(run(["bash", "-n", script], root, env), f"{what} (bash -n)")
         return "bash -n"
