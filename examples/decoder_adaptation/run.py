@@ -11,7 +11,8 @@ model of the same shape, all bidirectional but the first; merge the better of MN
 score over the tasks) linearly with its source (tools/merge_checkpoints.py, --merge-weight for the adapted model,
 the rest for the source) and probe it; score held-out MLM, MNTP and CLM loss of every model; write the report
 (settings, table, timings, command). The sizes are flags; the defaults took 34 minutes on 2 cores with the test suite
-running beside them (examples/decoder_adaptation/REPORT.md). Everything is written under temporary names first; bad input is refused in one line (exit 2).
+running beside them (examples/decoder_adaptation/REPORT.md).
+Everything is written under temporary names first; bad input is refused in one line (exit 2).
 """
 
 from __future__ import annotations
