@@ -81,3 +81,20 @@ def test_the_tool_refuses_a_bad_candidate_in_one_line(tmp_path, capsys):
     status = tool_main("pilot_miniature")(["--output", str(tmp_path / "p"), "--finetune-steps", "0"])
     expect_one_line(capsys, status, "--finetune-steps 0", "at least 1")
     assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.slow
+def test_the_pilot_runs_end_to_end_from_a_relative_output_folder(tmp_path, monkeypatch, capsys):
+    """The whole command at a tiny scale (what the docs test only parses): a BPE of its own, the entropy of the
+    validation tokens, both arms pretrained and their validation losses against it; --output relative to the
+    caller's folder although its tools run from the repository root."""
+    monkeypatch.chdir(tmp_path)
+    candidate = "vocab=512,layers=1,hidden=32,ffn=64,heads=2,groups=2,seq=32,batch=2,steps=8"
+    status = tool_main("pilot_miniature")(["--output", "pilot", "--candidate", candidate, "--eval-points", "2",
+                                           "--eval-iters", "1", "--no-finetune"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "vocabulary 512: " in out and "unigram entropy " in out
+    for arm in ("mlm", "clm_then_mlm"):
+        assert f"| {arm} | " in out
+    assert (tmp_path / "pilot" / "tokenizers" / "tokenizer-512.json").is_file()
