@@ -59,6 +59,7 @@ from megamlm.eval.runner import (  # noqa: E402
     evaluate,
 )
 from megamlm.eval.tasks import TaskSettings  # noqa: E402
+from megamlm.extras import require  # noqa: E402
 
 
 def _floats(text: str) -> tuple[float, ...]:
@@ -193,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         devices = tuple(f"cuda:{i}" for i in range(torch.cuda.device_count())) or ("cpu",)
     try:
+        if args.random_init_baseline is not None:  # the trivial baselines' lexical ranking and counts
+            require("sklearn", "--random-init-baseline (the trivial baselines)")
         check_output_folder(args.output, args.force)
         models = [entry for name, path in parse_model_specs(args.model)
                   for entry in resolve_models(name, path, args.output / "hf_exports", args.export_arch,

@@ -17,9 +17,14 @@ from pathlib import Path
 
 import torch
 
+from megamlm.checkpoint.catalog import list_checkpoints, problem, step_of
 from megamlm.errors import UserError
 from megamlm.eval.model_io import prepare_tokenizer
 from megamlm.eval.model_source import is_megamlm_checkpoint
+from megamlm.hf.errors import ConversionError
+from megamlm.hf.hf_source import iter_tensors
+from megamlm.hf.importer import megamlm_state_dict, plan_import
+from megamlm.hf.megamlm_checkpoint import load_model, read_record
 from megamlm.model.config import ModelArgs
 from megamlm.model.transformer import Transformer
 
@@ -81,7 +86,6 @@ def is_model_source(path: Path) -> bool:
 def model_shape(path: Path) -> ModelArgs:
     """The shape of the model at ``path``, without reading its weights."""
     if is_megamlm_checkpoint(Path(path)):
-        from megamlm.hf.megamlm_checkpoint import read_record
 
         return read_record(path).model_args
     return _import_plan(Path(path), require_weights=False).model_args
@@ -103,7 +107,6 @@ def load_frozen(entry: ProbeModel) -> FrozenModel:
 def _megamlm_model(path: Path, random: bool):
     from transformers import AutoTokenizer
 
-    from megamlm.hf.megamlm_checkpoint import load_model, read_record
 
     record = read_record(path)
     tokenizer = AutoTokenizer.from_pretrained(str(record.tokenizer_path().parent), trust_remote_code=False)
@@ -113,8 +116,6 @@ def _megamlm_model(path: Path, random: bool):
 
 def _import_plan(path: Path, require_weights: bool):
     """What importing the HF folder or GGUF file at ``path`` takes (shape, tokenizer with its mask token)."""
-    from megamlm.hf.errors import ConversionError
-    from megamlm.hf.importer import plan_import
 
     try:
         return plan_import(path, require_weights=require_weights)
@@ -124,8 +125,6 @@ def _import_plan(path: Path, require_weights: bool):
 
 
 def _hf_model(path: Path, random: bool):
-    from megamlm.hf.hf_source import iter_tensors
-    from megamlm.hf.importer import megamlm_state_dict
 
     plan = _import_plan(path, require_weights=not random)
     if random:
@@ -146,7 +145,6 @@ def probe_models(pairs: list[tuple[str, Path]], attentions: list[str], checkpoin
                  log=print) -> list[ProbeModel]:
     """One row per (model, attention): ``pairs`` from ``--model NAME=PATH``; a megamlm run folder stands for each
     whole checkpoint (rows NAME-stepN) or, with ``checkpoints`` "latest", its newest (row NAME)."""
-    from megamlm.checkpoint.catalog import list_checkpoints, problem, step_of
 
     unknown = [a for a in attentions if a not in ATTENTIONS]
     if unknown or not attentions:

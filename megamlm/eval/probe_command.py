@@ -23,6 +23,7 @@ from megamlm.eval.probe import (
 )
 from megamlm.eval.registry import check_task_spec, load_task
 from megamlm.eval.runner import check_output_folder, limit_examples
+from megamlm.extras import require
 
 PROBE_MAX_LENGTH = 512
 """--max-length protocol under --probe: 512 tokens, or 99% of the shortest model's positions where less."""
@@ -82,6 +83,7 @@ def probe_command(args, parser: argparse.ArgumentParser, log=print) -> int:
     specs = [t.strip() for t in args.tasks.split(",") if t.strip()]
     if not specs:
         raise ProbeError("no task given; pass --tasks, e.g. --tasks austen-novel,rt-sentiment")
+    require("sklearn", f"--probe {args.probe} (its logistic regression)")
     for spec in specs:
         check_task_spec(spec)
     check_output_folder(args.output, args.force)

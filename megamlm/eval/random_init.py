@@ -15,6 +15,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import torch
+
 from megamlm.eval.megamlm_encoder import is_megamlm_encoder
 from megamlm.eval.model_io import ModelFolderError
 from megamlm.eval.model_source import ModelEntry
@@ -75,7 +77,6 @@ def random_init_model(models: list[ModelEntry], name: str, export_root: Path, lo
 
 
 def _write(source: Path, target: Path, record: dict) -> None:
-    import torch
     import transformers
     from transformers import AutoConfig, AutoModel
 

@@ -81,12 +81,14 @@ def _cases(tmp: Path) -> list[tuple[str, list, str]]:
         ("torchao", [REPO / "pretrain.py", "--fp8", "--dry-run"], "fp8"),
         ("triton", [REPO / "pretrain.py", "--kernel-backend", "triton", "--dry-run"], "kernels"),
         ("flash_attn", [REPO / "pretrain.py", "--attention-backend", "flash", "--dry-run"], "flash"),
+        ("sklearn", [REPO / "tools/evaluate.py", "--probe", "linear", "--model", "m=m.gguf", "--tasks", "austen-novel",
+                     "--output", "probe"], "eval"),
     ]
 
 
 CASE_IDS = ["gguf-convert_from_hf", "gguf-pretrain", "pyarrow-preprocess", "zstandard-preprocess",
             "tiktoken-preprocess", "sentencepiece-preprocess", "datasets-fetch", "torchao-pretrain",
-            "triton-pretrain", "flash_attn-pretrain"]
+            "triton-pretrain", "flash_attn-pretrain", "sklearn-probe"]
 
 
 @pytest.mark.parametrize("index", range(len(CASE_IDS)), ids=CASE_IDS)

@@ -21,10 +21,13 @@ SOURCES = (PACKAGE, ROOT / "tools", ROOT / "benchmarks", ROOT / "pretrain.py")
 # Optional extras (or expensive GPU-only paths) that must never be needed to import megamlm or start a tool.
 OPTIONAL = ("transformers", "datasets", "huggingface_hub", "matplotlib", "tiktoken", "sentencepiece", "zstandard",
             "pyarrow", "flash_attn", "transformer_engine", "apex", "mpi4py", "gguf", "triton", "torchao",
-            "torch.nn.attention.flex_attention", "accelerate", "seqeval")
+            "torch.nn.attention.flex_attention", "accelerate", "seqeval", "sklearn")
 # Imports a module defers into a function although they are not optional: the flag parser's package must import
 # without torch, so pretrain.py --help and a flag error answer in a moment (issue 31, item 10).
-DEFERRED = {"megamlm/config/resolve.py": ("megamlm.data.sidecar",)}
+DEFERRED = {"megamlm/config/resolve.py": ("megamlm.data.sidecar",),
+            # The pilot's --help and a bad candidate answer before torch and the data package are imported.
+            "tools/pilot_miniature.py": ("megamlm.data", "megamlm.data.embedded", "megamlm.data.unigram",
+                                         "megamlm.study.pilot", "megamlm.training.metrics_file")}
 # The lowest floor: modules any other may import, which import nothing from megamlm but each other.
 FLOOR = ("megamlm", "megamlm.errors", "megamlm.log", "megamlm.launcher_env", "megamlm.extras", "megamlm.env_args",
          "megamlm.precision", "megamlm.figures")
