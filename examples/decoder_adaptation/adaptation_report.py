@@ -79,7 +79,7 @@ def write_report(args, results: list[dict], facts: dict, stages: list[tuple[str,
         *[f"| {name} | {wall:.1f} | {cpu:.1f} |" for name, wall, cpu in stages],
         f"| total | {total_wall:.1f} | {total_cpu:.1f} |", "",
         "Training command (MLM: the same with `--objective mlm` and its own `--save`):", "",
-        "```", shlex.join(facts["train_command"][1:]), "```", "",
+        "```text", shlex.join(facts["train_command"][1:]), "```", "",
     ]
     write_text_atomic(Path(args.report), "\n".join(lines))
     return Path(args.report)
