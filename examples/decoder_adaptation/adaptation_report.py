@@ -63,8 +63,9 @@ def write_report(args, results: list[dict], facts: dict, stages: list[tuple[str,
         f"- Merge: the better of MNTP and MLM by mean probe validation score (MNTP "
         f"{facts['mean_validation']['mntp']:.2f}, MLM {facts['mean_validation']['mlm']:.2f}: **{facts['better']}**) "
         f"merged linearly with the imported decoder, weights {args.merge_weight:g} (adapted), "
-        f"{1 - args.merge_weight:g} (source): `{shlex.join(facts['merge_command'][1:])}`.",
-        f"- Probe (`tools/evaluate.py --probe linear`): features are the {POOLING}; inputs cut at "
+        f"{1 - args.merge_weight:g} (source), by tools/merge_checkpoints.py with "
+        f"{shlex.join(facts['merge_command'][facts['merge_command'].index('--weights'):])}.",
+        f"- Probe (tools/evaluate.py `--probe linear`): features are the {POOLING}; inputs cut at "
         f"{args.probe_max_length} tokens; StandardScaler + scikit-learn LogisticRegression (L2, lbfgs, max_iter "
         f"{MAX_ITER}), C in {', '.join(f'{c:g}' for c in C_GRID)} chosen on validation, the test score at that C "
         f"(accuracy; brown-pos: tagging accuracy over words, a word's feature the mean of its sub-tokens). Examples "
