@@ -128,7 +128,8 @@ class DataConfig:
     corpus)."""
     tokenizer_model: str | None = None
     """Tokenizer of the data: tokenizer.json / HF folder, tiktoken BPE file or sentencepiece model (needed with
-    --data-path; default: the bundled corpus's)."""
+    --data-path; without --data-path, a tokenizer.json the bundled corpus is tokenized with, e.g. a smaller
+    vocabulary from tools/train_tokenizer.py; default: the bundled corpus's)."""
     data_cache_path: str | None = None
     """Folder for the sample-index cache (.npy files reused by later launches) and the tokenized bundled corpus
     (default: no index cache, the indices are rebuilt in memory at each launch; the bundled corpus goes to

@@ -14,6 +14,7 @@ import torch.distributed as dist
 
 from megamlm.config import Config, model_args_for, split_weights
 from megamlm.data import load_tokenizer, prepare_embedded_corpus
+from megamlm.data.embedded import TOKENIZER_FILE
 from megamlm.data.sidecar import check_dataset_files
 from megamlm.model.attention_probe import resolve_auto_attention
 from megamlm.model.config import Backends, ModelArgs
@@ -43,9 +44,11 @@ class RunPlan:
 
 
 def data_sources(cfg: Config) -> tuple[list[str], str]:
-    """(data_path, tokenizer path); no --data-path means the bundled Austen corpus and its tokenizer."""
+    """(data_path, tokenizer path); no --data-path means the bundled Austen corpus, tokenized with
+    --tokenizer-model when given (cached per tokenizer) and with the bundled tokenizer otherwise."""
     if not cfg.data.data_path:
-        prefix, tokenizer_path = prepare_embedded_corpus(cfg.data.data_cache_path)
+        tokenizer_file = cfg.data.tokenizer_model or TOKENIZER_FILE
+        prefix, tokenizer_path = prepare_embedded_corpus(cfg.data.data_cache_path, tokenizer_file)
         return [prefix], tokenizer_path
     return list(cfg.data.data_path), cfg.data.tokenizer_model
 

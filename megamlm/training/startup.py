@@ -256,10 +256,12 @@ def check_float8(dims: ParallelDims) -> None:
 
 
 def check_data_sources(cfg: Config) -> None:
-    """--data-path and --tokenizer-model go together (no --data-path: the bundled corpus with its own tokenizer)."""
-    if not cfg.data.data_path and cfg.data.tokenizer_model:
-        raise ConfigError("--tokenizer-model was given without --data-path; the bundled corpus has its own "
-                          "tokenizer: pass --data-path too, or drop --tokenizer-model")
+    """--data-path needs --tokenizer-model; without --data-path, --tokenizer-model (when given) is the tokenizer
+    the bundled corpus is tokenized with (another vocabulary of it, e.g. from tools/train_tokenizer.py)."""
+    if not cfg.data.data_path and cfg.data.tokenizer_model and not Path(cfg.data.tokenizer_model).is_file():
+        raise ConfigError(f"--tokenizer-model {cfg.data.tokenizer_model}: no such file; without --data-path it is "
+                          "the tokenizer.json the bundled corpus is tokenized with (tools/train_tokenizer.py makes "
+                          "one), or drop it for the bundled tokenizer")
     if cfg.data.data_path and not cfg.data.tokenizer_model:
         raise ConfigError("--data-path needs --tokenizer-model (the tokenizer the data was preprocessed with): "
                           "it gives the mask, padding and special-token ids; data from tools/preprocess_data.py "

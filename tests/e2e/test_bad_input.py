@@ -29,6 +29,10 @@ def test_data_without_tokenizer(capsys, tmp_path):
     expect_cli_error(capsys, ["--data-path", tmp_path / "x"], "--tokenizer-model")
 
 
+def test_a_missing_tokenizer_for_the_bundled_corpus(capsys, tmp_path):
+    expect_cli_error(capsys, ["--tokenizer-model", tmp_path / "nope.json"], "nope.json: no such file")
+
+
 def test_load_of_a_missing_checkpoint(capsys, tmp_path):
     expect_cli_error(capsys, ["--load", tmp_path / "missing"], "does not exist")
 

@@ -83,3 +83,15 @@ def test_tensorboard_scalars_are_written(run, tmp_path):
     assert {"loss", "loss/clm", "loss/mlm", "lr", "grad_norm"} <= tags
     assert [e.step for e in events.Scalars("loss")] == [1, 2, 3, 4]
     assert [e.step for e in events.Scalars("loss/mlm")] == [3, 4]
+
+
+def test_a_tokenizer_without_data_path_retokenizes_the_bundled_corpus(run, tmp_path):
+    """--tokenizer-model alone: the bundled corpus in another vocabulary (the miniature's 2,048-id BPE), so the
+    first loss is about ln(2048) = 7.6, not ln(8192) = 9.0, and the checkpoint names that tokenizer."""
+    from megamlm.data.embedded import ASSET_DIR
+
+    tokenizer = ASSET_DIR / "tokenizer-2048.json"
+    result = run("--tokenizer-model", tokenizer, "--train-iters", "2", "--save", tmp_path)
+    assert 7.0 < result.losses[1] < 8.2, result.losses
+    config = json.loads((tmp_path / "iter_0000002" / "config.json").read_text())
+    assert config["config"]["data"]["tokenizer_model"] == str(tokenizer)
