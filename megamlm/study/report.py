@@ -48,6 +48,7 @@ from megamlm.study.figure_data import draw_figures
 from megamlm.study.informative import claim_evidence, task_evidence
 from megamlm.study.local import finished_step
 from megamlm.study.plan import Plan
+from megamlm.study.plateau import plateau_section
 from megamlm.study.report_target import (
     REPORT_TITLE,
     check_rehearsal_target,
@@ -266,7 +267,8 @@ def write_report(plan: Plan, path: str | Path | None = None, figures: bool = Tru
              f"{study_file}{scale} --run` at its end, or at any time by `python tools/study_report.py {study_file}"
              f"{scale}`. "
              f"{finished} of {len(plan.runs)} runs have finished.", "",
-             "## The plan", "", plan_table(plan, throughput_for(plan.study)), "## Validation", "", validation_text]
+             "## The plan", "", plan_table(plan, throughput_for(plan.study)), "## Validation", "", validation_text,
+             plateau_section(plan, validation_values)]
     parts += [f"![{title}](figures/{p.name})\n" for title, p in images if p.name == "validation.png"]
     if summaries:
         parts += ["## Downstream", "", downstream_text, "### Per model, one table per task family", "",

@@ -2,6 +2,7 @@
 summarised, differences beyond the seed spread named, a table per task family, the figures."""
 
 import json
+import re
 import runpy
 from pathlib import Path
 
@@ -100,6 +101,25 @@ def test_report_tables_and_figures(finished, tmp_path):
         assert (tmp_path / "report" / "figures" / figure).stat().st_size > 0
         assert f"(figures/{figure})" in text
     assert (Path(finished.root) / "results.md").is_file()
+    assert "Unigram plateau: not measured" in text  # the small study has no --split validation part
+
+
+def test_the_unigram_entropy_stands_beside_each_mlm_only_arm(small_plan, tmp_path, cache_dir):
+    from small_study import SMALL
+
+    from megamlm.data.embedded import ASSET_DIR
+
+    data = {"split": "969,30,1", "tokenizer_model": str(ASSET_DIR / "tokenizer-2048.json"),
+            "data_cache_path": cache_dir}
+    plan = make_finished(small_plan({**STUDY, "pretrain": {**SMALL["pretrain"], "data": data}}))
+    text = write_report(plan, tmp_path / "report" / "REPORT.md", figures=False).read_text()
+    # The 2,048-id vocabulary's validation tokens (issue 32: 6.21 nats); MLM_LOSS's MLM arm ends at 5.05.
+    found = re.search(r"have a unigram entropy of (\d\.\d{3}) nats", text)
+    assert found and 6.1 < float(found.group(1)) < 6.3, text.split("## Validation")[1][:3000]
+    gap = float(found.group(1)) - 5.05
+    assert (f"- `tiny-mlm100-m40`: final validation MLM loss 5.050 (mean of 2 seeds), {gap:+.3f} nats under the "
+            "entropy: off the plateau") in text
+    assert "`tiny-clm100-m40`:" not in text.split("## Downstream")[0]  # only MLM-only arms stand beside it
 
 
 def test_one_seed_measures_no_spread(finished, tmp_path):
