@@ -191,3 +191,20 @@ def tree_digest(folder) -> dict:
     folder = Path(folder)
     return {str(p.relative_to(folder)): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mode)
             for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def save_tiny_llama(folder, tokenizer, max_positions: int):
+    """A tiny Llama decoder (2 layers of width 32, grouped-query attention, tied LM head) with ``tokenizer`` as an
+    HF folder, the same weights for the same tokenizer: what the probe and the adaptation pipeline read like
+    SmolLM2."""
+    import torch
+    import transformers
+
+    config = transformers.LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
+                                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, intermediate_size=64,
+                                      max_position_embeddings=max_positions, tie_word_embeddings=True,
+                                      bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

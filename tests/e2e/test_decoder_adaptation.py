@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import expect_one_line, load_tool
+from helpers import expect_one_line, load_tool, save_tiny_llama
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / ".." / "shared" / "data"
@@ -21,7 +21,6 @@ def _run():
 
 def tiny_decoder(folder: Path) -> Path:
     """A 2-layer Llama with a tied LM head and a byte-level BPE of 600 ids trained on a little Austen."""
-    import torch
     import transformers
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
@@ -39,14 +38,7 @@ def tiny_decoder(folder: Path) -> Path:
     tok.train_from_iterator(austen_paragraphs(200), trainer)
     tokenizer = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<bos>", eos_token="<eos>",
                                                      unk_token="<unk>", mask_token="<mask>", pad_token="<pad>")
-    config = transformers.LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
-                                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, intermediate_size=64,
-                                      max_position_embeddings=128, tie_word_embeddings=True,
-                                      bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
-    torch.manual_seed(0)
-    transformers.LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return save_tiny_llama(folder, tokenizer, max_positions=128)
 
 
 @needs_data

@@ -5,7 +5,7 @@ import random
 
 import numpy as np
 import pytest
-from helpers import expect_one_line, tool_main
+from helpers import expect_one_line, save_tiny_llama, tool_main
 
 from megamlm.eval.examples import TaskData, TextExample
 from megamlm.eval.frozen import ProbeModel, load_frozen
@@ -23,21 +23,11 @@ SETTINGS = ProbeSettings(max_length=32, batch_size=4)
 @pytest.fixture(scope="module")
 def decoder(tmp_path_factory):
     """A tiny Llama decoder with its LM head (tied), as an HF folder: what the probe reads like SmolLM2."""
-    import torch
-    import transformers
-
     from .conftest import _tokenizer
 
     folder = tmp_path_factory.mktemp("decoder")
     tokenizer = _tokenizer("none")
-    config = transformers.LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2,
-                                      num_attention_heads=2, num_key_value_heads=1, head_dim=16, intermediate_size=64,
-                                      max_position_embeddings=256, tie_word_embeddings=True,
-                                      bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
-    torch.manual_seed(0)
-    transformers.LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return save_tiny_llama(folder, tokenizer, max_positions=256)
 
 
 def marker_task(per_split: dict[str, int]) -> TaskData:
