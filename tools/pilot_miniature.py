@@ -66,10 +66,10 @@ class PilotFailure(UserError):
 
 
 def tokenizer_for(vocab: int, output: Path) -> Path:
-    from megamlm.data.embedded import CORPUS_FILE, TOKENIZER_FILE
+    from megamlm.data.embedded import CORPUS_FILE, SHIPPED_TOKENIZERS
 
-    if vocab == 8192:
-        return TOKENIZER_FILE  # the shipped one (tools/train_tokenizer.py --vocab-size 8192 gives the same bytes)
+    if vocab in SHIPPED_TOKENIZERS:
+        return SHIPPED_TOKENIZERS[vocab]
     path = output / "tokenizers" / f"tokenizer-{vocab}.json"
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,10 @@ from megamlm.data.tokenizer import load_tokenizer
 ASSET_DIR = Path(__file__).resolve().parents[1] / "assets" / "austen"
 CORPUS_FILE = ASSET_DIR / "austen.jsonl.gz"
 TOKENIZER_FILE = ASSET_DIR / "tokenizer.json"
+MINIATURE_TOKENIZER_FILE = ASSET_DIR / "tokenizer-2048.json"
+"""The same BPE with 2,048 ids: the CPU miniature's vocabulary (examples/studies/cpu_miniature.yaml)."""
+SHIPPED_TOKENIZERS = {8192: TOKENIZER_FILE, 2048: MINIATURE_TOKENIZER_FILE}
+"""Vocabulary size -> the shipped tokenizer of that size (tools/train_tokenizer.py gives the same bytes)."""
 DATASET_NAME = "austen_text_document"
 _LAYOUT_VERSION = 1  # bump when the way documents are written changes
 

@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from megamlm.errors import UserError
+from megamlm.model.config import PRESETS
 
 TARGET_GAP = 0.5
 """Nats the MLM-only arm's final validation MLM loss must sit under the validation tokens' unigram entropy."""
@@ -31,25 +32,32 @@ class PilotError(UserError, ValueError):
     """A candidate or option the pilot cannot run; the message names the fix."""
 
 
+TINY = PRESETS["tiny"]
+"""The miniature's model shape: the tiny preset."""
+
+
 @dataclass(frozen=True)
 class Candidate:
-    vocab: int = 8192
-    """BPE vocabulary size (tools/train_tokenizer.py on the bundled corpus; 8192 is the shipped tokenizer's)."""
-    layers: int = 4
-    hidden: int = 128
-    ffn: int = 384
-    heads: int = 8
-    groups: int = 4
+    """One setting of the miniature. The defaults are the committed miniature's (examples/studies/cpu_miniature.yaml:
+    the tiny preset's shape and that file's pretrain settings; tests/unit/study/test_pilot.py holds them equal)."""
+
+    vocab: int = 2048
+    """BPE vocabulary size (tools/train_tokenizer.py on the bundled corpus; 2048 and 8192 ship in the package)."""
+    layers: int = TINY["num_layers"]
+    hidden: int = TINY["hidden_size"]
+    ffn: int = TINY["ffn_hidden_size"]
+    heads: int = TINY["num_attention_heads"]
+    groups: int = TINY["num_query_groups"]
     """Key-value heads (grouped-query attention)."""
-    seq: int = 128
+    seq: int = 64
     """Tokens per sample."""
-    batch: int = 8
+    batch: int = 16
     """Samples per optimizer step."""
-    lr: float = 1e-3
+    lr: float = 3e-3
     """Peak LR (warmup-stable-decay: 10% warmup, 20% decay)."""
     mask: float = 0.4
     """MLM mask ratio (the paper: 0.2-0.5)."""
-    steps: int = 500
+    steps: int = 1500
     """Pretraining steps of each arm."""
     clm: float = 0.25
     """CLM fraction of the clm_then_mlm arm."""

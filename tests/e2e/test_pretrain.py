@@ -88,9 +88,9 @@ def test_tensorboard_scalars_are_written(run, tmp_path):
 def test_a_tokenizer_without_data_path_retokenizes_the_bundled_corpus(run, tmp_path):
     """--tokenizer-model alone: the bundled corpus in another vocabulary (the miniature's 2,048-id BPE), so the
     first loss is about ln(2048) = 7.6, not ln(8192) = 9.0, and the checkpoint names that tokenizer."""
-    from megamlm.data.embedded import ASSET_DIR
+    from megamlm.data.embedded import MINIATURE_TOKENIZER_FILE
 
-    tokenizer = ASSET_DIR / "tokenizer-2048.json"
+    tokenizer = MINIATURE_TOKENIZER_FILE
     result = run("--tokenizer-model", tokenizer, "--train-iters", "2", "--save", tmp_path)
     assert 7.0 < result.losses[1] < 8.2, result.losses
     config = json.loads((tmp_path / "iter_0000002" / "config.json").read_text())

@@ -17,9 +17,9 @@ from tests.helpers import expect_one_line, tool_main
 
 
 def test_a_candidate_changes_only_the_keys_it_names():
-    c = parse_candidate("vocab=2048, lr=3e-3,mask=0.3")
-    assert (c.vocab, c.lr, c.mask, c.layers, c.steps) == (2048, 3e-3, 0.3, DEFAULTS.layers, DEFAULTS.steps)
-    assert c.name == "vocab=2048,lr=0.003,mask=0.3" and c.slug == "vocab2048_lr0.003_mask0.3"
+    c = parse_candidate("vocab=1024, lr=1e-3,mask=0.3")
+    assert (c.vocab, c.lr, c.mask, c.layers, c.steps) == (1024, 1e-3, 0.3, DEFAULTS.layers, DEFAULTS.steps)
+    assert c.name == "vocab=1024,lr=0.001,mask=0.3" and c.slug == "vocab1024_lr0.001_mask0.3"
     assert parse_candidate("").name == "miniature"
 
 
@@ -33,12 +33,12 @@ def test_bad_candidates_name_the_fix(text, words):
 
 
 def test_arm_flags_are_a_valid_launch(tmp_path):
-    c = parse_candidate("vocab=2048,layers=2,seq=64,steps=40,mask=0.2")
+    c = parse_candidate("vocab=1024,layers=2,seq=64,steps=40,mask=0.2")
     for arm in ("mlm", "clm_then_mlm", "random"):
         flags = pretrain_flags(c, arm, seed=3)
         cfg, _ = given_config([*flags, "--save", str(tmp_path / arm)])
         cfg = resolve(cfg)
-        assert (cfg.model.num_layers, cfg.model.seq_length, cfg.training.micro_batch_size) == (2, 64, 8)
+        assert (cfg.model.num_layers, cfg.model.seq_length, cfg.training.micro_batch_size) == (2, 64, DEFAULTS.batch)
         assert cfg.objective.mask_ratio == 0.2 and cfg.training.seed == 3
         assert cfg.validation.eval_mask_ratio == EVAL_MASK_RATIO == 0.4  # candidates' losses compare
     random = resolve(given_config([*pretrain_flags(c, "random"), "--save", str(tmp_path / "r")])[0])
@@ -98,3 +98,27 @@ def test_the_pilot_runs_end_to_end_from_a_relative_output_folder(tmp_path, monke
     for arm in ("mlm", "clm_then_mlm"):
         assert f"| {arm} | " in out
     assert (tmp_path / "pilot" / "tokenizers" / "tokenizer-512.json").is_file()
+
+
+def test_the_defaults_are_the_committed_miniatures_settings():
+    """The pilot screens around the committed miniature: its defaults are that study file's settings."""
+    from pathlib import Path
+
+    from megamlm.data import load_tokenizer
+    from megamlm.model.config import PRESETS
+    from megamlm.study.load import load_study
+    from megamlm.study.plan import build_plan
+
+    study = load_study(Path(__file__).resolve().parents[3] / "examples" / "studies" / "cpu_miniature.yaml")
+    runs = build_plan(study).runs
+    mlm = next(run for run in runs if run.phases == ("mlm",) and not run.is_continuation)
+    cfg, tiny = mlm.config, PRESETS[mlm.size]
+    assert mlm.size == "tiny" and (DEFAULTS.layers, DEFAULTS.hidden, DEFAULTS.ffn, DEFAULTS.heads, DEFAULTS.groups) == (
+        tiny["num_layers"], tiny["hidden_size"], tiny["ffn_hidden_size"], tiny["num_attention_heads"],
+        tiny["num_query_groups"])
+    assert load_tokenizer(cfg.data.tokenizer_model).vocab_size == DEFAULTS.vocab
+    assert (cfg.model.seq_length, cfg.training.global_batch_size, cfg.training.lr, mlm.mask_ratio,
+            mlm.train_iters) == (DEFAULTS.seq, DEFAULTS.batch, DEFAULTS.lr, DEFAULTS.mask, DEFAULTS.steps)
+    assert (cfg.training.lr_warmup_iters, cfg.training.lr_wsd_decay_iters) == (DEFAULTS.steps // 10,
+                                                                               DEFAULTS.steps // 5)
+    assert min(run.switch_step / run.train_iters for run in runs if run.phases == ("clm", "mlm")) == DEFAULTS.clm

@@ -107,9 +107,9 @@ def test_report_tables_and_figures(finished, tmp_path):
 def test_the_unigram_entropy_stands_beside_each_mlm_only_arm(small_plan, tmp_path, cache_dir):
     from small_study import SMALL
 
-    from megamlm.data.embedded import ASSET_DIR
+    from megamlm.data.embedded import MINIATURE_TOKENIZER_FILE
 
-    data = {"split": "969,30,1", "tokenizer_model": str(ASSET_DIR / "tokenizer-2048.json"),
+    data = {"split": "969,30,1", "tokenizer_model": str(MINIATURE_TOKENIZER_FILE),
             "data_cache_path": cache_dir}
     plan = make_finished(small_plan({**STUDY, "pretrain": {**SMALL["pretrain"], "data": data}}))
     text = write_report(plan, tmp_path / "report" / "REPORT.md", figures=False).read_text()
