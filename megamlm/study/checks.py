@@ -92,11 +92,15 @@ def validate_study(study: Study) -> None:
         if any(s < 0 for s in grid.switch_steps):
             raise StudyError(f"{where}.switch_steps must be >= 0, got {grid.switch_steps}")
         _check_mask_ratios(grid.mask_ratios, where)
+        if grid.seeds:
+            _nonempty_unique(grid.seeds, f"{where}.seeds")
     for i, schedule in enumerate(study.schedules):
         _check_schedule(schedule, f"schedules[{i}]")
+        if schedule.seeds:
+            _nonempty_unique(schedule.seeds, f"schedules[{i}].seeds")
     _check_pretrain_sections(study.pretrain, "pretrain")
     pretrain_settings(study)  # the config file exists and parses
-    labels = {arm_label(*arm) for arm, _ in study_arms(study)}
+    labels = {arm_label(*arm.spec) for arm in study_arms(study)}
     for i, continuation in enumerate(study.continued_pretraining):
         where = f"continued_pretraining[{i}]"
         _nonempty_unique(continuation.parents, f"{where}.parents")

@@ -101,7 +101,7 @@ def _setting(plan: Plan, arm: Arm) -> dict:
             "tokens": _tokens(run.tokens_per_step * run.train_iters),
             "lrs": ", ".join(f"{lr:g}" for lr in (e.lrs if e else [])), "n_lrs": len(e.lrs) if e else 0,
             "n_ft_seeds": len(e.seeds) if e else 0, "ft_steps": ft_steps,
-            "ft_examples": (e.max_train_examples or "all") if e else "all", "seeds": len(plan.study.seeds)}
+            "ft_examples": (e.max_train_examples or "all") if e else "all", "seeds": len(arm.runs)}
 
 
 def _validation_facts(validation: dict[str, dict[str, Sample]] | None, arms_: list[Arm]) -> str:

@@ -23,7 +23,7 @@ from megamlm.config import Config, ConfigError, given_config, validate
 from megamlm.study.naming import arm_label, continuation_label, run_name
 from megamlm.study.prefixes import place, placement_order, stream_key
 from megamlm.study.runs import Run
-from megamlm.study.schema import ArmSpec, Study, StudyError, study_arms
+from megamlm.study.schema import ArmSpec, Study, StudyError, all_seeds, study_arms
 from megamlm.study.settings import merge_settings, pretrain_settings
 from megamlm.training.lineage import History, Segment
 
@@ -130,7 +130,7 @@ def _arm_run(study: Study, base: dict, size: str, seed: int, arm: ArmSpec, label
         "model": {"model": size}, "training": {"train_iters": arm.train_iters, "seed": seed},
         "objective": {"objective": arm.objective, "mask_ratio": arm.mask_ratio,
                       **({"switch_step": switches} if switches is not None else {})}})
-    name = run_name(size, label, seed, len(study.seeds) > 1)
+    name = run_name(size, label, seed, len(all_seeds(study)) > 1)
     config = _parse(settings_flags(settings) + ["--save", name], f"run {name}")
     return Run(name, label, size, seed, arm.objective, arm.train_iters, tuple(arm.switch_steps), arm.mask_ratio,
                settings, config, continues=continues)
@@ -142,18 +142,21 @@ def build_plan(study: Study, root: str | None = None) -> Plan:
     base = pretrain_settings(study)
     arms: dict[str, Run] = {}
     for size in study.sizes:
-        for seed in study.seeds:
-            for arm, reproduces_paper in study_arms(study):
-                run = _arm_run(study, base, size, seed, arm, arm_label(*arm))
-                arms.setdefault(run.name, run).reproduces_paper |= reproduces_paper
+        for seed in all_seeds(study):
+            for arm in study_arms(study):
+                if seed in arm.seeds:
+                    run = _arm_run(study, base, size, seed, arm.spec, arm_label(*arm.spec))
+                    arms.setdefault(run.name, run).reproduces_paper |= arm.reproduces_paper
     pretraining = place(sorted(arms.values(), key=placement_order))
     by_label = {(r.size, r.seed, r.label): r for r in pretraining}
     continuations = []
     for continuation in study.continued_pretraining:
         for size in study.sizes:
-            for seed in study.seeds:
+            for seed in all_seeds(study):
                 for parent_label in continuation.parents:
-                    parent = by_label[(size, seed, parent_label)]
+                    parent = by_label.get((size, seed, parent_label))
+                    if parent is None:  # the parent arm has no run of this seed: nor has its continuation
+                        continue
                     cpt_base = merge_settings(base, continuation.pretrain)
                     for steps in continuation.steps:
                         label = continuation_label(parent_label, continuation.objective, steps)

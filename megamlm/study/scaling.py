@@ -28,8 +28,8 @@ def scale_steps(study: Study, factor: float) -> Study:
                                      switch_steps=[scaled(step, factor) for step in s.switch_steps])
                  for s in study.schedules]
     resized = dataclasses.replace(study, grids=grids, schedules=schedules)
-    renamed = dict(zip([arm_label(*arm) for arm, _ in study_arms(study)],
-                       [arm_label(*arm) for arm, _ in study_arms(resized)]))
+    renamed = dict(zip([arm_label(*arm.spec) for arm in study_arms(study)],
+                       [arm_label(*arm.spec) for arm in study_arms(resized)]))
     continued = [dataclasses.replace(c, parents=[renamed.get(parent, parent) for parent in c.parents],
                                      steps=[scaled(s, factor) for s in c.steps],
                                      pretrain=_scale_settings(c.pretrain, factor))

@@ -46,6 +46,9 @@ class Grid:
     reproduces_paper: bool = False
     """True: this grid's arms are models the paper trained (arXiv 2507.00994, at this size, budget and mask ratio);
     the planner's table then marks every run `paper` or `extension` (an arm any marked grid holds is the paper's)."""
+    seeds: list[int] = field(default_factory=list)
+    """Pretraining seeds of this grid's arms (default: the study's `seeds`), e.g. more seeds for the arms a claim
+    compares alone and fewer for arms a claim pools."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,8 @@ class Schedule:
     same mask ratio)."""
     reproduces_paper: bool = False
     """True: these arms are models the paper trained (as grids[].reproduces_paper)."""
+    seeds: list[int] = field(default_factory=list)
+    """Pretraining seeds of these arms (default: the study's `seeds`)."""
 
 
 @dataclass(frozen=True)
@@ -244,10 +249,25 @@ def schedule_arms(schedule: Schedule) -> list[ArmSpec]:
     return arms
 
 
-def study_arms(study: Study) -> list[tuple[ArmSpec, bool]]:
-    """Every arm trained from scratch, with whether its grid or schedule marks it the paper's: the grids' first."""
-    return ([(arm, grid.reproduces_paper) for grid in study.grids for arm in grid_arms(grid)]
-            + [(arm, s.reproduces_paper) for s in study.schedules for arm in schedule_arms(s)])
+class StudyArm(NamedTuple):
+    spec: ArmSpec
+    reproduces_paper: bool
+    """Its grid or schedule marks it the paper's."""
+    seeds: list[int]
+    """Its pretraining seeds: its grid's or schedule's, else the study's."""
+
+
+def study_arms(study: Study) -> list[StudyArm]:
+    """Every arm trained from scratch: the grids' first, then the schedules'."""
+    return ([StudyArm(arm, grid.reproduces_paper, grid.seeds or study.seeds)
+             for grid in study.grids for arm in grid_arms(grid)]
+            + [StudyArm(arm, s.reproduces_paper, s.seeds or study.seeds)
+               for s in study.schedules for arm in schedule_arms(s)])
+
+
+def all_seeds(study: Study) -> list[int]:
+    """Every pretraining seed of the study: its own and its grids' and schedules'."""
+    return sorted({*study.seeds, *(seed for arm in study_arms(study) for seed in arm.seeds)})
 
 
 def key_reference() -> str:

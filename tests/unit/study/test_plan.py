@@ -102,6 +102,33 @@ def test_grids_are_a_union_an_arm_in_two_grids_is_one_run(small_plan):
     assert sorted(r.name for r in plan.runs) == ["tiny-clm100-m40", "tiny-clm50-mlm50-m40", "tiny-mlm100-m40"]
 
 
+def test_a_grid_of_its_own_seeds_trains_its_arms_at_those_seeds_only(small_plan):
+    """More seeds for the arms a claim compares alone, fewer for the arms it pools: each split branches from the
+    CLM run of its own seed, a continuation exists at every seed of its parent, and only there."""
+    plan = small_plan({"seeds": [1, 2, 3], "grids": [{"budgets": [100], "clm_fractions": [0, 1]},
+                                                     {"budgets": [100], "clm_fractions": [0.5], "seeds": [1, 2]}]})
+    names = {r.name: (r.parent, r.branch_step) for r in plan.runs}
+    for seed in (1, 2, 3):
+        assert names[f"tiny-mlm100-m40-s{seed}"] == (None, 0) and names[f"tiny-clm100-m40-s{seed}"] == (None, 0)
+        assert names[f"tiny-clm100-m40-cpt-mlm40-s{seed}"] == (f"tiny-clm100-m40-s{seed}", 0)
+    for seed in (1, 2):
+        assert names[f"tiny-clm50-mlm50-m40-s{seed}"] == (f"tiny-clm100-m40-s{seed}", 50)
+    assert "tiny-clm50-mlm50-m40-s3" not in names and len(names) == 11
+    assert plan.run("tiny-clm50-mlm50-m40-s2").config.training.seed == 2
+
+
+def test_one_seed_in_the_study_and_two_in_a_grid_names_every_run_by_its_seed(small_plan):
+    plan = small_plan({"seeds": [1], "continued_pretraining": [],
+                       "grids": [{"budgets": [100], "clm_fractions": [0]},
+                                 {"budgets": [100], "clm_fractions": [1], "seeds": [1, 2]}]})
+    assert sorted(r.name for r in plan.runs) == ["tiny-clm100-m40-s1", "tiny-clm100-m40-s2", "tiny-mlm100-m40-s1"]
+
+
+def test_a_grid_seed_given_twice_is_refused(small_plan):
+    with pytest.raises(StudyError, match=r"grids\[0\]\.seeds"):
+        small_plan({"grids": [{"budgets": [100], "clm_fractions": [0], "seeds": [1, 1]}]})
+
+
 def test_a_run_pretrain_would_refuse_is_named(small_plan):
     with pytest.raises(StudyError, match="run tiny-.*global-batch-size"):
         small_plan({"pretrain": {"training": {"micro_batch_size": 3, "global_batch_size": 8}}})
