@@ -80,7 +80,9 @@ def write_report(args, results: list[dict], facts: dict, stages: list[tuple[str,
         *[f"| {name} | {wall:.1f} | {cpu:.1f} |" for name, wall, cpu in stages],
         f"| total | {total_wall:.1f} | {total_cpu:.1f} |", "",
         "Training command (MLM: the same with `--objective mlm` and its own `--save`):", "",
-        "```text", shlex.join(facts["train_command"][1:]), "```", "",
+        # The interpreter and the clone's path are this machine's: the command as run from the repository root.
+        "```text", shlex.join(["python", Path(facts["train_command"][1]).name, *facts["train_command"][2:]]),
+        "```", "",
     ]
     write_text_atomic(Path(args.report), "\n".join(lines))
     return Path(args.report)

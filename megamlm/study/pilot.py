@@ -57,7 +57,7 @@ class Candidate:
     """Peak LR (warmup-stable-decay: 10% warmup, 20% decay)."""
     mask: float = 0.4
     """MLM mask ratio (the paper: 0.2-0.5)."""
-    steps: int = 1500
+    steps: int = 1400
     """Pretraining steps of each arm."""
     clm: float = 0.25
     """CLM fraction of the clm_then_mlm arm."""
