@@ -166,6 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
                         f"weights (seed {RANDOM_INIT_SEED}), as model NAME (default name: {DEFAULT_NAME}) through the "
                         "same fine-tuning protocol, and compute each task's trivial baselines without training "
                         "(rows baseline:NAME; stored in OUTPUT/baselines)")
+    p.add_argument("--random-init-seeds", type=_ints, metavar="SEEDS",
+                   help="fine-tuning seeds of the random-init model (default: --seeds): several give its score a "
+                        "spread where the models have one fine-tuning seed each")
     p.add_argument("--no-plots", action="store_true", help="write tables only")
     add_probe_flags(p)
     p.add_argument("--force", action="store_true",
@@ -194,6 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         devices = tuple(f"cuda:{i}" for i in range(torch.cuda.device_count())) or ("cpu",)
     try:
+        if args.random_init_seeds and args.random_init_baseline is None:
+            raise PlanError("--random-init-seeds sets the random-init model's fine-tuning seeds; add "
+                            "--random-init-baseline, or drop --random-init-seeds")
         if args.random_init_baseline is not None:  # the trivial baselines' lexical ranking and counts
             require("sklearn", "--random-init-baseline (the trivial baselines)")
         check_output_folder(args.output, args.force)
@@ -221,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
             max_train_examples=args.max_train_examples, max_eval_examples=args.max_eval_examples,
             data_dir=args.data_dir, hf_datasets_dir=args.hf_datasets_dir, retrieval_corpus=args.retrieval_corpus,
             num_workers=args.num_workers,
-            devices=devices, baselines=args.random_init_baseline is not None)
+            devices=devices, baselines=args.random_init_baseline is not None,
+            model_seeds={args.random_init_baseline: args.random_init_seeds} if args.random_init_seeds else {})
         if not plan.tasks:
             raise PlanError("no task given; pass --tasks, e.g. --tasks rt-sentiment,brown-pos")
         outcome = evaluate(plan, plots=not args.no_plots, tables=args.tables)

@@ -63,10 +63,14 @@ class EvalPlan:
     devices: tuple[str, ...] = ("cpu",)
     baselines: bool = False
     """Also compute each task's trivial baselines (megamlm.eval.baselines) into <output>/baselines."""
+    model_seeds: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """Fine-tuning seeds of particular models instead of ``seeds`` (the random-init baseline's
+    --random-init-seeds)."""
 
     def keys(self) -> list[RunKey]:
         return [RunKey(m.name, task_display_name(t), lr, seed)
-                for m in self.models for t in self.tasks for lr in self.lrs for seed in self.seeds]
+                for m in self.models for t in self.tasks for lr in self.lrs
+                for seed in self.model_seeds.get(m.name, self.seeds)]
 
     def run_settings(self, model: ModelEntry, task: str) -> dict:
         """Everything except LR and seed that determines a run's result (its fingerprint)."""

@@ -210,6 +210,8 @@ def _validate_evaluation(e: Evaluation) -> None:
     if any(not math.isfinite(lr) or lr <= 0 for lr in e.lrs):
         raise StudyError(f"evaluation.lrs must be positive, got {e.lrs}")
     _nonempty_unique(e.seeds, "evaluation.seeds")
+    if e.random_init_seeds:
+        _nonempty_unique(e.random_init_seeds, "evaluation.random_init_seeds")
     _positive(e.checkpoint_steps, "evaluation.checkpoint_steps")
     if e.checkpoint_steps and len(set(e.checkpoint_steps)) != len(e.checkpoint_steps):
         raise StudyError(f"evaluation.checkpoint_steps lists a step twice: {e.checkpoint_steps}")

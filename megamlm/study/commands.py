@@ -114,6 +114,8 @@ def evaluate_command(plan: Plan, run: Run, python: str = "python", num_workers: 
     random_init = random_init_models(plan).get(run.name)
     if random_init:
         command += ["--random-init-baseline", random_init]
+        if e.random_init_seeds:
+            command += ["--random-init-seeds", ",".join(map(str, e.random_init_seeds))]
     if num_workers > 1:
         command += ["--num-workers", str(num_workers)]
     if devices:

@@ -89,9 +89,10 @@ def validation_section(plan: Plan, rehearsal: bool = False) -> tuple[str, dict[s
 def evaluation_keys(plan: Plan) -> list[RunKey]:
     """The (model, task, LR, seed) runs of the study: every evaluated model's, and each size's random-init model's."""
     e = plan.study.evaluation
-    models = [m.name for m in all_evaluated_models(plan)] + list(random_init_models(plan).values())
-    return [RunKey(m, task_display_name(t), lr, seed) for m in models for t in e.tasks for lr in e.lrs
-            for seed in e.seeds]
+    seeds = {m.name: e.seeds for m in all_evaluated_models(plan)}
+    seeds.update({name: e.random_init_seeds or e.seeds for name in random_init_models(plan).values()})
+    return [RunKey(m, task_display_name(t), lr, seed) for m, model_seeds in seeds.items() for t in e.tasks
+            for lr in e.lrs for seed in model_seeds]
 
 
 def evaluation_baselines(plan: Plan) -> list[BaselineRow]:

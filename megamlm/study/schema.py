@@ -98,6 +98,9 @@ class Evaluation:
     """Fine-tuning learning-rate grid."""
     seeds: list[int] = field(default_factory=lambda: list(PAPER_SEEDS))
     """Fine-tuning seeds (the protocol's mean and 95% CI are over these)."""
+    random_init_seeds: list[int] = field(default_factory=list)
+    """Fine-tuning seeds of each size's random-init model (default: seeds): where the models have one fine-tuning
+    seed, several here give the informative test (arms against the random-init model) a spread on its side."""
     checkpoint_steps: list[int] = field(default_factory=list)
     """Steps whose checkpoints are evaluated too (score against pretraining steps): each is kept from --keep-last
     and evaluated in the run that trains that step."""

@@ -110,6 +110,19 @@ def test_evaluate_adds_the_random_init_model_and_the_trivial_baselines(tiny_mode
     capsys.readouterr()
     assert main(args) == 0  # a rerun reuses the random model and the stored baselines
     assert "4 runs planned, 4 already finished, 0 to run" in capsys.readouterr().out
+    # More fine-tuning seeds for the random-init model only: its third seed is the one run left.
+    assert main([*args, "--random-init-seeds", "0,1,2"]) == 0
+    assert "5 runs planned, 4 already finished, 1 to run" in capsys.readouterr().out
+    assert sorted(p.stem.split("seed")[-1] for p in (out / "runs" / "random-init").rglob("*.json")) == ["0", "1", "2"]
+
+
+def test_random_init_seeds_without_the_baseline_are_refused(tiny_models, tmp_path, capsys):
+    from helpers import expect_one_line, tool_main
+
+    args = ["--model", f"bert={tiny_models['bert']}", "--tasks", "rt-sentiment", "--output", str(tmp_path / "out"),
+            "--random-init-seeds", "0,1,2"]
+    expect_one_line(capsys, tool_main("evaluate")(args), "--random-init-seeds", "--random-init-baseline")
+    assert not (tmp_path / "out").exists()
 
 
 def test_random_init_refuses_models_of_two_shapes(tiny_models, tmp_path, capsys):

@@ -56,3 +56,18 @@ def test_bad_command_lines_are_one_error(small_study, capsys):
     study_file = small_study().source
     for extra, message in ((["--emit", "slurm"], "--emit slurm DIR"), (["--scale", "3"], "--scale must be in")):
         expect_one_line(capsys, tool_main("plan_study")([str(study_file), *extra]), message)
+
+
+def test_the_random_init_models_own_fine_tuning_seeds_reach_its_evaluation_and_the_report(small_plan):
+    from megamlm.study.commands import random_init_models
+    from megamlm.study.report import evaluation_keys
+
+    plan = small_plan({"evaluation": {**EVALUATION, "seeds": [0], "random_init_seeds": [0, 1, 2]}})
+    parser = runpy.run_path(str(REPO / "tools" / "evaluate.py"), run_name="evaluate")["build_parser"]()
+    (carrier, name), = random_init_models(plan).items()
+    args = parser.parse_args(evaluate_command(plan, plan.run(carrier))[2:])
+    assert (args.random_init_baseline, args.random_init_seeds, args.seeds) == (name, (0, 1, 2), (0,))
+    others = [plan.run(r.name) for r in plan.runs if r.name != carrier]
+    assert all("--random-init-seeds" not in evaluate_command(plan, r) for r in others)
+    seeds = {(k.model, k.seed) for k in evaluation_keys(plan)}
+    assert {s for m, s in seeds if m == name} == {0, 1, 2} and {s for m, s in seeds if m != name} == {0}
