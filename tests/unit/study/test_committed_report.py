@@ -7,11 +7,14 @@ or a rehearsal's report committed in its place, fails here."""
 import re
 from pathlib import Path
 
+from megamlm.eval.registry import task_display_name
 from megamlm.study.claims import CONTRADICTED, NO_BASELINE, NO_TASK, SUPPORTED, UNDECIDED
 from megamlm.study.commands import all_evaluated_models
 from megamlm.study.cost import throughput_for
 from megamlm.study.load import load_study
+from megamlm.study.pilot import TARGET_GAP
 from megamlm.study.plan import build_plan
+from megamlm.study.schema import study_arms
 from megamlm.study.table import plan_table
 
 REPO = Path(__file__).resolve().parents[3]
@@ -30,7 +33,8 @@ def test_the_committed_report_is_the_real_run_of_the_committed_study():
         "the study file plans other runs than the report's: rerun the study (examples/studies/README.md)")
 
     e = study.evaluation
-    assert len(e.lrs) >= 3 and len(e.seeds) >= 2 and len(study.seeds) >= 3 and len(e.tasks) == 4
+    # Issue 32: at least 3 pretraining seeds for every arm, an LR grid (the stability claim), the four families.
+    assert min(len(arm.seeds) for arm in study_arms(study)) >= 3 and len(e.lrs) >= 2 and len(e.tasks) == 4
     grid = len(e.lrs) * len(e.seeds)
     per_model = report.split("### Per model, one table per task family")[1].split("\n## ")[0]
     rows = [line for line in per_model.splitlines() if line.startswith("| tiny-")]
@@ -39,6 +43,27 @@ def test_the_committed_report_is_the_real_run_of_the_committed_study():
     for family in ("sequence classification", "token classification", "question answering",
                    "information retrieval"):
         assert f"#### {family}" in report
+
+    # Baselines beside the arms for every task: the random-init model (its own fine-tuning seeds) and at least one
+    # trivial baseline computed without training.
+    tasks = [task_display_name(t) for t in e.tasks]
+    random_grid = len(e.lrs) * len(e.random_init_seeds or e.seeds)
+    for task in tasks:
+        row = rf"^\| random-init-tiny \| [a-z ]+ \| {re.escape(task)} \| .*\| {random_grid}/{random_grid} \|$"
+        assert re.search(row, per_model, re.M), task
+        assert re.search(rf"^\| baseline:[\w-]+ \| [a-z ]+ \| {re.escape(task)} \|", per_model, re.M), task
+    # Every task marked informative or uninformative by the stated test, the uninformative ones left out of claims.
+    marks = report.split("### Informative tasks")[1].split("\n## ")[0]
+    found = dict(re.findall(r"^- \*\*([\w-]+)\*\*: (informative|uninformative):", marks, re.M))
+    assert sorted(found) == sorted(tasks), marks
+    left_out = [task for task, mark in found.items() if mark == "uninformative"]
+    if left_out:
+        assert f"left out of the claims: {', '.join(left_out)}." in marks
+    # The MLM-only arm's final validation MLM loss at least 0.5 nats under the validation tokens' unigram entropy.
+    plateau = re.search(r"unigram entropy of (\d+\.\d+) nats.*?^- `tiny-mlm[\w.]+-m40`: final validation MLM loss "
+                        r"(\d+\.\d+) \(mean of \d+ seeds\), \+(\d+\.\d+) nats under the entropy: off the plateau",
+                        report, re.M | re.S)
+    assert plateau and float(plateau.group(3)) >= TARGET_GAP, "the MLM-only arm is on the unigram plateau"
 
     figures = re.findall(r"\]\(figures/([\w.]+\.png)\)", report)
     assert {"validation.png", "lr_sensitivity.png", "lr_stability.png", "continuation_gain.png",
