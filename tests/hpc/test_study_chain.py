@@ -23,7 +23,9 @@ SMALL = ["--scale", "0.02", "--root", "runs/mini", "--set", "seeds=[1]",
          "--set", "evaluation={tasks: [austen-qa], lrs: [1.0e-3], seeds: [0], max_train_examples: 8, "
                   "max_eval_examples: 8, hyperparameters: {batch_size: 4, micro_batch_size: 4, max_steps: 1}, "
                   "task_settings: {max_query_length: 8}}",
-         "--set", 'slurm={gpus_per_node: 0, eval_gpus: 0, cpus_per_task: 1, time: "15", eval_time: "15"}']
+         "--set", 'slurm={gpus_per_node: 0, eval_gpus: 0, cpus_per_task: 1, time: "15", eval_time: "15"}',
+         # The study names its tokenizer relative to the repository root, where it runs; the chain runs elsewhere.
+         "--set", f"pretrain.data.tokenizer_model={REPO / 'megamlm' / 'assets' / 'austen' / 'tokenizer-2048.json'}"]
 CLM, BRANCH = "tiny-clm10-m40", "tiny-clm5-mlm5-m40"
 
 
