@@ -16,6 +16,12 @@ for HELPERS in (str(TESTS), str(TESTS / "unit" / "hf")):
         sys.path.insert(0, HELPERS)
 
 
+def pytest_sessionfinish(session, exitstatus):
+    forked_python = sys.modules.get("forked_python")  # tests/forked_python.py: its servers end with the session
+    if forked_python is not None:
+        forked_python.close_servers()
+
+
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory):
     """One tokenized copy of the bundled corpus for the whole session (MEGAMLM_CACHE)."""

@@ -42,17 +42,20 @@ def hide(names: set[str]) -> None:
         sys.modules[name] = None  # find_spec -> None, import -> ModuleNotFoundError
 
 
+def hidden_names(which: str) -> set[str]:
+    """``all`` (every package of megamlm.extras.EXTRAS) or a comma-separated list, as top-level import names."""
+    if which == "all":
+        from megamlm.extras import EXTRAS
+
+        return set(EXTRAS)
+    return set(filter(None, which.split(",")))
+
+
 def main() -> None:
     which, script, *args = sys.argv[1:]
     repo = Path(__file__).resolve().parents[1]
     sys.path.insert(0, str(repo))
-    if which == "all":
-        from megamlm.extras import EXTRAS
-
-        names = set(EXTRAS)
-    else:
-        names = set(filter(None, which.split(",")))
-    hide(names)
+    hide(hidden_names(which))
     sys.argv = [script, *args]
     sys.path[0] = str(Path(script).resolve().parent)
     runpy.run_path(script, run_name="__main__")

@@ -116,9 +116,10 @@ def _parse(flags: list[str], where: str) -> Config:
 # ---- arms -> runs --------------------------------------------------------------------------------------------
 
 
-def _arm_run(study: Study, base: dict, size: str, seed: int, arm: ArmSpec, label: str,
+def _arm_run(base: dict, size: str, seed: int, arm: ArmSpec, label: str, several_seeds: bool,
              continues: str | None = None) -> Run:
-    """One run of an arm (``schema.grid_arms``, ``schema.schedule_arms``) at one size and seed."""
+    """One run of an arm (``schema.grid_arms``, ``schema.schedule_arms``) at one size and seed; ``several_seeds``
+    (the study trains more than one) puts the seed in the run's name."""
     base = {section: dict(values) for section, values in base.items()}
     if not arm.switch_steps:  # a one-objective run has no switch (a base config's switch_step would only confuse)
         for key in ("switch", "switch_step"):
@@ -130,7 +131,7 @@ def _arm_run(study: Study, base: dict, size: str, seed: int, arm: ArmSpec, label
         "model": {"model": size}, "training": {"train_iters": arm.train_iters, "seed": seed},
         "objective": {"objective": arm.objective, "mask_ratio": arm.mask_ratio,
                       **({"switch_step": switches} if switches is not None else {})}})
-    name = run_name(size, label, seed, len(all_seeds(study)) > 1)
+    name = run_name(size, label, seed, several_seeds)
     config = _parse(settings_flags(settings) + ["--save", name], f"run {name}")
     return Run(name, label, size, seed, arm.objective, arm.train_iters, tuple(arm.switch_steps), arm.mask_ratio,
                settings, config, continues=continues)
@@ -140,19 +141,21 @@ def build_plan(study: Study, root: str | None = None) -> Plan:
     """The plan of runs of a checked study (``load.load_study``); raises StudyError for a run pretrain.py would
     refuse."""
     base = pretrain_settings(study)
+    seeds, study_arm_list = all_seeds(study), study_arms(study)
+    several_seeds = len(seeds) > 1
     arms: dict[str, Run] = {}
     for size in study.sizes:
-        for seed in all_seeds(study):
-            for arm in study_arms(study):
+        for seed in seeds:
+            for arm in study_arm_list:
                 if seed in arm.seeds:
-                    run = _arm_run(study, base, size, seed, arm.spec, arm_label(*arm.spec))
+                    run = _arm_run(base, size, seed, arm.spec, arm_label(*arm.spec), several_seeds)
                     arms.setdefault(run.name, run).reproduces_paper |= arm.reproduces_paper
     pretraining = place(sorted(arms.values(), key=placement_order))
     by_label = {(r.size, r.seed, r.label): r for r in pretraining}
     continuations = []
     for continuation in study.continued_pretraining:
         for size in study.sizes:
-            for seed in all_seeds(study):
+            for seed in seeds:
                 for parent_label in continuation.parents:
                     parent = by_label.get((size, seed, parent_label))
                     if parent is None:  # the parent arm has no run of this seed: nor has its continuation
@@ -161,7 +164,7 @@ def build_plan(study: Study, root: str | None = None) -> Plan:
                     for steps in continuation.steps:
                         label = continuation_label(parent_label, continuation.objective, steps)
                         arm = ArmSpec(continuation.objective, steps, (), parent.mask_ratio)
-                        run = _arm_run(study, cpt_base, size, seed, arm, label, continues=parent.name)
+                        run = _arm_run(cpt_base, size, seed, arm, label, several_seeds, continues=parent.name)
                         run.reproduces_paper = continuation.reproduces_paper
                         continuations.append(run)
     continuations = place(sorted(continuations, key=lambda r: (r.continues, -r.train_iters)))

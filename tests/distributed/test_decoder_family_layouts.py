@@ -59,17 +59,12 @@ def _families_in_layouts(tmp_path, families: list[str], world: int, layouts: dic
 
 
 def test_imported_decoders_train_alike_in_every_layout(tmp_path):
-    """TP=2, PP=2 and FSDP2 DP=2 for all four families, in one 2-rank world."""
-    compared = _families_in_layouts(tmp_path, list(FAMILIES), 2, LAYOUTS)
-    assert compared == [(name, layout) for name in FAMILIES for layout in LAYOUTS]
-
-
-def test_qwen3_and_gemma3_train_alike_in_every_layout(tmp_path):
-    """Qwen3 (q/k norms: their head_dim weights see a shard of the heads under TP) and Gemma 3 (four norms per
-    block, GeGLU, scaled embeddings, sliding windows of 5 < 32 tokens with their own RoPE tables, which the pipeline
-    stages carry): TP=2, PP=2 and FSDP2 DP=2 against one process, and a resume on the pipeline."""
-    compared = _families_in_layouts(tmp_path, list(QK_NORM_FAMILIES), 2, LAYOUTS)
-    assert compared == [(name, layout) for name in QK_NORM_FAMILIES for layout in LAYOUTS]
+    """TP=2, PP=2 and FSDP2 DP=2 for all six families, in one 2-rank world. Qwen3: q/k norms, whose head_dim
+    weights see a shard of the heads under TP. Gemma 3: four norms per block, GeGLU, scaled embeddings, sliding
+    windows of 5 < 32 tokens with their own RoPE tables, which the pipeline stages carry."""
+    families = [*FAMILIES, *QK_NORM_FAMILIES]
+    compared = _families_in_layouts(tmp_path, families, 2, LAYOUTS)
+    assert compared == [(name, layout) for name in families for layout in LAYOUTS]
 
 
 @pytest.mark.slow

@@ -61,20 +61,19 @@ The reader's files
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import torch
+from forked_python import run_python
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared"
@@ -334,84 +333,10 @@ def script_and_args(words: list[str]) -> tuple[str | None, list[str]]:
 
 def run(words: list[str], root: Path, env: dict, extra_env: dict | None = None, timeout: int = 900):
     if not extra_env and len(words) >= 2 and words[0] in ("python", "python3") and words[1].endswith(".py"):
-        return PRELOADED.run(words[1:], root, env, timeout)
+        # most of the documented commands: forked from a process that imported torch and megamlm once
+        return run_python(words[1:], root, env, timeout)
     return subprocess.run(["bash", "-c", shlex.join(words)], cwd=root, env={**env, **(extra_env or {})},
                           capture_output=True, text=True, timeout=timeout)
-
-
-# ``python SCRIPT ARGS`` is most of the documented commands, and starting Python with torch and megamlm imported is
-# most of the time each takes (4-5 s of CPU). A server process imports them once, then runs each such command in a
-# child forked from it: its own process with the command's arguments, folder, environment and exit status, as
-# ``python`` would run it, minus the imports already done.
-PRELOAD_SERVER = r"""
-import json, os, runpy, sys
-answers = os.fdopen(os.dup(1), "w")  # the exit statuses; anything else printed here goes to stderr
-os.dup2(2, 1)
-import torch, megamlm.cli, megamlm.hf.export, megamlm.study.plan  # the imports every entry point shares
-for line in sys.stdin:
-    job = json.loads(line)
-    pid = os.fork()
-    if pid == 0:
-        os.chdir(job["cwd"])
-        os.environ.clear()
-        os.environ.update(job["env"])
-        for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, job["out"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
-                                (2, job["err"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
-            os.dup2(os.open(path, flags), fd)
-        sys.argv = job["argv"]
-        sys.path[0] = os.path.dirname(os.path.abspath(job["argv"][0]))
-        code = 0
-        try:
-            runpy.run_path(job["argv"][0], run_name="__main__")
-        except SystemExit as stop:
-            code = stop.code if isinstance(stop.code, int) or stop.code is None else 1
-            if isinstance(stop.code, str):
-                print(stop.code, file=sys.stderr)
-        except BaseException:
-            import traceback
-            traceback.print_exc()
-            code = 1
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code or 0)
-    _, status = os.waitpid(pid, 0)
-    print(json.dumps(os.waitstatus_to_exitcode(status)), file=answers, flush=True)
-"""
-
-
-class Preloaded:
-    """The server of PRELOAD_SERVER, started on first use with the environment of the first command."""
-
-    def __init__(self):
-        self.server = None
-        self.outputs = tempfile.TemporaryDirectory(prefix="megamlm-docs-")  # each command's stdout and stderr
-
-    def run(self, argv: list[str], root: Path, env: dict, timeout: int) -> subprocess.CompletedProcess:
-        if self.server is None or self.server.poll() is not None:
-            self.server = subprocess.Popen([sys.executable, "-c", PRELOAD_SERVER], env=env, cwd=root,
-                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        out, err = Path(self.outputs.name) / "stdout", Path(self.outputs.name) / "stderr"
-        job = {"argv": argv, "cwd": str(root), "env": env, "out": str(out), "err": str(err)}
-        self.server.stdin.write(json.dumps(job) + "\n")
-        self.server.stdin.flush()
-        status = json.loads(self.server.stdout.readline() or "null")
-        if status is None:
-            raise AssertionError(f"the preloaded Python stopped running {shlex.join(argv)}")
-        return subprocess.CompletedProcess(argv, status, out.read_text(), err.read_text())
-
-    def close(self) -> None:
-        if self.server is not None and self.server.poll() is None:
-            self.server.stdin.close()
-            self.server.wait(timeout=60)
-
-
-PRELOADED = Preloaded()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def preloaded_python():
-    yield PRELOADED
-    PRELOADED.close()
 
 
 def check_ok(result, what: str) -> None:
@@ -468,7 +393,25 @@ def check(command: Command, root: Path, env: dict) -> str:
         else:
             part.append(word)
     parts.append(part)
-    return "; ".join(check_part(part, command, root, env) for part in parts)
+    return "; ".join(check_dry_once(part, command, root, env) for part in parts)
+
+
+# pip's dry runs and pytest's collections change nothing and depend only on the repository (the same in every
+# copy): one that several documents (or one twice) show is checked once per session.
+_DRY_CHECKED: dict[tuple[str, ...], str] = {}
+
+
+def check_dry_once(words: list[str], command: Command, root: Path, env: dict) -> str:
+    _, program_words = split_env(words)
+    dry = program_words[:1] == ["pip"] or program_words[1:3] == ["-m", "pytest"]
+    if not dry:
+        return check_part(words, command, root, env)
+    key = tuple(words)
+    if key not in _DRY_CHECKED:
+        _DRY_CHECKED[key] = check_part(words, command, root, env)
+    else:
+        return _DRY_CHECKED[key] + " (checked above)"
+    return _DRY_CHECKED[key]
 
 
 PIP_OPTIONS_WITH_VALUES = {"-i", "--index-url", "--extra-index-url", "-f", "--find-links", "-c", "--constraint"}

@@ -9,10 +9,10 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from forked_python import run_python
 from helpers import TINY_BATCH, TINY_SHAPE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,11 +41,11 @@ def small_disk(folder: Path, free: int = 0):
 
 
 def pretrain(*flags, cache_dir: str) -> subprocess.CompletedProcess:
-    """pretrain.py in a subprocess, as a user runs it (tracebacks of any thread land in its stderr)."""
+    """pretrain.py in a process of its own, as a user runs it (tracebacks of any thread land in its stderr),
+    forked from one that imported torch and megamlm (tests/forked_python.py)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "MEGAMLM_CACHE": cache_dir}
     env.pop("MEGAMLM_PRETRAIN_ARGS", None)
-    return subprocess.run([sys.executable, str(REPO / "pretrain.py"), *SMALL, *map(str, flags)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=900)
+    return run_python([REPO / "pretrain.py", *SMALL, *flags], cwd=REPO, env=env, timeout=900)
 
 
 def one_line(done: subprocess.CompletedProcess, *expected: str) -> str:

@@ -2,7 +2,8 @@
 command that needs an optional package that is missing says so in one line, exit 2, naming the
 `pip install "megamlm[extra]"` that brings it (megamlm/extras.py's table).
 
-Each program runs in a subprocess under tests/hide_extras.py, which hides packages as if never installed.
+Each program runs in its own process (forked from one that imported torch only, tests/forked_python.py) under
+tests/hide_extras.py, which hides packages as if never installed before megamlm is imported.
 """
 
 from __future__ import annotations
@@ -10,15 +11,14 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from forked_python import TORCH, run_python
 
 from megamlm.extras import EXTRAS
 
 REPO = Path(__file__).resolve().parents[2]
-HIDE = REPO / "tests" / "hide_extras.py"
 ENTRY_POINTS = ["pretrain.py", *sorted(f"tools/{p.name}" for p in (REPO / "tools").glob("*.py"))]
 
 
@@ -27,8 +27,7 @@ def _env() -> dict:
 
 
 def hidden_run(hidden: str, *argv, cwd: Path, timeout: int = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(HIDE), hidden, *map(str, argv)], cwd=cwd, env=_env(),
-                          capture_output=True, text=True, timeout=timeout)
+    return run_python(list(argv), cwd=cwd, env=_env(), timeout=timeout, preload=TORCH, hide=hidden)
 
 
 def test_every_entry_point_starts_with_every_optional_package_hidden(tmp_path):

@@ -184,20 +184,6 @@ def test_a_choice_set_from_yaml_is_checked_against_the_same_literal(tmp_path):
         parse_args(["--config", str(path)])
 
 
-def test_layering_config_imports_no_parallel_and_parallel_no_training():
-    import subprocess
-    import sys
-
-    code = ("import sys, importlib; importlib.import_module(sys.argv[1]); "
-            "print(' '.join(m for m in sys.modules if m.startswith(sys.argv[2])))")
-    for module, forbidden in (("megamlm.config", "megamlm.parallel"), ("megamlm.parallel.pipeline",
-                                                                       "megamlm.training"),
-                              ("megamlm.parallel.parallelize", "megamlm.training")):
-        out = subprocess.run([sys.executable, "-c", code, module, forbidden], capture_output=True, text=True,
-                             check=True).stdout.split()
-        assert out == [], f"{module} imports {out}"
-
-
 def help_entries(capsys) -> dict[str, str]:
     """--help, one entry per flag: the flag line and its (rewrapped) help text."""
     import re

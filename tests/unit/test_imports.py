@@ -5,7 +5,8 @@ inside functions alike):
   benchmarks/ and pretrain.py;
 - the lowest floor (``FLOOR``) imports nothing from megamlm but the floor;
 - ``megamlm.config`` imports neither ``megamlm.parallel``, ``megamlm.training`` nor ``megamlm.hf``;
-- ``megamlm.model`` imports neither ``megamlm.parallel`` nor ``megamlm.training``.
+- ``megamlm.model`` imports neither ``megamlm.parallel`` nor ``megamlm.training``;
+- ``megamlm.parallel`` imports no ``megamlm.training`` (parallelism is applied to a model from outside the loop).
 
 The megamlm rules follow imports through megamlm's own modules (importing ``a.b.c`` runs ``a`` and ``a.b`` too),
 so a rule cannot be broken by way of a module in between; a failure names the chain.
@@ -130,3 +131,16 @@ def test_config_imports_neither_parallel_training_nor_hf():
 
 def test_model_imports_neither_parallel_nor_training():
     assert violations("megamlm.model", ("megamlm.parallel", "megamlm.training")) == []
+
+
+def test_parallel_imports_no_training():
+    assert violations("megamlm.parallel", ("megamlm.training",)) == []
+
+
+def test_a_rule_names_the_chain_that_breaks_it(monkeypatch):
+    graph = {"megamlm.parallel.a": {"megamlm.parallel.b"}, "megamlm.parallel.b": {"megamlm.training.step"},
+             "megamlm.training.step": set()}
+    monkeypatch.setitem(globals(), "megamlm_graph", lambda: graph)
+    assert violations("megamlm.parallel", ("megamlm.training",)) == [
+        "megamlm.parallel.a -> megamlm.parallel.b -> megamlm.training.step",
+        "megamlm.parallel.b -> megamlm.training.step"]
