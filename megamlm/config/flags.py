@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 from typing import Any, get_args, get_origin, get_type_hints
 
 from megamlm.config.derived import objective_phases
@@ -117,6 +118,8 @@ def _add_flag(group, section: str, f: dataclasses.Field, hint, doc: str) -> None
     group.add_argument(*flags, **kwargs)
 
 
+# Built once per process (parsing does not change it): a study plan parses the flags of every one of its runs.
+@functools.cache
 def build_parser() -> argparse.ArgumentParser:
     # allow_abbrev=False: a misspelt flag (--train-iter) is an error, not silently the flag it prefixes
     parser = _Parser(prog="pretrain.py", usage="%(prog)s [--config run.yaml] [flags]  (flags override --config)",

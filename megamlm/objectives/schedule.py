@@ -7,8 +7,6 @@ between each two: phase k runs steps switch[k-1]+1..switch[k] (a two-phase sched
 
 from __future__ import annotations
 
-import bisect
-
 import numpy as np
 
 from megamlm.config import as_tuple, objective_name, objective_phases
@@ -22,10 +20,16 @@ def phase_switches(phases: tuple[str, ...], switch_step) -> tuple[int, ...]:
     return as_tuple(switch_step)[:len(phases) - 1]
 
 
-def objective_at_step(objective: str, switch_step, step: int) -> str:
-    """The objective a schedule (``--objective``, its switch step or steps) trains at 1-based ``step``."""
+def objectives_at_steps(objective: str, switch_step, steps) -> np.ndarray:
+    """The objective a schedule (``--objective``, its switch step or steps) trains at each 1-based step of
+    ``steps``: phase k up to and including its switch step (the planners read whole runs at once)."""
     phases = objective_phases(objective)
-    return phases[bisect.bisect_left(phase_switches(phases, switch_step), step)]
+    return np.asarray(phases)[np.searchsorted(phase_switches(phases, switch_step), steps, side="left")]
+
+
+def objective_at_step(objective: str, switch_step, step: int) -> str:
+    """``objectives_at_steps`` of one step."""
+    return str(objectives_at_steps(objective, switch_step, step))
 
 
 def schedule_state(objective: str, train_iters: int, switch_step) -> dict:

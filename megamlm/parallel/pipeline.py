@@ -16,11 +16,6 @@ from typing import TYPE_CHECKING, Callable, ContextManager
 
 import torch
 import torch.nn as nn
-from torch.distributed.pipelining import (
-    PipelineStage,
-    Schedule1F1B,
-    ScheduleInterleaved1F1B,
-)
 from torch.distributed.tensor import DTensor, Shard
 
 from megamlm.model.transformer import Transformer
@@ -95,6 +90,10 @@ def exchange_local_tensors(part: Transformer, stage: int, num_stages: int, tp_me
 def build_schedule(stage_modules: list[nn.Module], stage_ids: list[int], num_stages: int, schedule_name: str,
                    n_microbatches: int, loss_fn, pp_group, device: torch.device):
     """torch.distributed.pipelining stages + the 1F1B / interleaved 1F1B schedule of this rank."""
+    # Imported here, by the pipeline layouts only: torch.distributed.pipelining adds about 2 s (CPU) to the start
+    # of every run, and most runs have no pipeline.
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleInterleaved1F1B
+
     stages = [PipelineStage(module, stage_index=s, num_stages=num_stages, device=device, group=pp_group)
               for module, s in zip(stage_modules, stage_ids)]
     # scale_grads=False: the loss is already normalised by the global batch's token count.

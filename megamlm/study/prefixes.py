@@ -42,10 +42,10 @@ def stream_key(run: Run) -> str:
 
 def step_settings(config: Config) -> np.ndarray:
     """The (objective, learning rate) of every step 1..train_iters, as the trainer computes them."""
-    segment = Segment.of_config(config)
-    lr, steps = segment.lr_schedule_object(), range(1, config.training.train_iters + 1)
-    return np.array([(segment.objective_at(step), lr.lr_at(step)) for step in steps],
-                    dtype=[("objective", _OBJECTIVE_DTYPE), ("lr", "f8")])
+    segment, last = Segment.of_config(config), config.training.train_iters
+    settings = np.empty(last, dtype=[("objective", _OBJECTIVE_DTYPE), ("lr", "f8")])
+    settings["objective"], settings["lr"] = segment.objectives(1, last), segment.learning_rates(1, last)
+    return settings
 
 
 def shared_steps(a: np.ndarray, b: np.ndarray) -> int:
@@ -69,11 +69,11 @@ def place(runs: list[Run]) -> list[Run]:
     earliest, so the branch step is always one its parent trains itself)."""
     placed: list[Run] = []
     steps_of = {run.name: step_settings(run.config) for run in runs}
+    key_of = {run.name: stream_key(run) for run in runs}
     for run in runs:
-        key = stream_key(run)
         best, best_steps = None, 0
         for other in placed:
-            if stream_key(other) == key:
+            if key_of[other.name] == key_of[run.name]:
                 steps = shared_steps(steps_of[other.name], steps_of[run.name])
                 if steps > best_steps:  # ties keep the earliest: it trains the branch step itself
                     best, best_steps = other, steps

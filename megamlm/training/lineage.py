@@ -18,11 +18,14 @@ start from another run's checkpoint, oldest first, ``{"kind", "parent_run", "che
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from megamlm.config import Config, as_tuple, switch_steps, warmup_iters, wsd_decay_iters
-from megamlm.objectives.schedule import objective_at_step, schedule_state
+from megamlm.objectives.schedule import objective_at_step, objectives_at_steps, schedule_state
 from megamlm.training.optim import LRSchedule
 
 OPTIMIZER_FLAGS = {"weight_decay": "--weight-decay", "adam_beta1": "--adam-beta1", "adam_beta2": "--adam-beta2",
@@ -79,6 +82,15 @@ class Segment:
     def objective_at(self, step: int) -> str:
         return objective_at_step(self.objective_schedule["objective"], self.objective_schedule["switch_step"], step)
 
+    def objectives(self, first: int, last: int) -> np.ndarray:
+        """``objective_at`` of steps ``first``..``last``."""
+        return objectives_at_steps(self.objective_schedule["objective"], self.objective_schedule["switch_step"],
+                                   np.arange(first, last + 1))
+
+    def learning_rates(self, first: int, last: int) -> np.ndarray:
+        """The learning rate (``LRSchedule.lr_at``'s very float) of steps ``first``..``last``."""
+        return _lr_table(tuple(sorted(self.lr_schedule.items())), last)[first - 1:]
+
     def lr_schedule_object(self) -> LRSchedule:
         return LRSchedule(**self.lr_schedule)
 
@@ -110,16 +122,19 @@ class History:
                 break
             if segment.optimizer != launch.optimizer:
                 return describe_changes(segment.optimizer, launch.optimizer, OPTIMIZER_FLAGS)
-            end = self.segments[index + 1].first_step - 1 if index + 1 < len(self.segments) else upto
-            trained_lr, planned_lr = segment.lr_schedule_object(), launch.lr_schedule_object()
-            for step in range(segment.first_step, min(end, upto) + 1):
-                if segment.objective_at(step) != launch.objective_at(step):
-                    return _objective_difference(segment, launch, step, upto)
-                if trained_lr.lr_at(step) != planned_lr.lr_at(step):
-                    trained, planned = distinct_numbers(trained_lr.lr_at(step), planned_lr.lr_at(step))
-                    return (f"the learning rate of step {step} is {trained} in the checkpoint's "
-                            f"history and {planned} here ("
-                            f"{describe_changes(segment.lr_schedule, launch.lr_schedule, LR_FLAGS)})")
+            first = segment.first_step
+            last = min(self.segments[index + 1].first_step - 1 if index + 1 < len(self.segments) else upto, upto)
+            objective_differs = segment.objectives(first, last) != launch.objectives(first, last)
+            trained_lr, planned_lr = segment.learning_rates(first, last), launch.learning_rates(first, last)
+            differs = np.flatnonzero(objective_differs | (trained_lr != planned_lr))
+            if len(differs) == 0:
+                continue
+            at = int(differs[0])  # the first step that differs; its objective is checked before its learning rate
+            if objective_differs[at]:
+                return _objective_difference(segment, launch, first + at, upto)
+            trained, planned = distinct_numbers(float(trained_lr[at]), float(planned_lr[at]))
+            return (f"the learning rate of step {first + at} is {trained} in the checkpoint's history and {planned} "
+                    f"here ({describe_changes(segment.lr_schedule, launch.lr_schedule, LR_FLAGS)})")
         return None
 
     def state_dict(self) -> dict:
@@ -139,6 +154,15 @@ class History:
         training = saved_record["config"]["training"]
         return cls([Segment(1, state["objective_schedule"], state["lr_schedule"],
                             {key: training[key] for key in OPTIMIZER_FLAGS}, int(training["global_batch_size"]))])
+
+
+@functools.lru_cache(maxsize=32)
+def _lr_table(lr_schedule: tuple, last: int) -> np.ndarray:
+    """``LRSchedule.table`` of a schedule's settings, kept: the runs of a study plan share a few schedules, and
+    reading a long run's steps one by one takes a second. Read-only, as it is shared."""
+    table = np.asarray(LRSchedule(**dict(lr_schedule)).table(last))
+    table.flags.writeable = False
+    return table
 
 
 def _objective_difference(segment: Segment, launch: Segment, step: int, upto: int) -> str:

@@ -26,6 +26,8 @@ OPTIONAL = ("transformers", "datasets", "huggingface_hub", "matplotlib", "tiktok
 # Imports a module defers into a function although they are not optional: the flag parser's package must import
 # without torch, so pretrain.py --help and a flag error answer in a moment (issue 31, item 10).
 DEFERRED = {"megamlm/config/resolve.py": ("megamlm.data.sidecar",),
+            # About 2 s of every run's start-up, for the pipeline layouts only.
+            "megamlm/parallel/pipeline.py": ("torch.distributed.pipelining",),
             # The pilot's --help and a bad candidate answer before torch and the data package are imported.
             "tools/pilot_miniature.py": ("megamlm.data", "megamlm.data.embedded", "megamlm.data.unigram",
                                          "megamlm.study.pilot", "megamlm.training.metrics_file")}
