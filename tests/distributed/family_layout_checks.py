@@ -14,7 +14,6 @@ from helpers import layout_dims
 
 from megamlm.objectives import MaskingSpec, ObjectiveSchedule
 
-GLOBAL_IDS = [[0], [1], [2], [3]]  # 4 micro-batches of 1 sample per step
 STEPS = 3
 RESUME_AT = 1
 SEQ = 32
@@ -49,7 +48,13 @@ def _record(ckpt: str) -> tuple:
     return record, record.model_args
 
 
-def reference(ckpt: str, first_word: int, words: int, resume_dir: str) -> dict:
+def global_ids(world: int) -> list[list[int]]:
+    """A step's global batch: one micro-batch of one sample per rank of the world (2 or 4), so that every
+    layout's data-parallel ranks get whole micro-batches and a pipeline of 2 stages has 2 to schedule."""
+    return [[k] for k in range(world)]
+
+
+def reference(ckpt: str, first_word: int, words: int, resume_dir: str, world: int) -> dict:
     """Single process: the losses and pre-clip norms of STEPS MLM steps, and a checkpoint after RESUME_AT."""
     from megamlm.checkpoint import load_model_weights, save_checkpoint
     from megamlm.model.transformer import Transformer
@@ -68,11 +73,11 @@ def reference(ckpt: str, first_word: int, words: int, resume_dir: str) -> dict:
     setup = StepSetup.of(pm, cpu, CLIP)
     losses, norms = [], []
     for step in range(1, STEPS + 1):
-        out = train_step(setup, optimizer, batches(sched, step, GLOBAL_IDS, first_word, words), LR)
+        out = train_step(setup, optimizer, batches(sched, step, global_ids(world), first_word, words), LR)
         losses.append(out.loss)
         norms.append(out.grad_norm)
         if step == RESUME_AT:
-            save_checkpoint(resume_dir, step, model, optimizer, {"consumed_samples": 4 * step}, record.config)
+            save_checkpoint(resume_dir, step, model, optimizer, {"consumed_samples": world * step}, record.config)
     weights = {name: t.detach().clone() for name, t in model.state_dict().items()}
     return {"losses": losses, "norms": norms, "weights": weights}  # the caller keeps the weights
 
@@ -99,7 +104,7 @@ def check_family(rank: int, world: int, layouts: dict, family: str, ckpt: str, f
     sched = schedule(record.config, first_word, words)
     cpu = torch.device("cpu")
     for layout_name, layout in layouts.items():
-        dims = layout_dims(world, layout, args, micro_batch_size=1, global_batch_size=4, seq_length=SEQ)
+        dims = layout_dims(world, layout, args, micro_batch_size=1, global_batch_size=world, seq_length=SEQ)
         mesh = dims.build_mesh("cpu")
 
         def build(dims=dims, mesh=mesh):
@@ -108,9 +113,9 @@ def check_family(rank: int, world: int, layouts: dict, family: str, ckpt: str, f
             pm = parallelize(model, dims, mesh, cpu)
             return pm, build_optimizer(pm.model, LR, 0.1, (0.9, 0.95), 1e-5)
 
-        per_rank = len(GLOBAL_IDS) // dims.dp
+        per_rank = world // dims.dp
         pm, optimizer = build()
-        mine = GLOBAL_IDS[pm.dp_rank * per_rank:(pm.dp_rank + 1) * per_rank]
+        mine = global_ids(world)[pm.dp_rank * per_rank:(pm.dp_rank + 1) * per_rank]
         setup = StepSetup.of(pm, cpu, CLIP)
         losses, norms = [], []
         for step in range(1, STEPS + 1):
@@ -121,7 +126,7 @@ def check_family(rank: int, world: int, layouts: dict, family: str, ckpt: str, f
         # Pre-clip norms drift apart over AdamW steps (sharp attention amplifies summation-order noise): the first two.
         _check(f"{family} {layout_name} grad norm", norms[:2], expected["norms"][:2], 1e-4)
         save_checkpoint(Path(out_dir) / f"{family}-{layout_name}", STEPS, pm.model, optimizer,
-                        {"consumed_samples": 4 * STEPS}, record.config)
+                        {"consumed_samples": world * STEPS}, record.config)
 
         if dims.pp > 1:  # the single-process checkpoint, resharded onto the pipeline, continues exactly
             pm, optimizer = build()

@@ -102,8 +102,8 @@ def check_mntp_layouts(rank: int, world: int, layouts: list[tuple]) -> None:
 
 
 def check_layouts(rank: int, world: int, layouts: list[tuple]) -> None:
-    """Several layouts (name, layout, recompute[, compile mode]) in one spawned world (process start-up dominates
-    on small CPUs). Compiled layouts use the ``aot_eager`` backend: the same graph capture and autograd as
+    """Several layouts (name, layout, recompute[, compile mode[, objectives]]) in one spawned world (process start-up
+    dominates on small CPUs). Compiled layouts use the ``aot_eager`` backend: the same graph capture and autograd as
     inductor, without generating kernels, which takes minutes on a small CPU."""
     import megamlm.parallel.compile
 

@@ -34,7 +34,7 @@ def _families_in_layouts(tmp_path, families: list[str], world: int, layouts: dic
         family, root = {**FAMILIES, **QK_NORM_FAMILIES}[name], tmp_path / name
         build(family, root / "hf")
         import_hf(root / "hf", root / "ckpt", log=lambda *_: None)
-        ref = reference(str(root / "ckpt"), len(family.specials), len(WORDS), str(root / "resume"))
+        ref = reference(str(root / "ckpt"), len(family.specials), len(WORDS), str(root / "resume"), world)
         expected_weights[name] = ref.pop("weights")
         cases.append((name, str(root / "ckpt"), len(family.specials), len(WORDS), ref, str(root / "resume"),
                       str(tmp_path / "layouts")))

@@ -39,15 +39,18 @@ def test_mntp_in_the_two_rank_layouts_matches_single_process():
 
 
 def test_tensor_parallel_times_fsdp_on_four_ranks_matches_single_process():
-    """TP=2 x FSDP2 DP=2 in the default suite: the 4-rank layout that composes DTensor TP with FSDP2."""
-    spawn(check_layouts, 4, [(name, layout, False) for name, (_, layout) in FOUR_RANK_LAYOUTS.items()])
+    """TP=2 x FSDP2 DP=2 in the default suite: the 4-rank layout that composes DTensor TP with FSDP2, under MLM (CLM's
+    causal mask and shifted targets meet TP and FSDP2 each in the two-rank layouts; the slow test adds CLM here)."""
+    spawn(check_layouts, 4, [(name, layout, False, "none", ("mlm",))
+                             for name, (_, layout) in FOUR_RANK_LAYOUTS.items()])
 
 
 def test_whole_model_compile_composes_with_fsdp_and_tensor_parallelism():
-    """--compile model under FSDP2 DP=2 (with activation checkpointing), and under TP=2 (where it compiles the
-    blocks), gives the single-process run's losses, gradients and update."""
-    spawn(check_layouts, 2, [("fsdp_dp2_compiled", dict(), True, "model"),
-                             ("tp2_compiled", dict(tp=2), False, "model")])
+    """--compile model under FSDP2 DP=2 (with activation checkpointing) under MLM, and under TP=2 (where it compiles
+    the blocks) under CLM, gives the single-process run's losses, gradients and update (the slow test compiles each
+    layout under the other objective too)."""
+    spawn(check_layouts, 2, [("fsdp_dp2_compiled", dict(), True, "model", ("mlm",)),
+                             ("tp2_compiled", dict(tp=2), False, "model", ("clm",))])
 
 
 @pytest.mark.slow
@@ -56,6 +59,16 @@ def test_compile_modes_compose_with_ddp_and_pipelines():
     spawn(check_layouts, 2, [("ddp_dp2_compiled", dict(data_parallel_impl="ddp"), False, "model"),
                              ("pp2_compiled", dict(pp=2), False, "model"),
                              ("fsdp_dp2_blocks", dict(), False, "blocks")])
+
+
+@pytest.mark.slow
+def test_the_other_objective_under_tp_times_fsdp_and_compiled_fsdp_and_tp():
+    """What the default suite's four-rank and compiled tests leave out: CLM under TP=2 x FSDP2 DP=2, MLM compiled
+    under TP=2 and CLM compiled under FSDP2 DP=2."""
+    spawn(check_layouts, 4, [(name, layout, False, "none", ("clm",))
+                             for name, (_, layout) in FOUR_RANK_LAYOUTS.items()])
+    spawn(check_layouts, 2, [("fsdp_dp2_compiled", dict(), True, "model", ("clm",)),
+                             ("tp2_compiled", dict(tp=2), False, "model", ("mlm",))])
 
 
 @pytest.mark.slow

@@ -1,12 +1,12 @@
 """End to end on the bundled corpus: loss, objective switch, checkpoints, bitwise resume."""
 
 import json
+import os
 import statistics
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from forked_python import run_python
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -58,15 +58,13 @@ def test_init_from_loads_weights_only(run, tmp_path):
 
 
 def test_pretrain_py_runs_as_a_script_and_prints_the_switch(tmp_path, cache_dir):
-    env = {"MEGAMLM_CACHE": cache_dir, "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
-    import os
-
-    env = {**os.environ, **env}
-    out = subprocess.run(
-        [sys.executable, str(REPO / "pretrain.py"), "--objective", "clm_then_mlm", "--switch", "0.25",
+    """``python pretrain.py`` from another folder, forked from a process that imported torch
+    (tests/forked_python.py); a fresh interpreter's start is the torchrun and host-memory tests'."""
+    env = {**os.environ, "MEGAMLM_CACHE": cache_dir, "PATH": "/usr/bin:/bin"}
+    out = run_python(
+        [str(REPO / "pretrain.py"), "--objective", "clm_then_mlm", "--switch", "0.25",
          "--train-iters", "8", "--seq-length", "32", "--global-batch-size", "4", "--micro-batch-size", "2",
-         "--log-interval", "2"],
-        capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+         "--log-interval", "2"], tmp_path, env, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "switch step 2" in out.stdout
     assert "objective switch after step 2: clm -> mlm" in out.stdout
