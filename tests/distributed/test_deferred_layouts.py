@@ -45,8 +45,11 @@ def synchronous(cache, tmp_path_factory):
     return runs
 
 
-@pytest.mark.parametrize("layout", [[], ["--tp", "2"]], ids=["dp2", "tp2"])
-@pytest.mark.parametrize("poison", ["nan", "huge"])
+# A NaN forward on one TP rank reaches the other through the vocabulary-parallel loss's collectives, so nan-tp2
+# decides its skip as nan-dp2 (a rank alone with it) and huge-tp2 (a skip under TP) do: the slow suite's.
+@pytest.mark.parametrize("poison,layout", [("nan", []), ("huge", []), ("huge", ["--tp", "2"]),
+                                           pytest.param("nan", ["--tp", "2"], marks=pytest.mark.slow)],
+                         ids=["nan-dp2", "huge-dp2", "huge-tp2", "nan-tp2"])
 def test_numbers_broken_on_one_rank_are_skipped_on_every_rank_as_the_synchronous_run_skips_them(
         synchronous, poison, layout, tmp_path):
     spawn(pretrain_poisoned_on_rank, 2, RUN + layout + ["--save", tmp_path / "ckpt"], str(tmp_path), poison,
