@@ -169,17 +169,6 @@ def launch_env(cache: str) -> dict:
     return {**env, "MEGAMLM_CACHE": cache, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
 
 
-def test_run_local_trains_with_torchrun_on_cpu_and_logs_once_per_run(cache):
-    out = subprocess.run(["bash", str(SCRIPTS[0]), *TINY_RUN, "--tp", "2"], env={**launch_env(cache), "NPROC": "2"},
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "parallel layout: world 2 | TP 2" in out.stdout
-    assert "objective switch after step 1: clm -> mlm" in out.stdout
-    # Both ranks print into this stream: start-up and progress lines come from rank 0 alone.
-    for line in ("] model: ", "] objective clm_then_mlm", "] data: ", "] kernels ", "] step 2/"):
-        assert out.stdout.count(line) == 1, (line, out.stdout)
-
-
 def kill_tree(pid: int) -> None:
     """SIGKILL a process and every descendant (torchrun's workers run in sessions of their own)."""
     pids, i = [pid], 0
@@ -215,18 +204,24 @@ def launch_until_step(args: list[str], env: dict, step: int, signum: int,
     return proc.returncode, "".join(lines) + out, err
 
 
-def test_a_stop_signal_under_torchrun_saves_and_the_launch_script_exits_0(cache, tmp_path):
-    """Ctrl-C (SIGINT) and SIGTERM reach the ranks, not torchrun's agent: a clean save, exit code 0, no traceback,
-    and the same command resumes from that checkpoint. The SIGINT launch starts with SIGINT ignored, as any
-    background start (`cmd &` in a script, nohup, CI runners) leaves it and as bash cannot trap by itself."""
+def test_run_local_trains_with_torchrun_and_a_stop_signal_saves_and_the_script_exits_0(cache, tmp_path):
+    """run_local.sh trains with torchrun on CPU (TP=2 on 2 ranks), rank 0 alone printing the start-up and progress
+    lines. Ctrl-C (SIGINT) and SIGTERM reach the ranks, not torchrun's agent: a clean save, exit code 0, no
+    traceback, and the same command resumes from that checkpoint. The SIGINT launch starts with SIGINT ignored, as
+    any background start (`cmd &` in a script, nohup, CI runners) leaves it and as bash cannot trap by itself."""
     save = tmp_path / "run"
     # Long enough that it cannot end before the signal, however late this process reads the step line (a loaded
     # machine ran 400 steps before it did): the stops come from the signals, never from the end of the run.
-    args = [*TINY_RUN, "--train-iters", "100000", "--save", str(save)]
+    switch_at_step_1 = [arg for arg in TINY_RUN if arg not in ("--switch", "0.5")] + ["--switch-step", "1"]
+    args = [*switch_at_step_1, "--tp", "2", "--train-iters", "100000", "--save", str(save)]
     env = {**launch_env(cache), "NPROC": "2"}
     status, out, err = launch_until_step(args, env, 2, signal.SIGINT, sigint=signal.SIG_IGN)
     assert status == 0, err[-3000:]
     assert "received SIGINT" in out and "Traceback" not in err and "SignalException" not in err
+    assert "parallel layout: world 2 | TP 2" in out and "objective switch after step 1: clm -> mlm" in out
+    # Both ranks print into this stream: start-up and progress lines come from rank 0 alone.
+    for line in ("] model: ", "] objective clm_then_mlm", "] data: ", "] kernels ", "] step 2/"):
+        assert out.count(line) == 1, (line, out)
     first = int((save / "latest_checkpointed_iteration.txt").read_text())
     assert first >= 2 and f"stopping after step {first} (signal SIGINT)" in out
 
