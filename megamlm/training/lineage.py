@@ -122,8 +122,8 @@ class History:
                 break
             if segment.optimizer != launch.optimizer:
                 return describe_changes(segment.optimizer, launch.optimizer, OPTIMIZER_FLAGS)
-            first = segment.first_step
-            last = min(self.segments[index + 1].first_step - 1 if index + 1 < len(self.segments) else upto, upto)
+            next_first = self.segments[index + 1].first_step if index + 1 < len(self.segments) else upto + 1
+            first, last = segment.first_step, min(next_first - 1, upto)
             objective_differs = segment.objectives(first, last) != launch.objectives(first, last)
             trained_lr, planned_lr = segment.learning_rates(first, last), launch.learning_rates(first, last)
             differs = np.flatnonzero(objective_differs | (trained_lr != planned_lr))

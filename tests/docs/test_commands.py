@@ -25,8 +25,8 @@ How each is checked (the first rule that applies)
      ``pretrain.py`` flags plan a valid layout with ``--dry-run --world-size NODES x RANKS``. The README's SLURM
      and mpirun commands also run as written on a real one-node SLURM in CI's HPC stage (tests/hpc/).
   4. More processes than CI runs (torchrun, run_local.sh or run_mpirun.sh with more than 4 processes, hosts
-     of an MPI job), or an MPI command (CI's HPC stage runs the README's under a real Open MPI, as written:
-     tests/hpc/test_readme_commands.py; here Open MPI may be missing): the script prints its command with
+     of an MPI job), or any MPI command (Open MPI may be missing here; CI's HPC stage runs the README's as
+     written, see rule 3): the script prints its command with
      ``PRINT_CMD=1`` where it has one, and the ``pretrain.py`` flags plan a valid layout with
      ``--dry-run --world-size N``.
   5. Files only the reader has (absolute paths such as /data/... or /models/...: their corpus, a Hugging Face
