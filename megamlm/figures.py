@@ -196,7 +196,7 @@ def score_vs_lr(rows: list, path: Path) -> Path:
     return save(fig, path)
 
 
-# ---- the study report (megamlm/study/report.py) ---------------------------------------------------------------
+# ---- the study report (megamlm/study/reporting/report.py) -----------------------------------------------------------
 
 
 def study_validation(lines: list[tuple[int, int, str | None, list[dict]]], metrics, path: Path) -> Path | None:

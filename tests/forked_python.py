@@ -29,7 +29,7 @@ from pathlib import Path
 TESTS = Path(__file__).resolve().parent
 TORCH = ("torch", "torch.distributed.checkpoint", "torch.distributed.pipelining", "torch.distributed.tensor",
          "torch.distributed.fsdp")
-MEGAMLM = (*TORCH, "megamlm.cli", "megamlm.hf.export", "megamlm.study.plan")
+MEGAMLM = (*TORCH, "megamlm.cli", "megamlm.hf.export", "megamlm.study.planning.plan")
 IMPORT_TIME_VARIABLES = ("PYTHONPATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONHASHSEED")
 
 SERVER = r"""

@@ -7,7 +7,7 @@ task per family and print whether each task is informative.
     python tools/pilot_miniature.py --output runs/pilot --candidate vocab=2048,lr=3e-3 --candidate vocab=8192
     python tools/pilot_miniature.py --output runs/pilot --candidate vocab=2048 --no-finetune   # losses only
 
-A candidate is KEY=VALUE pairs over the committed miniature's settings (megamlm/study/pilot.py: vocab, layers,
+A candidate is KEY=VALUE pairs over the committed miniature's settings (megamlm/study/planning/pilot.py: vocab, layers,
 hidden, ffn, heads, groups, seq, batch, lr, mask, steps, clm). Everything goes under --output: tokenizers/,
 runs/<candidate>/<arm>/ (pretrain.py --save folders), evals/<candidate>/ (tools/evaluate.py output) and pilot.md,
 the figures printed at the end. A second launch reuses finished runs and evaluations. Losses and scores do not
@@ -79,7 +79,7 @@ def tokenizer_for(vocab: int, output: Path) -> Path:
 
 
 def pretrain(candidate, arm: str, data: tuple[str, Path], output: Path, args) -> Path:
-    from megamlm.study.pilot import pretrain_flags
+    from megamlm.study.planning.pilot import pretrain_flags
 
     save = output / "runs" / candidate.slug / arm
     steps = 1 if arm == "random" else candidate.steps
@@ -121,7 +121,7 @@ def finetune(candidate, runs: dict[str, Path], output: Path, args) -> dict[str, 
 def pilot(candidates, args, output: Path, say) -> None:
     from megamlm.data import load_tokenizer, prepare_embedded_corpus
     from megamlm.data.unigram import split_unigram
-    from megamlm.study.pilot import TARGET_GAP, LossVerdict, task_verdicts
+    from megamlm.study.planning.pilot import TARGET_GAP, LossVerdict, task_verdicts
 
     arms = [a for a in args.arms.split(",") if a]
     for candidate in candidates:
@@ -158,7 +158,7 @@ def pilot(candidates, args, output: Path, say) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
-        from megamlm.study.pilot import DEFAULTS, parse_candidate
+        from megamlm.study.planning.pilot import DEFAULTS, parse_candidate
 
         candidates = [parse_candidate(text) for text in args.candidate] or [DEFAULTS]
         unknown = sorted(set(a for a in args.arms.split(",") if a) - {"mlm", "clm_then_mlm"})

@@ -29,15 +29,15 @@ from megamlm.log import quiet_imports  # noqa: E402
 quiet_imports()  # before transformers is imported: known third-party import noise (megamlm/log.py)
 
 from megamlm.errors import UserError, exit_line  # noqa: E402
-from megamlm.study.commands import REPO, pretrain_command  # noqa: E402
-from megamlm.study.cost import throughput_for  # noqa: E402
-from megamlm.study.load import load_study  # noqa: E402
-from megamlm.study.local import LocalRunner, outcome_table, subprocess_executor  # noqa: E402
-from megamlm.study.plan import build_plan  # noqa: E402
-from megamlm.study.report import write_report  # noqa: E402
-from megamlm.study.schema import StudyError  # noqa: E402
-from megamlm.study.slurm import emit_slurm  # noqa: E402
-from megamlm.study.table import plan_table  # noqa: E402
+from megamlm.study.planning.cost import throughput_for  # noqa: E402
+from megamlm.study.planning.load import load_study  # noqa: E402
+from megamlm.study.planning.plan import build_plan  # noqa: E402
+from megamlm.study.planning.schema import StudyError  # noqa: E402
+from megamlm.study.planning.table import plan_table  # noqa: E402
+from megamlm.study.reporting.report import write_report  # noqa: E402
+from megamlm.study.running.commands import REPO, pretrain_command  # noqa: E402
+from megamlm.study.running.local import LocalRunner, outcome_table, subprocess_executor  # noqa: E402
+from megamlm.study.running.slurm import emit_slurm  # noqa: E402
 
 EMIT_KINDS = ("slurm", "local")
 

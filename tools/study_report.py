@@ -28,11 +28,11 @@ from megamlm.log import quiet_imports  # noqa: E402
 quiet_imports()  # before transformers is imported: known third-party import noise (megamlm/log.py)
 
 from megamlm.errors import UserError, exit_line  # noqa: E402
-from megamlm.study.load import load_study  # noqa: E402
-from megamlm.study.plan import build_plan  # noqa: E402
-from megamlm.study.report import has_results, write_report  # noqa: E402
-from megamlm.study.report_target import check_report_target, report_path  # noqa: E402
-from megamlm.study.schema import StudyError  # noqa: E402
+from megamlm.study.planning.load import load_study  # noqa: E402
+from megamlm.study.planning.plan import build_plan  # noqa: E402
+from megamlm.study.planning.schema import StudyError  # noqa: E402
+from megamlm.study.reporting.report import has_results, write_report  # noqa: E402
+from megamlm.study.reporting.report_target import check_report_target, report_path  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -346,8 +346,8 @@ def test_evaluation_checkpoint_steps_outside_every_run_are_refused(capsys, tmp_p
 
 def test_a_minimal_study_without_batch_sizes_is_priced_with_the_presets_recipe_batch(capsys, tmp_path):
     from megamlm.config import batch_start
-    from megamlm.study.load import load_study
-    from megamlm.study.plan import build_plan
+    from megamlm.study.planning.load import load_study
+    from megamlm.study.planning.plan import build_plan
 
     study = tmp_path / "study.yaml"
     study.write_text(MINIMAL_STUDY)
@@ -359,8 +359,8 @@ def test_a_minimal_study_without_batch_sizes_is_priced_with_the_presets_recipe_b
 
 
 def test_the_planner_passes_no_switch_to_a_one_objective_run(tmp_path):
-    from megamlm.study.load import load_study
-    from megamlm.study.plan import build_plan
+    from megamlm.study.planning.load import load_study
+    from megamlm.study.planning.plan import build_plan
 
     (tmp_path / "base.yaml").write_text("objective:\n  objective: clm_then_mlm\n  switch_step: 30\n")  # as the paper's
     study = tmp_path / "study.yaml"

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from megamlm.study.load import load_study
-from megamlm.study.plan import build_plan
+from megamlm.study.planning.load import load_study
+from megamlm.study.planning.plan import build_plan
 
 REPO = Path(__file__).resolve().parents[2]
 STUDY = "examples/studies/recipes_2026.yaml"

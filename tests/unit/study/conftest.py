@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from megamlm.study.load import load_study
-from megamlm.study.plan import build_plan
+from megamlm.study.planning.load import load_study
+from megamlm.study.planning.plan import build_plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # small_study, the tests' shared study
 

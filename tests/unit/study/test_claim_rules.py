@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 from test_evidence import BASELINE, PAPER, STUDY, write_results
 
-from megamlm.study.arms import arms
-from megamlm.study.claims import NO_TASK, SUPPORTED, UNDECIDED, Evidence, claims
-from megamlm.study.claims_table import load_claims
-from megamlm.study.claims_text import claims_section
-from megamlm.study.decision import FAVOUR, NEITHER, ClaimSample, decide, holm_levels, interval
-from megamlm.study.schema import StudyError
-from megamlm.study.scores import Scores, models_at
+from megamlm.study.evidence.claims import NO_TASK, SUPPORTED, UNDECIDED, Evidence, claims
+from megamlm.study.evidence.decision import FAVOUR, NEITHER, ClaimSample, decide, holm_levels, interval
+from megamlm.study.evidence.scores import Scores, models_at
+from megamlm.study.planning.arms import arms
+from megamlm.study.planning.claims_table import load_claims
+from megamlm.study.planning.schema import StudyError
+from megamlm.study.reporting.claims_text import claims_section
 
 UNINFORMATIVE = {"rt-sentiment": "uninformative: no arm beats the random-init model"}
 

@@ -1,5 +1,5 @@
-"""The claims section's decision rule (``megamlm/study/decision.py``: one permutation test per claim, Holm over the
-claims, "matches" by non-inferiority) holds its error rate under the score distributions studies produce: 2,000
+"""The claims section's decision rule (``megamlm/study/evidence/decision.py``: one permutation test per claim, Holm
+over the claims, "matches" by non-inferiority) holds its error rate under the score distributions studies produce: 2,000
 simulated reports per case, under a normal null and a two-point null (each model scores 27 or 93 at random, the
 same odds in every arm), at 3 and 5 pretraining seeds. A report's five claims mirror the paper's table: (a), (b),
 (d) and (e) compare one arm's models with another's (null: no difference), (c) pools three CLM-then-MLM splits
@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pytest
 
-from megamlm.study.decision import AGAINST, FAVOUR, NEITHER, ClaimSample, decide
+from megamlm.study.evidence.decision import AGAINST, FAVOUR, NEITHER, ClaimSample, decide
 
 REPORTS = 2_000
 MARGIN = 1.0

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from helpers import expect_one_line, tool_main
 
-from megamlm.study.commands import evaluate_command, evaluated_models, export_command
+from megamlm.study.running.commands import evaluate_command, evaluated_models, export_command
 
 REPO = Path(__file__).resolve().parents[3]
 EVALUATION = {"tasks": ["brown-pos", "austen-qa"], "lrs": [1e-4, 5e-4], "seeds": [0, 1, 2], "checkpoint_steps": [50],
@@ -59,8 +59,8 @@ def test_bad_command_lines_are_one_error(small_study, capsys):
 
 
 def test_the_random_init_models_own_fine_tuning_seeds_reach_its_evaluation_and_the_report(small_plan):
-    from megamlm.study.commands import random_init_models
-    from megamlm.study.report import evaluation_keys
+    from megamlm.study.reporting.report import evaluation_keys
+    from megamlm.study.running.commands import random_init_models
 
     plan = small_plan({"evaluation": {**EVALUATION, "seeds": [0], "random_init_seeds": [0, 1, 2]}})
     parser = runpy.run_path(str(REPO / "tools" / "evaluate.py"), run_name="evaluate")["build_parser"]()

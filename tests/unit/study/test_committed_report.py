@@ -8,14 +8,14 @@ import re
 from pathlib import Path
 
 from megamlm.eval.registry import task_display_name
-from megamlm.study.claims import CONTRADICTED, NO_BASELINE, NO_TASK, SUPPORTED, UNDECIDED
-from megamlm.study.commands import all_evaluated_models
-from megamlm.study.cost import throughput_for
-from megamlm.study.load import load_study
-from megamlm.study.pilot import TARGET_GAP
-from megamlm.study.plan import build_plan
-from megamlm.study.schema import study_arms
-from megamlm.study.table import plan_table
+from megamlm.study.evidence.claims import CONTRADICTED, NO_BASELINE, NO_TASK, SUPPORTED, UNDECIDED
+from megamlm.study.planning.cost import throughput_for
+from megamlm.study.planning.load import load_study
+from megamlm.study.planning.pilot import TARGET_GAP
+from megamlm.study.planning.plan import build_plan
+from megamlm.study.planning.schema import study_arms
+from megamlm.study.planning.table import plan_table
+from megamlm.study.running.commands import all_evaluated_models
 
 REPO = Path(__file__).resolve().parents[3]
 STUDY = REPO / "examples" / "studies" / "cpu_miniature.yaml"

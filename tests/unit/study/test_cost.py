@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from megamlm.study.cost import Throughput, run_cost, throughput_for, totals
-from megamlm.study.schema import StudyError
-from megamlm.study.table import plan_table
+from megamlm.study.planning.cost import Throughput, run_cost, throughput_for, totals
+from megamlm.study.planning.schema import StudyError
+from megamlm.study.planning.table import plan_table
 
 TOKENS_PER_STEP = 8 * 64  # global batch x sequence length of the small study
 

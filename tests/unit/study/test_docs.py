@@ -7,7 +7,7 @@ import re
 import runpy
 from pathlib import Path
 
-from megamlm.study.schema import key_reference
+from megamlm.study.planning.schema import key_reference
 
 REPO = Path(__file__).resolve().parents[3]
 README = REPO / "examples" / "studies" / "README.md"

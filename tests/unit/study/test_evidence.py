@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 
 from megamlm.eval.results import RunKey, write_json_atomic
-from megamlm.study.arms import arms
-from megamlm.study.claims import CONTRADICTED, NO_BASELINE, SUPPORTED, UNDECIDED, Evidence, claims
-from megamlm.study.claims_text import claims_section
-from megamlm.study.commands import evaluated_models
-from megamlm.study.report import write_report
-from megamlm.study.scores import Scores, continuation_gains, lr_curves, models_at, stability
+from megamlm.study.evidence.claims import CONTRADICTED, NO_BASELINE, SUPPORTED, UNDECIDED, Evidence, claims
+from megamlm.study.evidence.scores import Scores, continuation_gains, lr_curves, models_at, stability
+from megamlm.study.planning.arms import arms
+from megamlm.study.reporting.claims_text import claims_section
+from megamlm.study.reporting.report import write_report
+from megamlm.study.running.commands import evaluated_models
 
 CLAIMS = Path(__file__).resolve().parents[3] / "examples" / "studies" / "claims" / "clm_mlm_2507.00994.yaml"
 STUDY = {"seeds": [1, 2, 3, 4, 5], "claims": str(CLAIMS),
@@ -54,7 +54,7 @@ def write_results(plan, final, early=None, loss=None):
 
 
 def _results(plan):
-    from megamlm.study.report import evaluation_results
+    from megamlm.study.reporting.report import evaluation_results
 
     return evaluation_results(plan)
 
@@ -173,7 +173,7 @@ def test_the_claims_section_gives_the_numbers_and_the_setting_behind_a_departure
 
 def test_the_setting_of_a_and_c_cites_the_mlm_arms_final_validation(small_plan):
     """How far along its MLM curve each MLM-trained arm ended: the report's final validation, means over seeds."""
-    from megamlm.study.statistics import Sample
+    from megamlm.study.evidence.statistics import Sample
 
     plan = small_plan(STUDY)
     validation = {arm.label: {"mlm_accuracy": Sample([0.06, 0.08]), "mlm_loss": Sample([6.2, 6.4])}
@@ -208,7 +208,7 @@ def test_a_rehearsals_claims_show_differences_and_no_verdicts(small_plan, tmp_pa
 def test_a_study_of_another_paper_states_its_own_claims(small_plan, tmp_path):
     """The claims are a table the study names: another paper's single claim is answered, the 2507.00994 ones are
     not; a table asking for a comparison the report cannot make is refused when the study is read."""
-    from megamlm.study.schema import StudyError
+    from megamlm.study.planning.schema import StudyError
 
     table = tmp_path / "other.yaml"
     table.write_text("paper: arXiv 0000.00000\nfacts: {steps: 10}\nclaims:\n"

@@ -11,9 +11,9 @@ from test_evidence import PAPER, STUDY, _results, write_results, write_score
 
 from megamlm.eval.baseline_store import write_baselines
 from megamlm.eval.examples import TaskData, TextExample
-from megamlm.study.commands import evaluate_command, random_init_models
-from megamlm.study.informative import _one_sided, claim_evidence, informative_tasks, task_evidence
-from megamlm.study.report import write_report
+from megamlm.study.evidence.informative import _one_sided, claim_evidence, informative_tasks, task_evidence
+from megamlm.study.reporting.report import write_report
+from megamlm.study.running.commands import evaluate_command, random_init_models
 
 REPO = Path(__file__).resolve().parents[3]
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from megamlm.checkpoint.catalog import iteration_dir
 from megamlm.checkpoint.integrity import write_marker, write_rank_completion
-from megamlm.study.local import LocalRunner
+from megamlm.study.running.local import LocalRunner
 
 EVALUATION = {"tasks": ["brown-pos"], "lrs": [1e-3], "seeds": [0], "checkpoint_steps": [50]}
 

@@ -3,7 +3,7 @@
 import pytest
 
 from megamlm.config.resolve import given_config, resolve
-from megamlm.study.pilot import (
+from megamlm.study.planning.pilot import (
     DEFAULTS,
     EVAL_MASK_RATIO,
     RANDOM_LR,
@@ -106,8 +106,8 @@ def test_the_defaults_are_the_committed_miniatures_settings():
 
     from megamlm.data import load_tokenizer
     from megamlm.model.config import PRESETS
-    from megamlm.study.load import load_study
-    from megamlm.study.plan import build_plan
+    from megamlm.study.planning.load import load_study
+    from megamlm.study.planning.plan import build_plan
 
     study = load_study(Path(__file__).resolve().parents[3] / "examples" / "studies" / "cpu_miniature.yaml")
     runs = build_plan(study).runs

@@ -4,9 +4,9 @@ step where their histories part; the pinned checkpoints; the flags pretrain.py g
 import pytest
 
 from megamlm.config import parse_args
-from megamlm.study.plan import build_plan
-from megamlm.study.prefixes import shared_steps, step_settings
-from megamlm.study.schema import StudyError
+from megamlm.study.planning.plan import build_plan
+from megamlm.study.planning.prefixes import shared_steps, step_settings
+from megamlm.study.planning.schema import StudyError
 from megamlm.training.lineage import History, Segment
 
 EXPECTED = {  # run: (parent, branch step)
@@ -135,7 +135,7 @@ def test_a_run_pretrain_would_refuse_is_named(small_plan):
 
 
 def test_scale_keeps_the_shape_of_the_plan(small_study, tmp_path):
-    from megamlm.study.scaling import scale_steps
+    from megamlm.study.planning.scaling import scale_steps
 
     study = scale_steps(small_study(), 0.5)
     plan = build_plan(study, str(tmp_path / "r"))
@@ -145,8 +145,8 @@ def test_scale_keeps_the_shape_of_the_plan(small_study, tmp_path):
 
 
 def test_the_table_marks_the_papers_runs_and_the_extension(small_plan):
-    from megamlm.study.cost import Throughput
-    from megamlm.study.table import plan_table
+    from megamlm.study.planning.cost import Throughput
+    from megamlm.study.planning.table import plan_table
 
     plan = small_plan({"grids": [{"budgets": [100], "clm_fractions": [0, 1], "reproduces_paper": True},
                                  {"budgets": [100, 60], "clm_fractions": [0, 0.5, 1]}]})

@@ -11,10 +11,10 @@ from test_local import make_checkpoint
 
 from megamlm.errors import UserError
 from megamlm.eval.results import RunKey, write_json_atomic
-from megamlm.study.arms import arms
-from megamlm.study.commands import status_file
-from megamlm.study.curves import drawn_curve, final_validation, validation_curve
-from megamlm.study.report import write_report
+from megamlm.study.planning.arms import arms
+from megamlm.study.reporting.curves import drawn_curve, final_validation, validation_curve
+from megamlm.study.reporting.report import write_report
+from megamlm.study.running.commands import status_file
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -145,7 +145,7 @@ def test_arms_of_one_pretraining_seed_are_compared_over_fine_tuning_seeds(small_
 
 
 def test_a_rehearsal_is_headed_as_one_and_draws_no_conclusions(small_plan, tmp_path):
-    from megamlm.study.report_target import report_path
+    from megamlm.study.reporting.report_target import report_path
 
     plan = small_plan(STUDY, scale=0.5)
     assert plan.study.is_rehearsal and plan.study.scale == 0.5
@@ -175,7 +175,7 @@ def test_a_rehearsal_never_writes_to_the_studys_own_report(small_plan, tmp_path)
 
 
 def report_path_of(plan):
-    from megamlm.study.report_target import report_path
+    from megamlm.study.reporting.report_target import report_path
 
     return report_path(plan)
 

@@ -7,15 +7,15 @@ from helpers import expect_one_line, tool_main
 from small_study import SMALL, write_study
 
 from megamlm.config import parse_args
-from megamlm.study.arms import arms
-from megamlm.study.claims import _arm_pairs
-from megamlm.study.claims_table import load_claims
-from megamlm.study.commands import REPO
-from megamlm.study.cost import Throughput, run_cost
-from megamlm.study.load import load_study
-from megamlm.study.plan import build_plan
-from megamlm.study.schema import StudyError
-from megamlm.study.table import plan_table
+from megamlm.study.evidence.claims import _arm_pairs
+from megamlm.study.planning.arms import arms
+from megamlm.study.planning.claims_table import load_claims
+from megamlm.study.planning.cost import Throughput, run_cost
+from megamlm.study.planning.load import load_study
+from megamlm.study.planning.plan import build_plan
+from megamlm.study.planning.schema import StudyError
+from megamlm.study.planning.table import plan_table
+from megamlm.study.running.commands import REPO
 from megamlm.training.lineage import History, Segment
 
 DETOUR = {"phases": ["mlm", "clm", "mlm"], "budgets": [100], "switches": [0.6, 0.9]}

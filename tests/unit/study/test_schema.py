@@ -3,9 +3,9 @@
 import pytest
 from small_study import SMALL, write_study
 
-from megamlm.study.load import load_study
-from megamlm.study.scaling import scale_steps
-from megamlm.study.schema import StudyError, key_reference
+from megamlm.study.planning.load import load_study
+from megamlm.study.planning.scaling import scale_steps
+from megamlm.study.planning.schema import StudyError, key_reference
 
 
 def load(tmp_path, changes=None, overrides=()):
@@ -88,7 +88,7 @@ def test_each_encoder_export_of_the_converter_is_a_study_export(tmp_path):
     from typing import get_args
 
     from megamlm.hf.keymaps import EXPORT_ARCHS
-    from megamlm.study.schema import ExportArch
+    from megamlm.study.planning.schema import ExportArch
 
     assert set(get_args(ExportArch)) <= set(EXPORT_ARCHS)
     study = load(tmp_path, {"evaluation": {"tasks": ["brown-pos"], "export_arch": "gemma3_encoder"}})

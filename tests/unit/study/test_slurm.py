@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from megamlm.study.commands import REPO
-from megamlm.study.slurm import emit_slurm, segments
+from megamlm.study.running.commands import REPO
+from megamlm.study.running.slurm import emit_slurm, segments
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 
@@ -178,7 +178,7 @@ def test_scripts_name_no_folder_of_the_machine_they_were_written_on(small_study,
 
 
 def build_relative_plan(small_study):
-    from megamlm.study.plan import build_plan
+    from megamlm.study.planning.plan import build_plan
 
     return build_plan(small_study(), "runs/small")
 

@@ -5,7 +5,7 @@ and what in the study's setting could explain a departure; in a rehearsal, the d
 from __future__ import annotations
 
 from megamlm.eval.metrics import SIGNIFICANCE
-from megamlm.study.claims import (
+from megamlm.study.evidence.claims import (
     SUPPORTED,
     UNDECIDED,
     Claim,
@@ -15,9 +15,9 @@ from megamlm.study.claims import (
     smallest_p_of,
     study_claims,
 )
-from megamlm.study.plan import Plan
-from megamlm.study.scores import Scores
-from megamlm.study.statistics import Sample, p_text
+from megamlm.study.evidence.scores import Scores
+from megamlm.study.evidence.statistics import Sample, p_text
+from megamlm.study.planning.plan import Plan
 
 
 def _points(value: float) -> str:

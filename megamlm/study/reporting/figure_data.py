@@ -8,10 +8,10 @@ from pathlib import Path
 
 from megamlm import figures
 from megamlm.eval.metrics import mean_confidence_interval
-from megamlm.study.arms import arms
-from megamlm.study.curves import VALIDATION_METRICS, drawn_curve, run_metrics
-from megamlm.study.plan import Plan
-from megamlm.study.scores import Continued, Scores, continuation_gains, lr_curves, stability
+from megamlm.study.evidence.scores import Continued, Scores, continuation_gains, lr_curves, stability
+from megamlm.study.planning.arms import arms
+from megamlm.study.planning.plan import Plan
+from megamlm.study.reporting.curves import VALIDATION_METRICS, drawn_curve, run_metrics
 
 
 def _points(by_x: dict) -> list[tuple]:

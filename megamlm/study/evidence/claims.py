@@ -18,14 +18,14 @@ import numpy as np
 
 from megamlm.eval.metrics import SIGNIFICANCE
 from megamlm.model.config import PRESETS
-from megamlm.study.arms import Arm, arm_of_run, arms
-from megamlm.study.claims_table import KIND_NAMES, ClaimSpec, ClaimsTable, load_claims
-from megamlm.study.decision import AGAINST, FAVOUR, ClaimSample, decide, interval
-from megamlm.study.permutation import smallest_p
-from megamlm.study.plan import Plan
-from megamlm.study.schema import StudyError
-from megamlm.study.scores import Scores, evaluated_steps_of, models_at
-from megamlm.study.statistics import Sample
+from megamlm.study.evidence.decision import AGAINST, FAVOUR, ClaimSample, decide, interval
+from megamlm.study.evidence.permutation import smallest_p
+from megamlm.study.evidence.scores import Scores, evaluated_steps_of, models_at
+from megamlm.study.evidence.statistics import Sample
+from megamlm.study.planning.arms import Arm, arm_of_run, arms
+from megamlm.study.planning.claims_table import KIND_NAMES, ClaimSpec, ClaimsTable, load_claims
+from megamlm.study.planning.plan import Plan
+from megamlm.study.planning.schema import StudyError
 
 SUPPORTED, CONTRADICTED, UNDECIDED = "supported", "contradicted", "not distinguishable at this scale"
 NO_BASELINE, NO_TASK = "not testable (no random-init baseline)", "not testable (no informative task)"

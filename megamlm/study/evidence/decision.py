@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from megamlm.eval.metrics import SIGNIFICANCE, holm
-from megamlm.study.permutation import permutation_interval, permutation_test, smallest_p
+from megamlm.study.evidence.permutation import permutation_interval, permutation_test, smallest_p
 
 FAVOUR, AGAINST, NEITHER = 1, -1, 0
 """A claim's decision: significant in the paper's direction, against it, or neither."""

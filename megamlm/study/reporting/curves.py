@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from megamlm.errors import UserError
-from megamlm.study.local import finished_step
-from megamlm.study.plan import Plan
-from megamlm.study.runs import Run
+from megamlm.study.planning.plan import Plan
+from megamlm.study.planning.runs import Run
+from megamlm.study.running.local import finished_step
 from megamlm.training.metrics_file import read_metrics
 
 VALIDATION_METRICS = (("mlm_loss", "validation MLM loss"), ("mlm_accuracy", "validation MLM accuracy"),

@@ -9,10 +9,10 @@ from __future__ import annotations
 from megamlm.config.derived import split_weights
 from megamlm.data import load_tokenizer
 from megamlm.data.unigram import split_unigram
-from megamlm.study.arms import arms
-from megamlm.study.pilot import TARGET_GAP
-from megamlm.study.plan import Plan
-from megamlm.study.statistics import Sample
+from megamlm.study.evidence.statistics import Sample
+from megamlm.study.planning.arms import arms
+from megamlm.study.planning.pilot import TARGET_GAP
+from megamlm.study.planning.plan import Plan
 from megamlm.training.setup import data_sources
 
 

@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from megamlm.checkpoint.catalog import iteration_dir
-from megamlm.study.plan import Plan
-from megamlm.study.runs import Run
-from megamlm.study.schema import EVALUATE_OWN_SETTINGS
+from megamlm.study.planning.plan import Plan
+from megamlm.study.planning.runs import Run
+from megamlm.study.planning.schema import EVALUATE_OWN_SETTINGS
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @dataclass(frozen=True)

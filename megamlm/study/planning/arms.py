@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from megamlm.study.plan import Plan
-from megamlm.study.runs import Run
+from megamlm.study.planning.plan import Plan
+from megamlm.study.planning.runs import Run
 
 CLM_FRACTION_KINDS = ("mlm", "clm", "clm_then_mlm")
 """The kinds of the paper's arms, each a CLM fraction of its budget (0, 1, or the share before the switch)."""

@@ -23,11 +23,11 @@ import math
 from dataclasses import dataclass
 
 from megamlm.eval.metrics import SIGNIFICANCE, holm, welch
-from megamlm.study.arms import arms
-from megamlm.study.claims import Evidence
-from megamlm.study.commands import random_init_models, random_init_name
-from megamlm.study.plan import Plan
-from megamlm.study.scores import Scores, models_at
+from megamlm.study.evidence.claims import Evidence
+from megamlm.study.evidence.scores import Scores, models_at
+from megamlm.study.planning.arms import arms
+from megamlm.study.planning.plan import Plan
+from megamlm.study.running.commands import random_init_models, random_init_name
 
 
 @dataclass(frozen=True)

@@ -30,10 +30,10 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from megamlm.eval.aggregate import per_lr
-from megamlm.study.arms import Arm, arm_of_run, arms
-from megamlm.study.commands import evaluated_models
-from megamlm.study.plan import Plan
-from megamlm.study.statistics import Sample
+from megamlm.study.evidence.statistics import Sample
+from megamlm.study.planning.arms import Arm, arm_of_run, arms
+from megamlm.study.planning.plan import Plan
+from megamlm.study.running.commands import evaluated_models
 
 
 @dataclass

@@ -13,9 +13,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from megamlm.study.plan import Plan
-from megamlm.study.runs import Run
-from megamlm.study.schema import Study, StudyError
+from megamlm.study.planning.plan import Plan
+from megamlm.study.planning.runs import Run
+from megamlm.study.planning.schema import Study, StudyError
 
 
 @dataclass

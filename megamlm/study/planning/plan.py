@@ -20,11 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from megamlm.config import Config, ConfigError, given_config, validate
-from megamlm.study.naming import arm_label, continuation_label, run_name
-from megamlm.study.prefixes import place, placement_order, stream_key
-from megamlm.study.runs import Run
-from megamlm.study.schema import ArmSpec, Study, StudyError, all_seeds, study_arms
-from megamlm.study.settings import merge_settings, pretrain_settings
+from megamlm.study.planning.naming import arm_label, continuation_label, run_name
+from megamlm.study.planning.prefixes import place, placement_order, stream_key
+from megamlm.study.planning.runs import Run
+from megamlm.study.planning.schema import ArmSpec, Study, StudyError, all_seeds, study_arms
+from megamlm.study.planning.settings import merge_settings, pretrain_settings
 from megamlm.training.lineage import History, Segment
 
 

@@ -4,7 +4,7 @@ study's own settings merged over its ``pretrain.config`` file."""
 from __future__ import annotations
 
 from megamlm.config import ALTERNATIVES, SECTION_CLASSES, ConfigError, load_yaml
-from megamlm.study.schema import Study, StudyError
+from megamlm.study.planning.schema import Study, StudyError
 
 # pretrain.py settings the planner sets for each run from the grid: (section, key) -> the study key that sets it.
 PLANNER_SETTINGS = {

@@ -39,26 +39,26 @@ from megamlm.eval.metrics import SIGNIFICANCE, mean_confidence_interval
 from megamlm.eval.registry import task_display_name
 from megamlm.eval.report import markdown_table
 from megamlm.eval.results import RunKey, write_text_atomic
-from megamlm.study.arms import arms
-from megamlm.study.claims_text import claims_section
-from megamlm.study.commands import all_evaluated_models, evaluated_models, random_init_models, status_file
-from megamlm.study.cost import throughput_for
-from megamlm.study.curves import VALIDATION_METRICS, final_validation, run_metrics
-from megamlm.study.figure_data import draw_figures
-from megamlm.study.informative import claim_evidence, task_evidence
-from megamlm.study.local import finished_step
-from megamlm.study.plan import Plan
-from megamlm.study.plateau import plateau_section
-from megamlm.study.report_target import (
+from megamlm.study.evidence.informative import claim_evidence, task_evidence
+from megamlm.study.evidence.scores import Scores
+from megamlm.study.evidence.statistics import Sample, comparison_table, fmt_mean
+from megamlm.study.planning.arms import arms
+from megamlm.study.planning.cost import throughput_for
+from megamlm.study.planning.plan import Plan
+from megamlm.study.planning.table import plan_table
+from megamlm.study.reporting.claims_text import claims_section
+from megamlm.study.reporting.curves import VALIDATION_METRICS, final_validation, run_metrics
+from megamlm.study.reporting.figure_data import draw_figures
+from megamlm.study.reporting.plateau import plateau_section
+from megamlm.study.reporting.report_target import (
     REPORT_TITLE,
     check_rehearsal_target,
     check_report_target,
     report_path,
     shown_path,
 )
-from megamlm.study.scores import Scores
-from megamlm.study.statistics import Sample, comparison_table, fmt_mean
-from megamlm.study.table import plan_table
+from megamlm.study.running.commands import all_evaluated_models, evaluated_models, random_init_models, status_file
+from megamlm.study.running.local import finished_step
 
 
 def validation_section(plan: Plan, rehearsal: bool = False) -> tuple[str, dict[str, dict[str, Sample]]]:
@@ -190,7 +190,7 @@ def baseline_rows(plan: Plan, tasks: list[str], by_model: dict[tuple[str, str], 
 
 
 def informative_section(plan: Plan, results: list[dict], rehearsal: bool) -> str:
-    """The informative/uninformative mark of every task (megamlm.study.informative), uninformative tasks named."""
+    """The informative/uninformative mark of every task (study/evidence/informative.py), uninformative tasks named."""
     if rehearsal:
         return "A rehearsal tests nothing: no task is marked informative or uninformative.\n"
     evidence = task_evidence(plan, results)

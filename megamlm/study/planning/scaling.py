@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 import dataclasses
 
-from megamlm.study.naming import arm_label
-from megamlm.study.schema import Study, StudyError, study_arms
-from megamlm.study.settings import STEP_SETTINGS, pretrain_settings
+from megamlm.study.planning.naming import arm_label
+from megamlm.study.planning.schema import Study, StudyError, study_arms
+from megamlm.study.planning.settings import STEP_SETTINGS, pretrain_settings
 
 
 def scaled(steps: int, factor: float) -> int:

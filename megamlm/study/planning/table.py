@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from megamlm.study.cost import Throughput, run_cost, totals
-from megamlm.study.plan import Plan
+from megamlm.study.planning.cost import Throughput, run_cost, totals
+from megamlm.study.planning.plan import Plan
 
 
 def _hours(value: float | None) -> str:

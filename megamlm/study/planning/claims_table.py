@@ -13,7 +13,7 @@ import yaml
 
 from megamlm.config import ConfigError, read_yaml, yaml_problem
 from megamlm.config.loader import typed_dataclass
-from megamlm.study.schema import StudyError
+from megamlm.study.planning.schema import StudyError
 
 ArmKind = Literal["mlm", "clm", "clm_then_mlm"]
 Comparison = Literal["final", "early", "continuation", "stability"]

@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 
 from megamlm.config import PHASE_OBJECTIVES, Config
-from megamlm.study.runs import Run
-from megamlm.study.schema import StudyError
+from megamlm.study.planning.runs import Run
+from megamlm.study.planning.schema import StudyError
 from megamlm.training.lineage import Segment
 
 # Config fields that do not decide whether two runs' steps can be the same steps: the schedules (compared step by

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from megamlm.errors import UserError
-from megamlm.study.commands import REPO
-from megamlm.study.plan import Plan
+from megamlm.study.planning.plan import Plan
+from megamlm.study.running.commands import REPO
 
 
 def own_report_path(plan: Plan) -> Path:

@@ -16,9 +16,9 @@ from megamlm.eval.finetune import Hyperparameters
 from megamlm.eval.paper_datasets import RETRIEVAL_CORPORA
 from megamlm.eval.tasks import TaskSettings
 from megamlm.model.config import PRESETS
-from megamlm.study.claims_table import load_claims
-from megamlm.study.naming import arm_label
-from megamlm.study.schema import (
+from megamlm.study.planning.claims_table import load_claims
+from megamlm.study.planning.naming import arm_label
+from megamlm.study.planning.schema import (
     EVALUATE_OWN_SETTINGS,
     ContinuationObjective,
     Evaluation,
@@ -29,7 +29,7 @@ from megamlm.study.schema import (
     StudyError,
     study_arms,
 )
-from megamlm.study.settings import PLANNER_SETTINGS, pretrain_settings
+from megamlm.study.planning.settings import PLANNER_SETTINGS, pretrain_settings
 
 
 def check_evaluation_keys(data: dict) -> None:

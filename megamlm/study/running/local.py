@@ -22,7 +22,9 @@ from typing import Callable
 
 from megamlm.checkpoint.catalog import iteration_dir, list_checkpoints, problem
 from megamlm.eval.results import write_json_atomic
-from megamlm.study.commands import (
+from megamlm.study.planning.plan import Plan
+from megamlm.study.planning.runs import Run
+from megamlm.study.running.commands import (
     REPO,
     evaluate_command,
     evaluated_models,
@@ -31,8 +33,6 @@ from megamlm.study.commands import (
     pretrain_command,
     status_file,
 )
-from megamlm.study.plan import Plan
-from megamlm.study.runs import Run
 
 Executor = Callable[[list[str], Path], int]
 """Runs one command (argument list) from the planning folder, its output going to the log file; returns its exit

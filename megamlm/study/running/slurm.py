@@ -26,11 +26,11 @@ import sys
 from pathlib import Path
 
 from megamlm.eval.paper_datasets import PAPER_DATASETS
-from megamlm.study.checks import check_script_path, check_slurm_values
-from megamlm.study.commands import REPO, evaluate_command, evaluated_models, export_command
-from megamlm.study.plan import Plan
-from megamlm.study.runs import Run
-from megamlm.study.schema import StudyError
+from megamlm.study.planning.checks import check_script_path, check_slurm_values
+from megamlm.study.planning.plan import Plan
+from megamlm.study.planning.runs import Run
+from megamlm.study.planning.schema import StudyError
+from megamlm.study.running.commands import REPO, evaluate_command, evaluated_models, export_command
 
 ENV_FILE = "env.sh"
 ENV_TEXT = """# Sourced by submit.sh on the login node and by every job of this study before its commands: activate the

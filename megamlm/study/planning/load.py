@@ -14,9 +14,9 @@ import yaml
 
 from megamlm.config import ConfigError
 from megamlm.config.loader import typed_dataclass, yaml_file
-from megamlm.study.checks import check_evaluation_keys, validate_study
-from megamlm.study.scaling import scale_steps
-from megamlm.study.schema import Study, StudyError
+from megamlm.study.planning.checks import check_evaluation_keys, validate_study
+from megamlm.study.planning.scaling import scale_steps
+from megamlm.study.planning.schema import Study, StudyError
 
 
 def load_study(path: str | Path, overrides: list[str] = (), scale: float | None = None) -> Study:
