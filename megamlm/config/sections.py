@@ -5,8 +5,11 @@ reads YAML and dicts, ``flags.py`` the command line, ``checks.py`` validates, ``
 computed from settings, and ``resolve.py`` is the one place that fills values in before the single validation.
 Every section is frozen: a validated Config changes only through ``dataclasses.replace`` in ``resolve.py``.
 
+Every field declares its role beside its declaration (``setting(default, role)``, ``config/roles.py``): what a
+difference in it means to a resume, a run's history and the study planner.
+
 The model section is generated: its shape and feature flags are ``ModelArgs``' fields (megamlm/model/config.py),
-each declared there once with its docstring, plus the preset name and the vocabulary padding.
+each declared there once with its docstring, plus the preset name and the vocabulary padding (role ``shape``).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Literal, get_type_hints
 
 from megamlm.config.docs import field_docs
+from megamlm.config.roles import setting
 from megamlm.model.attention_table import ATTENTION_TABLE
 from megamlm.model.config import AttentionBackend, KernelBackend, ModelArgs
 
@@ -75,21 +79,21 @@ def _model_flag(arg: dataclasses.Field, hint, doc: str) -> tuple[tuple, str]:
         hint = str | None
     if arg.default is dataclasses.MISSING:
         unset = _UNSET_MEANS.get(arg.name, "the preset's")
-        return (name, hint | None, field(default=None)), f"{help_doc} (default: {unset})"
+        return (name, hint | None, setting(None, "shape")), f"{help_doc} (default: {unset})"
     if arg.default is None:
-        return (name, hint, field(default=None)), f"{help_doc} (default: {_UNSET_MEANS.get(arg.name, 'off')})"
-    return (name, hint, field(default=arg.default)), help_doc + "."
+        return (name, hint, setting(None, "shape")), f"{help_doc} (default: {_UNSET_MEANS.get(arg.name, 'off')})"
+    return (name, hint, setting(arg.default, "shape")), help_doc + "."
 
 
 def _model_section() -> type:
-    entries: list[tuple] = [("model", str, field(default="tiny"))]
+    entries: list[tuple] = [("model", str, setting("tiny", "shape"))]
     docs = {"model": "Preset: tiny (CPU demos/tests), 210m, 610m or 1b (the paper's sizes)."}
     hints, arg_docs = get_type_hints(ModelArgs), field_docs(ModelArgs)
     for arg in dataclasses.fields(ModelArgs):
         entry, doc = _model_flag(arg, hints[arg.name], arg_docs.get(arg.name, ""))
         entries.append(entry)
         docs[entry[0]] = doc
-    entries.append(("make_vocab_size_divisible_by", int, field(default=128)))
+    entries.append(("make_vocab_size_divisible_by", int, setting(128, "shape")))
     docs["make_vocab_size_divisible_by"] = "Pad the tokenizer's vocabulary up to a multiple of this."
     cls = dataclasses.make_dataclass("ModelConfig", entries, frozen=True, namespace={"__field_docs__": docs})
     cls.__module__ = __name__
@@ -102,194 +106,194 @@ ModelConfig = _model_section()
 
 @dataclass(frozen=True)
 class ObjectiveConfig:
-    objective: str = "mlm"
+    objective: str = setting("mlm", "objective")
     """Training objective: mlm, clm, mntp (masked next-token prediction), clm_then_mlm, mlm_then_clm, or phases
     joined by commas, e.g. mlm,clm,mlm (one switch between each two phases, at --switch or --switch-step)."""
-    switch: float | list[float] | None = None
+    switch: float | list[float] | None = setting(None, "objective")
     """Where each phase ends, as fractions of --train-iters (one per switch, increasing: 0.6,0.9); switch step =
     round(F * iters); default 0.25 for a two-phase schedule unless --switch-step is given."""
-    switch_step: int | list[int] | None = None
+    switch_step: int | list[int] | None = setting(None, "objective")
     """The last step of each phase but the last, as steps (instead of --switch; increasing: 6000,9000): branches
     never depend on rounding (default: from --switch)."""
-    mask_ratio: float = 0.4
+    mask_ratio: float = setting(0.4, "masking")
     """MLM: probability that a non-special token is selected for prediction."""
-    mask_replace_prob: float = 1.0
+    mask_replace_prob: float = setting(1.0, "masking")
     """MLM: probability that a selected token is replaced by the mask token."""
-    mask_random_prob: float = 0.0
+    mask_random_prob: float = setting(0.0, "masking")
     """MLM: probability that a selected token is replaced by a random token."""
-    mask_keep_prob: float = 0.0
+    mask_keep_prob: float = setting(0.0, "masking")
     """MLM: probability that a selected token is left unchanged."""
 
 
 @dataclass(frozen=True)
 class DataConfig:
-    data_path: list[str] = field(default_factory=list)
+    data_path: list[str] = setting(factory=list, role="stream")
     """Dataset prefixes (.bin/.idx), Megatron syntax: `prefix` or `0.7 a 0.3 b` (default: the bundled Austen
     corpus)."""
-    tokenizer_model: str | None = None
+    tokenizer_model: str | None = setting(None, "stream")
     """Tokenizer of the data: tokenizer.json / HF folder, tiktoken BPE file or sentencepiece model (needed with
     --data-path; without --data-path, a tokenizer.json the bundled corpus is tokenized with, e.g. a smaller
     vocabulary from tools/train_tokenizer.py; default: the bundled corpus's)."""
-    data_cache_path: str | None = None
+    data_cache_path: str | None = setting(None, "output")
     """Folder for the sample-index cache (.npy files reused by later launches) and the tokenized bundled corpus
     (default: no index cache, the indices are rebuilt in memory at each launch; the bundled corpus goes to
     $MEGAMLM_CACHE or ~/.cache/megamlm)."""
-    num_workers: int = 0
+    num_workers: int = setting(0, "layout")
     """Data loader worker processes (never changes the sample order)."""
-    split: str | None = None
+    split: str | None = setting(None, "stream")
     """Megatron's train,validation,test weights, e.g. 969,30,1: each corpus's documents are split in file order
     into contiguous ranges; training samples come from the first range only, validation samples from the second
     (the third is left unused; default: no split, every document trains)."""
-    valid_data_path: list[str] = field(default_factory=list)
+    valid_data_path: list[str] = setting(factory=list, role="evaluation")
     """Validation data (prefixes or a blend, like --data-path), instead of --split (default: none)."""
 
 
 @dataclass(frozen=True)
 class TrainingConfig:
-    train_iters: int = 300
+    train_iters: int = setting(300, "schedule")
     """Optimizer steps of the run."""
-    micro_batch_size: int | None = None
+    micro_batch_size: int | None = setting(None, "layout")
     """Samples per forward/backward pass (default: fitted to the layout and logged; 16 on one process, 12 for the
     paper presets)."""
-    global_batch_size: int | None = None
+    global_batch_size: int | None = setting(None, "batch")
     """Samples per optimizer step; gradient accumulation = global / (micro x data-parallel) (default: 16, or 1,152
     for the paper presets, raised only where the layout needs more micro-batches; logged)."""
-    lr: float = 3e-3
+    lr: float = setting(3e-3, "schedule")
     """Peak learning rate."""
-    min_lr: float = 0.0
+    min_lr: float = setting(0.0, "schedule")
     """Learning rate at the end of the decay."""
-    lr_decay_style: LRDecayStyle = "wsd"
+    lr_decay_style: LRDecayStyle = setting("wsd", "schedule")
     """LR schedule: wsd (warmup-stable-decay), cosine, linear or constant."""
-    lr_warmup_iters: int | None = None
+    lr_warmup_iters: int | None = setting(None, "schedule")
     """Linear warmup steps; default 5% of --train-iters (the paper: 2,000 of 42,000)."""
-    lr_warmup_fraction: float | None = None
+    lr_warmup_fraction: float | None = setting(None, "schedule")
     """Linear warmup as a fraction of --train-iters (instead of --lr-warmup-iters; default: unset)."""
-    lr_wsd_decay_iters: int | None = None
+    lr_wsd_decay_iters: int | None = setting(None, "schedule")
     """WSD: steps of the final linear decay; default 5% of --train-iters, at least 1 in runs of 2+ steps (the paper:
     2,000 of 42,000)."""
-    lr_wsd_decay_fraction: float | None = None
+    lr_wsd_decay_fraction: float | None = setting(None, "schedule")
     """WSD: the final decay as a fraction of --train-iters (instead of --lr-wsd-decay-iters;
     default: unset)."""
-    weight_decay: float = 0.1
+    weight_decay: float = setting(0.1, "optimizer")
     """AdamW weight decay, applied to matrices only."""
-    adam_beta1: float = 0.9
+    adam_beta1: float = setting(0.9, "optimizer")
     """AdamW beta1."""
-    adam_beta2: float = 0.95
+    adam_beta2: float = setting(0.95, "optimizer")
     """AdamW beta2."""
-    adam_eps: float = 1e-5
+    adam_eps: float = setting(1e-5, "optimizer")
     """AdamW epsilon."""
-    clip_grad: float = 1.0
+    clip_grad: float = setting(1.0, "optimizer")
     """Gradient-norm clipping threshold (0 disables)."""
-    seed: int = 1234
+    seed: int = setting(1234, "stream")
     """Seeds the weights, the sample order and the MLM masks."""
-    precision: Precision = "auto"
+    precision: Precision = setting("auto", "numerics")
     """auto (bf16 autocast on GPU, fp32 on CPU), bf16 or fp32."""
-    device: Device = "auto"
+    device: Device = setting("auto", "layout")
     """Where to train (auto: CUDA/ROCm when visible, else CPU)."""
-    exit_interval: int | None = None
+    exit_interval: int | None = setting(None, "output")
     """Save a checkpoint and exit 0 after the first step divisible by N (Megatron's name; default: never)."""
-    exit_duration_in_mins: float | None = None
+    exit_duration_in_mins: float | None = setting(None, "output")
     """Save a checkpoint and exit 0 after the first step that ends N minutes after the run started (default:
     never)."""
-    max_skipped_steps: int = 10
+    max_skipped_steps: int = setting(10, "output")
     """Steps with a non-finite loss or gradient norm are skipped (no update); this many in a row stop the run."""
 
 
 @dataclass(frozen=True)
 class CheckpointConfig:
-    save: str | None = None
+    save: str | None = setting(None, "output")
     """Folder to write checkpoints to (iter_NNNNNNN/ plus a `latest` pointer); relaunching with it resumes there
     (default: no checkpoints)."""
-    save_interval: int | None = None
+    save_interval: int | None = setting(None, "output")
     """Save every N steps (default: only at the objective switch and at the end, when --save is set)."""
-    load: str | None = None
+    load: str | None = setting(None, "start")
     """Resume from this folder's newest whole checkpoint (or an iter_NNNNNNN folder); once --save holds checkpoints,
     they win, and --load equal to --save starts fresh while that folder is still empty (default: none)."""
-    init_from: str | None = None
+    init_from: str | None = setting(None, "start")
     """Load weights only (continued pretraining): a megamlm checkpoint, a Hugging Face model folder or a .gguf file;
     fresh optimizer, schedule and data (default: none)."""
-    continue_from: str | None = None
+    continue_from: str | None = setting(None, "start")
     """Continued pretraining that continues the data: a megamlm checkpoint's weights, a fresh optimizer and LR
     schedule, steps counted from 0, and the sample stream continuing where that checkpoint stopped (its seed, data
     and --split must be this run's; default: none)."""
-    save_at: list[int] = field(default_factory=list)
+    save_at: list[int] = setting(factory=list, role="output")
     """Steps whose checkpoints --keep-last never deletes (branch points), e.g. 10000,21000
     (default: none)."""
-    keep_last: int | None = None
+    keep_last: int | None = setting(None, "output")
     """Keep only the N newest complete checkpoints (and the objective-switch and --save-at ones); default: keep all."""
-    override_data: bool = False
+    override_data: bool = setting(False, "start")
     """Resume even though the checkpoint was trained on other data (its data fingerprint differs)."""
-    override_schedule: bool = False
+    override_schedule: bool = setting(False, "start")
     """Continue a checkpoint whose history (objective and LR of every step so far, optimizer settings) differs from
     this launch's schedule, with this launch's values from the next step (each change is logged); without it
     such a resume is refused. A schedule that agrees up to the checkpoint's step (a branch) needs no override."""
-    overwrite_damaged: bool = False
+    overwrite_damaged: bool = setting(False, "start")
     """When every checkpoint in --save is damaged, start anyway (from scratch, --load or --init-from) and let this
     run's checkpoints replace them; without it such a launch is refused."""
 
 
 @dataclass(frozen=True)
 class LoggingConfig:
-    log_interval: int = 10
+    log_interval: int = setting(10, "output")
     """Print a log line every N steps."""
-    tensorboard_dir: str | None = None
+    tensorboard_dir: str | None = setting(None, "output")
     """Write TensorBoard scalars here (default: none written)."""
 
 
 @dataclass(frozen=True)
 class ValidationConfig:
-    eval_interval: int | None = None
+    eval_interval: int | None = setting(None, "evaluation")
     """Evaluate on the validation set every N steps (also at the objective switch and the last step); default
     1000 when --split or --valid-data-path gives a validation set."""
-    eval_iters: int | None = None
+    eval_iters: int | None = setting(None, "evaluation")
     """Global batches of validation samples per evaluation (the same samples and masks every time); default 10."""
-    eval_mask_ratio: float | None = None
+    eval_mask_ratio: float | None = setting(None, "evaluation")
     """MLM mask ratio of the validation masks; default --mask-ratio (arms of a study that compare mask ratios
     should share one)."""
 
 
 @dataclass(frozen=True)
 class ParallelConfig:
-    tensor_model_parallel_size: int = 1
+    tensor_model_parallel_size: int = setting(1, "layout")
     """Tensor-parallel degree (Megatron layout: heads, MLP and vocabulary split over TP ranks)."""
-    pipeline_model_parallel_size: int = 1
+    pipeline_model_parallel_size: int = setting(1, "layout")
     """Pipeline stages over ranks (layers split evenly; embedding on the first, head and loss on the last)."""
-    dp_replicate: int = 1
+    dp_replicate: int = setting(1, "layout")
     """FSDP2 hybrid sharding: number of replica groups (parameters sharded within each, replicated across)."""
-    dp_shard: int = -1
+    dp_shard: int = setting(-1, "layout")
     """FSDP2 sharding degree; -1: the rest of world / (TP x PP x dp-replicate)."""
-    data_parallel_impl: DataParallelImpl = "fsdp"
+    data_parallel_impl: DataParallelImpl = setting("fsdp", "layout")
     """Data parallelism: fsdp (FSDP2 fully_shard per block) or ddp (full replicas, all-reduce)."""
-    pipeline_schedule: PipelineSchedule = "1f1b"
+    pipeline_schedule: PipelineSchedule = setting("1f1b", "layout")
     """Pipeline schedule: 1f1b or interleaved_1f1b (needs --num-layers-per-virtual-stage)."""
-    num_layers_per_virtual_stage: int | None = None
+    num_layers_per_virtual_stage: int | None = setting(None, "layout")
     """Interleaved 1F1B: layers in each virtual stage (each rank holds layers / (PP x this) stages; default: unset,
     required by interleaved_1f1b)."""
-    recompute: bool = False
+    recompute: bool = setting(False, "layout")
     """Activation checkpointing per transformer block (recompute activations in the backward pass)."""
-    world_size: int | None = None
+    world_size: int | None = setting(None, "layout")
     """With --dry-run: the number of processes to plan for (default: the launcher's world size)."""
-    dry_run: bool = False
+    dry_run: bool = setting(False, "layout")
     """Validate the layout and print per-rank parameters and estimated memory, then exit (no GPU needed)."""
 
 
 @dataclass(frozen=True)
 class PerformanceConfig:
-    kernel_backend: KernelBackend = "auto"
+    kernel_backend: KernelBackend = setting("auto", "layout")
     """Hot-path kernels: auto (Triton on GPU, chunked LM-head loss on CPU), triton, chunked or reference."""
-    attention_backend: AttentionBackend = "sdpa"
+    attention_backend: AttentionBackend = setting("sdpa", "layout")
     """Attention: {backends}, or auto (each measured at start on this GPU for the run's shapes, the fastest kept for
     bidirectional and for causal attention; sdpa on CPU)."""
-    document_mask: bool = False
+    document_mask: bool = setting(False, "layout")
     """Attend only within each document of a packed window (causal and bidirectional alike)."""
-    compile: CompileMode = "auto"
+    compile: CompileMode = setting("auto", "layout")
     """torch.compile: auto (the mode measured fastest: none on CPU, blocks on GPU), none, blocks (each transformer
     block), model (the whole model; blocks under pipeline parallelism) or cudagraphs (the whole model replayed as
     CUDA graphs; one GPU process). A bare --compile means blocks, --no-compile none."""
-    fp8: bool = False
+    fp8: bool = setting(False, "layout")
     """Train the transformer blocks' linear layers in float8 (torchao; H100-class GPUs); embedding, norms and LM head
     keep their precision."""
-    optimizer_impl: OptimizerImpl = "torch"
+    optimizer_impl: OptimizerImpl = setting("torch", "layout")
     """AdamW implementation: torch (fused kernel on GPU) or apex (apex.optimizers.FusedAdam)."""
 
 

@@ -1,0 +1,78 @@
+"""The role of every setting: what a difference in it means when one run's steps are compared with another's.
+
+Each field of ``config/sections.py`` declares its role beside its declaration (``setting(default, "stream")``;
+the model section's fields are all ``shape``). This module says what each role means, once, for the three
+readers that ask "are these the same steps?": starting a launch from a checkpoint (``training/resume.py``), the
+history a checkpoint carries (``training/lineage.py``), and the study planner's prefix sharing
+(``study/planning/prefixes.py``). None of them keeps a list of fields of its own: each asks ``fields_with``.
+
+On a resume a difference in a setting is, by its role:
+
+- ``refuse``: the checkpoint cannot be continued by this launch (another sample stream, mask, or meaning of the
+  weights); one line names the stored value, the given one, and the fix;
+- ``history``: compared step by step with the checkpoint's history (the objective and learning rate of every step
+  so far, the optimizer settings): equal up to the checkpoint's step continues (a branch when they differ later),
+  anything else is refused unless ``--override-schedule``;
+- ``note``: honoured, and noted in the run's lineage (the run continues exactly, but is no longer the straight run
+  of one command);
+- ``ignore``: where the run goes, how it is laid out, logged or validated: never changes a step.
+
+For prefix sharing the same role decides: two runs share steps only when every ``refuse``, ``history`` and ``note``
+setting agrees, ``history`` settings step by step (a run's objective and learning rate per step) and the others as
+values; ``ignore`` settings never matter. So a setting that a resume refuses or notes is a setting on which the
+planner will not share a prefix, and one the resume ignores the planner ignores too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+Role = Literal["shape", "stream", "masking", "objective", "schedule", "optimizer", "batch", "numerics", "start",
+               "layout", "output", "evaluation"]
+OnResume = Literal["refuse", "history", "note", "ignore"]
+
+
+@dataclass(frozen=True)
+class RoleRule:
+    meaning: str
+    on_resume: OnResume
+
+
+ROLES: dict[Role, RoleRule] = {
+    "shape": RoleRule("the model's shape and initialisation: what the weights mean", "refuse"),
+    "stream": RoleRule("which samples the run reads, in which order: seed, data, split, tokenizer", "refuse"),
+    "masking": RoleRule("which tokens of a sample are masked and how", "refuse"),
+    "objective": RoleRule("the objective of each step (the phases and their switch steps)", "history"),
+    "schedule": RoleRule("the learning rate of each step (and the run's length, which places its phases)", "history"),
+    "optimizer": RoleRule("the optimizer's settings", "history"),
+    "batch": RoleRule("samples per step: a change continues the same stream at the consumed-sample count", "note"),
+    "numerics": RoleRule("the arithmetic the steps are computed in", "note"),
+    "start": RoleRule("where a launch starts from (a checkpoint, weights) and what it may override", "ignore"),
+    "layout": RoleRule("how the steps are laid out on processes and devices: never their result", "ignore"),
+    "output": RoleRule("what the run writes and when it stops: checkpoints, logs", "ignore"),
+    "evaluation": RoleRule("what the run validates on, and how often", "ignore"),
+}
+assert set(ROLES) == set(get_args(Role)), "every role has its rule"
+
+
+def setting(default=dataclasses.MISSING, role: Role | None = None, *, factory=dataclasses.MISSING,
+            **metadata) -> dataclasses.Field:
+    """A config field with its role: ``lr: float = setting(3e-3, "schedule")``."""
+    if role not in ROLES:
+        raise ValueError(f"role {role!r} is not one of {', '.join(ROLES)}")
+    return dataclasses.field(default=default, default_factory=factory, metadata={"role": role, **metadata})
+
+
+def role_of(section: type, name: str) -> Role:
+    """The declared role of one field of a config section."""
+    return {f.name: f.metadata.get("role") for f in dataclasses.fields(section)}[name]
+
+
+def fields_with(sections: dict[str, type], *rules_or_roles: str) -> tuple[tuple[str, str], ...]:
+    """(section, field) of every field whose role, or whose role's resume rule, is one of those given, in
+    declaration order: ``fields_with(SECTION_CLASSES, "refuse")`` or ``fields_with(SECTION_CLASSES, "optimizer")``."""
+    wanted = set(rules_or_roles)
+    return tuple((name, f.name) for name, cls in sections.items() for f in dataclasses.fields(cls)
+                 if f.metadata.get("role") in wanted or ROLES[f.metadata["role"]].on_resume in wanted)
