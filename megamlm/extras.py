@@ -59,6 +59,8 @@ EXTRAS: dict[str, Extra] = {extra.module: extra for extra in (
     Extra("triton", ("triton", "pytorch-triton-rocm", "pytorch-triton"), "kernels", submodules=("triton.language",)),
     Extra("mpi4py", ("mpi4py",), "mpi"),
     Extra("gguf", ("gguf",), "gguf"),
+    # transformers' GGUF loader refuses to start without accelerate; the gguf extra brings both
+    Extra("accelerate", ("accelerate",), "gguf"),
     Extra("pyarrow", ("pyarrow",), "data", submodules=("pyarrow.parquet",)),
     Extra("zstandard", ("zstandard",), "data"),
     Extra("sentencepiece", ("sentencepiece",), "data"),

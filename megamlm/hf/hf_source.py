@@ -193,6 +193,7 @@ def check_gguf(source: HFSource) -> None:
     a tensor type gguf cannot dequantize, and RoPE scaling (llama.cpp's ``rope_freqs`` factors or a
     ``rope.scaling.type``), which that loader drops."""
     gguf = extras.require("gguf", f"reading the GGUF file {source.gguf_file}")
+    extras.require("accelerate", f"reading the GGUF file {source.gguf_file}")  # transformers' GGUF loader needs it
     GGUFReader, dequantize = gguf.GGUFReader, gguf.dequantize
 
     path = source.folder / source.gguf_file

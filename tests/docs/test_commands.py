@@ -53,10 +53,11 @@ Scaled down, never edited
 
 The reader's files
   Commands of one document run in order in one copy of the repository (so README's ``ckpt/tiny`` feeds its
-  ``convert_to_hf.py`` commands). The copy holds what a reader is assumed to have beside it: ``corpus.jsonl``
-  (300 Austen paragraphs) and ``tokenizer.json`` (the bundled tokenizer) for the preprocessing example,
-  ``hf/mlm`` and ``hf/clm`` (exports of a tiny random model) for the evaluation example, and ``../shared`` when
-  the project's shared assets exist.
+  ``convert_to_hf.py`` commands). The copy is what a fresh clone holds, git's tracked files, never what a user
+  keeps in the clone (the README's recipes write ``ckpt/``, ``hf/``, ``evals/``: tests/docs/test_install.py).
+  Beside them it holds what a reader is assumed to have: ``corpus.jsonl`` (300 Austen paragraphs) and
+  ``tokenizer.json`` (the bundled tokenizer) for the preprocessing example, ``hf/mlm`` and ``hf/clm`` (exports of a
+  tiny random model) for the evaluation example, and ``../shared`` when the project's shared assets exist.
 """
 
 from __future__ import annotations
@@ -218,15 +219,26 @@ def test_a_command_that_fails_as_written_fails_the_check(tmp_path, cache_dir):
 # ---- the copy of the repository the commands run in -----------------------------------------------------------
 
 
-def repository_files() -> list[Path]:
+def repository_files(repo: Path = REPO) -> list[Path]:
+    """The files a fresh clone of ``repo`` has: git's tracked files (staged ones included), never what a user keeps
+    beside them in the clone (checkpoints, exports, evaluations: untracked, ignored or not), plus the built C++
+    helper. Outside a git checkout (an unpacked source archive), every file but the ones ``.gitignore`` names."""
     try:
-        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                                capture_output=True, check=True).stdout.decode().split("\0")
-        files = [Path(name) for name in listed if name and (REPO / name).is_file()]
+        listed = subprocess.run(["git", "ls-files", "-z", "--cached"], cwd=repo, capture_output=True,
+                                check=True).stdout.decode().split("\0")
+        files = [Path(name) for name in listed if name and (repo / name).is_file()]
     except (OSError, subprocess.CalledProcessError):  # not a git checkout (an unpacked source archive)
-        skip = {".git", "__pycache__", "build", ".pytest_cache"}
-        files = [p.relative_to(REPO) for p in REPO.rglob("*") if p.is_file() and not skip & set(p.parts)]
-    return files + [p.relative_to(REPO) for p in (REPO / "megamlm").rglob("*.so")]  # the built C++ helper
+        skip = {".git", "__pycache__", "build", ".pytest_cache", *ignored_root_folders(repo)}
+        files = [p.relative_to(repo) for p in repo.rglob("*")
+                 if p.is_file() and not skip & set(p.relative_to(repo).parts)]
+    return files + [p.relative_to(repo) for p in (repo / "megamlm").rglob("*.so")]  # the built C++ helper
+
+
+def ignored_root_folders(repo: Path) -> set[str]:
+    """The top-level folders ``.gitignore`` names (``/ckpt/``, ``runs/``): the documented commands' outputs."""
+    gitignore = repo / ".gitignore"
+    lines = gitignore.read_text().splitlines() if gitignore.is_file() else []
+    return {line.strip("/") for line in lines if re.fullmatch(r"/?[\w.-]+/", line.strip())}
 
 
 @pytest.fixture(scope="session")
@@ -270,12 +282,13 @@ def _tiny_hf_models(folder: Path) -> None:
         export_checkpoint(folder / f"{name}-ckpt", folder / name, log=lambda *_: None)
 
 
-def sandbox(tmp_path: Path, reader_files: Path) -> Path:
+def sandbox(tmp_path: Path, reader_files: Path, repo: Path = REPO) -> Path:
+    """A copy of ``repo`` as a fresh clone has it (``repository_files``), with the reader's files beside it."""
     root = tmp_path / "repo"
-    for relative in repository_files():
+    for relative in repository_files(repo):
         target = root / relative
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO / relative, target)
+        shutil.copy2(repo / relative, target)
     for item in reader_files.iterdir():
         (shutil.copytree if item.is_dir() else shutil.copy2)(item, root / item.name)
     if SHARED.is_dir():

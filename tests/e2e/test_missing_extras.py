@@ -68,6 +68,7 @@ def _cases(tmp: Path) -> list[tuple[str, list, str]]:
     return [
         ("gguf", [REPO / "tools/convert_from_hf.py", "--input", "m.gguf", "--output", "ckpt"], "gguf"),
         ("gguf", [REPO / "pretrain.py", "--init-from", "m.gguf", "--dry-run"], "gguf"),
+        ("accelerate", [REPO / "tools/convert_from_hf.py", "--input", "m.gguf", "--output", "ckpt"], "gguf"),
         ("pyarrow", [*preprocess, "--input", "a.parquet", "--tokenizer-type", "HuggingFaceTokenizer",
                      "--tokenizer-model", tokenizer], "data"),
         ("zstandard", [*preprocess, "--input", "a.jsonl.zst", "--tokenizer-type", "HuggingFaceTokenizer",
@@ -85,9 +86,9 @@ def _cases(tmp: Path) -> list[tuple[str, list, str]]:
     ]
 
 
-CASE_IDS = ["gguf-convert_from_hf", "gguf-pretrain", "pyarrow-preprocess", "zstandard-preprocess",
-            "tiktoken-preprocess", "sentencepiece-preprocess", "datasets-fetch", "torchao-pretrain",
-            "triton-pretrain", "flash_attn-pretrain", "sklearn-probe"]
+CASE_IDS = ["gguf-convert_from_hf", "gguf-pretrain", "accelerate-convert_from_hf", "pyarrow-preprocess",
+            "zstandard-preprocess", "tiktoken-preprocess", "sentencepiece-preprocess", "datasets-fetch",
+            "torchao-pretrain", "triton-pretrain", "flash_attn-pretrain", "sklearn-probe"]
 
 
 @pytest.mark.parametrize("index", range(len(CASE_IDS)), ids=CASE_IDS)
