@@ -1,4 +1,5 @@
-"""`pretrain.py --init-from <Hugging Face folder or .gguf>`: import once, then continue like a megamlm checkpoint.
+"""`pretrain.py --init-from <Hugging Face folder or .gguf>`: import once, then continue like a megamlm checkpoint;
+`--init-from <megamlm checkpoint>`: its shape and tokenizer adopted from its config.json the same way.
 
 The model is imported into a cache folder (named by the source's path, sizes and times, so a changed
 source is imported again) and the run adopts its shape and, unless --tokenizer-model is given, its
@@ -13,8 +14,9 @@ import json
 import os
 from pathlib import Path
 
+from megamlm.checkpoint import resolve_checkpoint
 from megamlm.checkpoint.catalog import CONFIG
-from megamlm.config import SHAPE_FIELDS, Config, model_section_values
+from megamlm.config import SHAPE_FIELDS, Config, ConfigError, model_section_values
 from megamlm.config.checks import check_adopted_shape, check_hf_init_from
 from megamlm.data.embedded import default_cache_root
 from megamlm.hf.hf_source import is_hf_model
@@ -40,8 +42,68 @@ def apply_shape(cfg: Config, args: ModelArgs, source) -> Config:
 def adopt_init_from(cfg: Config) -> Config:
     """``resolve``'s adopter for pretrain.py: a Hugging Face --init-from model lends the run its shape and, unless
     --tokenizer-model is given, its tokenizer (a dry run reads its config only, a run imports it once); a megamlm
-    checkpoint leaves ``cfg`` as it is."""
+    checkpoint lends its shape and its tokenizer the same way, read from its config.json
+    (``adopt_checkpoint_shape``)."""
+    source = cfg.checkpoint.init_from
+    if source and not is_hf_model(source):
+        return adopt_checkpoint_shape(cfg)
     return adopt_hf_shape(cfg) if cfg.parallel.dry_run else adopt_hf_init_from(cfg)
+
+
+# The model flags whose value decides which tensors a checkpoint holds and their shapes: a given one that contradicts
+# the --init-from checkpoint is refused (its weights could not load). Any other model flag given with a value of its
+# own (a --rope-theta for context extension) is kept, and the start says so.
+_TENSOR_FLAGS = (*_CHECKED, "attention_bias", "attention_out_bias", "tie_word_embeddings", "qk_norm",
+                 "sublayer_output_norms")
+
+
+def adopt_checkpoint_shape(cfg: Config) -> Config:
+    """``cfg`` for a megamlm --init-from checkpoint (a save folder or an iter_* folder; an import of
+    convert_from_hf.py, a merge, a run): every model flag left at its default takes the checkpoint's value, a given
+    one that changes the tensors and contradicts it is refused in one line, and without --tokenizer-model the run
+    uses the tokenizer the checkpoint was made with (an import's ``tokenizer/``, a run's recorded one) unless that
+    is the bundled one. Reads config.json only: the weights are checked and loaded when the run starts."""
+    source = cfg.checkpoint.init_from
+    ckpt = resolve_checkpoint(source, deep=False)
+    config = json.loads((ckpt / CONFIG).read_text())
+    if "model_args" not in config:  # not a megamlm checkpoint: loading it names the problem
+        return cfg
+    args = ModelArgs(**config["model_args"])
+    defaults = type(cfg.model)()
+    adopted, kept = {}, []
+    for name, value in model_section_values(args).items():
+        given = getattr(cfg.model, name)
+        if name in _KEPT or given == value:
+            continue
+        if given == getattr(defaults, name):
+            adopted[name] = value
+        elif name in _TENSOR_FLAGS:
+            raise ConfigError(f"--{name.replace('_', '-')} {given} contradicts the --init-from checkpoint {ckpt}, "
+                              f"which has {value}; drop the flag (the shape comes from the checkpoint)")
+        else:
+            kept.append(f"--{name.replace('_', '-')} {given} (the checkpoint has {value})")
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, **adopted))
+    tokenizer = None if cfg.data.tokenizer_model else _checkpoint_tokenizer(ckpt, config)
+    if tokenizer is not None:
+        cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, tokenizer_model=str(tokenizer)))
+    log(f"--init-from {ckpt}: its shape ({args.num_layers} layers, hidden {args.hidden_size}, vocab "
+        f"{args.vocab_size})" + (f", its tokenizer {tokenizer}" if tokenizer else "")
+        + (f"; kept as given: {', '.join(kept)}" if kept else ""))
+    return cfg
+
+
+def _checkpoint_tokenizer(ckpt: Path, config: dict) -> Path | None:
+    """The tokenizer a megamlm checkpoint was made with, when it is not the bundled one and is found: an import's
+    ``tokenizer/`` beside it, else the path its run recorded (relative ones beside the checkpoint)."""
+    from megamlm.data.embedded import TOKENIZER_FILE
+
+    recorded = (config.get("tokenizer") or {}).get("path")
+    candidates = [ckpt.parent / recorded, Path(recorded)] if recorded else []
+    candidates.append(ckpt.parent / TOKENIZER_DIR / "tokenizer.json")
+    found = next((path for path in candidates if path.is_file()), None)
+    if found is None or found.read_bytes() == Path(TOKENIZER_FILE).read_bytes():  # the bundled one, any clone's
+        return None
+    return found
 
 
 def adopt_hf_shape(cfg: Config) -> Config:

@@ -157,3 +157,41 @@ def test_pretrain_init_from_a_gemma3_folder_with_document_masks_exports_a_bidire
     ids = word_ids(family, 2, 24, seed=99)
     with torch.no_grad():
         assert (hf.eval()(input_ids=ids).last_hidden_state - trained(ids, causal=False)).abs().max() < 1e-4
+
+
+def test_init_from_a_megamlm_checkpoint_adopts_its_shape_and_tokenizer(tmp_path, kit, capsys):
+    """Issue 42: README's recipe `pretrain.py --init-from /ckpt/smollm2 --objective mntp ...` without the model flags
+    convert_from_hf.py printed trained the default shape and ended in DCP's size-mismatch traceback. The shape (and
+    the import's tokenizer) now come from the checkpoint, as for a Hugging Face folder; a flag that contradicts it is
+    one line, exit 2, before any work."""
+    from helpers import expect_one_line
+
+    from megamlm.cli import main
+    from megamlm.hf.importer import import_hf
+
+    hf = kit.save_tiny_llama(tmp_path / "llama", tie=True)
+    import_hf(tmp_path / "llama", tmp_path / "imported", log=lambda *_: None)
+    _word_corpus(tmp_path / "words_text_document", kit)
+    flags = ["--init-from", str(tmp_path / "imported"), "--data-path", str(tmp_path / "words_text_document"),
+             "--data-cache-path", str(tmp_path / "cache"), "--seq-length", "32", "--objective", "mntp",
+             "--train-iters", "2", "--micro-batch-size", "2", "--global-batch-size", "2", "--lr", "1e-9",
+             "--weight-decay", "0", "--lr-warmup-iters", "0", "--lr-wsd-decay-iters", "0", "--device", "cpu"]
+    cfg = load_config([*flags, "--save", str(tmp_path / "run")])
+    assert (cfg.model.num_layers, cfg.model.hidden_size, cfg.model.vocab_size, cfg.model.tie_word_embeddings) == \
+        (2, 64, 128, True)
+    assert cfg.data.tokenizer_model == str(tmp_path / "imported" / "tokenizer" / "tokenizer.json")
+    pretrain(cfg)
+    from megamlm.checkpoint import load_model_weights
+    from megamlm.hf.megamlm_checkpoint import read_record
+    from megamlm.model.transformer import Transformer
+
+    model = Transformer(read_record(tmp_path / "run").model_args)
+    load_model_weights(tmp_path / "run", model)
+    assert torch.allclose(model.layers["0"].self_attn.q_proj.weight, hf.model.layers[0].self_attn.q_proj.weight,
+                          atol=1e-6)
+    # a run's own checkpoint lends its shape the same way, and a contradicting shape flag is one line
+    assert load_config(["--init-from", str(tmp_path / "run"), *flags[2:]]).model.hidden_size == 64
+    capsys.readouterr()
+    status = main(["--init-from", str(tmp_path / "run"), "--hidden-size", "32", *flags[2:]])
+    expect_one_line(capsys, status, "--hidden-size 32 contradicts the --init-from checkpoint", "which has 64",
+                    "drop the flag")
