@@ -95,6 +95,28 @@ def evaluation_keys(plan: Plan) -> list[RunKey]:
             for lr in e.lrs for seed in model_seeds]
 
 
+def completeness(plan: Plan, unfinished: list[str], results: list[dict]) -> str:
+    """What the report holds and what is missing from it: the runs that have not finished, and the fine-tuning
+    runs without a result (a failed or cancelled evaluation job, or one still to run), named by model."""
+    runs = len(plan.runs)
+    text = f"{runs - len(unfinished)} of {runs} runs have finished."
+    if unfinished:
+        text += f" Not finished: {', '.join(unfinished)}."
+    if plan.study.evaluation is None:
+        return text
+    keys = evaluation_keys(plan)
+    found = {(r["model"], r["task"], r["lr"], r["seed"]) for r in results}
+    missing = [k for k in keys if (k.model, k.task, k.lr, k.seed) not in found]
+    if not missing:
+        return text + f" Every one of the {len(keys)} fine-tuning runs has its result."
+    models = list(dict.fromkeys(k.model for k in missing))
+    text += (f" **Evaluations missing: {len(missing)} of the {len(keys)} fine-tuning runs have no result**, of "
+             f"{', '.join(models)} (their evaluation jobs failed, were cancelled or have not run: see "
+             f"`{Path(plan.root) / 'logs'}`)")
+    return text + (", so the report has no downstream results and no claims." if len(missing) == len(keys)
+                   else "; the downstream results and claims below leave them out.")
+
+
 def evaluation_baselines(plan: Plan) -> list[BaselineRow]:
     """The tasks' trivial baselines, as the evaluation of one run per size stored them."""
     if plan.study.evaluation is None:
@@ -254,7 +276,7 @@ def write_report(plan: Plan, path: str | Path | None = None, figures: bool = Tru
             note = f"Figures left out: {figs.MISSING}.\n"
         else:
             images = draw_figures(plan, path.parent / "figures", arm_task_scores, tasks, scores)
-    finished = sum(finished_step(plan.save_dir(r), r.train_iters) for r in plan.runs)
+    unfinished = [r.name for r in plan.runs if not finished_step(plan.save_dir(r), r.train_iters)]
     study_file = shown_path(plan.study.source)
     title = (f"{REPORT_TITLE}{plan.study.name}`: a rehearsal of the pipeline (`--scale {plan.study.scale:g}`), not its "
              "results" if rehearsal else f"{REPORT_TITLE}{plan.study.name}`: report")
@@ -267,7 +289,7 @@ def write_report(plan: Plan, path: str | Path | None = None, figures: bool = Tru
     parts += [f"Written from the runs under `{plan.root}` (study file `{study_file}`) by `python tools/plan_study.py "
              f"{study_file}{scale} --run` at its end, or at any time by `python tools/study_report.py {study_file}"
              f"{scale}`. "
-             f"{finished} of {len(plan.runs)} runs have finished.", "",
+             f"{completeness(plan, unfinished, results)}", "",
              "## The plan", "", plan_table(plan, throughput_for(plan.study)), "## Validation", "", validation_text,
              plateau_section(plan, validation_values)]
     parts += [f"![{title}](figures/{p.name})\n" for title, p in images if p.name == "validation.png"]

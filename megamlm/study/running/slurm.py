@@ -25,7 +25,9 @@ import shlex
 import sys
 from pathlib import Path
 
+from megamlm.eval.local_data import default_data_dir
 from megamlm.eval.paper_datasets import PAPER_DATASETS
+from megamlm.eval.registry import AUSTEN_TASKS, LOCAL_TASKS
 from megamlm.study.planning.checks import check_script_path, check_slurm_values
 from megamlm.study.planning.plan import Plan
 from megamlm.study.planning.runs import Run
@@ -42,6 +44,45 @@ ENV_TEXT = """# Sourced by submit.sh on the login node and by every job of this 
 
 
 _REPO = "__REPO__"  # placeholder replaced by "$REPO" in the scripts
+
+WARNING_S = 300
+"""Seconds before a job's time limit at which its ranks get SIGTERM (``--signal=TERM@300``), save and requeue."""
+
+
+def time_limit_seconds(limit: str) -> int | None:
+    """A SLURM time limit (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS) in seconds; None for no limit."""
+    if limit.lower() in ("unlimited", "infinite"):
+        return None
+    days, _, rest = limit.rpartition("-")
+    parts = [int(p) for p in rest.split(":")]
+    if days:  # D-HH, D-HH:MM, D-HH:MM:SS
+        hours, minutes, seconds = (parts + [0, 0])[:3]
+    elif len(parts) == 3:  # H:M:S
+        hours, minutes, seconds = parts
+    else:  # M, M:SS
+        hours, minutes, seconds = 0, parts[0], (parts + [0])[1]
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def check_time_limits(plan: Plan) -> None:
+    """A requeued job's time limit must exceed its SIGTERM warning: a shorter one would be told to stop as it
+    starts, save, requeue and start again, a loop of seconds of training per job."""
+    s = plan.study.slurm
+    for key in ("time", "eval_time"):
+        seconds = time_limit_seconds(getattr(s, key))
+        if seconds is not None and seconds <= WARNING_S:
+            raise StudyError(f"slurm.{key} is {getattr(s, key)!r} ({seconds} s), not longer than the jobs' stop "
+                             f"warning {WARNING_S} s before their limit (--signal=TERM@{WARNING_S}): every job would "
+                             "stop and requeue as it starts; give it more than "
+                             f"{WARNING_S // 60} minutes (e.g. \"1:00:00\")")
+
+
+def job_names(plan: Plan) -> list[str]:
+    """The names of the study's jobs (squeue's %j): its runs', their evaluations' and the report's."""
+    names = [f"{plan.study.name}-{run.name}" for run in plan.runs]
+    if plan.study.evaluation is not None:
+        names += [f"{plan.study.name}-eval-{run.name}" for run in plan.runs]
+    return names + [f"{plan.study.name}-report"]
 
 
 def segments(plan: Plan, run: Run) -> list[int]:
@@ -81,7 +122,7 @@ def _header(plan: Plan, job_name: str, nodes: int, gpus: int, time: str, requeue
         lines.append(f"#SBATCH --gpus-per-node={gpus}")
     lines += [f"#SBATCH --cpus-per-task={s.cpus_per_task}", f"#SBATCH --time={time}", "#SBATCH --open-mode=append"]
     if requeue:
-        lines += ["#SBATCH --signal=TERM@300", "#SBATCH --requeue"]
+        lines += [f"#SBATCH --signal=TERM@{WARNING_S}", "#SBATCH --requeue"]
     if s.partition:
         lines.append(f"#SBATCH --partition={s.partition}")
     if s.account:
@@ -225,7 +266,26 @@ def submit_script(plan: Plan, workdir: Path, out_dir: Path) -> str:
                   "network is",
                   "# (FETCH_EVAL_DATASETS=0 skips it when they are in the Hugging Face cache already).",
                   'if [[ "${FETCH_EVAL_DATASETS:-1}" != 0 ]]; then', "    " + " ".join(_shell(fetch)), "fi"]
-    lines += ["# sbatch's refusal (its message on stderr) stops this script: no job is submitted after it.",
+    lines += ["# Submitted once: a study whose jobs are queued or running already would run them twice (or fail on",
+              "# its own save folders' locks). Once they have ended, submitting again resumes what did not finish.",
+              "JOB_NAMES=(", *[f"    {shlex.quote(name)}" for name in job_names(plan)], ")",
+              'ours() { local n; for n in "${JOB_NAMES[@]}"; do [[ "$n" == "$1" ]] && return 0; done; return 1; }',
+              'if ! queue=$(squeue -h -u "$(id -un)" -o "%j %i"); then',
+              '    echo "submit.sh: squeue failed (its message above); nothing was submitted" >&2',
+              "    exit 1",
+              "fi",
+              'queued=""',
+              'while read -r name id; do',
+              '    if [[ -n "$name" ]] && ours "$name"; then queued+=" $id"; fi',
+              'done <<< "$queue"',
+              'if [[ -n "$queued" ]]; then',
+              f'    echo "submit.sh: study {plan.study.name} has jobs queued or running already (${{queued# }}); wait '
+              'for them to end, or scancel$queued, then submit again" >&2',
+              "    exit 2",
+              "fi",
+              "# sbatch's refusal (its message on stderr) stops this script: no job is submitted after it.",
+              "# A job that depends on another dies with it (--kill-on-invalid-dep=yes): a failed or cancelled job",
+              "# cancels what waits on it instead of leaving it pending forever, and the report job still runs.",
               "submit() {",
               "    local id",
               '    if ! id=$(sbatch --parsable --output="$LOGS/%x-%j.out" "$@"); then',
@@ -254,7 +314,7 @@ def submit_script(plan: Plan, workdir: Path, out_dir: Path) -> str:
             target = "" if end == run.train_iters else str(end)
             options = [f"--export=ALL,TARGET_STEP={target}"]
             if dependency:
-                options.insert(0, f"--dependency=afterok:${dependency}")
+                options[:0] = [f"--dependency=afterok:${dependency}", "--kill-on-invalid-dep=yes"]
             lines.append(f"{variable}=$(submit {' '.join(options)} \"$SCRIPTS\"/{shlex.quote(run.name + '.sbatch')})"
                          f"  # to step {end:,}")
             job_at[(run.name, end)] = variable
@@ -265,7 +325,7 @@ def submit_script(plan: Plan, workdir: Path, out_dir: Path) -> str:
         finals = []
         for run in plan.runs:
             variable = f"{job_variable(run.name)}_eval"
-            lines.append(f"{variable}=$(submit --dependency=afterok:${last_job[run.name]} "
+            lines.append(f"{variable}=$(submit --dependency=afterok:${last_job[run.name]} --kill-on-invalid-dep=yes "
                          f"\"$SCRIPTS\"/{shlex.quote(run.name + '.eval.sbatch')})")
             finals.append(variable)
     lines.append(f"report=$(submit --dependency=afterany:{':'.join('$' + v for v in finals)} "
@@ -294,7 +354,27 @@ def missing_inputs(plan: Plan, workdir: Path) -> list[str]:
                 missing.append(f"data {path}")
         if d.tokenizer_model and not (workdir / d.tokenizer_model).exists():
             missing.append(f"tokenizer {d.tokenizer_model}")
-    return list(dict.fromkeys(missing))
+    return list(dict.fromkeys(missing + missing_evaluation_data(plan, workdir)))
+
+
+def missing_evaluation_data(plan: Plan, workdir: Path) -> list[str]:
+    """The folders the evaluation's tasks read that do not exist from ``workdir``: the local tasks' data folder
+    (``evaluation.data_dir``, default ../shared/data beside the repository), the paper's saved datasets
+    (``hf_datasets_dir``) and TYPE:PATH task folders. The Austen tasks read the package's own corpus."""
+    e = plan.study.evaluation
+    if e is None:
+        return []
+    needed = []
+    if any(t in LOCAL_TASKS and t not in AUSTEN_TASKS for t in e.tasks):
+        where = plan.study.resolve(e.data_dir) if e.data_dir else default_data_dir()
+        needed.append(("evaluation data folder", where))
+    if e.hf_datasets_dir and any(t in PAPER_DATASETS for t in e.tasks):
+        needed.append(("evaluation datasets folder", plan.study.resolve(e.hf_datasets_dir)))
+    for task in e.tasks:
+        kind, sep, path = task.partition(":")
+        if sep and task not in LOCAL_TASKS and task not in PAPER_DATASETS:
+            needed.append((f"task folder of {kind}", path))
+    return [f"{what} {path}" for what, path in needed if not (workdir / path).is_dir()]
 
 
 def emit_slurm(plan: Plan, out_dir: str | Path, workdir: str | Path | None = None, force: bool = False,
@@ -306,6 +386,7 @@ def emit_slurm(plan: Plan, out_dir: str | Path, workdir: str | Path | None = Non
     out_dir = Path(out_dir)
     workdir = Path(workdir or os.getcwd()).resolve()
     check_slurm_values(plan.study.slurm)  # load_study checked them; a plan made in code is checked here
+    check_time_limits(plan)
     check_script_path(workdir / plan.root / "logs", "the logs folder (--root, or the folder the scripts run from)")
     files = {f"{run.name}.sbatch": pretrain_script(plan, run, workdir) for run in plan.runs}
     if plan.study.evaluation is not None:

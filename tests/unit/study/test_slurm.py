@@ -32,12 +32,18 @@ echo "$n $* cwd=$PWD logs=$logs" >> "$SBATCH_LOG"
 echo "$n;cluster"
 """
 
+FAKE_SQUEUE = """#!/bin/bash
+# The queue as squeue -h -o "%j %i" prints it: the lines of $SQUEUE_LINES (none by default).
+printf '%s' "${SQUEUE_LINES:-}"
+"""
+
 
 def fake_sbatch(tmp_path: Path, refuse: int | None = None) -> dict:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    (bin_dir / "sbatch").write_text(FAKE_SBATCH)
-    (bin_dir / "sbatch").chmod(0o755)
+    for name, text in (("sbatch", FAKE_SBATCH), ("squeue", FAKE_SQUEUE)):
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SBATCH_LOG": str(tmp_path / "sbatch.log")}
     env.pop("WORKDIR", None)
     return {**env, "REFUSE": str(refuse)} if refuse else env
@@ -234,3 +240,43 @@ def test_scripts_find_the_repository_relative_to_the_workdir(small_plan, tmp_pat
     emit_slurm(plan, tmp_path / "slurm", workdir=REPO)  # planned from the repository root, as documented
     text = (tmp_path / "slurm" / "tiny-clm100-m40.sbatch").read_text()
     assert 'export REPO=${REPO:-"$WORKDIR"}' in text and str(REPO) not in text
+
+
+def test_missing_evaluation_data_is_warned_about_at_emission(small_plan, tmp_path, capsys):
+    plan = small_plan({"evaluation": {"tasks": ["brown-pos", "austen-qa", f"token_classification:{tmp_path}/mine"],
+                                      "lrs": [1e-3], "seeds": [0], "data_dir": str(tmp_path / "nodata")}})
+    emit_slurm(plan, tmp_path / "slurm", workdir=tmp_path)
+    err = capsys.readouterr().err
+    assert f"warning: the study's evaluation data folder {tmp_path / 'nodata'} does not exist here" in err
+    assert f"warning: the study's task folder of token_classification {tmp_path}/mine does not exist here" in err
+    assert "austen" not in err  # the Austen tasks read the package's own corpus
+
+
+@pytest.mark.parametrize("key, limit", [("time", "5"), ("time", "4:59"), ("eval_time", "0-0:05")])
+def test_a_time_limit_within_the_stop_warning_is_refused_at_emission(small_plan, tmp_path, key, limit):
+    from megamlm.study.planning.schema import StudyError
+
+    plan = small_plan({"slurm": {key: limit}, "evaluation": {"tasks": ["austen-qa"], "lrs": [1e-3], "seeds": [0]}})
+    with pytest.raises(StudyError, match=rf"slurm.{key} is '{limit}' \(\d+ s\), not longer than the jobs' stop "
+                                         r"warning 300 s .*give it more than 5 minutes"):
+        emit_slurm(plan, tmp_path / "slurm", workdir=tmp_path)
+    assert not (tmp_path / "slurm").exists()
+    emit_slurm(small_plan({"slurm": {key: "5:01"}}), tmp_path / "ok", workdir=tmp_path)  # 301 s is enough
+
+
+def test_every_dependent_job_dies_with_the_job_it_waits_on(small_plan, tmp_path):
+    submit(small_plan({"evaluation": {"tasks": ["austen-qa"], "lrs": [1e-3], "seeds": [0]}}), tmp_path)
+    for _, *args in sbatch_calls(tmp_path):
+        dependency = next((a for a in args if a.startswith("--dependency=")), "")
+        assert ("--kill-on-invalid-dep=yes" in args) == dependency.startswith("--dependency=afterok:"), args
+
+
+def test_a_second_submission_while_the_studys_jobs_are_queued_is_refused_in_one_line(small_plan, tmp_path):
+    plan = small_plan()
+    emit_slurm(plan, tmp_path / "slurm", workdir=tmp_path)
+    env = {**fake_sbatch(tmp_path), "SQUEUE_LINES": f"other-job 7\n{plan.study.name}-tiny-clm100-m40 12\n"
+                                                     f"{plan.study.name}-report 15\n"}
+    out = subprocess.run(["bash", str(tmp_path / "slurm" / "submit.sh")], env=env, capture_output=True, text=True)
+    assert out.returncode == 2 and sbatch_calls(tmp_path) == []
+    assert out.stderr == (f"submit.sh: study {plan.study.name} has jobs queued or running already (12 15); wait for "
+                          "them to end, or scancel 12 15, then submit again\n")
