@@ -46,7 +46,6 @@ from megamlm.checkpoint.catalog import (
     CONFIG,
     LATEST,
     LEGACY_TRAIN_STATE,
-    REQUIRED,
     RNG_FILES,
     TRAIN_STATE,
     iteration_dir,
@@ -66,8 +65,6 @@ from megamlm.checkpoint.integrity import (
 from megamlm.checkpoint.untrusted import VettedLoadPlanner, VettedReader, load_tensors
 from megamlm.errors import CheckpointError
 from megamlm.log import log
-
-__all__ = ["CONFIG", "LATEST", "REQUIRED", "TRAIN_STATE", "iteration_dir"]
 
 CHECKPOINT_FORMAT = 2
 """1: megamlm 0.1 (train_state.pt, one RNG state); 2: megamlm 0.2 (train_state.json, per-rank RNG files, the

@@ -16,11 +16,8 @@ from pathlib import Path
 import torch
 
 from megamlm.checkpoint import load_model_weights, resolve_checkpoint
-from megamlm.checkpoint.checkpointer import (
-    CONFIG,
-    read_train_state,
-    save_state_checkpoint,
-)
+from megamlm.checkpoint.catalog import CONFIG
+from megamlm.checkpoint.checkpointer import read_train_state, save_state_checkpoint
 from megamlm.checkpoint.untrusted import read_metadata
 from megamlm.hf.errors import ConversionError
 from megamlm.model.config import ModelArgs

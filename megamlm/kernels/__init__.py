@@ -2,7 +2,8 @@
 
 The model calls ``rms_norm``, ``apply_rotary``, ``swiglu`` (or ``geglu``, reference only) and
 ``linear_cross_entropy`` from here,
-passing the kernel backend it was built with (``megamlm.model.config.Backends.kernels``); the loss
+passing the kernel backend it was built with (``megamlm.model.config.Backends.kernels``; the names are
+declared in ``megamlm.kernel_backends``); the loss
 outside the model passes the model's backend too. There is no process-wide setting: two models built
 with different backends run side by side in one process. The backend is one of ``KERNEL_BACKENDS``:
 
@@ -29,14 +30,13 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import get_args
 
 import torch
 
 from megamlm import extras
+from megamlm.kernel_backends import KERNEL_BACKENDS
 from megamlm.kernels import reference
 from megamlm.kernels.chunked_linear_cross_entropy import chunked_linear_cross_entropy
-from megamlm.model.config import KernelBackend
 
 __all__ = [
     "rms_norm",
@@ -47,10 +47,7 @@ __all__ = [
     "check_kernel_backend",
     "triton_available",
     "resolve_backend",
-    "KERNEL_BACKENDS",
 ]
-
-KERNEL_BACKENDS = get_args(KernelBackend)
 
 _OP_MODULES = {
     "rms_norm": "megamlm.kernels.triton_rms_norm",

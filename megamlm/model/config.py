@@ -5,11 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Literal, get_args
 
+from megamlm.kernel_backends import KernelBackend
 from megamlm.model.attention_table import ATTENTION_BACKENDS
 from megamlm.model.rope_scaling import RopeScaling
 
-KernelBackend = Literal["auto", "triton", "chunked", "reference"]
-"""auto: Triton on GPU tensors, the chunked LM-head loss on CPU; see ``megamlm.kernels``."""
 MLPActivation = Literal["swiglu", "geglu"]
 """The gated MLP's activation: silu (SwiGLU) or tanh-approximated gelu (GeGLU)."""
 LAYER_TYPES = ("full", "sliding")

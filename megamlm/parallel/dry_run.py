@@ -21,7 +21,7 @@ from megamlm.data.embedded import TOKENIZER_FILE
 from megamlm.model.config import ModelArgs
 from megamlm.model.transformer import Transformer
 from megamlm.parallel.dims import ParallelDims
-from megamlm.parallel.pipeline import prune_to_stages, rank_stages
+from megamlm.parallel.pipeline_stages import prune_to_stages, rank_stages
 from megamlm.precision import uses_bf16
 
 GIB = 1024 ** 3

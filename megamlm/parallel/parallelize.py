@@ -23,7 +23,7 @@ from megamlm.parallel.data_parallel import (
 )
 from megamlm.parallel.dims import ParallelDims
 from megamlm.parallel.float8 import apply_float8
-from megamlm.parallel.pipeline import (
+from megamlm.parallel.pipeline_stages import (
     exchange_local_tensors,
     prune_to_stages,
     rank_stages,
@@ -48,7 +48,7 @@ class ParallelModel:
     """None for a single process."""
     stage_ids: list[int] = field(default_factory=list)
     pipeline: object = None
-    """The PipelineRunner, built on the first step (megamlm.parallel.pipeline)."""
+    """The PipelineRunner, built on the first step (``parallel/pipeline.py``)."""
     embedding_group: object = None
     """Pipelines with tied embeddings: the group of the two ranks holding a copy of the matrix (else None)."""
     compile_mode: str = "none"

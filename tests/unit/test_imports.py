@@ -6,7 +6,11 @@ inside functions alike):
 - the lowest floor (``FLOOR``) imports nothing from megamlm but the floor;
 - ``megamlm.config`` imports neither ``megamlm.parallel``, ``megamlm.training`` nor ``megamlm.hf``;
 - ``megamlm.model`` imports neither ``megamlm.parallel`` nor ``megamlm.training``;
-- ``megamlm.parallel`` imports no ``megamlm.training`` (parallelism is applied to a model from outside the loop).
+- ``megamlm.parallel`` imports no ``megamlm.training`` (parallelism is applied to a model from outside the loop);
+- ``megamlm.kernels`` imports nothing from megamlm but the floor (the model calls the kernels, not the other way);
+- ``megamlm.checkpoint`` imports neither ``megamlm.training`` nor ``megamlm.parallel`` (the loop reads checkpoints);
+- no import circle between two megamlm modules, ``if TYPE_CHECKING:`` imports included;
+- a module re-exports nothing: a name in its ``__all__`` is defined there (packages' ``__init__`` aside).
 
 The megamlm rules follow imports through megamlm's own modules (importing ``a.b.c`` runs ``a`` and ``a.b`` too),
 so a rule cannot be broken by way of a module in between; a failure names the chain.
@@ -33,7 +37,7 @@ DEFERRED = {"megamlm/config/resolve.py": ("megamlm.data.sidecar",),
                                          "megamlm.study.planning.pilot", "megamlm.training.metrics_file")}
 # The lowest floor: modules any other may import, which import nothing from megamlm but each other.
 FLOOR = ("megamlm", "megamlm.errors", "megamlm.log", "megamlm.launcher_env", "megamlm.extras", "megamlm.env_args",
-         "megamlm.precision", "megamlm.figures")
+         "megamlm.precision", "megamlm.figures", "megamlm.kernel_backends")
 
 
 def python_files(source: Path) -> list[Path]:
@@ -87,6 +91,62 @@ def megamlm_graph() -> dict[str, set[str]]:
     return graph
 
 
+@lru_cache(maxsize=1)
+def explicit_graph() -> dict[str, set[str]]:
+    """megamlm module -> the megamlm modules its import statements name (``from a import b``: ``a.b`` where b is a
+    module, else ``a``), without the packages a module runs first: the graph an import circle is a cycle of."""
+    modules = {module_name(path): path for path in python_files(PACKAGE)}
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for _, imported, names, _ in imports(path):
+            submodules = {f"{imported}.{n}" for n in names} & modules.keys()
+            if imported in modules and (not names or len(submodules) < len(names)):
+                targets.add(imported)
+            targets |= submodules
+        graph[name] = targets - {name}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every import circle of ``graph``: the modules of each strongly connected part of more than one module, and
+    one module that imports itself back through others, named in sorted order."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        while work:
+            node, targets = work[-1]
+            target = next((t for t in targets if t in graph), None)
+            if target is not None:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    work.append((target, iter(sorted(graph[target]))))
+                elif target in stack:
+                    low[node] = min(low[node], index[target])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                part = []
+                while True:
+                    member = stack.pop()
+                    part.append(member)
+                    if member == node:
+                        break
+                if len(part) > 1:
+                    found.append(sorted(part))
+    return found
+
+
 def reached(start: str) -> dict[str, list[str]]:
     """Every megamlm module that importing ``start`` runs, each with one import chain leading to it."""
     graph = megamlm_graph()
@@ -137,6 +197,49 @@ def test_model_imports_neither_parallel_nor_training():
 
 def test_parallel_imports_no_training():
     assert violations("megamlm.parallel", ("megamlm.training",)) == []
+
+
+def test_kernels_import_nothing_above_the_floor():
+    offending = [f"{module} imports {target}" for module, targets in sorted(megamlm_graph().items())
+                 if is_under(module, "megamlm.kernels") for target in sorted(targets)
+                 if not is_under(target, "megamlm.kernels") and target not in FLOOR]
+    assert offending == []
+
+
+def test_checkpoint_imports_neither_training_nor_parallel():
+    assert violations("megamlm.checkpoint", ("megamlm.training", "megamlm.parallel")) == []
+
+
+def test_no_import_circle():
+    assert circles(explicit_graph()) == []
+
+
+def test_a_circle_is_found_also_through_a_type_checking_import(tmp_path, monkeypatch):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "a.py").write_text("from pkg.b import f\n")
+    (tmp_path / "pkg" / "b.py").write_text("from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+                                           "    from pkg.a import g\n")
+    (tmp_path / "pkg" / "c.py").write_text("from pkg import a\n")
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    graph = {module_name(path): {i for _, i, _, _ in imports(path) if i.startswith("pkg.")}
+             for path in python_files(tmp_path / "pkg")}
+    assert circles(graph) == [["pkg.a", "pkg.b"]]
+
+
+def test_no_module_re_exports_what_it_imports():
+    offending = []
+    for path in python_files(PACKAGE):
+        if path.name == "__init__.py":
+            continue
+        tree = ast.parse(path.read_text())
+        imported = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                    for alias in node.names}
+        exported = {elt.value for node in tree.body if isinstance(node, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
+                    for elt in getattr(node.value, "elts", []) if isinstance(elt, ast.Constant)}
+        offending += [f"{path.relative_to(ROOT)} re-exports {name}" for name in sorted(exported & imported)]
+    assert offending == []
 
 
 def test_a_rule_names_the_chain_that_breaks_it(monkeypatch):

@@ -26,7 +26,7 @@ def test_data_parallel_takes_the_rest_of_the_world():
 
 
 def test_pipeline_stages_split_uneven_layer_counts_evenly():
-    from megamlm.parallel.pipeline import stage_layers
+    from megamlm.parallel.pipeline_stages import stage_layers
 
     stages = [stage_layers(26, 4, s) for s in range(4)]  # 610m / 1b: 26 layers on PP=4
     assert [len(s) for s in stages] == [7, 7, 6, 6]
