@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 
@@ -21,10 +22,32 @@ def rank() -> int:
 
 
 def log(message: str) -> None:
-    """Print ``message`` from global rank 0, flushed, with a UTC timestamp."""
+    """Print ``message`` from global rank 0, flushed, with a UTC timestamp. A standard output whose reader is gone
+    loses the line, never the run (``write_line``)."""
     if rank() == 0:
         stamp = time.strftime("%H:%M:%S", time.gmtime())
-        print(f"[{stamp}] {message}", file=sys.stdout, flush=True)
+        write_line(f"[{stamp}] {message}", sys.stdout)
+
+
+def write_line(line: str, stream) -> None:
+    """Write ``line`` to ``stream``, flushed. When the stream is a pipe whose reader has gone (``python pretrain.py
+    ... | tee log`` after Ctrl-C, which reaches tee too), the line is lost and the stream is pointed at the null
+    device, so that every later write, and the interpreter's last flush, succeed instead of raising BrokenPipeError
+    into the run (which then could not save) or turning its exit status into 120."""
+    try:
+        print(line, file=stream, flush=True)
+    except BrokenPipeError:
+        detach_broken_stream(stream)
+
+
+def detach_broken_stream(stream) -> None:
+    """Point ``stream``'s file descriptor at the null device (what is still buffered goes there too)."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, stream.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError):  # no file descriptor (a captured stream): nothing to point
+        pass
 
 
 class _DropMessages:

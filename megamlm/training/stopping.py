@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from megamlm.errors import UserError
-from megamlm.log import log
+from megamlm.log import log, write_line
 from megamlm.parallel.launch import host_collective_device
 
 DEFAULT_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
@@ -50,9 +50,12 @@ class ExitSignalHandler:
         if self.received is not None and time.monotonic() - self._received_at < SAME_REQUEST_S:
             return  # the same request delivered twice (see the module docstring)
         if self.received is not None:
-            print(f"received a second signal ({name}) after {self.received}: exiting now without saving",
-                  file=sys.stderr, flush=True)
-            sys.stdout.flush()
+            write_line(f"received a second signal ({name}) after {self.received}: exiting now without saving",
+                       sys.stderr)
+            try:
+                sys.stdout.flush()
+            except BrokenPipeError:  # `| tee log`, whose tee the same Ctrl-C ended: the lines are lost, not the exit
+                pass
             os._exit(128 + signum)
         self.received, self._received_at = name, time.monotonic()
         log(f"received {name}: finishing this step, then saving a checkpoint and exiting "
