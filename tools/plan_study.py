@@ -29,6 +29,7 @@ from megamlm.log import quiet_imports  # noqa: E402
 quiet_imports()  # before transformers is imported: known third-party import noise (megamlm/log.py)
 
 from megamlm.errors import UserError, exit_line  # noqa: E402
+from megamlm.study.planning.checks import check_run_needs  # noqa: E402
 from megamlm.study.planning.cost import throughput_for  # noqa: E402
 from megamlm.study.planning.load import load_study  # noqa: E402
 from megamlm.study.planning.plan import build_plan  # noqa: E402
@@ -104,7 +105,13 @@ def main(argv=None) -> int:
             raise StudyError("--nproc-per-node and --eval-workers must be at least 1")
         study = load_study(args.study, args.overrides, args.scale)
         plan = build_plan(study, args.root)
-        print(plan_table(plan, throughput_for(study, args.tokens_per_second, args.benchmark)))
+        if args.run:  # before anything is trained: the evaluations' packages and data
+            check_run_needs(study)
+        # `--emit local` without FILE writes the script to standard output: the table goes to standard error, so
+        # that `> run.sh` is the script alone
+        script_to_stdout = bool(args.emit) and args.emit[0] == "local" and len(args.emit) == 1
+        print(plan_table(plan, throughput_for(study, args.tokens_per_second, args.benchmark)),
+              file=sys.stderr if script_to_stdout else sys.stdout)
         if args.emit and args.emit[0] == "slurm":
             # The report job is planned as this command was: the same --set and --scale.
             report_args = [word for override in args.overrides for word in ("--set", override)]
@@ -117,7 +124,7 @@ def main(argv=None) -> int:
                 write_script(Path(args.emit[1]), text, args.force)
                 print(f"wrote {args.emit[1]}")
             else:
-                print(text)
+                print(text, end="")
         if args.run:
             return run_plan(plan, args)
     except (UserError, OSError) as error:

@@ -13,6 +13,12 @@ from megamlm.eval.examples import TaggedSentence, TaskData, TextExample
 from megamlm.eval.readers import TaskDataError
 
 DATA_DIR_ENV = "MEGAMLM_EVAL_DATA"
+TASK_FILES = {
+    "rt-sentiment": "sentiment/rt_snippets.jsonl",
+    "brown-genre": "brown/brown.jsonl",
+    "brown-pos": "brown/brown_pos.jsonl",
+}
+"""The file of the data folder each task reads (a study's --run checks them all before its first step)."""
 
 
 def default_data_dir() -> Path:
@@ -44,7 +50,7 @@ def hash_split(key: str) -> str:
 def rt_sentiment(data_dir: Path) -> TaskData:
     """Rotten Tomatoes snippets, binary label (mean human score > 0), the file's own split
     (8,410 / 1,090 / 1,068)."""
-    rows = read_jsonl(data_file(data_dir, "sentiment/rt_snippets.jsonl", "rt-sentiment"))
+    rows = read_jsonl(data_file(data_dir, TASK_FILES["rt-sentiment"], "rt-sentiment"))
     splits = {"train": [], "validation": [], "test": []}
     for row in rows:
         splits[row["split"]].append(TextExample(row["text"], "positive" if row["label"] == 1 else "negative"))
@@ -58,7 +64,7 @@ def brown_genre(data_dir: Path) -> TaskData:
     """Brown Corpus genre (15 classes) of a paragraph: documents are cut at blank lines, paragraphs
     under 200 characters (headlines, short dialogue) are dropped; split by source file (about
     8,000 / 1,000 / 1,000 paragraphs)."""
-    rows = read_jsonl(data_file(data_dir, "brown/brown.jsonl", "brown-genre"))
+    rows = read_jsonl(data_file(data_dir, TASK_FILES["brown-genre"], "brown-genre"))
     splits = {"train": [], "validation": [], "test": []}
     for doc in rows:
         for paragraph in doc["text"].split("\n\n"):
@@ -73,7 +79,7 @@ POS_KEEP_EVERY = 5
 def brown_pos(data_dir: Path) -> TaskData:
     """Brown sentences with the 12 universal POS tags (tagging accuracy); every 5th sentence of each
     split in file order, to stay CPU-sized (about 9,200 / 1,100 / 1,100 sentences)."""
-    rows = read_jsonl(data_file(data_dir, "brown/brown_pos.jsonl", "brown-pos"))
+    rows = read_jsonl(data_file(data_dir, TASK_FILES["brown-pos"], "brown-pos"))
     splits = {"train": [], "validation": [], "test": []}
     seen = {"train": 0, "validation": 0, "test": 0}
     for row in rows:

@@ -9,11 +9,13 @@ import re
 from pathlib import Path
 from typing import get_args
 
+from megamlm import extras
 from megamlm.config import SECTION_CLASSES, ConfigError, objective_phases
 from megamlm.config.checks import check_phases, check_switches
 from megamlm.config.sections import ObjectiveConfig
 from megamlm.eval.finetune import Hyperparameters
-from megamlm.eval.paper_datasets import RETRIEVAL_CORPORA
+from megamlm.eval.local_data import DATA_DIR_ENV, TASK_FILES, default_data_dir
+from megamlm.eval.paper_datasets import PAPER_DATASETS, RETRIEVAL_CORPORA
 from megamlm.eval.tasks import TaskSettings
 from megamlm.model.config import PRESETS
 from megamlm.study.planning.claims_table import load_claims
@@ -222,6 +224,35 @@ def _validate_evaluation(e: Evaluation) -> None:
     for key in ("max_train_examples", "max_eval_examples"):
         if getattr(e, key) < 0:
             raise StudyError(f"evaluation.{key} must be >= 0 (0 = all), got {getattr(e, key)}")
+
+
+def check_run_needs(study: Study) -> None:
+    """What ``tools/plan_study.py --run`` needs on this machine beyond the study file, all checked before its first
+    step (the evaluations come after hours of pretraining): scikit-learn for the random-init baselines' trivial
+    baselines, datasets for the paper's sets, and the data folder's file of every local task (``TASK_FILES``), every
+    TYPE:PATH folder and the ``hf_datasets_dir``. A StudyError names everything missing in one line."""
+    e = study.evaluation
+    if e is None:
+        return
+    packages = [("sklearn", "the random-init baselines' trivial baselines")]
+    if any(task in PAPER_DATASETS for task in e.tasks):
+        packages.append(("datasets", "the paper's datasets"))
+    missing = [f"the {extras.extra(name).distribution} package for {purpose} ({extras.install_command(name)})"
+               for name, purpose in packages if not extras.installed(name)]
+    data_dir = study.resolve(e.data_dir) if e.data_dir else default_data_dir()
+    for task in e.tasks:
+        kind, colon, folder = task.partition(":")
+        if task in TASK_FILES and not (data_dir / TASK_FILES[task]).is_file():
+            missing.append(f"{TASK_FILES[task]} under the data folder {data_dir} for task {task} (set "
+                           f"evaluation.data_dir, or ${DATA_DIR_ENV}, to the folder that holds it)")
+        elif colon and task not in PAPER_DATASETS and not Path(folder).is_dir():
+            missing.append(f"the folder {folder} of task {task}")
+    if e.hf_datasets_dir and not study.resolve(e.hf_datasets_dir).is_dir():
+        missing.append(f"evaluation.hf_datasets_dir {study.resolve(e.hf_datasets_dir)} (fill it with "
+                       "tools/fetch_eval_datasets.py --save-to)")
+    if missing:
+        raise StudyError(f"--run would train and then fail its evaluations: missing {'; '.join(missing)}; nothing "
+                         "was run")
 
 
 def _nonempty_unique(values: list, where: str) -> None:

@@ -71,3 +71,36 @@ def test_the_random_init_models_own_fine_tuning_seeds_reach_its_evaluation_and_t
     assert all("--random-init-seeds" not in evaluate_command(plan, r) for r in others)
     seeds = {(k.model, k.seed) for k in evaluation_keys(plan)}
     assert {s for m, s in seeds if m == name} == {0, 1, 2} and {s for m, s in seeds if m != name} == {0}
+
+
+def test_emit_local_to_stdout_is_the_script_alone(small_study, tmp_path, monkeypatch, capsys):
+    """Issue 42: `--emit local > run.sh` printed the plan table before `#!/bin/bash`; the table goes to stderr."""
+    study_file = small_study().source
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    assert tool_main("plan_study")([str(study_file), "--emit", "local", "--root", "runs/small"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("#!/bin/bash\n") and "GPU-hours" not in out and "GPU-hours" in err
+    (tmp_path / "run.sh").write_text(out)
+    assert subprocess.run(["bash", "-n", str(tmp_path / "run.sh")]).returncode == 0
+    assert sum("pretrain.py" in line for line in out.splitlines()) == 9
+
+
+def test_run_names_every_missing_package_and_data_file_before_the_first_step(small_study, tmp_path, monkeypatch,
+                                                                              capsys):
+    """Issue 42: after `pip install -e .` a study's --run trained every run, then every evaluation failed (no
+    scikit-learn for the random-init baseline, then no ../shared/data). All of it is one line before any run."""
+    from megamlm import extras
+
+    real = extras.installed
+    monkeypatch.setattr(extras, "installed", lambda name: name != "sklearn" and real(name))
+    (tmp_path / "empty").mkdir()
+    study_file = small_study({"evaluation": {**EVALUATION, "tasks": ["brown-pos", "rt-sentiment", "austen-qa",
+                                                                      f"sequence_classification:{tmp_path}/mine"],
+                                             "data_dir": str(tmp_path / "empty")}}).source
+    monkeypatch.chdir(tmp_path)
+    capsys.readouterr()
+    status = tool_main("plan_study")([str(study_file), "--run", "--root", "runs/small"])
+    expect_one_line(capsys, status, "scikit-learn", 'pip install "megamlm[eval]"', "brown/brown_pos.jsonl",
+                    "sentiment/rt_snippets.jsonl", f"{tmp_path}/mine", "nothing was run")
+    assert not (tmp_path / "runs").exists()
