@@ -67,6 +67,7 @@ EXTRAS: dict[str, Extra] = {extra.module: extra for extra in (
     Extra("tiktoken", ("tiktoken",), "data"),
     Extra("datasets", ("datasets",), "eval"),
     Extra("sklearn", ("scikit-learn",), "eval", submodules=("sklearn.linear_model",)),
+    Extra("optimi", ("torch-optimi",), "optimi"),
 )}
 
 ACCELERATORS = ("flash_attn", "transformer_engine", "apex", "torchao", "triton")

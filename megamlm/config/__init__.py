@@ -7,6 +7,7 @@ derived from settings; and ``resolve``, the one place that completes and validat
     flags.py     the command line (one flag per field)
     derived.py   phases and switch steps, warmup/decay lengths, split weights, the resolved model shape
     batches.py   batch sizes fitted to the layout
+    rampup.py    samples per step: the global batch, or Megatron's batch-size ramp-up up to it
     checks.py    validation, one function per section
     resolve.py   adopt -> fit -> validate -> frozen
 """
@@ -49,6 +50,7 @@ from megamlm.config.loader import (
     settings_of,
     yaml_problem,
 )
+from megamlm.config.rampup import BatchSizes
 from megamlm.config.resolve import Adopter, given_config, launch_world_size, parse_args, resolve
 from megamlm.config.sections import (
     MODEL_FLAG_NAMES,
@@ -67,12 +69,14 @@ from megamlm.config.sections import (
     Objective,
     ObjectiveConfig,
     OptimizerImpl,
+    OptimizerName,
     ParallelConfig,
     PerformanceConfig,
     PipelineSchedule,
     Precision,
     TrainingConfig,
     ValidationConfig,
+    WSDDecayStyle,
 )
 from megamlm.errors import ConfigError
 
@@ -82,6 +86,7 @@ __all__ = [
     "batch_start",
     "fit_batch",
     "fit_batch_sizes",
+    "BatchSizes",
     "validate",
     "DEFAULT_EVAL_INTERVAL",
     "DEFAULT_EVAL_ITERS",
@@ -138,11 +143,13 @@ __all__ = [
     "Objective",
     "ObjectiveConfig",
     "OptimizerImpl",
+    "OptimizerName",
     "ParallelConfig",
     "PerformanceConfig",
     "PipelineSchedule",
     "Precision",
     "TrainingConfig",
     "ValidationConfig",
+    "WSDDecayStyle",
     "ConfigError",
 ]

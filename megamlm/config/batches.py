@@ -20,6 +20,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from megamlm.config import rampup
+from megamlm.config.rampup import BatchSizes
 from megamlm.config.recipes import RECIPES, recipe_batch
 from megamlm.config.sections import Config
 
@@ -57,8 +59,9 @@ def _fits(global_: int, micro: int, dp: int, min_micro_batches: int, multiple: i
 
 
 def fit_batch(micro: int | None, global_: int | None, dp: int, pp: int, interleaved: bool,
-              start: tuple[int, int] = DEFAULT_BATCH) -> BatchChoice:
-    """Fill the unset one(s) of (micro, global) for ``dp`` data-parallel ranks and a ``pp``-stage pipeline."""
+              start: tuple[int, int] = DEFAULT_BATCH, ramp: list[int] | None = None) -> BatchChoice:
+    """Fill the unset one(s) of (micro, global) for ``dp`` data-parallel ranks and a ``pp``-stage pipeline; a chosen
+    micro-batch also splits every batch of a (well-formed) ``--rampup-batch-size`` over the data-parallel ranks."""
     chosen = tuple(flag for flag, value in (("--micro-batch-size", micro), ("--global-batch-size", global_))
                    if value is None)
     min_micro_batches = pp if pp > 1 else 1
@@ -73,8 +76,10 @@ def fit_batch(micro: int | None, global_: int | None, dp: int, pp: int, interlea
     if global_ is None:  # the starting global batch, or the smallest above it that the layout can split
         unit = dp * multiple
         global_ = -(-max(start_global, dp * min_micro_batches) // unit) * unit
+    ramp_sizes = () if rampup.problem(ramp, global_) else BatchSizes(global_, tuple(ramp)).distinct()[:-1]
     for candidate in range(min(start_micro, global_), 0, -1):
-        if _fits(global_, candidate, dp, min_micro_batches, multiple):
+        if _fits(global_, candidate, dp, min_micro_batches, multiple) and not any(
+                size % (candidate * dp) for size in ramp_sizes):
             return BatchChoice(candidate, global_, chosen)
     # No micro-batch fits the given global batch: keep the start and let the layout check name the fix.
     return BatchChoice(start_micro, global_, chosen)
@@ -90,7 +95,7 @@ def fit_batch_sizes(cfg: Config, world_size: int) -> tuple[Config, str | None]:
         return cfg, None  # values the checks refuse, naming the fix
     dp = world_size // (tp * pp)
     choice = fit_batch(t.micro_batch_size, t.global_batch_size, dp, pp, p.pipeline_schedule == "interleaved_1f1b",
-                       batch_start(cfg.model.model))
+                       batch_start(cfg.model.model), t.rampup_batch_size)
     if not choice.chosen:
         return cfg, None
     training = dataclasses.replace(t, micro_batch_size=choice.micro, global_batch_size=choice.global_)

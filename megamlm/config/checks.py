@@ -12,6 +12,7 @@ import dataclasses
 import math
 from typing import get_type_hints
 
+from megamlm.config import rampup
 from megamlm.config.derived import (
     DEFAULT_SWITCH,
     SHAPE_FIELDS,
@@ -227,6 +228,9 @@ def check_training(cfg: Config) -> None:
     if t.micro_batch_size and t.global_batch_size and t.global_batch_size % t.micro_batch_size:
         raise ConfigError(f"--global-batch-size {t.global_batch_size} is not divisible by --micro-batch-size "
                           f"{t.micro_batch_size}; pick a global batch that is a multiple of the micro-batch")
+    if ramp_problem := rampup.problem(t.rampup_batch_size, t.global_batch_size):
+        raise ConfigError(ramp_problem)
+    check_optimizer(cfg)
     if t.lr_warmup_fraction is not None and not 0.0 <= t.lr_warmup_fraction < 1.0:
         raise ConfigError(f"--lr-warmup-fraction must be in [0, 1), got {t.lr_warmup_fraction}")
     if t.lr_wsd_decay_fraction is not None and not 0.0 < t.lr_wsd_decay_fraction <= 1.0:
@@ -241,6 +245,18 @@ def check_training(cfg: Config) -> None:
                           "(--lr-warmup-fraction / --lr-wsd-decay-fraction)")
     if t.max_skipped_steps < 1:
         raise ConfigError(f"--max-skipped-steps must be at least 1, got {t.max_skipped_steps}")
+
+
+def check_optimizer(cfg: Config) -> None:
+    """StableAdamW comes from torch-optimi (looked up, never imported, here) and has one implementation."""
+    if cfg.training.optimizer != "stableadamw":
+        return
+    if not installed("optimi"):
+        raise ConfigError(missing_message("optimi", "--optimizer stableadamw") + ", or use --optimizer adamw")
+    if cfg.performance.optimizer_impl != "torch":
+        raise ConfigError(f"--optimizer-impl {cfg.performance.optimizer_impl} picks AdamW's kernel, and "
+                          "--optimizer stableadamw has torch-optimi's only: drop --optimizer-impl, or use "
+                          "--optimizer adamw")
 
 
 def check_checkpoint(cfg: Config) -> None:

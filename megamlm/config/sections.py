@@ -38,6 +38,9 @@ PHASE_OBJECTIVES = ("mlm", "clm", "mntp")
 Objective = Literal[tuple(OBJECTIVE_PHASES)]
 """The named objectives (a phase sequence such as ``mlm,clm,mlm`` is a str beside them)."""
 LRDecayStyle = Literal["wsd", "cosine", "linear", "constant"]
+WSDDecayStyle = Literal["linear", "cosine", "exponential", "minus_sqrt"]
+"""The shape of WSD's final decay, by Megatron's names (``--lr-wsd-decay-style``; minus_sqrt is the 1-sqrt decay)."""
+OptimizerName = Literal["adamw", "stableadamw"]
 Precision = Literal["auto", "bf16", "fp32"]
 Device = Literal["auto", "cpu", "cuda"]
 DataParallelImpl = Literal["fsdp", "ddp"]
@@ -159,6 +162,12 @@ class TrainingConfig:
     global_batch_size: int | None = setting(None, "batch")
     """Samples per optimizer step; gradient accumulation = global / (micro x data-parallel) (default: 16, or 1,152
     for the paper presets, raised only where the layout needs more micro-batches; logged)."""
+    rampup_batch_size: list[int] | None = setting(None, "batch")
+    """Batch-size ramp-up, Megatron's START INCREMENT SAMPLES: the first steps take START samples each, and the
+    batch grows by INCREMENT every SAMPLES / ((global - START) / INCREMENT) samples consumed, up to
+    --global-batch-size once SAMPLES are consumed; each size a multiple of micro x data-parallel. A warmup counted
+    in tokens (ModernBERT's: from B0 to the global batch over T tokens, one micro-batch per device at a time) is
+    START B0, INCREMENT micro x data-parallel, SAMPLES T / --seq-length (default: no ramp-up)."""
     lr: float = setting(3e-3, "schedule")
     """Peak learning rate."""
     min_lr: float = setting(0.0, "schedule")
@@ -175,6 +184,14 @@ class TrainingConfig:
     lr_wsd_decay_fraction: float | None = setting(None, "schedule")
     """WSD: the final decay as a fraction of --train-iters (instead of --lr-wsd-decay-iters;
     default: unset)."""
+    lr_wsd_decay_style: WSDDecayStyle = setting("linear", "schedule")
+    """WSD: the shape of the final decay, Megatron's names for the factor on (lr - min-lr) when a fraction r of the
+    decay is done: linear 1 - r, cosine (1 + cos(pi r)) / 2, exponential 2 x 0.5^r - 1, or minus_sqrt 1 - sqrt(r)
+    (the 1-sqrt decay of ModernBERT and Ettin)."""
+    optimizer: OptimizerName = setting("adamw", "optimizer")
+    """adamw (torch's AdamW; --optimizer-impl picks its kernel) or stableadamw (StableAdamW of torch-optimi, as
+    ModernBERT trains: AdamW whose step is scaled down per tensor where the gradient outgrows its second moment;
+    needs pip install "megamlm[optimi]"). Both take --lr, --weight-decay, --adam-beta1/2 and --adam-eps alike."""
     weight_decay: float = setting(0.1, "optimizer")
     """AdamW weight decay, applied to matrices only."""
     adam_beta1: float = setting(0.9, "optimizer")

@@ -7,12 +7,15 @@ batch starts at `consumed_samples` (0, or where a checkpoint left off), each nex
 later. The ids depend only on (consumed samples, GBS, micro-batch size, dp rank, dp size), so
 the objective, loader workers and prefetching cannot change the order, and a run resumed with
 another global batch size continues the same stream with no repeat and no gap.
+
+Under a batch-size ramp-up (config/rampup.py) the global batches of the remaining steps are given as their sizes
+(``batch_sizes``): each starts where the one before it ended, so the stream is the same one, consumed in order.
 """
 
 from __future__ import annotations
 
 import signal
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -29,6 +32,9 @@ class GlobalBatchSampler:
     remaining steps x GBS). `consumed_samples` need not be a multiple of the global batch size.
     Iterating advances it by GBS as each global batch is delivered, so a checkpoint taken after
     a training step resumes at the next sample.
+
+    ``batch_sizes``: the size of each global batch from ``consumed_samples`` on, one per remaining step (a ramp-up),
+    instead of GBS each; they end at ``total_samples``.
     """
 
     def __init__(
@@ -39,15 +45,17 @@ class GlobalBatchSampler:
         dp_rank: int = 0,
         dp_size: int = 1,
         consumed_samples: int = 0,
+        batch_sizes: Sequence[int] | None = None,
     ):
         if global_batch_size < 1 or micro_batch_size < 1 or dp_size < 1:
             raise DataError("global batch size, micro-batch size and data-parallel size must be positive")
-        if global_batch_size % (micro_batch_size * dp_size):
-            raise DataError(
-                f"global batch size {global_batch_size} is not divisible by micro-batch size {micro_batch_size} x "
-                f"data-parallel size {dp_size}; pick a global batch size that is a multiple of "
-                f"{micro_batch_size * dp_size}"
-            )
+        for size in sorted({int(global_batch_size), *(batch_sizes or ())}):
+            if size < 1 or size % (micro_batch_size * dp_size):
+                raise DataError(
+                    f"global batch size {size} is not divisible by micro-batch size {micro_batch_size} x "
+                    f"data-parallel size {dp_size}; pick a global batch size that is a multiple of "
+                    f"{micro_batch_size * dp_size}"
+                )
         if not 0 <= dp_rank < dp_size:
             raise DataError(f"data-parallel rank {dp_rank} is outside [0, {dp_size})")
         self.total_samples = int(total_samples)
@@ -57,31 +65,55 @@ class GlobalBatchSampler:
         self.dp_size = int(dp_size)
         self.local_batch_size = self.global_batch_size // self.dp_size
         self.num_micro_batches = self.local_batch_size // self.micro_batch_size
+        self.ramp = None
+        if batch_sizes is not None:  # (first sample of each global batch, its size), from the consumed count on
+            sizes = np.asarray(batch_sizes, dtype=np.int64)
+            starts = int(consumed_samples) + np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+            self.ramp = (starts, sizes)
+            if len(sizes) and int(starts[-1] + sizes[-1]) != self.total_samples:
+                raise DataError(f"the global batches end at sample {int(starts[-1] + sizes[-1])}, not at the run's "
+                                f"last {self.total_samples}")
         self.consumed_samples = 0
         self.load_state_dict({"consumed_samples": consumed_samples})
 
-    def global_batch_at(self, start: int) -> list[list[int]]:
-        """This rank's micro-batches of the global batch holding samples [start, start + GBS)."""
-        first = int(start) + self.dp_rank * self.local_batch_size
+    def global_batch_at(self, start: int, size: int | None = None) -> list[list[int]]:
+        """This rank's micro-batches of the global batch holding samples [start, start + size) (size: GBS)."""
+        local = self.local_batch_size if size is None else int(size) // self.dp_size
+        first = int(start) + self.dp_rank * local
         mbs = self.micro_batch_size
-        return [list(range(first + i * mbs, first + (i + 1) * mbs)) for i in range(self.num_micro_batches)]
+        return [list(range(first + i * mbs, first + (i + 1) * mbs)) for i in range(local // mbs)]
 
-    def batch_starts(self, start: int | None = None) -> range:
+    def batch_plan(self, start: int | None = None) -> list[tuple[int, int]]:
+        """(first sample, size) of each global batch from `start` (default: the consumed count) to the end of the
+        run."""
+        if start is None:
+            start = self.consumed_samples
+        if self.ramp is None:
+            return [(s, self.global_batch_size) for s in self.batch_starts(start)]
+        starts, sizes = self.ramp
+        first = int(np.searchsorted(starts, int(start)))
+        if first < len(starts) and starts[first] != start:
+            raise DataError(f"sample {start} is not where a global batch of this run's ramp-up starts")
+        return list(zip(starts[first:].tolist(), sizes[first:].tolist()))
+
+    def batch_starts(self, start: int | None = None) -> range | list[int]:
         """First sample of each global batch from `start` (default: the consumed count) to the end of the run."""
         if start is None:
             start = self.consumed_samples
+        if self.ramp is not None:
+            return [s for s, _ in self.batch_plan(start)]
         count = max(0, (self.total_samples - int(start)) // self.global_batch_size)
         return range(int(start), int(start) + count * self.global_batch_size, self.global_batch_size)
 
     def global_batches(self, start: int | None = None) -> Iterator[list[list[int]]]:
         """Global batches from sample `start` (default: the consumed count) on; changes no state."""
-        for s in self.batch_starts(start):
-            yield self.global_batch_at(s)
+        for s, size in self.batch_plan(start):
+            yield self.global_batch_at(s, size)
 
     def __iter__(self) -> Iterator[list[list[int]]]:
-        for s in self.batch_starts():
-            batch = self.global_batch_at(s)
-            self.consumed_samples = s + self.global_batch_size
+        for s, size in self.batch_plan():
+            batch = self.global_batch_at(s, size)
+            self.consumed_samples = s + size
             yield batch
 
     def __len__(self) -> int:
@@ -134,7 +166,8 @@ class _MicroBatchIds:
             yield from batch
 
     def __len__(self) -> int:
-        return len(self.sampler.batch_starts(self.start)) * self.sampler.num_micro_batches
+        unit = self.sampler.micro_batch_size * self.sampler.dp_size
+        return sum(size // unit for _, size in self.sampler.batch_plan(self.start))
 
 
 def _ignore_stop_signals(worker_id: int) -> None:
@@ -169,10 +202,11 @@ class MicroBatchLoader:
 
     def __iter__(self):
         sampler = self.sampler
-        starts = sampler.batch_starts()
+        plan = sampler.batch_plan()
+        unit = sampler.micro_batch_size * sampler.dp_size
         loader = DataLoader(
             _SampleFetcher(self.dataset),
-            batch_sampler=_MicroBatchIds(sampler, starts.start),
+            batch_sampler=_MicroBatchIds(sampler, sampler.consumed_samples),
             num_workers=self.num_workers,
             collate_fn=_collate,
             pin_memory=self.pin_memory,
@@ -183,8 +217,9 @@ class MicroBatchLoader:
         delivered = 0
         for micro_batch in loader:
             pending.append(micro_batch)
-            if len(pending) == sampler.num_micro_batches:
-                sampler.consumed_samples = starts[delivered] + sampler.global_batch_size
+            start, size = plan[delivered]
+            if len(pending) == size // unit:
+                sampler.consumed_samples = start + size
                 yield pending
                 pending = []
                 delivered += 1

@@ -32,7 +32,8 @@ OPTIMIZER_FLAGS = {"weight_decay": "--weight-decay", "adam_beta1": "--adam-beta1
                    "adam_eps": "--adam-eps", "clip_grad": "--clip-grad"}
 LR_FLAGS = {"peak_lr": "--lr", "min_lr": "--min-lr", "style": "--lr-decay-style",
             "warmup_iters": "--lr-warmup-iters/--lr-warmup-fraction",
-            "decay_iters": "--lr-wsd-decay-iters/--lr-wsd-decay-fraction", "train_iters": "--train-iters"}
+            "decay_iters": "--lr-wsd-decay-iters/--lr-wsd-decay-fraction", "train_iters": "--train-iters",
+            "wsd_decay_style": "--lr-wsd-decay-style"}
 OBJECTIVE_FLAGS = {"objective": "--objective", "switch_step": "--switch/--switch-step", "train_iters": "--train-iters"}
 
 
@@ -68,7 +69,8 @@ class Segment:
         place a config's schedules are derived (switch step, warmup and decay lengths), for the run
         (training/setup.py) and the planners alike."""
         t = cfg.training
-        lr = LRSchedule(t.lr, t.min_lr, t.lr_decay_style, warmup_iters(t), wsd_decay_iters(t), t.train_iters)
+        lr = LRSchedule(t.lr, t.min_lr, t.lr_decay_style, warmup_iters(t), wsd_decay_iters(t), t.train_iters,
+                        t.lr_wsd_decay_style)
         objective = schedule_state(cfg.objective.objective, t.train_iters, switch_steps(cfg.objective, t.train_iters))
         return cls(1, objective, lr.state_dict(), {key: getattr(t, key) for key in OPTIMIZER_FLAGS},
                    t.global_batch_size)

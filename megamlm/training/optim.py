@@ -1,5 +1,6 @@
-"""The optimizer and its learning rate: AdamW with weight decay on matrices only, and the LR schedules
-(warmup-stable-decay by default, cosine, linear, constant)."""
+"""The optimizer and its learning rate: AdamW (or torch-optimi's StableAdamW) with weight decay on matrices only, and
+the LR schedules (warmup-stable-decay by default, its decay linear, cosine, exponential or 1-sqrt as Megatron names
+them; cosine, linear, constant)."""
 
 from __future__ import annotations
 
@@ -9,21 +10,29 @@ from array import array
 import torch
 
 from megamlm import extras
-from megamlm.config import LRDecayStyle
+from megamlm.config import LRDecayStyle, OptimizerName, WSDDecayStyle
 from megamlm.errors import ResumeError
 
 _FUSED_DEVICES = ("cuda", "cpu")
 
 
 def build_optimizer(model: torch.nn.Module, lr: float, weight_decay: float, betas: tuple[float, float],
-                    eps: float, impl: str = "torch") -> torch.optim.Optimizer:
+                    eps: float, impl: str = "torch", name: OptimizerName = "adamw") -> torch.optim.Optimizer:
     """AdamW, torch's fused kernel on GPU and CPU; ``impl="apex"`` uses apex's FusedAdam (decoupled weight decay,
-    as AdamW)."""
+    as AdamW). ``name="stableadamw"``: torch-optimi's StableAdamW with the same groups and settings (its weight
+    decay decoupled and scaled by the learning rate, as AdamW's)."""
     decay, no_decay = [], []
     for p in model.parameters():
         if p.requires_grad:
             (decay if p.ndim >= 2 else no_decay).append(p)
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    if name == "stableadamw":
+        optimi = extras.require("optimi", "--optimizer stableadamw")
+        # optimi picks its Triton kernel by itself on a GPU; elsewhere it would ask Triton for a GPU driver (and fail
+        # where Triton is installed), so its for-loop update is named there.
+        on_gpu = bool(decay + no_decay) and all(p.device.type == "cuda" for p in decay + no_decay)
+        return optimi.StableAdamW(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                                  triton=None if on_gpu else False)
     if impl == "apex":
         extras.require("apex", "--optimizer-impl apex")
         from apex.optimizers import FusedAdam
@@ -43,16 +52,39 @@ def set_hyperparameters(optimizer: torch.optim.Optimizer, weight_decay: float, b
     for group in optimizer.param_groups:
         is_matrix_group = any(p.ndim >= 2 for p in group["params"])
         group["weight_decay"] = weight_decay if is_matrix_group else 0.0
-        group["betas"], group["eps"] = betas, eps
+        group["eps"] = eps
+        if "betas" in group:
+            group["betas"] = betas
+        else:  # torch-optimi keeps them apart
+            group["beta1"], group["beta2"] = betas
+
+
+WSD_DECAY_NAMES = {"linear": "a linear", "cosine": "a cosine", "exponential": "an exponential",
+                   "minus_sqrt": "a 1-sqrt"}
+
+
+def wsd_decay_factor(style: WSDDecayStyle, decayed: float) -> float:
+    """The factor on (peak - min) once the fraction ``decayed`` of WSD's decay is done: 1 at its start, 0 at its end;
+    Megatron's shapes by Megatron's names (megatron-core's ``OptimizerParamScheduler``, ``--lr-wsd-decay-style``)."""
+    if style == "linear":
+        return 1.0 - decayed
+    if style == "cosine":
+        return 0.5 * (math.cos(math.pi * decayed) + 1.0)
+    if style == "exponential":
+        return 2.0 * math.pow(0.5, decayed) - 1.0
+    if style == "minus_sqrt":
+        return 1.0 - math.sqrt(decayed)
+    raise ValueError(f"unknown WSD decay style {style!r}")
 
 
 class LRSchedule:
     """The learning rate of each 1-based step; stateless except for its settings, which a resume checks."""
 
     def __init__(self, peak_lr: float, min_lr: float, style: LRDecayStyle, warmup_iters: int, decay_iters: int,
-                 train_iters: int):
+                 train_iters: int, wsd_decay_style: WSDDecayStyle = "linear"):
         self.peak_lr, self.min_lr, self.style = peak_lr, min_lr, style
         self.warmup_iters, self.decay_iters, self.train_iters = warmup_iters, decay_iters, train_iters
+        self.wsd_decay_style = wsd_decay_style
 
     def lr_at(self, step: int) -> float:
         if self.warmup_iters and step <= self.warmup_iters:
@@ -65,7 +97,7 @@ class LRSchedule:
             if step <= decay_start:
                 return self.peak_lr
             decayed = min((step - decay_start) / self.decay_iters, 1.0)
-            return self.min_lr + span * (1.0 - decayed)  # exactly min_lr at the end: never below it
+            return self.min_lr + span * wsd_decay_factor(self.wsd_decay_style, decayed)  # exactly min_lr at the end
         progress = (step - self.warmup_iters) / max(1, self.train_iters - self.warmup_iters)
         progress = min(max(progress, 0.0), 1.0)
         if self.style == "cosine":
@@ -88,15 +120,20 @@ class LRSchedule:
             shape = "constant"
         elif self.style == "wsd":
             decay = "the last step" if self.decay_iters == 1 else f"the last {self.decay_iters} steps"
-            shape = (f"constant to step {self.train_iters - self.decay_iters} and a linear decay over {decay} to "
-                     f"{self.min_lr:g} (wsd)")
+            shape = (f"constant to step {self.train_iters - self.decay_iters} and "
+                     f"{WSD_DECAY_NAMES[self.wsd_decay_style]} decay over {decay} to {self.min_lr:g} (wsd)")
         else:
             shape = f"{self.style} decay to {self.min_lr:g} at step {self.train_iters}"
         return f"learning rate {self.peak_lr:g}: {warmup}{shape}"
 
     def state_dict(self) -> dict:
-        return dict(peak_lr=self.peak_lr, min_lr=self.min_lr, style=self.style, warmup_iters=self.warmup_iters,
-                    decay_iters=self.decay_iters, train_iters=self.train_iters)
+        """The settings; the WSD decay's shape only where it is not the linear one (the only shape before it could
+        be chosen), so that earlier checkpoints' and run records' schedules read as the same schedule."""
+        state = dict(peak_lr=self.peak_lr, min_lr=self.min_lr, style=self.style, warmup_iters=self.warmup_iters,
+                     decay_iters=self.decay_iters, train_iters=self.train_iters)
+        if self.wsd_decay_style != "linear":
+            state["wsd_decay_style"] = self.wsd_decay_style
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         """Resume checks compare schedules before any work (training/resume.py); this only guards against a

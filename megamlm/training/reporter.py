@@ -17,7 +17,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 from torch.utils.tensorboard import SummaryWriter
@@ -61,10 +61,11 @@ def read_steps(steps: list[PendingStep]) -> list[StepOutcome]:
 class StepLedger:
     """Steps the host has not read yet, and their accounting once read."""
 
-    def __init__(self, guard: NonFiniteGuard, reporter: RunReporter, global_batch_size: int,
+    def __init__(self, guard: NonFiniteGuard, reporter: RunReporter, batch_sizes: Sequence[int],
                  on_step: Callable[[StepOutcome], None] | None = None):
         self.guard, self.reporter, self.on_step = guard, reporter, on_step
-        self.global_batch_size = global_batch_size
+        self.batch_sizes = batch_sizes
+        """The global batch of each step (step k at index k - 1)."""
         self.pending: list[PendingStep] = []
 
     def add(self, step: PendingStep) -> None:
@@ -84,7 +85,7 @@ class StepLedger:
                     f"{self.guard.max_in_a_row}")
             if self.guard.record(s.step, s.applied, s.loss, s.grad_norm, s.sample_ids):
                 return s.step
-            self.reporter.step(s, self.global_batch_size)
+            self.reporter.step(s, self.batch_sizes[s.step - 1])
         return None
 
 

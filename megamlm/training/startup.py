@@ -19,6 +19,7 @@ from typing import Mapping, get_args
 import torch
 
 from megamlm.config import (
+    BatchSizes,
     Config,
     ConfigError,
     DataParallelImpl,
@@ -30,6 +31,7 @@ from megamlm.config import (
     resolved_shape,
     validation_enabled,
 )
+from megamlm.config.rampup import layout_problem as rampup_layout_problem
 from megamlm.errors import LayoutError, os_error_text
 from megamlm.hf.hf_source import is_hf_model
 from megamlm.kernels import check_kernel_backend
@@ -189,8 +191,22 @@ def check_pipeline(parallel: ParallelConfig, num_layers: int) -> None:
 
 
 def check_micro_batches(parallel: ParallelConfig, training: TrainingConfig, dp: int) -> None:
-    """The global batch splits into micro-batches over the data-parallel ranks, enough of them for the pipeline."""
+    """The global batch splits into micro-batches over the data-parallel ranks, enough of them for the pipeline; so
+    does every batch of a ramp-up (config/rampup.py), the smallest first."""
     pp, micro, global_ = parallel.pipeline_model_parallel_size, training.micro_batch_size, training.global_batch_size
+    sizes = BatchSizes.of(training)
+    if problem := rampup_layout_problem(sizes, micro, dp):
+        raise LayoutError(problem)
+    smallest = sizes.distinct()[0]
+    if smallest != global_ and pp > 1 and smallest // (micro * dp) < pp:
+        raise LayoutError(f"pipeline parallelism needs at least PP={pp} micro-batches per step per data-parallel "
+                          f"rank, and --rampup-batch-size starts at global {smallest} = "
+                          f"{smallest // (micro * dp)} micro-batches of {micro} x DP {dp}; raise its START or lower "
+                          "--micro-batch-size")
+    if sizes.rampup is not None and pp > 1 and parallel.pipeline_schedule == "interleaved_1f1b" and any(
+            (size // (micro * dp)) % pp for size in sizes.distinct()):
+        raise LayoutError(f"interleaved 1F1B runs micro-batches in rounds of PP={pp}: make --rampup-batch-size's "
+                          f"START and INCREMENT multiples of micro {micro} x DP {dp} x PP {pp}")
     if global_ % (micro * dp):
         raise LayoutError(f"--global-batch-size {global_} is not divisible by --micro-batch-size "
                           f"{micro} x data-parallel size {dp}; use a multiple of {micro * dp}")

@@ -29,7 +29,7 @@ from megamlm.checkpoint import load_model_weights
 from megamlm.checkpoint.checkpointer import CheckpointSaveError
 from megamlm.checkpoint.lock import lock_save_folder
 from megamlm.checkpoint.manager import CheckpointManager, SavePolicy
-from megamlm.config import Config, unused_lr_settings
+from megamlm.config import BatchSizes, Config, unused_lr_settings
 from megamlm.data import GlobalBatchSampler, MicroBatchLoader, StreamSpec, build_train_dataset
 from megamlm.extras import detect_optional_extras
 from megamlm.hf.init_from import warn_if_context_shorter
@@ -130,6 +130,8 @@ class Trainer:
     """What every step reads and none changes (training/step.py), decided before the first step."""
     lrs: array | None = field(default=None, init=False)
     """The learning rate of each step (``LRSchedule.table``: step k at index k - 1)."""
+    batch_sizes: array | None = field(default=None, init=False)
+    """The global batch of each step (``BatchSizes.sizes``, config/rampup.py: step k at index k - 1)."""
     reporter: RunReporter | None = field(default=None, init=False)
     ledger: StepLedger | None = field(default=None, init=False)
     """The finished steps the host has not read yet (training/reporter.py)."""
@@ -148,10 +150,11 @@ class Trainer:
         self.streak = skip_streak(self.guard, self.optimizer, self.device, self.read_on_device)
         self.step_setup = StepSetup.of(self.pm, self.device, t.clip_grad, t.precision)
         self.lrs = self.lr_schedule.table(t.train_iters)
+        self.batch_sizes = BatchSizes.of(t).sizes(t.train_iters)
         self.reporter = RunReporter(self.cfg.checkpoint.save, log_cfg.tensorboard_dir, log_cfg.log_interval,
                                     t.train_iters, self.result.start_step, self.plan.model_args, self.device,
                                     self.plan.dims.world_size)
-        self.ledger = StepLedger(self.guard, self.reporter, t.global_batch_size, self.on_step)
+        self.ledger = StepLedger(self.guard, self.reporter, self.batch_sizes, self.on_step)
         run_start = time.perf_counter()
         batches = iter(self.loader)
         self.pm.train()
@@ -172,7 +175,7 @@ class Trainer:
 
     def run_step(self, loaded: list[dict]) -> PendingStep:
         """One optimizer step on the next global batch (``loaded``: this rank's micro-batches from the loader)."""
-        t, schedule = self.cfg.training, self.schedule
+        schedule = self.schedule
         step = self.progress.step + 1
         objective = schedule.objective_at(step)
         document_mask = self.cfg.performance.document_mask
@@ -183,7 +186,7 @@ class Trainer:
             micro_batches = [pin_batch(b) for b in micro_batches]
         lr = self.lrs[step - 1]
         result = train_step(self.step_setup, self.optimizer, micro_batches, lr, streak=self.streak)
-        self.progress.advance(t.global_batch_size)
+        self.progress.advance(self.batch_sizes[step - 1])
         self.result.last_step = step
         return PendingStep(result, step, objective, lr, [k for b in micro_batches for k in b.sample_ids],
                            self.progress.consumed_samples, schedule.is_switch_step(step))
@@ -281,13 +284,15 @@ def build_trainer(cfg: Config, signals: ExitSignalHandler, held: ExitStack,
         log(note)
 
     progress = start.progress()
-    validation, dataset, end_sample = load_data(cfg, plan, progress)
+    batch_sizes = BatchSizes.of(t)
+    validation, dataset, end_sample = load_data(cfg, plan, progress, batch_sizes)
     pm = build_parallel_model(cfg, plan, mesh, device)
     optimizer = build_optimizer(pm.model, t.lr, t.weight_decay, (t.adam_beta1, t.adam_beta2), t.adam_eps,
-                                impl=cfg.performance.optimizer_impl)
+                                impl=cfg.performance.optimizer_impl, name=t.optimizer)
+    ramp = batch_sizes.sizes(t.train_iters)[progress.step:] if batch_sizes.rampup is not None else None
     sampler = GlobalBatchSampler(total_samples=end_sample, global_batch_size=t.global_batch_size,
                                  micro_batch_size=t.micro_batch_size, dp_rank=pm.dp_rank, dp_size=pm.dp_size,
-                                 consumed_samples=progress.consumed_samples)
+                                 consumed_samples=progress.consumed_samples, batch_sizes=ramp)
     guard = NonFiniteGuard(t.max_skipped_steps)
     schedule = plan.objective_schedule
     policy = SavePolicy(c.save, t.train_iters, c.save_interval, c.keep_last, pinned_steps(cfg, schedule.switch_steps))
@@ -310,12 +315,12 @@ def build_trainer(cfg: Config, signals: ExitSignalHandler, held: ExitStack,
                    on_step, read_on_device)
 
 
-def load_data(cfg: Config, plan: RunPlan, progress: TrainProgress):
+def load_data(cfg: Config, plan: RunPlan, progress: TrainProgress, batch_sizes: BatchSizes):
     """The validation set, then the training samples up to the run's last; returns (validation, dataset,
     end_sample)."""
     t = cfg.training
     # The run's samples end here; the sample stream itself does not depend on it.
-    end_sample = progress.consumed_samples + max(t.train_iters - progress.step, 0) * t.global_batch_size
+    end_sample = progress.consumed_samples + sum(batch_sizes.sizes(t.train_iters)[progress.step:])
     group = dist.group.WORLD if plan.dims.is_parallel else None
     seq_length, vocab_size = plan.model_args.max_seq_length, plan.model_args.vocab_size
     # The (small) validation set first: its errors come before the training index is built.
@@ -380,6 +385,8 @@ def announce(trainer: Trainer) -> None:
     log(trainer.schedule.describe())
     unused = unused_lr_settings(cfg.training)
     log(trainer.lr_schedule.describe() + (f" ({unused})" if unused else ""))
+    if ramp := BatchSizes.of(cfg.training).describe():
+        log(ramp)
     log(f"data: {', '.join(plan.data_path)} | samples {trainer.progress.consumed_samples}-{trainer.end_sample - 1} "
         f"of the stream | tokenizer {plan.tokenizer_path} | device {trainer.device}")
     if trainer.validation is not None:

@@ -83,12 +83,13 @@ def _cases(tmp: Path) -> list[tuple[str, list, str]]:
         ("flash_attn", [REPO / "pretrain.py", "--attention-backend", "flash", "--dry-run"], "flash"),
         ("sklearn", [REPO / "tools/evaluate.py", "--probe", "linear", "--model", "m=m.gguf", "--tasks", "austen-novel",
                      "--output", "probe"], "eval"),
+        ("optimi", [REPO / "pretrain.py", "--optimizer", "stableadamw", "--dry-run"], "optimi"),
     ]
 
 
 CASE_IDS = ["gguf-convert_from_hf", "gguf-pretrain", "accelerate-convert_from_hf", "pyarrow-preprocess",
             "zstandard-preprocess", "tiktoken-preprocess", "sentencepiece-preprocess", "datasets-fetch",
-            "torchao-pretrain", "triton-pretrain", "flash_attn-pretrain", "sklearn-probe"]
+            "torchao-pretrain", "triton-pretrain", "flash_attn-pretrain", "sklearn-probe", "optimi-pretrain"]
 
 
 @pytest.mark.parametrize("index", range(len(CASE_IDS)), ids=CASE_IDS)

@@ -64,7 +64,7 @@ def test_the_test_extra_installs_what_a_cpu_machine_runs_and_ci_adds_the_gpu_pac
     assert not {re.split(r"[<>=\[ ]", d)[0] for d in optional["test"]} & gpu
     assert {re.split(r"[<>=\[ ]", d)[0] for e in ("kernels", "fp8") for d in optional[e]} == {"triton", "torchao"}
     assert 'pip install -e ".[test]"' in (root / "README.md").read_text()
-    assert '-e ".[test,kernels,fp8]"' in (root / ".ci" / "run").read_text()
+    assert '-e ".[test,kernels,fp8,optimi]"' in (root / ".ci" / "run").read_text()
 
 
 def test_require_raises_one_user_error_line_naming_the_extra(monkeypatch):

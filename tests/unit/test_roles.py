@@ -23,5 +23,6 @@ def test_roles_select_fields_by_role_and_by_resume_rule():
     assert ("training", "seed") in fields_with(SECTION_CLASSES, "refuse")
     assert ("objective", "mask_ratio") in fields_with(SECTION_CLASSES, "masking")
     optimizer = fields_with(SECTION_CLASSES, "optimizer")
-    assert [name for _, name in optimizer] == ["weight_decay", "adam_beta1", "adam_beta2", "adam_eps", "clip_grad"]
+    assert [name for _, name in optimizer] == ["optimizer", "weight_decay", "adam_beta1", "adam_beta2", "adam_eps",
+                                              "clip_grad"]
     assert not set(fields_with(SECTION_CLASSES, "ignore")) & set(fields_with(SECTION_CLASSES, "refuse", "history"))

@@ -77,3 +77,82 @@ def test_a_wsd_decay_length_with_another_style_is_named_as_unused():
         "--lr-wsd-decay-iters unused: it sets the decay of --lr-decay-style wsd, and this run's style is cosine")
     assert unused("--lr-decay-style", "linear", "--lr-wsd-decay-fraction", "0.1") == (
         "--lr-wsd-decay-fraction unused: it sets the decay of --lr-decay-style wsd, and this run's style is linear")
+
+
+def test_the_default_lr_table_is_bitwise_the_one_before_wsd_decay_styles():
+    """Issue 44, item 5: adding --lr-wsd-decay-style changes no float of the default (linear) WSD schedule. The digest
+    is of the tables the code before the styles produced (commit 57cb90b) for these runs."""
+    import hashlib
+
+    from megamlm.config import TrainingConfig, warmup_iters, wsd_decay_iters
+
+    digest = hashlib.sha256()
+    for iters in (1, 2, 7, 300, 1000, 42000):
+        for min_lr in (0.0, 1e-5):
+            t = TrainingConfig(train_iters=iters, min_lr=min_lr)
+            schedule = LRSchedule(3e-3, min_lr, "wsd", warmup_iters(t), wsd_decay_iters(t), iters,
+                                  t.lr_wsd_decay_style)
+            digest.update(schedule.table(iters).tobytes())
+    digest.update(LRSchedule(5e-4, 5e-5, "wsd", 2000, 2000, 42000).table(42000).tobytes())
+    assert digest.hexdigest() == "44513f4c48b2c2a443b56d1968c640f5c883757167752df642386d17e583536f"
+    # and the linear schedule's settings read as before (earlier checkpoints' schedules are the same schedule)
+    assert "wsd_decay_style" not in LRSchedule(1.0, 0.0, "wsd", 1, 1, 4).state_dict()
+    assert LRSchedule(1.0, 0.0, "wsd", 1, 1, 4, "cosine").state_dict()["wsd_decay_style"] == "cosine"
+
+
+def _megatron_lrs(peak, min_lr, warmup, decay, iters, style):
+    """The LR megatron-core's OptimizerParamScheduler holds after each of ``iters`` steps (WSD over the whole run)."""
+    scheduler_module = pytest.importorskip("megatron.core.optimizer_param_scheduler",
+                                           reason="megatron-core is in the [test] extra")
+    import inspect
+
+    if "lr_wsd_decay_style" not in inspect.signature(scheduler_module.OptimizerParamScheduler).parameters:
+        pytest.skip("this megatron-core has no --lr-wsd-decay-style (0.16 has)")
+
+    class Holder:
+        param_groups = [{}]
+
+    scheduler = scheduler_module.OptimizerParamScheduler(
+        Holder(), init_lr=0.0, max_lr=peak, min_lr=min_lr, lr_warmup_steps=warmup, lr_decay_steps=iters,
+        lr_decay_style="WSD", start_wd=0.1, end_wd=0.1, wd_incr_steps=iters, wd_incr_style="constant",
+        wsd_decay_steps=decay, lr_wsd_decay_style=style)
+    lrs = []
+    for _ in range(iters):
+        scheduler.step(1)
+        lrs.append(Holder.param_groups[0]["lr"])
+    return lrs
+
+
+@pytest.mark.parametrize("style", ["linear", "cosine", "exponential", "minus_sqrt"])
+def test_each_wsd_decay_style_is_megatrons_over_a_whole_schedule(style):
+    """Issue 44 acceptance: step k's LR is what megatron-core's scheduler holds after k steps (megamlm trains step k
+    with it; Megatron, which steps its scheduler after each iteration, trains its iteration k + 1 with it), for every
+    step of a warmup-stable-decay run. With min-lr 0 every float is Megatron's; with min-lr > 0 Megatron computes its
+    stable phase as min + 1.0 x (peak - min), which can differ from peak in the last bit."""
+    iters, warmup, decay = 600, 50, 170
+    for peak, min_lr in ((3e-3, 0.0), (5e-4, 5e-5)):
+        ours = LRSchedule(peak, min_lr, "wsd", warmup, decay, iters, style).table(iters).tolist()
+        megatron = _megatron_lrs(peak, min_lr, warmup, decay, iters, style)
+        if min_lr == 0.0:
+            assert ours == megatron
+        else:
+            assert ours == pytest.approx(megatron, rel=1e-14, abs=0)
+        assert ours[-1] == min_lr and min(ours[warmup:]) >= min_lr
+    shapes = {s: LRSchedule(1.0, 0.0, "wsd", 0, 4, 8, s).table(8).tolist()[4:] for s in
+              ("linear", "cosine", "exponential", "minus_sqrt")}
+    assert shapes["linear"] == [0.75, 0.5, 0.25, 0.0]
+    assert shapes["minus_sqrt"] == pytest.approx([1 - 0.25 ** 0.5, 1 - 0.5 ** 0.5, 1 - 0.75 ** 0.5, 0.0])
+
+
+def test_the_start_up_line_names_the_wsd_decay_shape():
+    assert LRSchedule(1e-3, 0.0, "wsd", 50, 100, 500, "minus_sqrt").describe() == (
+        "learning rate 0.001: 50 warmup steps, then constant to step 400 and a 1-sqrt decay over the last 100 steps "
+        "to 0 (wsd)")
+
+
+def test_an_unknown_wsd_decay_style_is_one_line():
+    from megamlm.config import ConfigError, parse_args
+
+    with pytest.raises(ConfigError, match="invalid choice: '1-sqrt'.*minus_sqrt"):
+        parse_args(["--lr-wsd-decay-style", "1-sqrt"])
+    assert parse_args(["--lr-wsd-decay-style", "minus_sqrt"]).training.lr_wsd_decay_style == "minus_sqrt"
