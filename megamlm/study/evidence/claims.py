@@ -1,10 +1,11 @@
 """A paper's claims answered from a study's scores: for each claim of its table (``study.claims_table``), one
-pre-registered test (``decision.py``: an exact permutation test over the pretrained models' labels, Holm's
+pre-registered test (``decision.py``: the models averaged per seed of their trunk, the unit of independence; an
+exact permutation test over the seed means, or a sign-flip test where a trunk has models on both sides; Holm's
 correction over the claims, intervals at the level of each claim's Holm step) on the models' scores averaged as
-the paper averages over the informative tasks, a verdict, and what in the study's setting could explain a
-departure. Tasks marked uninformative (``Evidence.excluded``) are left out of every claim test; the stability
-claim needs the random-init model's scores (``Evidence.random_init``). The per-family differences under each
-claim are descriptive."""
+the paper averages over the informative tasks, a verdict with the scale it was reached at, and what in the
+study's setting could explain a departure. Tasks not shown informative (``Evidence.excluded``) are left out of
+every claim test; the stability claim needs a grid of at least ``rules.STABILITY_MIN_LRS`` LRs whose best is inside
+it. The per-family differences under each claim are descriptive."""
 
 from __future__ import annotations
 
@@ -14,21 +15,19 @@ from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from megamlm.eval.metrics import SIGNIFICANCE
 from megamlm.model.config import PRESETS
-from megamlm.study.evidence.decision import AGAINST, FAVOUR, ClaimSample, decide, interval
-from megamlm.study.evidence.permutation import smallest_p
-from megamlm.study.evidence.scores import Scores, evaluated_steps_of, models_at
+from megamlm.study.evidence.decision import AGAINST, FAVOUR, ClaimSample, at_floor, decide, interval, unit_sample
+from megamlm.study.evidence.rules import LEVEL, STABILITY_MIN_LRS
+from megamlm.study.evidence.scores import Scores, evaluated_steps_of, models_at, stability_grid
 from megamlm.study.evidence.statistics import Sample
+from megamlm.study.evidence.trunks import trunks
 from megamlm.study.planning.arms import Arm, arm_of_run, arms
 from megamlm.study.planning.claims_table import KIND_NAMES, ClaimSpec, ClaimsTable, load_claims
 from megamlm.study.planning.plan import Plan
 from megamlm.study.planning.schema import StudyError
 
 SUPPORTED, CONTRADICTED, UNDECIDED = "supported", "contradicted", "not distinguishable at this scale"
-NO_BASELINE, NO_TASK = "not testable (no random-init baseline)", "not testable (no informative task)"
+NO_TASK = "not testable (no informative task)"
 
 
 def not_testable(seeds: int) -> str:
@@ -41,9 +40,8 @@ class Evidence:
     excluded: Mapping[str, str] = field(default_factory=dict)
     """Tasks left out of every claim test, each with why (e.g. "uninformative: no arm beats the random-init
     model"); default: none, every task is informative."""
-    random_init: Mapping[str, float] | None = None
-    """Per task, the score of a random-init model of the same shape fine-tuned with the same protocol (test mean
-    at its best LR): the baseline of the stability claim's measure; None: that claim is not testable."""
+    informative_margin: float | None = None
+    """The margin the informative rule used (the study file's), for the report's statement of it."""
 
 
 @dataclass
@@ -75,6 +73,12 @@ class Claim:
     decision: int = 0
     level: float = math.nan
     bounds: tuple[float, float] = (math.nan, math.nan)
+    scale: str = ""
+    """The scale the verdict was reached at: "at 1.43M tokens, 4 layers, 5 seeds"."""
+    floor: bool = False
+    """Its test reaches its Holm step's level only with its most extreme arrangement (``decision.at_floor``)."""
+    best_lrs: list[str] = field(default_factory=list)
+    """Stability: where each compared arm's best LR sits in the grid, per task."""
 
     @property
     def null(self) -> float:
@@ -84,6 +88,10 @@ class Claim:
         if self.untestable:
             return self.untestable
         return SUPPORTED if self.decision == FAVOUR else CONTRADICTED if self.decision == AGAINST else UNDECIDED
+
+    def scaled_verdict(self) -> str:
+        """The verdict with its scale in front: "at 1.43M tokens, 4 layers, 5 seeds: supported"."""
+        return f"{self.scale}: {self.verdict()}" if self.scale else self.verdict()
 
 
 def _tokens(value: float) -> str:
@@ -185,27 +193,48 @@ def _pairs_and_models(plan: Plan, spec: ClaimSpec) -> tuple[list[tuple[Arm, Arm,
         facts.update(early=early[0][2], early_tokens=_tokens(early[0][2] * early[0][0].runs[0].tokens_per_step))
         return early, facts
     e = plan.study.evaluation
-    if e is None or len(e.lrs) < 2:
-        return [], {"absent": "a single fine-tuning learning rate"}
+    if e is None or len(e.lrs) < STABILITY_MIN_LRS:
+        n = len(e.lrs) if e else 0
+        return [], {"absent": f"{n} fine-tuning learning rate{'s' if n != 1 else ''}: the stability claim needs a "
+                              f"grid of at least {STABILITY_MIN_LRS} with its best LR inside it"}
     return [(a, b, None) for a, b in pairs], facts
 
 
-def _measure(scores: Scores, tasks: list[str], evidence: Evidence, stability: bool):
+def _measure(scores: Scores, tasks: list[str], stability: bool):
     """model name -> the value a claim compares: its score averaged over ``tasks`` as the paper averages, or
-    (stability) its relative stability loss over them."""
+    (stability) its stability loss over them (absolute points)."""
     if stability:
-        return lambda name: scores.relative_stability_loss(name, tasks, evidence.random_init or {})
+        return lambda name: scores.averaged(tasks, lambda task: scores.task_stability_loss(name, task))
     return lambda name: scores.claim_score(name, tasks)
 
 
-def _values(scores: Scores, models: list[tuple[int, str]], value) -> tuple[list[float], set[int]]:
-    found = [(seed, v) for seed, name in models if (v := value(name)) is not None]
-    return [v for _, v in found], {seed for seed, _ in found}
+def _values(models: list[str], value) -> tuple[list[float], list[str]]:
+    found = [(name, v) for name in models if (v := value(name)) is not None]
+    return [v for _, v in found], [name for name, _ in found]
+
+
+def _tokens_of(plan: Plan, pairs: list[tuple[Arm, Arm, int | None]], compare: str) -> str:
+    """The compared models' pretraining tokens (early: at the checkpoint; a continuation: its parent's plus its
+    own)."""
+    a, _, step = pairs[0]
+    run = a.runs[0]
+    if compare == "continuation":
+        parent = plan.run(run.continues)
+        return (f"{_tokens(parent.tokens_per_step * parent.train_iters)} + "
+                f"{_tokens(run.tokens_per_step * (run.train_iters - run.branch_step))} continued")
+    return _tokens(run.tokens_per_step * (step if step is not None else run.train_iters))
+
+
+def _seeds_text(sample: ClaimSample) -> str:
+    n_a, n_b = sample.a.shape[-1], sample.b.shape[-1]
+    if sample.paired:
+        return f"{n_a} paired seed{'s' if n_a != 1 else ''}"
+    return f"{n_a} seeds" if n_a == n_b else f"{n_a} against {n_b} seeds"
 
 
 def _answer(table: ClaimsTable, spec: ClaimSpec, plan: Plan, scores: Scores, validation,
-            evidence: Evidence) -> Claim:
-    """One claim: its pooled sides' values, the descriptive per-family differences, and its setting."""
+            evidence: Evidence, trunk_of: dict[str, tuple[str, int]]) -> Claim:
+    """One claim: its sides' seed means, the descriptive per-family differences, its setting and its scale."""
     claim = Claim(spec.key, spec.statement, "", matches=spec.matches, margin=spec.margin)
     pairs, facts = _pairs_and_models(plan, spec)
     if not pairs:
@@ -217,26 +246,24 @@ def _answer(table: ClaimsTable, spec: ClaimSpec, plan: Plan, scores: Scores, val
         claim.setting += _validation_facts(validation, [arm for a, b, _ in pairs for arm in (b, a)])
     tasks = [t for t in sorted(scores.family_of) if t not in evidence.excluded]
     stability = spec.compare == "stability"
-    value = _measure(scores, tasks, evidence, stability)
-    sides: list[dict[str, tuple[int, str]]] = [{}, {}]
+    value = _measure(scores, tasks, stability)
+    sides: list[dict[str, None]] = [{}, {}]
     for a, b, step in pairs:
-        ma, mb = models_at(plan, a, step), models_at(plan, b, step)
-        sides[0].update({name: (seed, name) for seed, name in ma})
-        sides[1].update({name: (seed, name) for seed, name in mb})
+        ma, mb = [m for _, m in models_at(plan, a, step)], [m for _, m in models_at(plan, b, step)]
+        sides[0].update(dict.fromkeys(ma))
+        sides[1].update(dict.fromkeys(mb))
         at = f" at step {step:,}" if step is not None else ""
-        what = f"relative stability loss {b.label} − {a.label}" if stability else f"{a.label} − {b.label}{at}"
+        what = f"stability loss {b.label} − {a.label}" if stability else f"{a.label} − {b.label}{at}"
         for family in scores.families:
             ts = [t for t in tasks if scores.family_of[t] == family]
-            if stability and not evidence.random_init:
-                continue
-            of_family = _measure(scores, ts, evidence, stability)
-            va, vb = (_values(scores, m, of_family)[0] for m in ((mb, ma) if stability else (ma, mb)))
+            of_family = _measure(scores, ts, stability)
+            va, vb = (_values(m, of_family)[0] for m in ((mb, ma) if stability else (ma, mb)))
             if ts and va and vb:
                 claim.described.append(f"{what}, {family}: {statistics.fmean(va) - statistics.fmean(vb):+.2f}")
-    a_side, b_side = (list(side.values()) for side in sides)
+    a_side, b_side = (list(side) for side in sides)
     if stability:
         a_side, b_side = b_side, a_side  # b's loss − a's: > 0 where a loses less
-    claim.what = (f"relative stability loss {' + '.join(sorted({b.label for _, b, _ in pairs}))} − "
+    claim.what = (f"stability loss {' + '.join(sorted({b.label for _, b, _ in pairs}))} − "
                   f"{' + '.join(sorted({a.label for a, _, _ in pairs}))}" if stability else
                   f"{' + '.join(sorted({a.label for a, _, _ in pairs}))} − "
                   f"{' + '.join(sorted({b.label for _, b, _ in pairs}))}"
@@ -244,16 +271,25 @@ def _answer(table: ClaimsTable, spec: ClaimSpec, plan: Plan, scores: Scores, val
     if not tasks:
         claim.untestable = NO_TASK
         return claim
-    if stability and not evidence.random_init:
-        claim.untestable = NO_BASELINE
-        return claim
-    (va, seeds_a), (vb, seeds_b) = _values(scores, a_side, value), _values(scores, b_side, value)
+    (va, names_a), (vb, names_b) = _values(a_side, value), _values(b_side, value)
     if not va or not vb:
         claim.absent = "no scores yet: no model of both sides has a score on every informative task"
         return claim
-    claim.sample = ClaimSample(np.array(va), np.array(vb), claim.null)
-    if not claim.sample.testable:
-        claim.untestable = not_testable(len(seeds_a | seeds_b))
+    paired = bool({trunk_of[n][0] for n in names_a} & {trunk_of[n][0] for n in names_b})
+    claim.sample = unit_sample(va, [trunk_of[n][1] for n in names_a], vb, [trunk_of[n][1] for n in names_b],
+                               claim.null, paired)
+    preset = PRESETS[arm.runs[0].size]
+    claim.scale = (f"at {_tokens_of(plan, pairs, spec.compare)} tokens, {preset['num_layers']} layers, "
+                   f"{_seeds_text(claim.sample)}")
+    if stability:
+        compared = {arm.label: arm for a, b, _ in pairs for arm in (a, b)}.values()
+        claim.best_lrs, edges = stability_grid(plan, scores, compared, tasks)
+        if edges:
+            claim.untestable = (f"not testable (best LR at the grid's edge for {'; '.join(edges)}: the loss on the "
+                                "other side of it is unmeasured; widen the grid)")
+            return claim
+    if claim.sample.a.shape[-1] == 0 or not claim.sample.testable:
+        claim.untestable = not_testable(len(set(claim.sample.seeds[0]) | set(claim.sample.seeds[1])))
     return claim
 
 
@@ -270,7 +306,9 @@ def claims(plan: Plan, scores: Scores, validation: dict[str, dict[str, Sample]] 
     final validation MLM accuracy to the settings that ask for it."""
     table = table or study_claims(plan)
     evidence = evidence or Evidence()
-    found = [_answer(table, spec, plan, scores, validation, evidence) for spec in table.claims] if table else []
+    trunk_of = trunks(plan)
+    found = ([_answer(table, spec, plan, scores, validation, evidence, trunk_of) for spec in table.claims]
+             if table else [])
     tested = [c for c in found if c.sample is not None and not c.untestable]
     if tested:
         decided = decide([c.sample for c in tested])
@@ -279,15 +317,16 @@ def claims(plan: Plan, scores: Scores, validation: dict[str, dict[str, Sample]] 
             c.adjusted, c.decision = float(decided.adjusted[i]), int(decided.decision[i])
             c.level = float(decided.level[i])
             c.bounds = interval(c.sample, c.level)
+            c.floor = at_floor(c.sample, c.level)
     for c in found:
-        if c.sample is not None and c.untestable:
-            c.difference = float(c.sample.a.mean() - c.sample.b.mean())
+        if c.sample is not None and c.untestable and c.sample.a.size and c.sample.b.size:
+            c.difference = float(c.sample.test()[0])
     return found
 
 
 def smallest_p_of(claim: Claim) -> float:
-    return smallest_p(claim.sample.a.size, claim.sample.b.size) if claim.sample is not None else math.nan
+    return claim.sample.smallest_p if claim.sample is not None else math.nan
 
 
 def significant(claim: Claim) -> bool:
-    return claim.adjusted < SIGNIFICANCE
+    return claim.adjusted < LEVEL

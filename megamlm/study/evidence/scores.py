@@ -6,16 +6,15 @@ Quantities, each from the fine-tuning results (one file per model, task, LR and 
 - a model's score on a task family: the mean over the family's tasks of its test mean over fine-tuning seeds at
   the task's best LR (best mean validation score; ties go to the smaller LR, as ``eval.aggregate.summarize``);
 - its score at one LR: the same mean at that LR for every task (the LR-sensitivity figure);
-- its *stability loss* on a task: the test score at the best LR minus the mean test score at the grid's other
-  LRs (0 = as good everywhere; large = only one LR works), averaged over the family's tasks; a model evaluated at
-  one LR has none. This is the quantity behind the paper's "CLM fine-tunes more stably";
-- its *relative stability loss* over a set of tasks (the stability claim's measure): the loss above (its score at
-  the best LR minus the mean at the other LRs, averaged as the paper averages: per family over the tasks, then
-  over the families) divided by its gain over the random-init model of the same shape (its score minus that
-  model's, averaged the same way), clipped to [0, 1]; a model with no gain gets 1. So a model that learns
-  nothing counts as the least stable, never as stable, which the plain loss (near 0 for any model at chance,
-  since every LR scores the same) would make it. (No scalar definition of the paper's own stability measure was
-  found in the text searched, its abstract and summaries; this is ours, stated in the report);
+- its *stability loss* on a task: the test score at the best LR (by validation) minus the mean test score at the
+  grid's other LRs, in absolute score points (0 = as good everywhere; large = only one LR works), averaged over
+  the family's tasks; a model evaluated at one LR has none. This is the quantity behind the paper's "CLM
+  fine-tunes more stably" and the stability claim's measure (averaged as the paper averages over the informative
+  tasks), on a grid of at least 3 LRs whose best is inside it (``claims.py``). It does not depend on the gain over
+  a random-init model: a measure divided by that gain ranks a model that learns less as less stable, which
+  restates the score comparison instead of measuring stability. (No scalar definition of the paper's own
+  stability measure was found in the text searched, its abstract and summaries; this is ours, stated in the
+  report);
 - a continuation's *gain*: its score minus its parent's final score, seed by seed (a continuation of seed s
   continues the parent of seed s).
 
@@ -26,10 +25,11 @@ them descriptively (``statistics.py``) and its claims by one pre-registered test
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from megamlm.eval.aggregate import per_lr
+from megamlm.study.evidence.rules import STABILITY_MIN_LRS
 from megamlm.study.evidence.statistics import Sample
 from megamlm.study.planning.arms import Arm, arm_of_run, arms
 from megamlm.study.planning.plan import Plan
@@ -86,16 +86,26 @@ class Scores:
             return None if value is None else value[1]
         return self._family_mean(model, family, at)
 
+    def task_stability_loss(self, model: str, task: str) -> float | None:
+        """Test score at the best LR minus the mean test score at the grid's other LRs (None with one LR)."""
+        lrs = self.by_lr.get(model, {}).get(task, {})
+        if len(lrs) < 2:
+            return None
+        best = self.best_lr(model, task)
+        others = [lrs[lr][1] for lr in lrs if lr != best]
+        return lrs[best][1] - sum(others) / len(others)
+
     def stability_loss(self, model: str, family: str) -> float | None:
         """Test score at the best LR minus the mean at the grid's other LRs, averaged over the family's tasks."""
-        def loss(m, task):
-            lrs = self.by_lr.get(m, {}).get(task, {})
-            if len(lrs) < 2:
-                return None
-            best = self.best_lr(m, task)
-            others = [lrs[lr][1] for lr in lrs if lr != best]
-            return lrs[best][1] - sum(others) / len(others)
-        return self._family_mean(model, family, loss)
+        return self._family_mean(model, family, self.task_stability_loss)
+
+    def arm_validation_curve(self, models: Collection[str], task: str) -> dict[float, float]:
+        """LR -> the mean over ``models`` of their validation means at that LR (the LRs every one of them has)."""
+        curves = [self.by_lr.get(m, {}).get(task, {}) for m in models]
+        if not curves or not all(curves):
+            return {}
+        common = set.intersection(*(set(c) for c in curves))
+        return {lr: sum(c[lr][0] for c in curves) / len(curves) for lr in sorted(common)}
 
     def task_score(self, model: str, task: str) -> float | None:
         """The model's test mean over fine-tuning seeds at the task's best LR."""
@@ -115,25 +125,6 @@ class Scores:
     def claim_score(self, model: str, tasks: Collection[str]) -> float | None:
         """The model's score over ``tasks`` (test means at each task's best LR) averaged as the paper averages."""
         return self.averaged(tasks, lambda task: self.task_score(model, task))
-
-    def relative_stability_loss(self, model: str, tasks: Collection[str],
-                                random_init: Mapping[str, float]) -> float | None:
-        """(score at the best LR − mean at the grid's other LRs) / (score at the best LR − the random-init
-        model's), each averaged over ``tasks`` as the paper averages, clipped to [0, 1]; 1 where the model does
-        not beat the random-init model. None with fewer than 2 LRs on a task or a task without a baseline."""
-        def others(task):
-            lrs = self.by_lr.get(model, {}).get(task, {})
-            best = self.best_lr(model, task)
-            rest = [lrs[lr][1] for lr in lrs if lr != best]
-            return sum(rest) / len(rest) if rest else None
-        best = self.claim_score(model, tasks)
-        rest = self.averaged(tasks, others)
-        base = self.averaged(tasks, random_init.get)
-        if best is None or rest is None or base is None:
-            return None
-        if best <= base:
-            return 1.0
-        return min(1.0, max(0.0, (best - rest) / (best - base)))
 
     def finetuning_seeds(self, model: str, family: str) -> list[float]:
         """Per fine-tuning seed, the family mean of that seed's test scores at each task's best LR (the seeds
@@ -199,6 +190,28 @@ def stability(plan: Plan, scores: Scores) -> dict[str, dict[str, list[float]]]:
             if values:
                 out[arm.label][family] = values
     return dict(out)
+
+
+def stability_grid(plan: Plan, scores: Scores, compared: Collection[Arm],
+                   tasks: list[str]) -> tuple[list[str], list[str]]:
+    """(where each compared arm's best LR sits in the grid per task, the (arm, task) whose best is at an edge):
+    an arm's best LR is the one with its final models' highest mean validation score (ties: the smaller LR)."""
+    where, edges = [], []
+    for arm in sorted(compared, key=lambda x: x.label):
+        names = [m for _, m in models_at(plan, arm)]
+        for task in tasks:
+            curve = scores.arm_validation_curve(names, task)
+            if len(curve) < STABILITY_MIN_LRS:
+                continue
+            grid = sorted(curve)
+            best = max(grid, key=lambda lr: (curve[lr], -lr))
+            place = grid.index(best)
+            edge = place in (0, len(grid) - 1)
+            where.append(f"{arm.label} on {task}: {best:g} ({place + 1} of {len(grid)}"
+                         f"{', at the edge' if edge else ''})")
+            if edge:
+                edges.append(f"{arm.label} on {task}")
+    return where, edges
 
 
 @dataclass

@@ -224,6 +224,10 @@ def _validate_evaluation(e: Evaluation) -> None:
     for key in ("max_train_examples", "max_eval_examples"):
         if getattr(e, key) < 0:
             raise StudyError(f"evaluation.{key} must be >= 0 (0 = all), got {getattr(e, key)}")
+    if not math.isfinite(e.informative_margin) or e.informative_margin < 0:
+        raise StudyError(f"evaluation.informative_margin must be a finite number of score points >= 0, got "
+                         f"{e.informative_margin}; e.g. 1.0 (an arm must beat random init and the best trivial "
+                         "baseline by more than 1 point on validation)")
 
 
 def check_run_needs(study: Study) -> None:

@@ -113,6 +113,9 @@ class Evaluation:
     """At most this many train examples per task (a fixed subset); 0 = all."""
     max_eval_examples: int = 0
     """At most this many validation and test examples per task; 0 = all."""
+    informative_margin: float = 1.0
+    """Score points by which some arm must beat both its size's random-init model and the task's best trivial
+    baseline, on validation scores, for the claims to use the task (megamlm/study/evidence/informative.py)."""
     data_dir: str | None = None
     """Folder of the local tasks' labelled sets (default: ../shared/data beside the repository)."""
     hf_datasets_dir: str | None = None

@@ -12,8 +12,9 @@ Downstream: one table per task family (best LR on validation per model, test mea
 seeds), the arms' scores over pretraining seeds, score against the CLM fraction per budget, score against
 pretraining steps from the evaluated intermediate checkpoints, each task's baselines beside the arms (each
 size's random-init model, fine-tuned with the same protocol, and the trivial baselines computed without training)
-and its informative/uninformative mark (``informative.py``: a one-sided Welch test of each arm against the
-random-init model, Holm over the arms), and (``scores.py``) the paper's other figures,
+and its informative/uninformative mark (``informative.py``: on validation, some arm above both the random-init
+model and the best trivial baseline by the study file's margin), every model's scores per LR (``lr_grid.py``),
+and (``scores.py``) the paper's other figures,
 each only where the study has its data: score against the fine-tuning LR per arm and task family and the
 stability loss per arm (both need 2 or more LRs), the continued-pretraining gain against continued steps from
 each parent; then a section answering the paper's claims (a)-(e), one pre-registered permutation test per claim
@@ -35,11 +36,11 @@ from pathlib import Path
 from megamlm import figures as figs  # `figures` is write_report's flag
 from megamlm.eval.aggregate import TaskSummary, collect, summarize
 from megamlm.eval.baseline_store import BaselineRow, read_baselines
-from megamlm.eval.metrics import SIGNIFICANCE, mean_confidence_interval
+from megamlm.eval.metrics import mean_confidence_interval
 from megamlm.eval.registry import task_display_name
 from megamlm.eval.report import markdown_table
 from megamlm.eval.results import RunKey, write_text_atomic
-from megamlm.study.evidence.informative import claim_evidence, task_evidence
+from megamlm.study.evidence.informative import claim_evidence, rule_text, task_evidence
 from megamlm.study.evidence.scores import Scores
 from megamlm.study.evidence.statistics import Sample, comparison_table, fmt_mean
 from megamlm.study.planning.arms import arms
@@ -49,6 +50,7 @@ from megamlm.study.planning.table import plan_table
 from megamlm.study.reporting.claims_text import claims_section
 from megamlm.study.reporting.curves import VALIDATION_METRICS, final_validation, run_metrics
 from megamlm.study.reporting.figure_data import draw_figures
+from megamlm.study.reporting.lr_grid import lr_grid_section
 from megamlm.study.reporting.plateau import plateau_section
 from megamlm.study.reporting.report_target import (
     REPORT_TITLE,
@@ -215,16 +217,13 @@ def informative_section(plan: Plan, results: list[dict], rehearsal: bool) -> str
     """The informative/uninformative mark of every task (study/evidence/informative.py), uninformative tasks named."""
     if rehearsal:
         return "A rehearsal tests nothing: no task is marked informative or uninformative.\n"
-    evidence = task_evidence(plan, results)
+    evidence = task_evidence(plan, results, evaluation_baselines(plan))
     marks = {(True, True): "informative", (False, True): "uninformative", (False, False): "not tested"}
     lines = [f"- **{e.task}**: {marks[(e.informative, e.tested)]}: {e.reason}." for e in evidence.values()]
     left_out = [e.task for e in evidence.values() if not e.informative]
-    named = (f"Not shown informative (no arm shown to beat the random-init model), so left out of the claims: "
-             f"{', '.join(left_out)}." if left_out else "Every task is informative.")
-    return ("A task is informative when an arm beats its size's random-init model: per arm a one-sided Welch t-test "
-            "of its final scores (one per pretraining seed; with one pretraining seed, its fine-tuning seeds) against "
-            "the random-init model's scores over fine-tuning seeds at its best LR, the arms' p-values Holm-adjusted "
-            f"per task, informative at adjusted p < {SIGNIFICANCE:g}.\n\n" + "\n".join(lines) + f"\n\n{named}\n")
+    named = (f"Not shown informative, so left out of the claims: {', '.join(left_out)}." if left_out
+             else "Every task is informative.")
+    return rule_text(plan) + "\n\n" + "\n".join(lines) + f"\n\n{named}\n"
 
 
 def time_section(plan: Plan) -> str:
@@ -268,7 +267,7 @@ def write_report(plan: Plan, path: str | Path | None = None, figures: bool = Tru
     tasks = sorted({s.task for s in summaries})
     scores = Scores.of(results)
     claims_text = (claims_section(plan, scores, rehearsal, validation_values,
-                                  None if rehearsal else claim_evidence(plan, results))
+                                  None if rehearsal else claim_evidence(plan, results, evaluation_baselines(plan)))
                    if summaries else "")
     images, note = [], ""
     if figures:
@@ -299,6 +298,9 @@ def write_report(plan: Plan, path: str | Path | None = None, figures: bool = Tru
                   "(`random-init-SIZE`) and the trivial baselines (`baseline:NAME`, no training) beside the models:",
                   "", family_tables(summaries, evaluation_baselines(plan)),
                   "### Informative tasks", "", informative_section(plan, results, rehearsal)]
+        grid = lr_grid_section(scores)
+        if grid:
+            parts += ["### Scores per learning rate", "", grid]
         parts += [f"![{title}](figures/{p.name})\n" for title, p in images if p.name != "validation.png"]
     if claims_text:
         parts += ["## The paper's claims", "", claims_text]

@@ -1,13 +1,14 @@
 """The paper's figures and claims from synthetic fine-tuning results: the stability loss by hand, the LR and
 continued-pretraining figures drawn only where the study has their data, and every verdict of the claims
-section reachable (supported, contradicted, not distinguishable, not testable); a rehearsal states none."""
+section reachable (supported, contradicted, not distinguishable, not testable), each with its scale; the stability
+claim only on a grid of 3 or more LRs whose best is inside it; a rehearsal states none."""
 
 from pathlib import Path
 
 import pytest
 
 from megamlm.eval.results import RunKey, write_json_atomic
-from megamlm.study.evidence.claims import CONTRADICTED, NO_BASELINE, SUPPORTED, UNDECIDED, Evidence, claims
+from megamlm.study.evidence.claims import CONTRADICTED, SUPPORTED, UNDECIDED, Evidence, claims
 from megamlm.study.evidence.scores import Scores, continuation_gains, lr_curves, models_at, stability
 from megamlm.study.planning.arms import arms
 from megamlm.study.reporting.claims_text import claims_section
@@ -20,11 +21,12 @@ STUDY = {"seeds": [1, 2, 3, 4, 5], "claims": str(CLAIMS),
          "continued_pretraining": [{"parents": ["clm100-m40", "mlm100-m40"], "steps": [40], "objective": "mlm",
                                     "pretrain": {"training": {"lr_warmup_fraction": 0.1,
                                                               "lr_wsd_decay_fraction": 0.2}}}],
-         "evaluation": {"tasks": ["brown-pos", "rt-sentiment"], "lrs": [1e-3, 3e-3], "seeds": [0, 1],
+         "evaluation": {"tasks": ["brown-pos", "rt-sentiment"], "lrs": [1e-3, 3e-3, 1e-2], "seeds": [0, 1],
                         "checkpoint_steps": [50], "hyperparameters": {"max_steps": 30}}}
 FAMILY = {"brown-pos": "token classification", "rt-sentiment": "sequence classification"}
-JITTER = {1: -1.0, 2: -0.5, 3: 0.0, 4: 0.5, 5: 1.0}  # per pretraining seed: a spread to test over
-BASELINE = Evidence(random_init={"brown-pos": 40.0, "rt-sentiment": 40.0})  # the random-init model's scores
+JITTER = {1: -1.0, 2: -0.5, 3: 0.0, 4: 0.5, 5: 1.0, 6: 1.5}  # per pretraining seed: a spread to test over
+BASELINE = Evidence()  # every task informative
+BEST_LR, OTHER_LRS = 3e-3, (1e-3, 1e-2)  # the best LR inside the grid
 
 
 def write_score(plan, model, task, lr, seed, validation, test):
@@ -36,8 +38,9 @@ def write_score(plan, model, task, lr, seed, validation, test):
 
 
 def write_results(plan, final, early=None, loss=None):
-    """``final[arm kind or continuation parent]``: the score at the best LR (1e-3) of the arm's final models;
-    ``early[kind]``: at the intermediate checkpoint; ``loss[kind]``: how much lower the other LR (3e-3) scores."""
+    """``final[arm kind or continuation parent]``: the score at the best LR (3e-3) of the arm's final models;
+    ``early[kind]``: at the intermediate checkpoint; ``loss[kind]``: how much lower the other LRs (1e-3 and 1e-2,
+    where the study has them) score."""
     for arm in arms(plan):
         for run in arm.runs:
             key = arm.kind if arm.kind != "continuation" else "cpt-" + plan.run(run.continues).objective
@@ -46,10 +49,11 @@ def write_results(plan, final, early=None, loss=None):
                 for task in FAMILY:
                     for ft_seed in (0, 1):
                         best = base + JITTER[run.seed] + 0.2 * ft_seed
-                        write_score(plan, model.name, task, 1e-3, ft_seed, best, best)
-                        if 3e-3 in plan.study.evaluation.lrs:
-                            other = best - (loss or {}).get(key, 5.0) - 0.3 * run.seed
-                            write_score(plan, model.name, task, 3e-3, ft_seed, other, other)
+                        write_score(plan, model.name, task, BEST_LR, ft_seed, best, best)
+                        for lr in OTHER_LRS:
+                            if lr in plan.study.evaluation.lrs:
+                                other = best - (loss or {}).get(key, 5.0) - 0.3 * run.seed
+                                write_score(plan, model.name, task, lr, ft_seed, other, other)
     return Scores.of(_results(plan))
 
 
@@ -85,9 +89,9 @@ def test_lr_curves_stability_and_continuation_gains_per_arm(small_plan):
     plan = small_plan(STUDY)
     scores = write_results(plan, **PAPER)
     curves = lr_curves(plan, scores)
-    assert curves["tiny-mlm100-m40"]["token classification"][1e-3] == pytest.approx([79.1, 79.6, 80.1, 80.6, 81.1])
+    assert curves["tiny-mlm100-m40"]["token classification"][3e-3] == pytest.approx([79.1, 79.6, 80.1, 80.6, 81.1])
     losses = stability(plan, scores)
-    # MLM: 20 + 0.3 x seed below the best at the one other LR
+    # MLM: 20 + 0.3 x seed below the best at both other LRs
     assert losses["tiny-mlm100-m40"]["sequence classification"] == pytest.approx([20.3, 20.6, 20.9, 21.2, 21.5])
     gains = {c.parent.label: c for c in continuation_gains(plan, scores)}
     assert set(gains) == {"tiny-clm100-m40", "tiny-mlm100-m40"}
@@ -105,7 +109,7 @@ def test_the_figures_appear_where_the_study_has_their_data(small_plan, tmp_path)
         assert f"(figures/{figure})" in text
 
     single = small_plan({**STUDY, "continued_pretraining": [],
-                         "evaluation": {**STUDY["evaluation"], "lrs": [1e-3]}})
+                         "evaluation": {**STUDY["evaluation"], "lrs": [3e-3]}})
     write_results(single, **PAPER)
     text = write_report(single, tmp_path / "single" / "REPORT.md").read_text()
     for figure in ("lr_sensitivity.png", "lr_stability.png", "continuation_gain.png"):
@@ -143,21 +147,43 @@ def test_a_claim_is_one_test_on_the_papers_average_so_families_that_disagree_can
     assert "sequence classification: -10.00" in "; ".join(a.described)
 
 
-def test_the_stability_claim_needs_the_random_init_baseline(small_plan):
+def test_the_stability_claim_needs_a_grid_of_three_lrs_with_the_best_inside(small_plan):
+    """(e) compares absolute losses from the best LR; with 2 LRs it is not asked, and where an arm's best LR is the
+    grid's smallest it is not testable (the loss below it is unmeasured); the report says where each best sits."""
+    two = small_plan({**STUDY, "evaluation": {**STUDY["evaluation"], "lrs": [1e-3, 3e-3]}})
+    text = claims_section(two, write_results(two, **PAPER))
+    assert ("**(e) CLM fine-tunes more stably across learning rates**: not asked by this study (2 fine-tuning "
+            "learning rates: the stability claim needs a grid of at least 3 with its best LR inside it)." in text)
     plan = small_plan(STUDY)
     scores = write_results(plan, **PAPER)
-    assert verdicts(plan, scores, Evidence())["e"] == NO_BASELINE
     text = claims_section(plan, scores)
-    assert "**(e) CLM fine-tunes more stably across learning rates**: not testable (no random-init baseline)." in text
+    assert "Best LR in the grid (each arm's final models' mean validation score): tiny-clm100-m40 on brown-pos: " \
+           "0.003 (2 of 3)" in text
+    e = next(c for c in claims(plan, scores) if c.key == "e")
+    # CLM loses 2 + 0.3 x seed, MLM 20 + 0.3 x seed: MLM's loss − CLM's = 18 points, on no gain over anything
+    assert e.difference == pytest.approx(18.0) and e.verdict() == SUPPORTED
+    for model in scores.by_lr:  # every model best at the grid's smallest LR
+        for task in scores.by_lr[model]:
+            lrs = scores.by_lr[model][task]
+            scores.by_lr[model][task] = {lr: (v + 50 * (lr == 1e-3), t) for lr, (v, t) in lrs.items()}
+    e = next(c for c in claims(plan, scores) if c.key == "e")
+    assert e.verdict().startswith("not testable (best LR at the grid's edge for tiny-clm100-m40 on brown-pos")
+    assert "tiny-mlm100-m40 on rt-sentiment: 0.001 (1 of 3, at the edge)" in "; ".join(e.best_lrs)
 
 
 def test_the_claims_section_gives_the_numbers_and_the_setting_behind_a_departure(small_plan):
     plan = small_plan(STUDY)
     text = claims_section(plan, write_results(plan, **REVERSED), evidence=BASELINE)
-    assert "**(a) MLM beats CLM at the end of pretraining**: contradicted." in text
-    # 5 models against 5: the smallest permutation p is 2/252; Holm over the 5 claims: 5 x 0.008 = 0.040
+    # the verdict carries its scale: 100 steps x 512 tokens, the tiny preset's 4 layers, 5 seeds
+    assert "**(a) MLM beats CLM at the end of pretraining**: at 0.05M tokens, 4 layers, 5 seeds: contradicted." in text
+    # 5 seeds against 5: the smallest permutation p is 2/252; Holm over the 5 claims: 5 x 0.008 = 0.040
     assert ("Test: tiny-mlm100-m40 − tiny-clm100-m40: -10.00 [-12.00, -8.00] (99.0% interval, its Holm step's "
-            "level); permutation p = 0.008, Holm-adjusted p = 0.040 **significant**; 5 against 5 models.") in text
+            "level); permutation p = 0.008, Holm-adjusted p = 0.040 **significant**; seeds 1, 2, 3, 4, 5 against "
+            "1, 2, 3, 4, 5, each side's models averaged per seed of their trunk; seed means permuted between the "
+            "sides. At the permutation floor: its Holm step's level (0.0100) is reached only by the smallest "
+            "p-value its seeds allow (0.0079)") in text
+    assert "(d) continuing (MLM) from CLM beats continuing from MLM**: at 0.05M + 0.02M continued tokens" in text
+    assert "**(b) CLM is ahead early in pretraining**: at 0.03M tokens, 4 layers, 5 seeds: contradicted." in text
     assert "against the margin: H0 difference = -1.00" in text  # (c)
     assert "Holm's method runs over the 5 testable claims (not over tasks)" in text
     assert "Every task (brown-pos, rt-sentiment) is in the claim tests: none is marked uninformative." in text
@@ -165,9 +191,10 @@ def test_the_claims_section_gives_the_numbers_and_the_setting_behind_a_departure
     assert "where the MLM phase after the switch is 50 steps" in text  # (c)
     # the setting, filled from the study: its steps, tokens per step (8 x 64) and model
     assert "This study's 100 steps of 512 tokens (0.05M tokens) with the tiny preset (4 layers, hidden 128)" in text
-    assert "here 2 learning rates (0.001, 0.003) and 2 seeds at 30 steps" in text
+    assert "here 3 learning rates (0.001, 0.003, 0.01) and 2 seeds at 30 steps" in text
     supported = claims_section(plan, write_results(plan, **PAPER), evidence=BASELINE)
-    assert "**(a) MLM beats CLM at the end of pretraining**: supported." in supported
+    assert ("**(a) MLM beats CLM at the end of pretraining**: at 0.05M tokens, 4 layers, 5 seeds: supported."
+            in supported)
     assert supported.count("What in this setting could explain it") == 0  # every claim supported
 
 
@@ -217,7 +244,8 @@ def test_a_study_of_another_paper_states_its_own_claims(small_plan, tmp_path):
     plan = small_plan({**STUDY, "claims": str(table)})
     text = claims_section(plan, write_results(plan, **REVERSED))
     assert "Each claim of the paper (arXiv 0000.00000)" in text
-    assert "**(x) CLM beats MLM**: supported." in text and "(a) MLM beats CLM" not in text
+    assert "**(x) CLM beats MLM**: at 0.05M tokens, 4 layers, 5 seeds: supported." in text
+    assert "(a) MLM beats CLM" not in text
     assert "tiny-clm100-m40 − tiny-mlm100-m40, token classification: +10.00" in text
     assert claims_section(small_plan({**STUDY, "claims": None}), write_results(plan, **REVERSED)) == ""
     table.write_text(table.read_text().replace("compare: final", "compare: fancy"))
