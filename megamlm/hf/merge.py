@@ -44,6 +44,7 @@ from megamlm.hf.megamlm_checkpoint import (
     read_record,
     write_weights_checkpoint,
 )
+from megamlm.hf.model_card import training_facts
 from megamlm.model.config import ModelArgs
 from megamlm.model.transformer import Transformer
 
@@ -51,7 +52,14 @@ Kind = Literal["megamlm", "hf"]
 _KINDS = {"megamlm": "a megamlm checkpoint", "hf": "a Hugging Face folder"}
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "merges.txt")
 """An HF folder's tokenizer files whose bytes must agree (the vocabulary and how text becomes ids)."""
-_NOT_IN_THE_WEIGHTS = {"max_seq_length"}
+_NOT_IN_THE_WEIGHTS = {"max_seq_length", "max_position_embeddings"}
+_HF_NOT_THE_MODEL = {"_name_or_path", "transformers_version", "torch_dtype", "dtype", "use_cache",
+                     "_attn_implementation", "_attn_implementation_autoset", "attn_implementation", "output_attentions",
+                     "output_hidden_states", "return_dict", "vocab_size", "bos_token_id", "eos_token_id",
+                     "pad_token_id", "mask_token_id"}
+"""Keys of an HF config.json that do not change what the weights compute (software versions, output switches; the
+vocabulary and special ids are compared as the vocabulary). Every other key (rope_theta, rms_norm_eps, rope_scaling,
+sliding windows, ...) must agree between the inputs of a merge, else the merged tensors would be read two ways."""
 """Settings of a run, not of its weights: an adapted model trained at a shorter length merges with its source (the
 output keeps the first input's)."""
 
@@ -72,6 +80,8 @@ class MergeInput:
     """megamlm: the checkpoint's config.json."""
     tokenizer_file: Path | None = None
     """megamlm: the run's tokenizer file."""
+    facts: dict = field(default_factory=dict)
+    """megamlm: how it was trained (objective, steps, tokens seen, source), for the merge's record and model card."""
 
 
 def parse_weights(text: str | None, count: int) -> list[float]:
@@ -107,9 +117,15 @@ def read_megamlm(path: str | Path) -> MergeInput:
     vocabulary = {"vocab_size": record.model_args.vocab_size,
                   **{f"tokenizer {key}": tokenizer.get(key)
                      for key in ("vocab_size", "bos_id", "eos_id", "pad_id", "mask_id")}}
+    facts = training_facts(record)
+    facts = {key: facts[key] for key in ("objective", "steps", "tokens_seen", "seq_length", "init_from")}
+    facts["imported_from"] = (record.config.get("imported_from") or {}).get("source")
+    facts["imported_type"] = (record.config.get("imported_from") or {}).get("model_type")
+    facts["merged_from"] = record.config.get("merged_from")
+    facts["max_seq_length"] = record.model_args.max_seq_length
     return MergeInput(record.path, "megamlm", dict(model.state_dict()), vocabulary,
                       _file_digest([record.tokenizer_path()]), record.model_args.to_dict(), record.config,
-                      record.tokenizer_path())
+                      record.tokenizer_path(), facts)
 
 
 def read_hf(path: str | Path) -> MergeInput:
@@ -121,13 +137,19 @@ def read_hf(path: str | Path) -> MergeInput:
     tensors: dict[str, torch.Tensor] = {}
     for weights in weight_files(source):
         if weights.suffix == ".safetensors":
-            tensors.update(load_file(str(weights)))
+            try:
+                tensors.update(load_file(str(weights)))
+            except Exception as error:  # safetensors raises its own error type for a truncated or damaged file
+                detail = next(iter(str(error).splitlines()), "") or type(error).__name__
+                raise ConversionError(f"cannot read {weights}: it is not a whole safetensors file ({detail}); "
+                                      "download or copy it again") from None
         else:
             tensors.update(torch_state(weights))
     text = config.get("text_config") or {}
     vocabulary = {key: config.get(key, text.get(key))
                   for key in ("vocab_size", "bos_token_id", "eos_token_id", "pad_token_id", "mask_token_id")}
-    architecture = {"model_type": config.get("model_type"), "architectures": config.get("architectures")}
+    architecture = {key: value for key, value in {**config, **text}.items()
+                    if key not in _HF_NOT_THE_MODEL and key != "text_config"}
     return MergeInput(source.folder, "hf", tensors, vocabulary,
                       _file_digest([source.folder / name for name in _TOKENIZER_FILES]), architecture)
 
@@ -158,12 +180,13 @@ def check_compatible(inputs: list[MergeInput]) -> None:
             raise ConversionError(f"{where} have different tokenizers (their tokenizer files differ); merge models "
                                   "that share one tokenizer")
         _check_tensors(first, other, where)
-        differing = [key for key in first.architecture if first.architecture[key] != other.architecture.get(key)
+        keys = [*first.architecture, *(key for key in other.architecture if key not in first.architecture)]
+        differing = [key for key in keys if first.architecture.get(key) != other.architecture.get(key)
                      and key not in _NOT_IN_THE_WEIGHTS]
         if differing:  # the same tensors, read differently (RoPE, norms, attention features)
             key = differing[0]
             raise ConversionError(f"{where} are different architectures ({key} {other.architecture.get(key)!r} and "
-                                  f"{first.architecture[key]!r}); merge models of one architecture")
+                                  f"{first.architecture.get(key)!r}); merge models of one architecture")
 
 
 def _check_tensors(first: MergeInput, other: MergeInput, where: str) -> None:
@@ -203,7 +226,11 @@ def write_megamlm(inputs: list[MergeInput], weights: list[float], merged: dict[s
                   output: Path) -> None:
     """A weights-only step-0 checkpoint in ``output`` (an AtomicFolder's temporary folder), the tokenizer beside."""
     first = inputs[0]
-    model = Transformer(ModelArgs(**first.architecture))
+    # RoPE holds no position weights: the merge declares the longest context among its inputs (an adapted model
+    # trained at 128 tokens merged with its source decoder made for 8,192 keeps 8,192; the model card says which
+    # input brought which)
+    longest = max(int(x.architecture["max_seq_length"]) for x in inputs)
+    model = Transformer(ModelArgs(**{**first.architecture, "max_seq_length": longest}))
     model.load_state_dict(merged)  # through the model, so that tied weights stay one tensor
     tokenizer = first.tokenizer_file
     (output / TOKENIZER_DIR).mkdir()
@@ -213,7 +240,8 @@ def write_megamlm(inputs: list[MergeInput], weights: list[float], merged: dict[s
         shutil.copy2(tokenizer, output / TOKENIZER_DIR / tokenizer.name)
     record = {key: value for key, value in first.record.items() if key != "lineage"}
     record["tokenizer"] = {**first.record.get("tokenizer", {}), "path": f"{TOKENIZER_DIR}/{tokenizer.name}"}
-    record["merged_from"] = [{"path": str(x.path), "weight": w} for x, w in zip(inputs, weights)]
+    record["merged_from"] = [{"path": str(x.path), "weight": w, **x.facts} for x, w in zip(inputs, weights)]
+    record["model_args"] = model.args.to_dict()
     write_weights_checkpoint(output, model.state_dict(), record, {"consumed_samples": 0})
 
 

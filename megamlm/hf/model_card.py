@@ -15,6 +15,63 @@ _OBJECTIVE_NAMES = {
 }
 
 
+_SHIFTED = {"clm", "mntp"}
+"""The objectives whose LM head predicts the token at position i from the output at position i-1 (CLM's next token,
+MNTP's masked token); MLM predicts a masked token from the output at its own position."""
+
+
+def head_objectives(objective: str | None, merged_from: list[dict] | None, steps: int = 1,
+                    imported_type: str | None = None) -> list[str]:
+    """The objectives that last trained the LM head: the last phase of the run, or of each input of a merge. A model
+    without training of its own (an import) has its source's head: a decoder's is CLM's, EuroBERT's MLM's."""
+    if merged_from:
+        return [phase for entry in merged_from
+                for phase in head_objectives(entry.get("objective"), entry.get("merged_from"), entry.get("steps", 0),
+                                             entry.get("imported_type"))]
+    if not steps:
+        return ["mlm" if imported_type == "eurobert" else "clm"]
+    return [objective_phases(objective)[-1]] if objective else []
+
+
+def head_section(objectives: list[str], merge: bool) -> list[str]:
+    """What the LM head predicts, in words a fill-mask user needs: MNTP and CLM train a shifted head."""
+    if not objectives:
+        return []
+    shifted = [o for o in objectives if o in _SHIFTED]
+    names = " and ".join(sorted({o.upper() for o in objectives}))
+    trained = f"The LM head{' of each input' if merge else ''} was last trained by {names}"
+    if not shifted:
+        text = (f"{trained}: the output at a masked position predicts the token there, which is what "
+                "`pipeline(\"fill-mask\")` reads.")
+    elif len(shifted) == len(objectives):
+        text = (f"{trained}, which trains a shifted head: the output at position i-1 predicts the token at position "
+                "i. `pipeline(\"fill-mask\")` reads the logits at the mask's own position, so it predicts the token "
+                "after the mask; read the logits one position earlier (`logits[0, mask_index - 1]`) for the masked "
+                "token.")
+    else:
+        text = (f"{trained}: MLM predicts a masked token at its own position, {' and '.join(sorted(set(shifted)))} "
+                "at the position before it, so the merged head is a mix of the two readings and neither is its "
+                "own.")
+    return ["", "## The LM head", "", text]
+
+
+def merge_lines(merged_from: list[dict]) -> list[str]:
+    """The inputs of a merge (tools/merge_checkpoints.py) with their weights and training."""
+    lines = ["- A weighted linear merge (tools/merge_checkpoints.py), no training of its own; its inputs:"]
+    for entry in merged_from:
+        if entry.get("merged_from"):
+            how = "itself a merge"
+        elif entry.get("steps"):
+            how = (f"{_OBJECTIVE_NAMES.get(entry.get('objective'), entry.get('objective'))}, {entry['steps']} steps, "
+                   f"{entry.get('tokens_seen', 0):,} tokens at {entry.get('seq_length')} per sample")
+            how += f", continued from {entry['init_from']}" if entry.get("init_from") else ""
+        else:
+            how = f"no training of its own (imported from {entry.get('imported_from') or 'elsewhere'})"
+        made_for = f"; made for {entry['max_seq_length']:,} positions" if entry.get("max_seq_length") else ""
+        lines.append(f"  - {entry['weight']:g} x `{entry['path']}`: {how}{made_for}")
+    return lines
+
+
 def training_facts(record: CheckpointRecord) -> dict:
     run = record.config.get("config") or {}
     objective = (run.get("objective") or {}).get("objective")
@@ -35,6 +92,7 @@ def training_facts(record: CheckpointRecord) -> dict:
         "data_path": record.config.get("data_path") or [],
         "imported_from": record.config.get("imported_from"),
         "init_from": (run.get("checkpoint") or {}).get("init_from"),
+        "merged_from": record.config.get("merged_from"),
     }
 
 
@@ -81,6 +139,17 @@ def model_card(record: CheckpointRecord, arch_class: str, dtype: str, arch: str 
     else:
         schedule = objective
     data = ", ".join(f["data_path"]) or "none recorded"
+    if f["merged_from"]:  # a merge trained nothing itself: its inputs' training, not the first input's run
+        training = merge_lines(f["merged_from"])
+    else:
+        training = [
+            f"- Objective schedule: {schedule}",
+            f"- Switch step: {f['switch_step'] if f['switch_step'] is not None else 'none (single objective)'}"
+            if len(f["switch_steps"]) <= 1 else f"- Switch steps: {', '.join(map(str, f['switch_steps']))}",
+            f"- Steps: {f['steps']}",
+            f"- Tokens seen: {f['tokens_seen']:,} ({f['consumed_samples']:,} samples x {f['seq_length']} tokens)",
+            f"- Data: {data}",
+        ]
     lines = [
         "---",
         "library_name: transformers",
@@ -95,16 +164,11 @@ def model_card(record: CheckpointRecord, arch_class: str, dtype: str, arch: str 
         "",
         "## Training",
         "",
-        f"- Objective schedule: {schedule}",
-        f"- Switch step: {f['switch_step'] if f['switch_step'] is not None else 'none (single objective)'}"
-        if len(f["switch_steps"]) <= 1 else f"- Switch steps: {', '.join(map(str, f['switch_steps']))}",
-        f"- Steps: {f['steps']}",
-        f"- Tokens seen: {f['tokens_seen']:,} ({f['consumed_samples']:,} samples x {f['seq_length']} tokens)",
-        f"- Data: {data}",
+        *training,
     ]
-    if f["init_from"]:
+    if f["init_from"] and not f["merged_from"]:
         lines.append(f"- Continued pretraining from: {f['init_from']} (weights only; fresh optimizer and schedule)")
-    if f["imported_from"]:
+    if f["imported_from"] and not f["merged_from"]:
         lines.append(f"- Initialised from: {f['imported_from'].get('source')} (converted by tools/convert_from_hf.py)")
     lines += [
         "",
@@ -113,9 +177,29 @@ def model_card(record: CheckpointRecord, arch_class: str, dtype: str, arch: str 
         f"- {a.num_layers} layers, hidden {a.hidden_size}, MLP {a.ffn_hidden_size}, "
         f"{a.num_attention_heads} heads / {a.num_query_groups} KV heads, vocabulary {a.vocab_size}",
         f"- {describe_features(a)}",
-        f"- RoPE theta {a.rope_theta:g}, context {a.max_seq_length}, weights in {dtype}",
-        "",
+        f"- RoPE theta {a.rope_theta:g}, context {a.max_seq_length} ({context_origin(f, a.max_seq_length)}), "
+        f"weights in {dtype}",
     ]
+    if arch_class.endswith("MaskedLM") or arch == "gemma3_encoder":  # the exports fill-mask is for
+        imported_type = (f["imported_from"] or {}).get("model_type")
+        lines += head_section(head_objectives(f["objective"], f["merged_from"], f["steps"], imported_type),
+                              bool(f["merged_from"]))
+    lines.append("")
     if arch == "gemma3_encoder":
         lines.append(_gemma3_encoder_use(a.sliding_window if a.has_sliding_layers() else None))
     return "\n".join(lines)
+
+
+def context_origin(f: dict, context: int) -> str:
+    """Where the context (config.json's max_position_embeddings) comes from: RoPE holds no position weights, so it
+    is a declared limit, and the card says what training stands behind it."""
+    if f["merged_from"]:
+        trained = sorted({int(e["seq_length"]) for e in f["merged_from"] if e.get("steps") and e.get("seq_length")})
+        at = f"; training of the inputs used {', '.join(map(str, trained))} tokens per sample" if trained else ""
+        return f"max_position_embeddings: the longest context among the merge's inputs{at}"
+    if f["steps"] and f["init_from"]:
+        return (f"max_position_embeddings: the {f['seq_length']} tokens per sample this model was trained at; "
+                f"positions beyond were trained, if at all, by the model it continued from ({f['init_from']})")
+    if f["steps"]:
+        return f"max_position_embeddings: the {f['seq_length']} tokens per sample it was trained at"
+    return "max_position_embeddings: the source model's"

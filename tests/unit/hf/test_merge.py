@@ -51,8 +51,9 @@ def test_a_merge_is_the_hand_computed_weighted_sum(tool, two, tmp_path):
     one = 0.7 * float(state_a[q][1, 2]) + 0.3 * float(state_b[q][1, 2])  # one entry, with plain floats
     assert float(merged[q][1, 2]) == pytest.approx(one, rel=1e-6) and not torch.equal(merged[q], state_a[q])
     record = json.loads(next((tmp_path / "m").glob("iter_*/config.json")).read_text())
-    assert record["merged_from"] == [{"path": str(a / "iter_0000007"), "weight": 0.7},
-                                     {"path": str(b / "iter_0000007"), "weight": 0.3}]
+    assert [{k: e[k] for k in ("path", "weight")} for e in record["merged_from"]] == [
+        {"path": str(a / "iter_0000007"), "weight": 0.7}, {"path": str(b / "iter_0000007"), "weight": 0.3}]
+    assert [(e["objective"], e["steps"]) for e in record["merged_from"]] == [("clm_then_mlm", 7)] * 2
 
 
 def test_a_merge_of_a_checkpoint_with_itself_is_bitwise_the_input(tool, two, tmp_path):
@@ -183,3 +184,42 @@ def test_a_decoder_adapted_with_mntp_merges_with_its_source(tool, kit, tmp_path)
     merged, adapted, source = (weights_of(tmp_path / name) for name in ("merged", "mntp", "source"))
     name = "layers.1.mlp.down_proj.weight"
     assert torch.equal(merged[name], (0.5 * adapted[name].double() + 0.5 * source[name].double()).float())
+    # Issue 42: the exports' model cards say what trained the head (MNTP: shifted) and what the merge was made of
+    from megamlm.hf.export import export_checkpoint
+
+    export_checkpoint(tmp_path / "mntp", tmp_path / "hf-mntp", log=lambda *_: None)
+    card = (tmp_path / "hf-mntp" / "README.md").read_text()
+    assert "last trained by MNTP, which trains a shifted head" in card and "position i-1 predicts" in card
+    assert "context 32 (max_position_embeddings: the 32 tokens per sample this model was trained at" in card
+    export_checkpoint(tmp_path / "merged", tmp_path / "hf-merged", log=lambda *_: None)
+    card = (tmp_path / "hf-merged" / "README.md").read_text()
+    assert "Steps: 0" not in card and "Tokens seen: 0" not in card, card
+    assert "A weighted linear merge (tools/merge_checkpoints.py)" in card
+    assert f"0.5 x `{tmp_path / 'mntp'}" in card and "masked next-token prediction (MNTP), 2 steps" in card
+    assert f"0.5 x `{tmp_path / 'source'}" in card and "no training of its own (imported from" in card
+    assert "LM head of each input was last trained by CLM and MNTP, which trains a shifted head" in card
+    # the merge declares the source's 64 positions (RoPE has no position weights), not the adaptation's 32
+    assert json.loads((tmp_path / "hf-merged" / "config.json").read_text())["max_position_embeddings"] == 64
+    assert "context 64 (max_position_embeddings: the longest context among the merge's inputs; training of the " \
+           "inputs used 32 tokens per sample)" in card
+
+
+def test_hf_folders_that_read_their_weights_differently_or_are_truncated_are_refused(tool, kit, tmp_path, capsys):
+    """Issue 42: two HF folders whose rope_theta differ merged into a silently wrong model (exit 0), and a truncated
+    model.safetensors ended in safetensors' traceback. Both are one line; nothing is written."""
+    kit.save_tiny_llama(tmp_path / "x", seed=0)
+    kit.save_tiny_llama(tmp_path / "y", seed=1)
+    config = json.loads((tmp_path / "y" / "config.json").read_text())
+    rope = {"rope_parameters": {**config["rope_parameters"], "rope_theta": 500000.0}} if "rope_parameters" in config \
+        else {"rope_theta": 500000.0}  # transformers 5 and 4
+    (tmp_path / "y" / "config.json").write_text(json.dumps({**config, **rope}))
+    capsys.readouterr()
+    out = tmp_path / "never"
+    err = _refusal(tool, capsys, ["--input", str(tmp_path / "x"), str(tmp_path / "y"), "--output", str(out)])
+    assert "different architectures (rope_" in err and "500000.0" in err, err
+    shutil.copytree(tmp_path / "x", tmp_path / "cut")
+    weights = tmp_path / "cut" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    err = _refusal(tool, capsys, ["--input", str(tmp_path / "x"), str(tmp_path / "cut"), "--output", str(out)])
+    assert f"cannot read {weights}: it is not a whole safetensors file" in err and "copy it again" in err
+    assert not out.exists()
