@@ -76,7 +76,8 @@ def fit_batch(micro: int | None, global_: int | None, dp: int, pp: int, interlea
     if global_ is None:  # the starting global batch, or the smallest above it that the layout can split
         unit = dp * multiple
         global_ = -(-max(start_global, dp * min_micro_batches) // unit) * unit
-    ramp_sizes = () if rampup.problem(ramp, global_) else BatchSizes(global_, tuple(ramp)).distinct()[:-1]
+    well_formed = ramp is not None and not rampup.problem(ramp, global_)
+    ramp_sizes = BatchSizes(global_, tuple(ramp)).distinct()[:-1] if well_formed else ()
     for candidate in range(min(start_micro, global_), 0, -1):
         if _fits(global_, candidate, dp, min_micro_batches, multiple) and not any(
                 size % (candidate * dp) for size in ramp_sizes):
