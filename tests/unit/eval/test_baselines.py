@@ -2,6 +2,7 @@
 --random-init-baseline: a random model of the evaluated model's shape fine-tuned beside it, and the baselines' rows."""
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -56,8 +57,47 @@ def test_the_best_rule_is_chosen_on_train_and_scored_on_test():
     assert rule.test["score"] == pytest.approx(200 / 3)  # s1 right, s2 rightly unanswered, s3 missed
     assert baselines.no_answer(data).test["score"] == pytest.approx(100 / 3)  # only s2
     assert [b.name for b in baselines.trivial_baselines(data)] == ["no-answer", "rule"]
-    data.name = "other-qa"  # the rules are the Austen QA's
-    assert [b.name for b in baselines.trivial_baselines(data)] == ["no-answer"]
+    data.name = "other-qa"  # every QA task is measured against the rules, not only austen-qa
+    assert [b.name for b in baselines.trivial_baselines(data)] == ["no-answer", "rule"]
+
+
+def test_the_two_case_rule_answers_both_halves_of_an_interrupted_speech():
+    context = '"I am tired," said Elinor, "and so is Marianne." "Come," cried Edward.'
+    first = _qa("a", 'Who said "I am tired"?', context, "Elinor")
+    second = _qa("b", 'Who said "and so is Marianne"?', context, "Elinor")
+    for example in (first, second):
+        assert baselines._speaker_around_quoted_words(example) == "Elinor"
+    assert baselines._speaker_before_quoted_words(first) == ""  # no speech verb before the first half
+    assert baselines._speaker_of_quoted_words(second) == "Edward"  # the next speech verb is another speaker's
+
+
+def _figures(text: str) -> dict[str, float]:
+    return {name: float(value) for name, value in re.findall(r"`([\w-]+)` (\d+\.\d)", text)}
+
+
+def test_the_docs_figures_for_the_austen_qa_rules_are_what_the_code_computes():
+    """The eval README's table (the `rule` baseline of each Austen QA task on test) and austen_tasks.py's
+    figures for every rule on austen-qa-speakers equal what baselines.py computes."""
+    from megamlm.eval.austen_tasks import __doc__ as tasks_doc
+    from megamlm.eval.austen_tasks import austen_qa, austen_qa_speakers
+
+    readme = (Path(__file__).resolve().parents[3] / "megamlm" / "eval" / "README.md").read_text()
+    for data in (austen_qa(), austen_qa_speakers()):
+        row = re.search(rf"^\| `{data.name}` \|.*\| rule `([\w-]+)` (\d+\.\d) F1(.*)\|$", readme, re.M)
+        rule = baselines.best_rule(data)
+        assert row and rule.description.startswith(row.group(1) + ":"), (data.name, rule.description)
+        assert f"{rule.test['score']:.1f}" == row.group(2), (data.name, rule.test["score"])
+        test = data.splits["test"]
+        one_case = {name: baselines._qa_scores(test, fn)["score"] for name, (_, fn) in baselines.QA_RULES.items()
+                    if name != "speaker-around-quoted-words"}
+        if "one-case rules: at most" in row.group(3):
+            assert f"at most {max(one_case.values()):.1f}" in row.group(3)
+    sentence = tasks_doc.split("A one-case rule answers one kind well")[1].split("the last is the task's")[0]
+    figures = _figures(sentence)
+    assert len(figures) == 4
+    test = austen_qa_speakers().splits["test"]
+    for name, value in figures.items():
+        assert f"{baselines._qa_scores(test, baselines.QA_RULES[name][1])['score']:.1f}" == f"{value:.1f}", name
 
 
 def test_lexical_ranking_ranks_by_tfidf_cosine():
