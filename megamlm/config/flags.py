@@ -130,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
         group = parser.add_argument_group(section)
         docs, hints = field_docs(cls), get_type_hints(cls)
         for f in dataclasses.fields(cls):
-            _add_flag(group, section, f, hints[f.name], docs.get(f.name, ""))
+            if not f.metadata.get("yaml_only"):  # a recipe's phases: a list of mappings, only a file can give it
+                _add_flag(group, section, f, hints[f.name], docs.get(f.name, ""))
     return parser
 
 

@@ -31,6 +31,9 @@ def config_from_settings(data: dict) -> Config:
     """``{section: {key: value}}`` (YAML, a record, merged flags) -> a Config; unknown keys and wrong types are
     refused naming them. Sections and keys left out keep their defaults."""
     sections = {}
+    if isinstance(data.get("phases"), list) or "phases" in data and data["phases"] is None:
+        # A recipe's ``phases:`` list at the top of a file is the recipe section's one key (config/phase_fields.py).
+        data = {**{k: v for k, v in data.items() if k != "phases"}, "recipe": {"phases": data["phases"] or []}}
     for section_name, values in data.items():
         if section_name not in SECTION_CLASSES:
             raise ConfigError(f"unknown config section {section_name!r}; known: {', '.join(SECTION_CLASSES)}")
@@ -48,6 +51,8 @@ def keys_of(cls) -> list[str]:
 
 
 def _join(where: str, key) -> str:
+    if where == "recipe" and key == "phases":  # named as the file gives it: phases[1].seq_length
+        return "phases"
     return f"{where}.{key}" if where else str(key)
 
 

@@ -16,6 +16,7 @@ from megamlm.config.batches import fit_batch_sizes
 from megamlm.config.checks import validate
 from megamlm.config.flags import given_settings
 from megamlm.config.loader import config_from_settings
+from megamlm.config.phases import apply_recipe, check_recipe_against_model, recipe_of
 from megamlm.config.recipes import recipe_file, with_recipe
 from megamlm.config.sections import Config
 from megamlm.launcher_env import world_size_from_env
@@ -36,7 +37,10 @@ def resolve(cfg: Config, adopt: Adopter | None = None, world_size: int | None = 
         cfg = adopt(cfg)
     cfg, tokenizer_note = adopt_sidecar_tokenizer(cfg)
     cfg, note = fit_batch_sizes(cfg, world_size or launch_world_size(cfg))
+    cfg = apply_recipe(cfg)  # the phases' lengths, objectives and decay into the settings that carry them
     validate(cfg)
+    if cfg.recipe.phases:
+        check_recipe_against_model(cfg, recipe_of(cfg))
     for line in (tokenizer_note, note):  # after the checks, which can still refuse the launch
         if line:
             log(line)

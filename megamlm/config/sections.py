@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Literal, get_type_hints
 
 from megamlm.config.docs import field_docs
+from megamlm.config.phase_fields import RecipeConfig
 from megamlm.config.roles import setting
 from megamlm.kernel_backends import KernelBackend
 from megamlm.model.attention_table import ATTENTION_TABLE
@@ -156,6 +157,9 @@ class DataConfig:
 class TrainingConfig:
     train_iters: int = setting(300, "schedule")
     """Optimizer steps of the run."""
+    train_tokens: int | None = setting(None, "schedule")
+    """The run's length in tokens, instead of --train-iters: it ends at the first step by which it has trained this
+    many (tokens per step = global batch x sequence length; default: unset, --train-iters counts)."""
     micro_batch_size: int | None = setting(None, "layout")
     """Samples per forward/backward pass (default: fitted to the layout and logged; 16 on one process, 12 for the
     paper presets)."""
@@ -339,6 +343,7 @@ class Config:
     validation: ValidationConfig = field(default_factory=ValidationConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     performance: PerformanceConfig = field(default_factory=PerformanceConfig)
+    recipe: RecipeConfig = field(default_factory=RecipeConfig)
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

@@ -1,0 +1,340 @@
+"""A recipe in phases: the ``phases:`` list (or the objective-only ``--objective a,b --switch ...``) resolved into
+phases with their settings, step ranges, sample ranges and token counts. The one representation every reader asks
+(``recipe_of``): the trainer, the data streams, the run record, the resume check.
+
+A phase sets what it names (``config/phase_fields.py``: length, objective, data, sequence length, RoPE base, mask
+ratio and split, the WSD decay) and inherits the rest from the phase before; the first inherits the run's flags.
+Phase p trains steps ``first_step..last_step`` and consumes the stream's samples ``first_sample..end_sample - 1``
+(the steps' global batches, ``config/rampup.py``), tokens = samples x its sequence length. Lengths in tokens end a
+phase at the first step by which it has trained that many. Lengths must add up to the run (``--train-iters``, or
+``--train-tokens``); the last phase may leave its length out and runs to the end.
+
+``apply_recipe`` writes what the rest of the config already knows back into it, so that nothing reads phases in
+two places: the objective sequence and its switch steps (``--objective``/``--switch-step``, what the
+ObjectiveSchedule, the history and the planners read), a decay phase's length and shape (the WSD decay of the one
+LR schedule) and the run's length from tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import get_args
+
+from megamlm.config.derived import objective_name, objective_phases, resolved_shape, switch_steps
+from megamlm.config.phase_fields import NOT_YET, PhaseConfig
+from megamlm.config.rampup import BatchSizes
+from megamlm.config.sections import PHASE_OBJECTIVES, Config, WSDDecayStyle
+from megamlm.errors import ConfigError
+
+_INHERITED = ("objective", "data_path", "seq_length", "mask_ratio", "mask_replace_prob", "mask_random_prob",
+              "mask_keep_prob")
+_ROPE = ("rope_theta", "local_rope_theta")
+"""The settings a phase inherits from the phase before (the first from the run's flags)."""
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One resolved phase: every setting it trains with, and where it sits in the run."""
+
+    index: int
+    """0-based place in the recipe."""
+    first_step: int
+    last_step: int
+    first_sample: int
+    end_sample: int
+    """The samples of the stream it consumes: [first_sample, end_sample)."""
+    objective: str
+    data_path: tuple[str, ...]
+    """() for the bundled corpus (the run's default data)."""
+    seq_length: int
+    rope_bases: tuple
+    """(RoPE base, the sliding-window layers' base or None): --rope-theta and --local-rope-theta of the phase."""
+    mask_ratio: float
+    mask_replace_prob: float
+    mask_random_prob: float
+    mask_keep_prob: float
+    lr_decay: bool = False
+    lr_wsd_decay_style: str | None = None
+
+    @property
+    def steps(self) -> int:
+        return self.last_step - self.first_step + 1
+
+    @property
+    def tokens(self) -> int:
+        return (self.end_sample - self.first_sample) * self.seq_length
+
+    def stream_key(self) -> tuple:
+        """What decides the phase's sample stream besides its position: consecutive phases with the same key read
+        one stream (an objective switch never changes the data)."""
+        return self.data_path, self.seq_length
+
+    def describe(self) -> str:
+        data = " ".join(self.data_path) if self.data_path else "the bundled corpus"
+        base, local = self.rope_bases
+        rope = f", RoPE base {base:g}" + (f" (local {local:g})" if local is not None else "")
+        mask = f", mask {self.mask_ratio:g}" if self.objective != "clm" else ""
+        decay = f", the WSD decay{' (' + self.lr_wsd_decay_style + ')' if self.lr_wsd_decay_style else ''}" \
+            if self.lr_decay else ""
+        return (f"phase {self.index + 1}: steps {self.first_step}-{self.last_step}, {self.objective}, seq "
+                f"{self.seq_length}{rope}{mask}, data {data}{decay}; samples {self.first_sample}-{self.end_sample - 1}"
+                f", {self.tokens:,} tokens")
+
+    def to_dict(self) -> dict:
+        return {**dataclasses.asdict(self), "data_path": list(self.data_path)}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The resolved phases of a run, in order (one phase for a run without any), and the samples consumed through
+    each step (``samples_through[k]``: after step k; index 0 is 0)."""
+
+    phases: tuple[Phase, ...]
+    samples_through: tuple[int, ...] = dataclasses.field(repr=False, compare=False, default=(0,))
+    tokens_through_steps: tuple[int, ...] = dataclasses.field(repr=False, compare=False, default=(0,))
+
+    @property
+    def last_step(self) -> int:
+        return self.phases[-1].last_step
+
+    @property
+    def end_sample(self) -> int:
+        return self.phases[-1].end_sample
+
+    def phase_at(self, step: int) -> Phase:
+        """The phase that trains 1-based ``step`` (the last phase past the end)."""
+        for phase in self.phases:
+            if step <= phase.last_step:
+                return phase
+        return self.phases[-1]
+
+    @property
+    def boundaries(self) -> tuple[int, ...]:
+        """The last step of every phase but the last: a checkpoint and a validation follow each."""
+        return tuple(p.last_step for p in self.phases[:-1])
+
+    def is_boundary(self, step: int) -> bool:
+        return step in self.boundaries
+
+    def batch_size_at(self, step: int) -> int:
+        """The global batch of 1-based ``step``."""
+        return self.samples_through[step] - self.samples_through[step - 1]
+
+    def tokens_through(self, step: int) -> int:
+        """Tokens the run has trained once ``step`` is done (0 before step 1)."""
+        return self.tokens_through_steps[min(max(step, 0), len(self.tokens_through_steps) - 1)]
+
+    def to_list(self) -> list[dict]:
+        """The phases as stored in the run record and every checkpoint's record (``recipe``)."""
+        return [p.to_dict() for p in self.phases]
+
+    def describe(self) -> list[str]:
+        return [p.describe() for p in self.phases]
+
+
+def phase_items(cfg: Config) -> list[PhaseConfig]:
+    """The phases as given: the ``phases:`` list, else the objective-only form of --objective and its switches."""
+    if cfg.recipe.phases:
+        return list(cfg.recipe.phases)
+    objectives = objective_phases(cfg.objective.objective)
+    ends = (*switch_steps(cfg.objective, cfg.training.train_iters), cfg.training.train_iters)
+    starts = (0, *ends[:-1])
+    # The last phase runs to the end of the run (--train-iters, or --train-tokens' step).
+    return [PhaseConfig(steps=end - start if end != ends[-1] else None, objective=objective)
+            for objective, start, end in zip(objectives, starts, ends)]
+
+
+def _name(index: int) -> str:
+    return f"phases[{index}]"
+
+
+def _check_item(index: int, item: PhaseConfig, last: bool) -> None:
+    """What one phase sets, on its own: one line naming the phase, the field and the fix."""
+    where = _name(index)
+    for field_name, why in NOT_YET.items():
+        if getattr(item, field_name) is not None:
+            raise ConfigError(f"{where} sets {field_name}: phases cannot set {field_name} yet ({why}); drop it")
+    if item.steps is not None and item.tokens is not None:
+        raise ConfigError(f"{where} gives both steps and tokens; give its length one way")
+    for key in ("steps", "tokens", "seq_length"):
+        value = getattr(item, key)
+        if value is not None and value < 1:
+            raise ConfigError(f"{where}.{key} must be at least 1, got {value}")
+    if item.steps is None and item.tokens is None and not last:
+        raise ConfigError(f"{where} has no length; give it steps or tokens (only the last phase may leave its length "
+                          "out: it runs to the end of the run)")
+    if item.objective is not None and item.objective not in PHASE_OBJECTIVES:
+        raise ConfigError(f"{where}.objective {item.objective!r} is not one of {', '.join(PHASE_OBJECTIVES)}")
+    for key in _ROPE:
+        value = getattr(item, key)
+        if value is not None and not value > 0:
+            raise ConfigError(f"{where}.{key} must be positive, got {value}")
+    if item.mask_ratio is not None and not 0.0 < item.mask_ratio < 1.0:
+        raise ConfigError(f"{where}.mask_ratio must be strictly between 0 and 1, got {item.mask_ratio}")
+    styles = get_args(WSDDecayStyle)
+    if item.lr_wsd_decay_style is not None and item.lr_wsd_decay_style not in styles:
+        raise ConfigError(f"{where}.lr_wsd_decay_style {item.lr_wsd_decay_style!r} is not one of {', '.join(styles)}")
+    if item.lr_wsd_decay_style is not None and not item.lr_decay:
+        raise ConfigError(f"{where} sets lr_wsd_decay_style but is not the decay phase; add lr_decay: true to it")
+    if item.lr_decay and not last:
+        raise ConfigError(f"{where} sets lr_decay but is not the last phase: WSD decays at the end of the run; move "
+                          "lr_decay to the last phase")
+
+
+def _base(cfg: Config) -> dict:
+    """What the first phase inherits: the run's flags."""
+    o, m = cfg.objective, cfg.model
+    return {"objective": objective_phases(o.objective)[0], "data_path": tuple(cfg.data.data_path),
+            "seq_length": resolved_shape(m)["seq_length"], "rope_bases": (m.rope_theta, m.local_rope_theta),
+            "mask_ratio": o.mask_ratio,
+            "mask_replace_prob": o.mask_replace_prob, "mask_random_prob": o.mask_random_prob,
+            "mask_keep_prob": o.mask_keep_prob}
+
+
+class _Walk:
+    """Steps and samples consumed so far, step by step (a ramp-up's batch depends on the samples consumed)."""
+
+    def __init__(self, sizes: BatchSizes):
+        self.sizes = sizes
+        self.samples = [0]
+        self.tokens = [0]
+
+    @property
+    def step(self) -> int:
+        return len(self.samples) - 1
+
+    def take(self, seq_length: int) -> int:
+        """One step at ``seq_length``; the tokens it trained."""
+        size = self.sizes.size_after(self.samples[-1])
+        self.samples.append(self.samples[-1] + size)
+        self.tokens.append(self.tokens[-1] + size * seq_length)
+        return size * seq_length
+
+
+def recipe_of(cfg: Config) -> Recipe:
+    """The run's phases, resolved (``cfg`` with its batch sizes fitted: ``resolve.py`` calls this after fitting
+    them); raises ConfigError naming the phase, the field and the fix."""
+    items = phase_items(cfg)
+    t = cfg.training
+    if t.train_tokens is None and any(item.tokens is not None for item in items):
+        raise ConfigError("phases with lengths in tokens need the run's length in tokens too: give --train-tokens "
+                          "(or give every phase's length in steps)")
+    if t.global_batch_size is None:
+        raise ConfigError("the recipe's phases need the global batch size; it is fitted before phases resolve")
+    walk = _Walk(BatchSizes.of(t))
+    settings = _base(cfg)
+    phases = []
+    for index, item in enumerate(items):
+        last = index == len(items) - 1
+        _check_item(index, item, last)
+        given = {key: getattr(item, key) for key in _INHERITED if getattr(item, key) is not None}
+        if "data_path" in given:
+            given["data_path"] = tuple(given["data_path"])
+        if any(getattr(item, key) is not None for key in _ROPE):
+            given["rope_bases"] = tuple(getattr(item, key) if getattr(item, key) is not None else inherited
+                                        for key, inherited in zip(_ROPE, settings["rope_bases"]))
+        settings = {**settings, **given}
+        first_step, first_sample = walk.step + 1, walk.samples[-1]
+        if item.steps is not None:
+            for _ in range(item.steps):
+                walk.take(settings["seq_length"])
+        elif item.tokens is not None:
+            done = 0
+            while done < item.tokens:
+                done += walk.take(settings["seq_length"])
+        elif t.train_tokens is not None:
+            while walk.tokens[-1] < t.train_tokens:
+                walk.take(settings["seq_length"])
+        else:
+            while walk.step < t.train_iters:
+                walk.take(settings["seq_length"])
+        if walk.step < first_step:
+            raise ConfigError(f"{_name(index)} starts after the run's end (step {walk.step}); the phases before it "
+                              "fill the run: shorten them, or lengthen the run")
+        phases.append(Phase(index=index, first_step=first_step, last_step=walk.step, first_sample=first_sample,
+                            end_sample=walk.samples[-1], lr_decay=bool(item.lr_decay),
+                            lr_wsd_decay_style=item.lr_wsd_decay_style, **settings))
+    recipe = Recipe(tuple(phases), tuple(walk.samples), tuple(walk.tokens))
+    _check_run_length(cfg, recipe)
+    return recipe
+
+
+def _check_run_length(cfg: Config, recipe: Recipe) -> None:
+    """Phase lengths add up to the run: --train-tokens' steps, else --train-iters."""
+    t, last = cfg.training, recipe.last_step
+    if t.train_tokens is not None:
+        tokens = recipe.tokens_through_steps
+        needed = next((step for step, done in enumerate(tokens) if done >= t.train_tokens), None)
+        if needed != last:
+            got = f"{tokens[-1]:,} tokens in {last} steps"
+            raise ConfigError(f"the phases' lengths add up to {got}, but --train-tokens {t.train_tokens:,} ends the "
+                              f"run {'later' if needed is None else f'at step {needed}'}; make the phases add up to "
+                              "the run (or leave the last phase's length out)")
+        return
+    if last != t.train_iters:
+        raise ConfigError(f"the phases' lengths add up to {last} steps, but the run is {t.train_iters} steps "
+                          f"(--train-iters); set --train-iters {last}, or change the phases (or leave the last "
+                          "phase's length out: it runs to the end)")
+
+
+def check_recipe_against_model(cfg: Config, recipe: Recipe) -> None:
+    """Every phase's sequence length within the model's positions and split evenly by the layout."""
+    positions = resolved_shape(cfg.model)["seq_length"]
+    tp = cfg.parallel.tensor_model_parallel_size
+    for phase in recipe.phases:
+        where = _name(phase.index)
+        if phase.seq_length > positions:
+            raise ConfigError(f"{where}.seq_length {phase.seq_length} is beyond the model's {positions} positions "
+                              f"(--seq-length); raise --seq-length to at least {phase.seq_length}, or shorten the "
+                              "phase's")
+        if phase.seq_length % tp:
+            raise ConfigError(f"{where}.seq_length {phase.seq_length} is not divisible by --tensor-model-parallel-size "
+                              f"{tp} (sequence parallelism splits it evenly); pick a multiple of {tp}")
+
+
+def apply_recipe(cfg: Config) -> Config:
+    """``cfg`` with its ``phases:`` written into the settings the rest of the run reads: the run's length (from
+    tokens), the objective sequence and its switch steps, a decay phase's length and shape. A config without
+    ``phases:`` is returned as is (its --objective and switches are the phases)."""
+    if not cfg.recipe.phases:
+        if cfg.training.train_tokens is None:
+            return cfg
+        # The run's length first (one sequence length: the objectives do not change it), then --switch's fractions
+        # of it place the switches.
+        one = dataclasses.replace(cfg.objective, objective=objective_phases(cfg.objective.objective)[0], switch=None,
+                                  switch_step=None)
+        return _with_length(cfg, recipe_of(dataclasses.replace(cfg, objective=one)))
+    recipe = recipe_of(cfg)
+    cfg = _with_length(cfg, recipe)
+    collapsed: list[str] = []
+    switches: list[int] = []
+    for phase in recipe.phases:
+        if collapsed and collapsed[-1] == phase.objective:
+            continue
+        if collapsed:
+            switches.append(phase.first_step - 1)
+        collapsed.append(phase.objective)
+    given = objective_phases(cfg.objective.objective)
+    if len(given) > 1 and tuple(given) != tuple(collapsed):
+        raise ConfigError(f"--objective {cfg.objective.objective} and the phases' objectives ({','.join(collapsed)}) "
+                          "give the schedule two ways; set each phase's objective in phases: and drop --objective's "
+                          "sequence (and --switch)")
+    o = dataclasses.replace(cfg.objective, objective=objective_name(tuple(collapsed)), switch=None,
+                            switch_step=None if not switches else switches[0] if len(switches) == 1 else switches)
+    t = cfg.training
+    decay = recipe.phases[-1]
+    if decay.lr_decay:
+        if t.lr_decay_style != "wsd":
+            raise ConfigError(f"{_name(decay.index)} sets lr_decay, the WSD decay, but --lr-decay-style is "
+                              f"{t.lr_decay_style}; use --lr-decay-style wsd")
+        t = dataclasses.replace(t, lr_wsd_decay_iters=decay.steps, lr_wsd_decay_fraction=None,
+                                lr_wsd_decay_style=decay.lr_wsd_decay_style or t.lr_wsd_decay_style)
+    return dataclasses.replace(cfg, objective=o, training=t)
+
+
+def _with_length(cfg: Config, recipe: Recipe) -> Config:
+    """The run's --train-iters: the phases' last step (from --train-tokens or phase lengths in tokens)."""
+    if cfg.training.train_iters == recipe.last_step:
+        return cfg
+    return dataclasses.replace(cfg, training=dataclasses.replace(cfg.training, train_iters=recipe.last_step))

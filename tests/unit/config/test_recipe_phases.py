@@ -1,0 +1,111 @@
+"""A recipe in phases resolved once (megamlm/config/phases.py): inheritance, step, sample and token ranges, the
+objective-only flags as the same phases, lengths in tokens, and every bad phase refused in one line before any work."""
+
+import dataclasses
+
+import pytest
+import yaml
+
+from megamlm.config import ConfigError, parse_args
+from megamlm.config.phase_fields import PhaseConfig, RecipeConfig
+from megamlm.config.phases import recipe_of
+from megamlm.config.roles import ROLES
+
+BATCH = ["--micro-batch-size", "4", "--global-batch-size", "8"]
+
+
+def config_with(tmp_path, phases, *argv):
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump({"phases": phases}))
+    return parse_args(["--config", str(path), *BATCH, *argv])
+
+
+THREE = [
+    {"steps": 4, "seq_length": 64, "mask_ratio": 0.3},
+    {"steps": 3, "seq_length": 128, "rope_theta": 80000.0, "mask_ratio": 0.15},
+    {"mask_ratio": 0.05, "lr_decay": True, "lr_wsd_decay_style": "minus_sqrt"},
+]
+
+
+def test_phases_inherit_and_place_their_steps_samples_and_tokens(tmp_path):
+    cfg = config_with(tmp_path, THREE, "--train-iters", "10", "--seq-length", "128")
+    recipe = recipe_of(cfg)
+    first, second, third = recipe.phases
+    assert [(p.first_step, p.last_step) for p in recipe.phases] == [(1, 4), (5, 7), (8, 10)]
+    assert [(p.first_sample, p.end_sample) for p in recipe.phases] == [(0, 32), (32, 56), (56, 80)]
+    assert [p.seq_length for p in recipe.phases] == [64, 128, 128]  # the third inherits the second's
+    assert [p.rope_bases for p in recipe.phases] == [(10000.0, None), (80000.0, None), (80000.0, None)]
+    assert [p.mask_ratio for p in recipe.phases] == [0.3, 0.15, 0.05]
+    assert recipe.boundaries == (4, 7)
+    assert [recipe.tokens_through(s) for s in (0, 4, 5, 10)] == [0, 32 * 64, 32 * 64 + 8 * 128, 32 * 64 + 48 * 128]
+    assert third.lr_decay and not first.lr_decay and not second.lr_decay
+    # The decay phase is the one WSD schedule's decay, with its shape.
+    assert (cfg.training.lr_wsd_decay_iters, cfg.training.lr_wsd_decay_style) == (3, "minus_sqrt")
+
+
+def test_the_objective_only_flags_are_the_same_phases(tmp_path):
+    flags = parse_args([*BATCH, "--objective", "mlm,clm,mlm", "--switch-step", "6,9", "--train-iters", "10"])
+    listed = config_with(tmp_path, [{"steps": 6, "objective": "mlm"}, {"steps": 3, "objective": "clm"},
+                                    {"objective": "mlm"}], "--train-iters", "10")
+    assert recipe_of(flags) == recipe_of(listed)
+    # the phases' objectives are the run's schedule: what the ObjectiveSchedule, the history and the planners read
+    assert (listed.objective.objective, listed.objective.switch_step) == ("mlm,clm,mlm", [6, 9])
+
+
+def test_phases_of_one_objective_keep_one_objective_and_no_switch(tmp_path):
+    cfg = config_with(tmp_path, [{"steps": 3, "seq_length": 64}, {"steps": 7}], "--train-iters", "10")
+    assert (cfg.objective.objective, cfg.objective.switch_step) == ("mlm", None)
+    assert recipe_of(cfg).boundaries == (3,)
+
+
+def test_lengths_in_tokens(tmp_path):
+    cfg = config_with(tmp_path, [{"tokens": 1000, "seq_length": 64}, {"seq_length": 128}],
+                      "--train-tokens", "3000", "--seq-length", "128")
+    recipe = recipe_of(cfg)
+    # 8 x 64 = 512 tokens a step: 1,000 tokens end after step 2 (1,024); then 1,024 a step up to 3,000 (step 4)
+    assert [(p.first_step, p.last_step) for p in recipe.phases] == [(1, 2), (3, 4)]
+    assert cfg.training.train_iters == 4 and recipe.tokens_through(4) == 3072
+    one = parse_args([*BATCH, "--train-tokens", "10000", "--seq-length", "128"])
+    assert one.training.train_iters == 10  # 1,024 tokens a step
+
+
+@pytest.mark.parametrize("phases, argv, message", [
+    ([{"steps": 4, "sequence_length": 64}, {}], [],
+     "unknown key phases[0].sequence_length; known: data_path, global_batch_size"),
+    ([{"steps": 4, "global_batch_size": 16}, {}], [],
+     "phases[0] sets global_batch_size: phases cannot set global_batch_size yet"),
+    ([{"steps": 4, "valid_data_path": ["x"]}, {}], [], "phases cannot set valid_data_path yet"),
+    ([{"steps": 4, "lr_warmup_iters": 2}, {}], [], "phases cannot set lr_warmup_iters yet"),
+    ([{"steps": 4}, {"steps": 4}], ["--train-iters", "10"],
+     "the phases' lengths add up to 8 steps, but the run is 10 steps (--train-iters)"),
+    ([{"steps": 10}, {}], ["--train-iters", "10"], "phases[1] starts after the run's end"),
+    ([{"steps": 4, "seq_length": 256}, {}], ["--train-iters", "10"],
+     "phases[0].seq_length 256 is beyond the model's 128 positions (--seq-length)"),
+    ([{"steps": 4}, {"seq_length": 66}], ["--train-iters", "10", "--tp", "4", "--world-size", "4", "--dry-run"],
+     "phases[1].seq_length 66 is not divisible by --tensor-model-parallel-size 4"),
+    ([{"steps": 4, "lr_decay": True}, {}], ["--train-iters", "10"], "phases[0] sets lr_decay but is not the last"),
+    ([{"tokens": 100}, {}], ["--train-iters", "10"], "phases with lengths in tokens need the run's length in tokens"),
+    ([{}, {"steps": 4}], ["--train-iters", "10"], "phases[0] has no length"),
+    ([{"steps": 4, "objective": "bert"}, {}], ["--train-iters", "10"], "phases[0].objective 'bert' is not one of"),
+    ([{"steps": 4, "objective": "clm"}, {"objective": "mlm"}], ["--train-iters", "10", "--objective", "mlm,clm"],
+     "give the schedule two ways"),
+    ([{"steps": 4}, {"lr_decay": True}], ["--train-iters", "10", "--lr-decay-style", "cosine"],
+     "sets lr_decay, the WSD decay, but --lr-decay-style is cosine"),
+])
+def test_a_bad_phase_is_one_line_naming_it(tmp_path, phases, argv, message):
+    with pytest.raises(ConfigError) as err:
+        config_with(tmp_path, phases, *argv)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_every_phase_field_declares_the_role_of_the_run_setting_it_overrides():
+    roles = {f.name: f.metadata["role"] for f in dataclasses.fields(PhaseConfig)}
+    assert set(roles.values()) <= set(ROLES)
+    assert (roles["seq_length"], roles["data_path"], roles["mask_ratio"], roles["objective"], roles["steps"],
+            roles["rope_theta"]) == ("stream", "stream", "masking", "objective", "schedule", "shape")
+    assert dataclasses.fields(RecipeConfig)[0].metadata["yaml_only"]
+
+
+def test_the_phases_list_is_not_a_flag():
+    with pytest.raises(ConfigError, match="unrecognized arguments: --phases"):
+        parse_args(["--phases", "x"])
