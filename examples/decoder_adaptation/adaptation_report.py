@@ -42,12 +42,32 @@ def _table(args, results: list[dict], facts: dict, merged: str) -> list[str]:
     return lines
 
 
+REPO = Path(__file__).resolve().parents[2]
+PLACES = "Paths: WORKDIR is --workdir, DATA_DIR --data-dir, MODEL_DIR the folder of --model (REPORT_DIR: of --report " \
+         "outside the repository); commands run from the repository root."
+
+
+def machine_free(text: str, args) -> str:
+    """``text`` without this machine's paths: --workdir, --data-dir and the folder of --model by the names ``PLACES``
+    gives them, the repository root as ``.``, the longest path first."""
+    places = [(Path(args.workdir), "WORKDIR"), (Path(args.data_dir), "DATA_DIR"),
+              (Path(args.model).parent, "MODEL_DIR"), (REPO, ".")]
+    if not Path(args.report).resolve().is_relative_to(REPO):
+        places.append((Path(args.report).parent, "REPORT_DIR"))
+    spellings = sorted({(str(form), name) for path, name in places
+                        for form in (path, path.absolute(), path.resolve()) if str(form) not in (".", "/")},
+                       key=lambda pair: -len(pair[0]))
+    for spelling, name in spellings:
+        text = text.replace(spelling, name)
+    return text
+
+
 def write_report(args, results: list[dict], facts: dict, stages: list[tuple[str, float, float]], merged: str) -> Path:
     sizes = next(iter(results))["rows"]
     total_wall, total_cpu = sum(s[1] for s in stages), sum(s[2] for s in stages)
     lines = [
         "# Decoder -> encoder adaptation on a CPU, scored by a frozen linear probe", "",
-        f"Command: `python examples/decoder_adaptation/run.py {shlex.join(facts['argv'])}`", "",
+        f"Command: `python examples/decoder_adaptation/run.py {shlex.join(facts['argv'])}`", "", PLACES, "",
         "## Settings", "",
         f"- Model: `{args.model.name}`"
         + (" (SmolLM2-135M-Instruct, 4-bit Q4_1 GGUF weights **dequantized to float32 on load**: the quantization "
@@ -84,5 +104,5 @@ def write_report(args, results: list[dict], facts: dict, stages: list[tuple[str,
         "```text", shlex.join(["python", Path(facts["train_command"][1]).name, *facts["train_command"][2:]]),
         "```", "",
     ]
-    write_text_atomic(Path(args.report), "\n".join(lines))
+    write_text_atomic(Path(args.report), machine_free("\n".join(lines), args))
     return Path(args.report)

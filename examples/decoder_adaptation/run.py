@@ -1,9 +1,10 @@
 """A decoder adapted into an encoder on a CPU, scored by a frozen linear probe (issue 34, item 5).
 
-    python examples/decoder_adaptation/run.py --workdir /tmp/adapt --report examples/decoder_adaptation/REPORT.md
+    python examples/decoder_adaptation/run.py --model SmolLM2-135M-Instruct.Q4_1.gguf --workdir /tmp/adapt \
+        --report examples/decoder_adaptation/REPORT.md
 
-Stages, each timed (wall and CPU seconds): import the decoder (default: SmolLM2-135M-Instruct, Q4_1 GGUF,
-dequantized to float32 on load) as a megamlm checkpoint; tokenize the Brown corpus's train files (adaptation data)
+Stages, each timed (wall and CPU seconds): import the decoder (--model; REPORT.md's: SmolLM2-135M-Instruct, Q4_1
+GGUF, dequantized to float32 on load) as a megamlm checkpoint; tokenize the Brown corpus's train files (adaptation data)
 and validation files (held-out loss); train bidirectional + MNTP and bidirectional + MLM with pretrain.py
 --init-from, the same flags but --objective (so the same samples in the same order, the same masks, steps and
 tokens); probe the decoder causal (as is), bidirectional (untrained), the MNTP and MLM models and a random-init
@@ -36,7 +37,6 @@ quiet_imports()
 
 from megamlm.errors import UserError, exit_line  # noqa: E402
 
-DEFAULT_MODEL = REPO / ".." / "shared" / "models" / "smollm2-135m-instruct" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_DATA = REPO / ".." / "shared" / "data"
 DEFAULT_REPORT = REPO / "examples" / "decoder_adaptation" / "REPORT.md"
 TASKS = "austen-novel,rt-sentiment"
@@ -49,7 +49,8 @@ class AdaptError(UserError, ValueError):
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False,
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="decoder: a .gguf file or a Hugging Face folder")
+    p.add_argument("--model", type=Path, required=True,
+                   help="decoder: a .gguf file or a Hugging Face folder (REPORT.md's: SmolLM2-135M-Instruct, Q4_1)")
     p.add_argument("--workdir", type=Path, required=True, help="new or empty folder for checkpoints, data and probes")
     p.add_argument("--report", type=Path, default=DEFAULT_REPORT, help="the markdown report to write")
     p.add_argument("--data-dir", type=Path, default=DEFAULT_DATA, help="folder holding brown/ and sentiment/")

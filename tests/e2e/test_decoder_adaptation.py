@@ -94,3 +94,30 @@ def test_a_used_workdir_is_refused_without_force(tmp_path, capsys):
     else:
         expect_one_line(capsys, status, "is not an empty folder; choose a new one or pass --force")
     assert (tmp_path / "work" / "keep.txt").read_text() == "mine"
+
+
+def test_the_model_is_a_required_flag_not_a_path_outside_the_repository(tmp_path, capsys):
+    """Issue 42: --model defaulted to ../shared/models/..., a file outside the repository."""
+    with pytest.raises(SystemExit) as stopped:
+        _run()(["--workdir", str(tmp_path / "work")])
+    assert stopped.value.code == 2 and "--model" in capsys.readouterr().err
+    assert '"models"' not in (REPO / "examples/decoder_adaptation/run.py").read_text()
+
+
+def test_the_report_names_no_path_of_the_machine_it_ran_on(tmp_path):
+    """Issue 42: REPORT.md printed /work/..., /tmp/... paths; they are WORKDIR, DATA_DIR, MODEL_DIR, REPORT_DIR and
+    the repository root '.', named in the report, and the committed report holds none."""
+    from argparse import Namespace
+
+    report = load_tool("adaptation_report", "examples/decoder_adaptation")
+    args = Namespace(workdir=tmp_path / "adapt", data_dir=REPO / ".." / "shared" / "data",
+                     model=tmp_path / "models" / "m.gguf", report=tmp_path / "logs" / "REPORT.md")
+    text = (f"run.py --model {tmp_path}/models/m.gguf --data-dir {(REPO / '..' / 'shared' / 'data').resolve()} "
+            f"--workdir {tmp_path}/adapt --report {tmp_path}/logs/REPORT.md\n{REPO}/pretrain.py --save "
+            f"{tmp_path}/adapt/mntp --data-path {REPO}/../shared/data/x")
+    assert report.machine_free(text, args) == (
+        "run.py --model MODEL_DIR/m.gguf --data-dir DATA_DIR --workdir WORKDIR --report REPORT_DIR/REPORT.md\n"
+        "./pretrain.py --save WORKDIR/mntp --data-path DATA_DIR/x")
+    committed = (REPO / "examples/decoder_adaptation/REPORT.md").read_text()
+    assert not any(place in committed for place in ("/work/", "/tmp/", "/home/", "/root/")), committed[:600]
+    assert report.PLACES in committed
