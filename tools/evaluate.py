@@ -203,12 +203,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.random_init_baseline is not None:  # the trivial baselines' lexical ranking and counts
             require("sklearn", "--random-init-baseline (the trivial baselines)")
         check_output_folder(args.output, args.force)
-        models = [entry for name, path in parse_model_specs(args.model)
+        specs = parse_model_specs(args.model)
+        name = args.random_init_baseline
+        if name is not None and (name in {n for n, _ in specs} or not MODEL_NAME.match(name) or set(name) == {"."}):
+            # before resolve_models, which exports run folders and checkpoints
+            raise PlanError(f"--random-init-baseline {name!r}: give a name that no --model has, of letters, "
+                            "digits and ._+-")
+        models = [entry for name, path in specs
                   for entry in resolve_models(name, path, args.output / "hf_exports", args.export_arch,
                                               args.checkpoints)]
         if args.random_init_baseline is not None:
             name = args.random_init_baseline
-            if name in {m.name for m in models} or not MODEL_NAME.match(name):
+            if name in {m.name for m in models}:  # a run folder's checkpoints are named NAME-stepN
                 raise PlanError(f"--random-init-baseline {name!r}: give a name that no --model has, of letters, "
                                 "digits and ._+-")
             models.append(random_init_model(models, name, args.output / "hf_exports"))

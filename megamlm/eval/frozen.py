@@ -110,6 +110,11 @@ def _megamlm_model(path: Path, random: bool):
 
     record = read_record(path)
     tokenizer = AutoTokenizer.from_pretrained(str(record.tokenizer_path().parent), trust_remote_code=False)
+    # A bare tokenizer.json (the bundled one) names no special tokens to transformers; the run recorded their ids
+    for role in ("pad", "eos", "bos", "mask"):
+        token_id = record.tokenizer.get(f"{role}_id")
+        if getattr(tokenizer, f"{role}_token") is None and token_id is not None and 0 <= token_id < len(tokenizer):
+            setattr(tokenizer, f"{role}_token", tokenizer.convert_ids_to_tokens(int(token_id)))
     model = random_init(record.model_args) if random else load_model(record)
     return model, tokenizer
 

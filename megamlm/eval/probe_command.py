@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from pathlib import Path
 
 import torch
@@ -73,7 +74,7 @@ def probe_command(args, parser: argparse.ArgumentParser, log=print) -> int:
     if refused:
         raise ProbeError(f"{refused[0]} is a fine-tuning setting, which --probe {args.probe} does not use; drop it "
                          "(the probe fits a logistic regression for each C of --probe-c-grid)")
-    if not args.probe_c_grid or any(c <= 0 for c in args.probe_c_grid):
+    if not args.probe_c_grid or any(not math.isfinite(c) or c <= 0 for c in args.probe_c_grid):
         raise ProbeError(f"--probe-c-grid {list(args.probe_c_grid)}: give positive numbers, e.g. 0.01,0.1,1")
     if args.max_length is not None and args.max_length < 8:
         raise ProbeError(f"--max-length {args.max_length} is too short; give at least 8 tokens")

@@ -142,6 +142,8 @@ def test_the_command_writes_the_tables_of_a_local_task(decoder, tmp_path, capsys
     (["--tasks", "austen-novel", "--lrs", "1e-4"], "--lrs is a fine-tuning setting"),
     (["--tasks", "austen-novel", "--probe-attention", "sideways"], "attention sideways"),
     (["--tasks", "austen-novel", "--probe-c-grid", "0,1"], "--probe-c-grid"),
+    (["--tasks", "austen-novel", "--probe-c-grid", "1,nan"], "--probe-c-grid"),  # issue 42: sklearn's traceback
+    (["--tasks", "austen-novel", "--probe-c-grid", "inf"], "--probe-c-grid"),
 ])
 def test_bad_probe_input_is_one_line(decoder, tmp_path, capsys, extra, message):
     status = tool_main("evaluate")(["--probe", "linear", "--model", f"tiny={decoder}", "--output",
@@ -168,3 +170,46 @@ def test_a_question_answering_task_is_refused_by_the_plan(decoder, tmp_path):
     plan = ProbePlan([ProbeModel("llama", decoder)], {"tiny-qa": qa_task()}, tmp_path, SETTINGS)
     with pytest.raises(ProbeError, match="spans of each input"):
         run_probe(plan, log=lambda line: None)
+
+
+def bundled_tokenizer_checkpoint(folder):
+    """A megamlm checkpoint of a tiny model trained (as the Quickstart's) with the bundled tokenizer, whose bare
+    tokenizer.json names no special token to transformers: the run's record holds their ids."""
+    import torch
+    from helpers import tiny_args
+
+    from megamlm.checkpoint import save_checkpoint
+    from megamlm.config import Config
+    from megamlm.data.embedded import TOKENIZER_FILE
+    from megamlm.model.transformer import Transformer
+
+    args = tiny_args(vocab_size=8192, num_layers=1, num_attention_heads=2, max_seq_length=64)
+    torch.manual_seed(0)
+    model = Transformer(args)
+    record = {"config": Config().to_dict(), "model_args": args.to_dict(), "switch_step": None, "seq_length": 64,
+              "tokenizer": {"path": str(TOKENIZER_FILE), "vocab_size": 8192, "bos_id": 0, "eos_id": 1, "pad_id": 2,
+                            "mask_id": 3}}
+    save_checkpoint(folder, 1, model, torch.optim.AdamW(model.parameters()), {}, record)
+    return folder
+
+
+def test_the_probe_scores_a_checkpoint_trained_with_the_bundled_tokenizer(tmp_path, capsys):
+    """Issue 42: the Quickstart's own model was refused ("no pad, eos, sep or unk token"): its pad is the run's."""
+    ckpt = bundled_tokenizer_checkpoint(tmp_path / "ckpt")
+    frozen = load_frozen(ProbeModel("tiny", ckpt))
+    assert frozen.tokenizer.convert_tokens_to_ids(frozen.tokenizer.pad_token) == 2
+    status = tool_main("evaluate")(["--probe", "linear", "--model", f"tiny={ckpt}", "--tasks", "austen-novel",
+                                    "--max-length", "32", "--max-train-examples", "40", "--max-eval-examples", "8",
+                                    "--output", str(tmp_path / "out")])
+    assert status == 0, capsys.readouterr().err
+    assert len(list((tmp_path / "out" / "probe").rglob("*.json"))) == 2  # the model and its random-init row
+
+
+@pytest.mark.parametrize("name", ["../evil", ".."])
+def test_a_bad_random_init_name_is_refused_before_anything_is_exported(tmp_path, capsys, name):
+    """Issue 42: --random-init-baseline ../evil was refused only after the run folder's exports were written."""
+    ckpt = bundled_tokenizer_checkpoint(tmp_path / "run")
+    status = tool_main("evaluate")(["--model", f"tiny={ckpt}", "--tasks", "austen-novel", "--output",
+                                    str(tmp_path / "out"), "--random-init-baseline", name])
+    expect_one_line(capsys, status, f"--random-init-baseline {name!r}")
+    assert not (tmp_path / "out" / "hf_exports").exists() and not (tmp_path / "evil").exists()
