@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -155,6 +156,31 @@ def pilot(candidates, args, output: Path, say) -> None:
             say(f"| {task} | {cells} | {best} {lead:+.2f} | {mark} (margin {args.margin:g}) |")
 
 
+def check_evaluation_flags(args) -> None:
+    """The fine-tuning flags, before any tokenizer, cache or run is built: --margin a finite number of points >= 0,
+    every task one tools/evaluate.py knows, the LR grid finite positive numbers, the seeds integers."""
+    from megamlm.eval.registry import check_task_spec
+
+    if not math.isfinite(args.margin) or args.margin < 0:
+        raise PilotFailure(f"--margin {args.margin}: give a finite number of score points >= 0, e.g. 5")
+    tasks = [task.strip() for task in args.tasks.split(",") if task.strip()]
+    if not tasks:
+        raise PilotFailure(f"--tasks {args.tasks!r}: name at least one task, e.g. {DEFAULT_TASKS}")
+    for task in tasks:
+        check_task_spec(task)
+    grids = (("--finetune-lrs", args.finetune_lrs, float, "positive numbers, e.g. 1e-3,3e-3"),
+             ("--finetune-seeds", args.finetune_seeds, int, "integers, e.g. 0,1"))
+    for flag, text, kind, expected in grids:
+        try:
+            values = [kind(part) for part in text.split(",") if part.strip()]
+        except ValueError:
+            values = []
+        if not values or (kind is float and not all(math.isfinite(v) and v > 0 for v in values)):
+            raise PilotFailure(f"{flag} {text}: give comma-separated {expected}")
+    if args.max_train_examples < 0 or args.max_eval_examples < 0:
+        raise PilotFailure("--max-train-examples and --max-eval-examples must be >= 0")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     try:
@@ -169,6 +195,7 @@ def main(argv=None) -> int:
         for flag, value in counts.items():
             if value < 1:
                 raise PilotFailure(f"{flag} {value}: must be at least 1")
+        check_evaluation_flags(args)
         output = Path(args.output).resolve()   # its tools run from the repository root
         output.mkdir(parents=True, exist_ok=True)
         lines = []

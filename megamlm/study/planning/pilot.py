@@ -12,6 +12,7 @@ fine-tuning seeds; the real miniature's report makes the stated tests.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 
 from megamlm.errors import UserError
@@ -85,10 +86,14 @@ def parse_candidate(text: str) -> Candidate:
         if not sep or key not in fields:
             raise PilotError(f"candidate {text!r}: {item!r} is not KEY=VALUE with KEY one of {', '.join(fields)}; "
                              f"e.g. --candidate vocab=2048,lr=3e-3")
+        if key in values:
+            raise PilotError(f"candidate {text!r}: {key} is given twice; give each key once")
         try:
             values[key] = float(value) if fields[key] == "float" else int(value)
         except ValueError:
-            raise PilotError(f"candidate {text!r}: {key}={value!r} is not a number; e.g. {key}="
+            values[key] = None
+        if values[key] is None or not math.isfinite(values[key]):
+            raise PilotError(f"candidate {text!r}: {key}={value!r} is not a finite number; e.g. {key}="
                              f"{getattr(DEFAULTS, key)}") from None
     candidate = Candidate(**values)
     check_candidate(candidate)

@@ -24,7 +24,9 @@ def test_a_candidate_changes_only_the_keys_it_names():
 
 
 @pytest.mark.parametrize("text, words", [
-    ("vocab:2048", "KEY=VALUE"), ("colour=red", "KEY=VALUE"), ("lr=fast", "not a number"),
+    ("vocab:2048", "KEY=VALUE"), ("colour=red", "KEY=VALUE"), ("lr=fast", "not a finite number"),
+    ("lr=nan", "lr='nan' is not a finite number"), ("lr=inf", "not a finite number"),  # issue 42: nan was accepted
+    ("vocab=2048,vocab=8192", "vocab is given twice"),
     ("mask=0.6", "0.2-0.5"), ("vocab=100", "260"), ("hidden=100", "divide"), ("clm=1", "strictly between"),
     ("steps=0", "positive")])
 def test_bad_candidates_name_the_fix(text, words):
@@ -80,6 +82,14 @@ def test_the_tool_refuses_a_bad_candidate_in_one_line(tmp_path, capsys):
     expect_one_line(capsys, status, "--arms", "mntp")
     status = tool_main("pilot_miniature")(["--output", str(tmp_path / "p"), "--finetune-steps", "0"])
     expect_one_line(capsys, status, "--finetune-steps 0", "at least 1")
+    # issue 42: accepted, or refused only after the tokenizers and caches were built
+    for argv, words in ((["--margin", "nan"], ("--margin nan", "finite")),
+                        (["--tasks", "austen-novel,no-such-task"], ("unknown task 'no-such-task'",)),
+                        (["--candidate", "lr=nan"], ("lr='nan' is not a finite number",)),
+                        (["--candidate", "lr=1e-3,lr=3e-3"], ("lr is given twice",)),
+                        (["--finetune-lrs", "1e-3,nan"], ("--finetune-lrs", "positive numbers"))):
+        status = tool_main("pilot_miniature")(["--output", str(tmp_path / "p"), *argv])
+        expect_one_line(capsys, status, *words)
     assert not (tmp_path / "p").exists()
 
 
