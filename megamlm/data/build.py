@@ -101,7 +101,7 @@ def _build_stream(spec: StreamSpec, part: int, rank, barrier):
             check_vocab(dataset, spec.vocab_size)
     options = dict(cache_dir=spec.cache_dir, rank=rank, barrier=barrier)
     corpora = [datasets] if weights is None else [[d] for d in datasets]
-    sequences = [_part_of(corpus, spec.split, part, spec.seq_length) for corpus in corpora]
+    sequences = [part_of(corpus, spec.split, part, spec.seq_length) for corpus in corpora]
     if weights is None:
         return PackedSampleDataset(datasets, spec.seq_length, spec.num_samples, spec.seed, sequences=sequences[0],
                                    **options)
@@ -119,7 +119,7 @@ def _build_stream(spec: StreamSpec, part: int, rank, barrier):
     return BlendedDataset(parts, dataset_of, sample_in_dataset, spec.seq_length)
 
 
-def _part_of(corpus: list[IndexedDataset], split, part: int, seq_length: int) -> tuple[int, int] | None:
+def part_of(corpus: list[IndexedDataset], split, part: int, seq_length: int) -> tuple[int, int] | None:
     """The sequence range of `part` of a corpus under `split` (None: all of it); a DataError when it cannot hold
     one sample."""
     if split is None:

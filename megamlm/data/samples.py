@@ -103,13 +103,14 @@ class PackedSampleDataset:
             position += 1
             offset = 0
 
-    def _read(self, document: int, offset: int, length: int) -> np.ndarray:
+    def read(self, document: int, offset: int, length: int) -> np.ndarray:
+        """``length`` tokens from ``offset`` of document ``document`` (numbered among ``sizes``)."""
         document += self.first_sequence
         shard = int(np.searchsorted(self._first_document, document, side="right")) - 1
         return self.datasets[shard].get(document - int(self._first_document[shard]), offset, length)
 
     def __getitem__(self, k: int) -> np.ndarray:
-        pieces = [self._read(*piece) for piece in self._pieces(int(k))]
+        pieces = [self.read(*piece) for piece in self._pieces(int(k))]
         return np.concatenate(pieces).astype(np.int64)
 
     def document_ids(self, k: int) -> np.ndarray:
