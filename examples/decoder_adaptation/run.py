@@ -196,7 +196,7 @@ def losses(models: dict[str, Path], ckpt: Path, work: Path, args) -> dict[str, d
     from megamlm.eval.frozen import random_init
     from megamlm.eval.heldout import heldout_losses
     from megamlm.hf.megamlm_checkpoint import load_model, read_record
-    from megamlm.training.setup import masking_spec_for
+    from megamlm.training.resolved_run import masking_spec_for
 
     windows = np.load(work / "data" / "heldout.npy")
     masking = masking_spec_for(Config(), load_tokenizer(ckpt / "tokenizer"))

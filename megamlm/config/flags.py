@@ -18,6 +18,11 @@ from megamlm.errors import ConfigError, UserError, exit_line
 FLAG_ALIASES = {"tensor_model_parallel_size": ["--tp"], "pipeline_model_parallel_size": ["--pp"]}
 
 
+def flag_name(field: str) -> str:
+    """The command-line flag of a config field: ``adam_beta2`` -> ``--adam-beta2`` (the one naming rule)."""
+    return "--" + field.replace("_", "-")
+
+
 def _objective(value: str) -> str:
     """--objective: a named objective, or phases joined by commas (``mlm,clm,mlm``); adjacent repeats and the
     switches are checked with the rest of the config."""
@@ -89,7 +94,7 @@ def _recipe_note(by_preset: dict) -> str:
 
 
 def _add_flag(group, section: str, f: dataclasses.Field, hint, doc: str) -> None:
-    flags = ["--" + f.name.replace("_", "-"), *FLAG_ALIASES.get(f.name, [])]
+    flags = [flag_name(f.name), *FLAG_ALIASES.get(f.name, [])]
     kwargs: dict[str, Any] = dict(dest=f"{section}.{f.name}", help=help_text(f, doc, section),
                                   default=argparse.SUPPRESS)
     listed = [arg for arg in get_args(hint) if get_origin(arg) is list]

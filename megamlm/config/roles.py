@@ -18,9 +18,10 @@ On a resume a difference in a setting is, by its role:
 - ``ignore``: where the run goes, how it is laid out, logged or validated: never changes a step.
 
 For prefix sharing the same role decides: two runs share steps only when every ``refuse``, ``history`` and ``note``
-setting agrees, ``history`` settings step by step (a run's objective and learning rate per step) and the others as
-values; ``ignore`` settings never matter. So a setting that a resume refuses or notes is a setting on which the
-planner will not share a prefix, and one the resume ignores the planner ignores too.
+setting agrees, the roles compared ``per_step`` step by step (a run's objective and learning rate per step) and the
+others as values; ``ignore`` settings never matter. So a setting that a resume refuses or notes is a setting on which
+the planner will not share a prefix, and one the resume ignores the planner ignores too
+(tests/unit/training/test_start_by_role.py checks every field against both readers).
 """
 
 from __future__ import annotations
@@ -38,14 +39,18 @@ OnResume = Literal["refuse", "history", "note", "ignore"]
 class RoleRule:
     meaning: str
     on_resume: OnResume
+    per_step: bool = False
+    """Compared through what it makes of every step (a ``history`` role: the objective or learning rate of each
+    step), not as a value: a difference after the checkpoint's step is a branch."""
 
 
 ROLES: dict[Role, RoleRule] = {
     "shape": RoleRule("the model's shape and initialisation: what the weights mean", "refuse"),
     "stream": RoleRule("which samples the run reads, in which order: seed, data, split, tokenizer", "refuse"),
     "masking": RoleRule("which tokens of a sample are masked and how", "refuse"),
-    "objective": RoleRule("the objective of each step (the phases and their switch steps)", "history"),
-    "schedule": RoleRule("the learning rate of each step (and the run's length, which places its phases)", "history"),
+    "objective": RoleRule("the objective of each step (the phases and their switch steps)", "history", True),
+    "schedule": RoleRule("the learning rate of each step (and the run's length, which places its phases)", "history",
+                         True),
     "optimizer": RoleRule("the optimizer's settings", "history"),
     "batch": RoleRule("samples per step: a change continues the same stream at the consumed-sample count", "note"),
     "numerics": RoleRule("the arithmetic the steps are computed in", "note"),
@@ -68,6 +73,19 @@ def setting(default=dataclasses.MISSING, role: Role | None = None, *, factory=da
 def role_of(section: type, name: str) -> Role:
     """The declared role of one field of a config section."""
     return {f.name: f.metadata.get("role") for f in dataclasses.fields(section)}[name]
+
+
+def default_of(section: type, name: str):
+    """The declared default of one field of a config section (what a run record written before it existed means)."""
+    f = {f.name: f for f in dataclasses.fields(section)}[name]
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+def compared_as_values(sections: dict[str, type]) -> tuple[tuple[str, str], ...]:
+    """(section, field) of every setting two runs must share as a value for their steps to be the same steps: every
+    role but the ignored ones and those compared step by step (``per_step``)."""
+    return tuple((name, f.name) for name, cls in sections.items() for f in dataclasses.fields(cls)
+                 if ROLES[f.metadata["role"]].on_resume != "ignore" and not ROLES[f.metadata["role"]].per_step)
 
 
 def fields_with(sections: dict[str, type], *rules_or_roles: str) -> tuple[tuple[str, str], ...]:

@@ -24,12 +24,16 @@ from pathlib import Path
 
 import numpy as np
 
-from megamlm.config import Config, as_tuple, switch_steps, warmup_iters, wsd_decay_iters
+from megamlm.config import SECTION_CLASSES, Config, as_tuple, switch_steps, warmup_iters, wsd_decay_iters
+from megamlm.config.flags import flag_name
+from megamlm.config.roles import default_of, fields_with
 from megamlm.objectives.schedule import objective_at_step, objectives_at_steps, schedule_state
 from megamlm.training.optim import LRSchedule
 
-OPTIMIZER_FLAGS = {"weight_decay": "--weight-decay", "adam_beta1": "--adam-beta1", "adam_beta2": "--adam-beta2",
-                   "adam_eps": "--adam-eps", "clip_grad": "--clip-grad"}
+OPTIMIZER_SETTINGS = fields_with(SECTION_CLASSES, "optimizer")
+"""(section, field) of the optimizer's settings (role ``optimizer``, config/roles.py): a history segment keeps them."""
+OPTIMIZER_FLAGS = {name: flag_name(name) for _, name in OPTIMIZER_SETTINGS}
+OPTIMIZER_DEFAULTS = {name: default_of(SECTION_CLASSES[section], name) for section, name in OPTIMIZER_SETTINGS}
 LR_FLAGS = {"peak_lr": "--lr", "min_lr": "--min-lr", "style": "--lr-decay-style",
             "warmup_iters": "--lr-warmup-iters/--lr-warmup-fraction",
             "decay_iters": "--lr-wsd-decay-iters/--lr-wsd-decay-fraction", "train_iters": "--train-iters",
@@ -53,7 +57,7 @@ class Segment:
     lr_schedule: dict
     """LRSchedule.state_dict()."""
     optimizer: dict
-    """weight_decay, adam_beta1, adam_beta2, adam_eps, clip_grad."""
+    """The optimizer's settings by field name (``OPTIMIZER_SETTINGS``)."""
     global_batch_size: int
 
     @classmethod
@@ -61,19 +65,19 @@ class Segment:
         """This launch's settings, from its run record (``training/run_record.py``)."""
         training = record["config"]["training"]
         return cls(first_step, dict(record["schedule"]["objective_schedule"]), dict(record["schedule"]["lr_schedule"]),
-                   {key: training[key] for key in OPTIMIZER_FLAGS}, int(training["global_batch_size"]))
+                   optimizer_settings(record["config"]), int(training["global_batch_size"]))
 
     @classmethod
     def of_config(cls, cfg: Config) -> "Segment":
         """The settings a launch with ``cfg`` trains with (what ``of_record`` reads from its run record): the one
         place a config's schedules are derived (switch step, warmup and decay lengths), for the run
-        (training/setup.py) and the planners alike."""
+        (training/launch.py) and the planners alike."""
         t = cfg.training
         lr = LRSchedule(t.lr, t.min_lr, t.lr_decay_style, warmup_iters(t), wsd_decay_iters(t), t.train_iters,
                         t.lr_wsd_decay_style)
         objective = schedule_state(cfg.objective.objective, t.train_iters, switch_steps(cfg.objective, t.train_iters))
-        return cls(1, objective, lr.state_dict(), {key: getattr(t, key) for key in OPTIMIZER_FLAGS},
-                   t.global_batch_size)
+        optimizer = {name: getattr(getattr(cfg, section), name) for section, name in OPTIMIZER_SETTINGS}
+        return cls(1, objective, lr.state_dict(), optimizer, t.global_batch_size)
 
     def starting_at(self, first_step: int) -> "Segment":
         return Segment(first_step, self.objective_schedule, self.lr_schedule, self.optimizer, self.global_batch_size)
@@ -122,8 +126,9 @@ class History:
         for index, segment in enumerate(self.segments):
             if segment.first_step > upto:
                 break
-            if segment.optimizer != launch.optimizer:
-                return describe_changes(segment.optimizer, launch.optimizer, OPTIMIZER_FLAGS)
+            trained, planned = _with_defaults(segment.optimizer), _with_defaults(launch.optimizer)
+            if trained != planned:
+                return describe_changes(trained, planned, OPTIMIZER_FLAGS)
             next_first = self.segments[index + 1].first_step if index + 1 < len(self.segments) else upto + 1
             first, last = segment.first_step, min(next_first - 1, upto)
             objective_differs = segment.objectives(first, last) != launch.objectives(first, last)
@@ -155,7 +160,17 @@ class History:
             return history
         training = saved_record["config"]["training"]
         return cls([Segment(1, state["objective_schedule"], state["lr_schedule"],
-                            {key: training[key] for key in OPTIMIZER_FLAGS}, int(training["global_batch_size"]))])
+                            optimizer_settings(saved_record["config"]), int(training["global_batch_size"]))])
+
+
+def optimizer_settings(config: dict) -> dict:
+    """The optimizer settings of a config (as a dict, or a run record's), by field name; a record written before a
+    setting existed lacks it, and a comparison reads it as its default (``_with_defaults``)."""
+    return {name: config[section][name] for section, name in OPTIMIZER_SETTINGS if name in config[section]}
+
+
+def _with_defaults(optimizer: dict) -> dict:
+    return {**OPTIMIZER_DEFAULTS, **optimizer}
 
 
 @functools.lru_cache(maxsize=32)

@@ -1,7 +1,8 @@
-"""Everything a run resolves before its first step: data, tokenizer, model shape, schedules, layout, device.
+"""Everything a run resolves before its first step: data, tokenizer, model shape, schedules, layout, device
+(``ResolvedRun``, made by ``resolve_run``).
 
 All of it happens before a model is built or a file is written, and every user error is raised by the start-up
-checks it runs (training/startup.py).
+checks it runs (training/startup.py). The run record (training/run_record.py) describes what it resolved.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ from megamlm.training.startup import check_launch, check_model, check_tokenizer
 
 
 @dataclass
-class RunPlan:
+class ResolvedRun:
+    """What a run resolved from its config before its first step."""
+
     model_args: ModelArgs
     data_path: list[str]
     tokenizer_path: str
@@ -60,7 +63,7 @@ def masking_spec_for(cfg: Config, tokenizer) -> MaskingSpec:
                        special_ids=tuple(tokenizer.special_ids), random_vocab_size=tokenizer.vocab_size)
 
 
-def backends_on_device(plan: RunPlan, cfg: Config, device: torch.device) -> Backends:
+def backends_on_device(plan: ResolvedRun, cfg: Config, device: torch.device) -> Backends:
     """``plan.backends`` with ``--attention-backend auto`` measured on this rank's ``device``; every rank takes
     rank 0's choice, so the whole job computes attention the same way."""
     backends = resolve_auto_attention(plan.backends, device, plan.model_args, cfg.training.micro_batch_size,
@@ -73,9 +76,9 @@ def backends_on_device(plan: RunPlan, cfg: Config, device: torch.device) -> Back
     return backends
 
 
-def plan_run(cfg: Config) -> RunPlan:
+def resolve_run(cfg: Config) -> ResolvedRun:
     """Resolve and check everything a run needs; raises ConfigError / DataError / LayoutError naming the fix."""
-    launch = check_launch(cfg)
+    compute = check_launch(cfg)
     data_path, tokenizer_path = data_sources(cfg)
     tokenizer = load_tokenizer(tokenizer_path)
     check_dataset_files(data_path, tokenizer)  # readable, and made by this tokenizer where a sidecar says
@@ -87,7 +90,7 @@ def plan_run(cfg: Config) -> RunPlan:
     segment = Segment.of_config(cfg)  # the schedules, derived from the config in one place
     schedule = ObjectiveSchedule(**segment.objective_schedule, masking=masking_spec_for(cfg, tokenizer),
                                  seed=cfg.training.seed)
-    return RunPlan(model_args=args, data_path=data_path, tokenizer_path=tokenizer_path, tokenizer=tokenizer,
-                   objective_schedule=schedule, lr_schedule=segment.lr_schedule_object(), dims=launch.dims,
-                   device=launch.device, backends=launch.backends, compile_mode=launch.compile_mode,
+    return ResolvedRun(model_args=args, data_path=data_path, tokenizer_path=tokenizer_path, tokenizer=tokenizer,
+                   objective_schedule=schedule, lr_schedule=segment.lr_schedule_object(), dims=compute.dims,
+                   device=compute.device, backends=compute.backends, compile_mode=compute.compile_mode,
                    split=split_weights(cfg.data))

@@ -1,7 +1,8 @@
 """Run records: what a run was (resolved config, model shape, schedules, software, git commit, data fingerprint).
 
 The record goes into every checkpoint's ``config.json`` and, per launch, into ``run_record.json`` beside the
-checkpoints. Resuming compares the checkpoint's record with this launch's (``training/resume.py``).
+checkpoints. Starting compares the checkpoint's record with this launch's (``training/resume.py``, by each setting's
+role).
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ def data_fingerprint(data_path: list[str]) -> str:
 
 
 def build_run_record(cfg, plan, world_size: int) -> dict:
-    """The record of this launch (``cfg``: Config, ``plan``: RunPlan)."""
+    """The record of this launch (``cfg``: Config, ``plan``: ResolvedRun)."""
     tok = plan.tokenizer
     return {
         "megamlm_version": megamlm.__version__, "checkpoint_format": CHECKPOINT_FORMAT,

@@ -1,5 +1,5 @@
-"""The start-up check phase: every check of a launch that the Config alone cannot make, run by ``plan_run``
-(training/setup.py) before any work.
+"""The start-up check phase: every check of a launch that the Config alone cannot make, run by ``resolve_run``
+(training/resolved_run.py) before any work.
 
 The Config's own checks ran when it was resolved (megamlm/config/checks.py). These need this launch: the world
 size (the layout, ``resolve_parallel_dims``; megamlm/parallel/dims.py holds its arithmetic), this machine (the
@@ -46,8 +46,8 @@ from megamlm.parallel.float8 import float8_problem, float8_width_problem
 
 
 @dataclass(frozen=True)
-class Launch:
-    """What the checks of this launch found: its layout, device, compile mode and model backends."""
+class Compute:
+    """How this launch computes, as its checks found it: its layout, device, compile mode and model backends."""
 
     dims: ParallelDims
     device: torch.device
@@ -56,7 +56,7 @@ class Launch:
     backends: Backends
 
 
-def check_launch(cfg: Config) -> Launch:
+def check_launch(cfg: Config) -> Compute:
     """The checks that need no data: the run's own files, the layout, the device and what runs on it."""
     check_run_files(cfg)
     dims = dims_from_config(cfg)
@@ -71,7 +71,7 @@ def check_launch(cfg: Config) -> Launch:
     if cfg.performance.fp8:
         check_float8(dims)
     check_data_sources(cfg)
-    return Launch(dims, device, compile_mode, backends_for(cfg, device))
+    return Compute(dims, device, compile_mode, backends_for(cfg, device))
 
 
 def dims_from_config(cfg: Config, world_size: int | None = None) -> ParallelDims:

@@ -1,8 +1,10 @@
-"""The training loop: plan -> (start check) -> build -> (restore) -> announce -> steps -> validations -> checkpoints.
+"""The training loop: resolve -> decide the start -> build -> (restore) -> announce -> steps -> validations ->
+checkpoints.
 
-Read top to bottom: ``pretrain`` builds the run (``build_trainer``: resolves the run and checks any checkpoint it
-starts from, so that all user errors surface there, before any work; builds this rank's share of the model in the
-run's layout, one process being the trivial layout; restores what it takes from the checkpoint), announces it
+Read top to bottom: ``pretrain`` builds the run (``build_trainer``: resolves the run, reads the checkpoint it starts
+from once and decides how it starts, ``training/resume.py``, so that all user errors surface there, before any work;
+builds this rank's share of the model in the run's layout, one process being the trivial layout; acts on the start
+decision: restores what it takes from the checkpoint), announces it
 (``announce``: the start-up lines) and runs it. ``Trainer.train`` runs one optimizer step per global batch:
 ``Trainer.run_step`` makes the step's batch (the ObjectiveSchedule's objective, masks and targets) and runs
 ``train_step`` (training/step.py: forward/backward, the non-finite skip, clipping, the update), then
@@ -29,6 +31,7 @@ from megamlm.checkpoint import load_model_weights
 from megamlm.checkpoint.checkpointer import CheckpointSaveError
 from megamlm.checkpoint.lock import lock_save_folder
 from megamlm.checkpoint.manager import CheckpointManager, SavePolicy
+from megamlm.checkpoint.saved_run import find_saved_run
 from megamlm.config import BatchSizes, Config, unused_lr_settings
 from megamlm.data import GlobalBatchSampler, MicroBatchLoader, StreamSpec, build_train_dataset
 from megamlm.extras import detect_optional_extras
@@ -45,9 +48,9 @@ from megamlm.training.metrics import format_duration
 from megamlm.training.nonfinite import NonFiniteGuard
 from megamlm.training.optim import LRSchedule, build_optimizer, set_hyperparameters
 from megamlm.training.reporter import PendingStep, RunReporter, StepLedger
-from megamlm.training.resume import Start, TrainProgress, plan_start
+from megamlm.training.resolved_run import ResolvedRun, backends_on_device, resolve_run
+from megamlm.training.resume import LaunchPlan, StartDecision, TrainProgress, decide_start
 from megamlm.training.run_record import build_run_record, write_run_record
-from megamlm.training.setup import RunPlan, backends_on_device, plan_run
 from megamlm.training.step import SkipStreak, StepOutcome, StepSetup, skip_streak, train_step
 from megamlm.training.stopping import ExitSignalHandler, StopPolicy, WriteFailure
 from megamlm.training.validation import ValidationSet, load_validation_set
@@ -108,7 +111,7 @@ class Trainer:
     """One run, built and restored by ``build_trainer``: what its loop reads and the state the loop advances."""
 
     cfg: Config
-    plan: RunPlan
+    plan: ResolvedRun
     pm: ParallelModel
     optimizer: torch.optim.Optimizer
     loader: MicroBatchLoader
@@ -270,16 +273,17 @@ def build_trainer(cfg: Config, signals: ExitSignalHandler, held: ExitStack,
     now) is when the run started, for --exit-duration-in-mins."""
     started = time.monotonic() if started is None else started
     t, c = cfg.training, cfg.checkpoint
-    plan = plan_run(cfg)  # the start-up checks (training/startup.py)
+    plan = resolve_run(cfg)  # the start-up checks (training/startup.py)
     mesh, device = start_parallel(plan.dims, plan.device)
-    record = build_run_record(cfg, plan, plan.dims.world_size)
+    launch = LaunchPlan.of(cfg, build_run_record(cfg, plan, plan.dims.world_size))
     # One run per --save folder: an existing folder is locked before its checkpoints are read, a new one only before
     # the first write, so that a refused launch leaves nothing behind.
     save_exists = bool(c.save) and Path(c.save).exists()
     if save_exists:
         held.enter_context(lock_save_folder(c.save))
-    start = plan_start(cfg, record)  # every difference from a checkpoint is honoured or refused here
-    record["lineage"] = start.lineage
+    # The checkpoint this launch starts from, read once; every difference from it is honoured or refused here.
+    start = decide_start(find_saved_run(c), launch)
+    record = {**launch.record, "lineage": start.lineage}
     for note in start.notes:
         log(note)
 
@@ -315,7 +319,7 @@ def build_trainer(cfg: Config, signals: ExitSignalHandler, held: ExitStack,
                    on_step, read_on_device)
 
 
-def load_data(cfg: Config, plan: RunPlan, progress: TrainProgress, batch_sizes: BatchSizes):
+def load_data(cfg: Config, plan: ResolvedRun, progress: TrainProgress, batch_sizes: BatchSizes):
     """The validation set, then the training samples up to the run's last; returns (validation, dataset,
     end_sample)."""
     t = cfg.training
@@ -331,7 +335,7 @@ def load_data(cfg: Config, plan: RunPlan, progress: TrainProgress, batch_sizes: 
     return validation, dataset, end_sample
 
 
-def build_parallel_model(cfg: Config, plan: RunPlan, mesh, device: torch.device) -> ParallelModel:
+def build_parallel_model(cfg: Config, plan: ResolvedRun, mesh, device: torch.device) -> ParallelModel:
     """The full model from the run's seed (the same weights on every rank), then this rank's share of it."""
     backends = backends_on_device(plan, cfg, device)
     if backends.attention == "auto":
@@ -351,23 +355,23 @@ def pinned_steps(cfg: Config, switch_steps: tuple[int, ...]) -> dict[int, str]:
     return pinned
 
 
-def restore(start: Start, manager: CheckpointManager, cfg: Config, seq_length: int) -> None:
+def restore(start: StartDecision, manager: CheckpointManager, cfg: Config, seq_length: int) -> None:
     """Load what ``start`` takes from its checkpoint: the whole state, or the weights only."""
     t = cfg.training
     if start.restores_state:
-        # The history is the one plan_start continued; this launch's schedules replace a branch's.
+        # The history is the one decide_start continued; this launch's schedules replace a branch's.
         schedules = () if start.restores_schedules else ("objective_schedule", "lr_schedule")
-        manager.restore(start.path, start.train_state, skip=("history", *schedules))
+        manager.restore(start.path, start.saved.train_state, skip=("history", *schedules))
         set_hyperparameters(manager.optimizer, t.weight_decay, (t.adam_beta1, t.adam_beta2), t.adam_eps)
-        progress = start.train_state["state"]["progress"]
+        progress = start.saved.progress
         verb = {"resume": "resumed", "branch": "branched", "override": "resumed (schedule overridden)"}[start.kind]
         log(f"{verb} from {start.path} at step {progress['step']} ({progress['consumed_samples']} samples consumed)")
     elif start.kind == "continue":
-        load_model_weights(start.path, manager.model, verify=False)  # plan_start checked it
+        load_model_weights(start.path, manager.model, verify=False)  # find_saved_run verified it
         log(f"continued pretraining from the weights of {start.path} at sample {start.progress().consumed_samples} "
             "of the stream (fresh optimizer and schedule, step 0)")
     elif start.kind == "init":
-        load_model_weights(start.path, manager.model, verify=False)  # plan_start checked it
+        load_model_weights(start.path, manager.model, verify=False)  # find_saved_run verified it
         log(f"initialised weights from {start.path} (fresh optimizer, schedule and data position)")
         warn_if_context_shorter(start.path, seq_length)
 

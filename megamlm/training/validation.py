@@ -35,7 +35,7 @@ from megamlm.parallel.parallelize import ParallelModel
 from megamlm.parallel.pipeline import pipeline_runner
 from megamlm.parallel.vocab_parallel_loss import parallel_sparse_lm_loss, parallel_top1_correct
 from megamlm.precision import autocast_for
-from megamlm.training.setup import RunPlan
+from megamlm.training.resolved_run import ResolvedRun
 
 VALIDATION_MASK_ID_BASE = 1 << 62
 """Validation sample k draws its mask from the stream of sample id VALIDATION_MASK_ID_BASE + k."""
@@ -158,7 +158,7 @@ def forward_metrics(pm: ParallelModel, micro_batches: list[Batch], device: torch
     return loss, round(predicted), round(correct)
 
 
-def load_validation_set(cfg: Config, plan: RunPlan, group=None) -> ValidationSet | None:
+def load_validation_set(cfg: Config, plan: ResolvedRun, group=None) -> ValidationSet | None:
     """The run's validation set (None without --split or --valid-data-path); a DataError, before any work, when
     it cannot hold ``--eval-iters`` global batches in one pass."""
     if not validation_enabled(cfg):

@@ -1,43 +1,40 @@
 """Which runs share a prefix, and the tree of branches that trains every shared prefix once.
 
-Two runs share their first k steps when they train the same sample stream (size, seed, data, split, sequence
-length, masking, optimizer, batch) and give every step 1..k the same objective and the exact same learning rate:
-then the checkpoint of one at step k *is* the other's at step k (the trainer checks exactly this:
-``training/lineage.py``). ``place`` attaches each run, in the order given, to the placed run it shares the most
-steps with, whatever the phases: a CLM-then-MLM arm branches from the CLM run at its switch step, a CLM detour
-(mlm, clm, mlm) from the MLM run at its first switch, an MNTP-then-MLM arm from the MNTP run at its switch, and a
-shorter budget from a longer run at the end of their common stable phase. Each distinct prefix is then trained
-exactly once whatever the order (the steps trained are those of the trie of all runs' step sequences).
+Two runs share their first k steps when every setting a resume does not ignore agrees (by its role,
+``config/roles.py``: the model's shape, the sample stream, the masking, the optimizer, the batch and the numerics, as
+values: ``stream_key``) and every step 1..k has the same objective and the exact same learning rate (the roles
+compared step by step: ``step_settings``): then the checkpoint of one at step k *is* the other's at step k (the
+trainer checks exactly this: ``training/resume.py``, ``training/lineage.py``). ``place`` attaches each run, in the
+order given, to the placed run it shares the most steps with, whatever the phases: a CLM-then-MLM arm branches from
+the CLM run at its switch step, a CLM detour (mlm, clm, mlm) from the MLM run at its first switch, an MNTP-then-MLM
+arm from the MNTP run at its switch, and a shorter budget from a longer run at the end of their common stable phase.
+Each distinct prefix is then trained exactly once whatever the order (the steps trained are those of the trie of all
+runs' step sequences).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from megamlm.config import PHASE_OBJECTIVES, Config
+from megamlm.config import PHASE_OBJECTIVES, SECTION_CLASSES, Config
+from megamlm.config.roles import compared_as_values
 from megamlm.study.planning.runs import Run
 from megamlm.study.planning.schema import StudyError
 from megamlm.training.lineage import Segment
 
-# Config fields that do not decide whether two runs' steps can be the same steps: the schedules (compared step by
-# step), where checkpoints go, validation, logging and the parallel layout.
-_SCHEDULE_FIELDS = {"objective": {"objective", "switch", "switch_step"},
-                    "training": {"train_iters", "lr", "min_lr", "lr_decay_style", "lr_warmup_iters",
-                                 "lr_warmup_fraction", "lr_wsd_decay_iters", "lr_wsd_decay_fraction", "exit_interval",
-                                 "exit_duration_in_mins", "micro_batch_size", "device", "max_skipped_steps"}}
-_LAYOUT_SECTIONS = ("checkpoint", "validation", "logging", "parallel", "performance")
+_VALUES = compared_as_values(SECTION_CLASSES)
+"""(section, field) of the settings two runs must share as values (the others are ignored, or compared per step)."""
 _OBJECTIVE_DTYPE = f"U{max(map(len, PHASE_OBJECTIVES))}"
 
 
 def stream_key(run: Run) -> str:
-    """Everything that must be equal for two runs' steps to be the same steps, except the schedules."""
-    config = run.config.to_dict()
-    for section in _LAYOUT_SECTIONS:
-        config.pop(section)
-    for section, names in _SCHEDULE_FIELDS.items():
-        for name in names:
-            config[section].pop(name)
-    return repr((sorted((s, sorted(v.items())) for s, v in config.items()), run.continues))
+    """Everything that must be equal for two runs' steps to be the same steps, except what is compared per step."""
+    return settings_key(run.config) + repr(run.continues)
+
+
+def settings_key(config: Config) -> str:
+    """The values of the settings two runs must share for their steps to be the same steps (``_VALUES``)."""
+    return repr([(section, name, getattr(getattr(config, section), name)) for section, name in _VALUES])
 
 
 def step_settings(config: Config) -> np.ndarray:

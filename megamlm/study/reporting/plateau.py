@@ -13,7 +13,7 @@ from megamlm.study.evidence.statistics import Sample
 from megamlm.study.planning.arms import arms
 from megamlm.study.planning.pilot import TARGET_GAP
 from megamlm.study.planning.plan import Plan
-from megamlm.training.setup import data_sources
+from megamlm.training.resolved_run import data_sources
 
 
 def plateau_section(plan: Plan, values: dict[str, dict[str, Sample]]) -> str:

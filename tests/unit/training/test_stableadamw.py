@@ -31,10 +31,10 @@ def plain_loop(cfg, steps: dict[int, list[int]]) -> dict[int, float]:
     its own: one forward over the whole global batch, the mean next-token loss, clipping, optimi.StableAdamW."""
     from megamlm.data import StreamSpec, build_train_dataset
     from megamlm.model.transformer import Transformer
-    from megamlm.training.setup import backends_on_device, plan_run
+    from megamlm.training.resolved_run import backends_on_device, resolve_run
 
     t = cfg.training
-    plan = plan_run(cfg)
+    plan = resolve_run(cfg)
     torch.manual_seed(t.seed)
     model = Transformer(plan.model_args, backends_on_device(plan, cfg, torch.device("cpu")))
     last = max(k for ids in steps.values() for k in ids)
