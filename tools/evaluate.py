@@ -170,6 +170,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fine-tuning seeds of the random-init model (default: --seeds): several give its score a "
                         "spread where the models have one fine-tuning seed each")
     p.add_argument("--no-plots", action="store_true", help="write tables only")
+    p.add_argument("--paired", action="append", default=[], metavar="A:B",
+                   help="compare models A and B on the same test examples in results.md (repeatable): each at its "
+                        "best LR, per fine-tuning seed, McNemar's exact test for accuracy and a paired permutation "
+                        "test for other scores, from the per-example predictions every run keeps beside its result")
     add_probe_flags(p)
     p.add_argument("--force", action="store_true",
                    help="write into an --output folder that holds files of something else (an earlier evaluation's "
@@ -185,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if args.probe and args.paired:
+            raise PlanError("--paired compares fine-tuned runs' per-example predictions, which the linear probe does "
+                            "not keep; drop --paired or --probe")
         if args.probe:
             return probe_command(args, parser)
         given = given_flags(args, parser, PROBE_ONLY_FLAGS)
@@ -218,6 +225,13 @@ def main(argv: list[str] | None = None) -> int:
                 raise PlanError(f"--random-init-baseline {name!r}: give a name that no --model has, of letters, "
                                 "digits and ._+-")
             models.append(random_init_model(models, name, args.output / "hf_exports"))
+        pairs = [tuple(pair.split(":")) for pair in args.paired]
+        names = {m.name for m in models}
+        for pair, given in zip(pairs, args.paired):
+            unknown = [n for n in pair if n not in names]
+            if len(pair) != 2 or unknown or pair[0] == pair[1]:
+                raise PlanError(f"--paired {given!r}: give two different evaluated models as A:B (models: "
+                                f"{', '.join(sorted(names))})")
         plan = EvalPlan(
             models=models, tasks=[t.strip() for t in args.tasks.split(",") if t.strip()], output=args.output,
             lrs=args.lrs, seeds=args.seeds,
@@ -234,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
             data_dir=args.data_dir, hf_datasets_dir=args.hf_datasets_dir, retrieval_corpus=args.retrieval_corpus,
             num_workers=args.num_workers,
             devices=devices, baselines=args.random_init_baseline is not None,
-            model_seeds={args.random_init_baseline: args.random_init_seeds} if args.random_init_seeds else {})
+            model_seeds={args.random_init_baseline: args.random_init_seeds} if args.random_init_seeds else {},
+            pairs=pairs)
         if not plan.tasks:
             raise PlanError("no task given; pass --tasks, e.g. --tasks rt-sentiment,brown-pos")
         outcome = evaluate(plan, plots=not args.no_plots, tables=args.tables)

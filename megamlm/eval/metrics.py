@@ -269,3 +269,60 @@ def holm(p_values):
     np.put_along_axis(adjusted, order, scaled, axis=-1)
     adjusted = np.where(tested, adjusted, np.nan)
     return adjusted.tolist() if isinstance(p_values, (list, tuple)) else adjusted
+
+
+# ---- per-example parts: what a corpus score is summed from ---------------------------------------------------
+
+MEAN, RATIO, SPAN_F1 = "mean", "ratio", "span_f1"
+"""How a split's main score is made from its examples' parts (summed over examples): ``mean``, 100 x sum of the
+first part / examples (accuracy, SQuAD F1, nDCG@10: each example's score, in percent, is its first part);
+``ratio``, 100 x sum(first) / sum(second) (tagging accuracy: right words, words); ``span_f1``,
+100 x 2 sum(tp) / (sum(predicted) + sum(gold)) (entity spans)."""
+
+
+def score_from_parts(aggregate: str, parts) -> float | np.ndarray:
+    """The main score from per-example parts (..., examples, k): over the examples axis, as ``aggregate`` says."""
+    parts = np.asarray(parts, dtype=float)
+    sums, n = parts.sum(axis=-2), parts.shape[-2]
+    if aggregate == MEAN:
+        return sums[..., 0] / n
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if aggregate == RATIO:
+            return 100.0 * sums[..., 0] / sums[..., 1]
+        if aggregate == SPAN_F1:
+            total = sums[..., 1] + sums[..., 2]
+            return np.where(total > 0, 100.0 * 2 * sums[..., 0] / np.where(total > 0, total, 1), 0.0)
+    raise ValueError(f"score_from_parts: unknown aggregate {aggregate!r}")
+
+
+def tagging_parts(predictions: Sequence[Sequence[str]], references: Sequence[Sequence[str]],
+                  spans: bool) -> tuple[str, list[list[float]]]:
+    """Per sentence, the parts of tagging accuracy (right words, words) or of span F1 (spans right, predicted,
+    gold): summed over sentences they give ``tagging_accuracy`` and ``span_f1`` exactly."""
+    if spans:
+        parts = []
+        for p, r in zip(predictions, references):
+            predicted, gold = bio_spans(p), bio_spans(r)
+            parts.append([float(len(predicted & gold)), float(len(predicted)), float(len(gold))])
+        return SPAN_F1, parts
+    return RATIO, [[float(sum(a == b for a, b in zip(p, r))), float(len(r))] for p, r in zip(predictions, references)]
+
+
+def squad_parts(predictions: Mapping[str, str], gold_answers: Mapping[str, Sequence[str]]) -> list[list[float]]:
+    """Per question (in ``gold_answers``' order), its F1 and exact match in percent, as ``squad_scores`` scores it:
+    their means are its f1 and exact."""
+    parts = []
+    for qid, golds in gold_answers.items():
+        pred = predictions.get(qid, "")
+        golds = [g for g in golds if normalize_answer(g)] or [""]
+        parts.append([100.0 * max(_token_f1(pred, g) for g in golds), 100.0 * max(_exact(pred, g) for g in golds)])
+    return parts
+
+
+def retrieval_parts(rankings: Mapping[str, Sequence[str]], qrels: Mapping[str, Mapping[str, float]],
+                    k: int = 10) -> tuple[list[str], list[list[float]]]:
+    """(the scored queries, per query its nDCG@k and MRR@k in percent): their means are ``retrieval_scores``."""
+    queries = [q for q, rels in qrels.items() if any(r > 0 for r in rels.values())]
+    return queries, [[100.0 * ndcg_at_k(rankings.get(q, []), qrels[q], k), 100.0 * mrr_at_k(rankings.get(q, []),
+                                                                                             qrels[q], k)]
+                     for q in queries]

@@ -1,5 +1,6 @@
 """Write the aggregate table (Markdown and CSV), the per-LR table (CSV), the trivial baselines (rows of the Markdown
-table named ``baseline:NAME``, and their own CSV, so results.csv keeps its columns) and the two figures."""
+table named ``baseline:NAME``, and their own CSV, so results.csv keeps its columns), the paired comparisons asked
+for (``paired.py``) and the two figures."""
 
 from __future__ import annotations
 
@@ -58,9 +59,11 @@ def markdown_table(summaries: list[TaskSummary], baselines: list[BaselineRow] = 
 
 
 def write_report(output: Path, summaries: list[TaskSummary], lr_rows: list[LrScores], plots: bool = True,
-                 baselines: list[BaselineRow] = ()) -> list[Path]:
+                 baselines: list[BaselineRow] = (), paired: str = "") -> list[Path]:
+    """results.md (with ``paired``, the paired comparisons' section, after the table), the CSVs and figures."""
     written = [output / "results.md", output / "results.csv", output / "scores_per_lr.csv"]
-    write_text_atomic(written[0], "# Fine-tuning results\n\n" + markdown_table(summaries, baselines))
+    write_text_atomic(written[0], "# Fine-tuning results\n\n" + markdown_table(summaries, baselines)
+                      + ("\n" + paired if paired else ""))
     write_text_atomic(written[1], _csv(summaries))
     write_text_atomic(written[2], _csv(lr_rows))
     if baselines:

@@ -1,7 +1,9 @@
 """One JSON file per fine-tuning run, written atomically: a file present is a finished run.
 
 Layout: <output>/runs/<model>/<task>/lr<lr>_seed<seed>.json. A run that crashes writes nothing
-there (its traceback goes to the same name with .error.txt, which is never counted as finished).
+there (its traceback goes to the same name with .error.txt, which is never counted as finished). Beside each
+result, <same name>.predictions.json keeps its per-example predictions and scores on validation and test (written
+before the result, so a finished run has them; ``eval/paired.py`` compares two models on them).
 Every file records a fingerprint of the settings that are not searched over, so a rerun with other
 settings into the same folder is refused instead of mixing results.
 """
@@ -25,6 +27,10 @@ class RunKey:
 
     def relative_path(self) -> Path:
         return Path("runs") / self.model / self.task / f"lr{self.lr:g}_seed{self.seed}.json"
+
+    def predictions_path(self) -> Path:
+        """Its per-example predictions, beside the result."""
+        return self.relative_path().with_suffix(".predictions.json")
 
 
 def write_json_atomic(path: Path, payload) -> None:

@@ -19,10 +19,12 @@ import torch
 from megamlm.errors import UserError
 from megamlm.eval.aggregate import collect, per_lr, summarize
 from megamlm.eval.baseline_store import baseline_path, read_baseline_file, read_baselines, write_baselines
+from megamlm.eval.baselines import QA_RULES
 from megamlm.eval.examples import RetrievalSplit, TaskData
 from megamlm.eval.finetune import PRECISIONS, Hyperparameters, run_finetuning
 from megamlm.eval.model_io import load_encoder, load_tokenizer
 from megamlm.eval.model_source import ModelEntry
+from megamlm.eval.paired import paired_comparisons, paired_table
 from megamlm.eval.registry import check_task_spec, load_task, task_display_name
 from megamlm.eval.report import write_report
 from megamlm.eval.results import (
@@ -66,6 +68,8 @@ class EvalPlan:
     model_seeds: dict[str, tuple[int, ...]] = field(default_factory=dict)
     """Fine-tuning seeds of particular models instead of ``seeds`` (the random-init baseline's
     --random-init-seeds)."""
+    pairs: list[tuple[str, str]] = field(default_factory=list)
+    """(A, B) model pairs compared on the same test examples (``paired.py``) in results.md."""
 
     def keys(self) -> list[RunKey]:
         return [RunKey(m.name, task_display_name(t), lr, seed)
@@ -82,7 +86,8 @@ class EvalPlan:
     def baseline_settings(self, task: str) -> dict:
         """What determines a task's trivial baselines (their fingerprint)."""
         return {"task": task, "max_train_examples": self.max_train_examples,
-                "max_eval_examples": self.max_eval_examples, "retrieval_corpus": self.retrieval_corpus}
+                "max_eval_examples": self.max_eval_examples, "retrieval_corpus": self.retrieval_corpus,
+                "qa_rules": list(QA_RULES)}
 
 
 def _subset(items: list, limit: int) -> list:
@@ -200,6 +205,11 @@ class _Worker:
             write_text_atomic(error_path, traceback.format_exc())
             return key, "failed", f"see {error_path}"
         settings = self.plan.run_settings(model, spec)
+        kept = {split: outcome[split].pop("predictions") for split in ("validation", "test")
+                if "predictions" in outcome.get(split, {})}
+        write_json_atomic(self.plan.output / key.predictions_path(), {
+            "model": model.name, "task": key.task, "lr": key.lr, "seed": key.seed, "metric": task.metric,
+            "fingerprint": fingerprint(settings), **kept})
         result = {"status": "finished", "model": model.name, "model_input": str(model.path),
                   "task": key.task, "task_spec": spec, "kind": task.kind, "family": task.family,
                   "metric": task.metric, "lr": key.lr, "seed": key.seed, "device": self.device,
@@ -284,7 +294,10 @@ def evaluate(plan: EvalPlan, plots: bool = True, log=print, tables: Path | None 
     if tables is not None:
         Path(tables).mkdir(parents=True, exist_ok=True)
     baselines = read_baselines(plan.output, [task_display_name(t) for t in plan.tasks]) if plan.baselines else []
-    written = write_report(Path(tables or plan.output), summaries, per_lr(results), plots=plots, baselines=baselines)
+    seeds = {m.name: plan.model_seeds.get(m.name, plan.seeds) for m in plan.models}
+    paired = paired_comparisons(plan.output, summaries, plan.pairs, seeds) if plan.pairs else []
+    written = write_report(Path(tables or plan.output), summaries, per_lr(results), plots=plots, baselines=baselines,
+                           paired=paired_table(paired))
     log(f"{len(report['finished'])} runs finished now, {len(report['skipped'])} skipped (finished before), "
         f"{len(report['failed'])} failed; wrote {', '.join(str(p) for p in written)}")
     return {**report, "summaries": summaries, "written": written}

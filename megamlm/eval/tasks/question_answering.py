@@ -148,5 +148,8 @@ class QuestionAnswering(Task):
             if self.with_no_answer and null[i] > score + self.settings.no_answer_threshold:
                 text = ""
             predictions[e.id] = text
-        scores = metrics.squad_scores(predictions, {e.id: [a for a, _ in e.answers] for e in examples})
-        return {"score": scores["f1"], **scores, "examples": len(examples)}
+        gold = {e.id: [a for a, _ in e.answers] for e in examples}
+        scores = metrics.squad_scores(predictions, gold)
+        kept = {"aggregate": metrics.MEAN, "ids": list(gold), "predictions": [predictions[q] for q in gold],
+                "parts": metrics.squad_parts(predictions, gold)}
+        return {"score": scores["f1"], **scores, "examples": len(examples), "predictions": kept}

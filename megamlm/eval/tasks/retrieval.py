@@ -165,8 +165,11 @@ class Retrieval(Task):
         for split in group:
             data = self.data.splits[split]
             scores = metrics.retrieval_scores(rankings[split], data.qrels, k=TOP_K)
+            queries, parts = metrics.retrieval_parts(rankings[split], data.qrels, k=TOP_K)
+            kept = {"aggregate": metrics.MEAN, "ids": queries, "predictions": [rankings[split].get(q, [])
+                                                                                for q in queries], "parts": parts}
             out[split] = {"score": scores["ndcg@10"], **scores, "queries": len(data.queries),
-                          "documents": len(doc_ids), **speed}
+                          "documents": len(doc_ids), **speed, "predictions": kept}
         return out
 
 

@@ -72,4 +72,6 @@ class SequenceClassification(Task):
             logits = model(batch["input_ids"].to(device), batch["attention_mask"].to(device))
             predictions.extend(self.labels[i] for i in logits.argmax(-1).tolist())
         acc = metrics.accuracy(predictions, [e.label for e in examples])
-        return {"score": 100.0 * acc, "accuracy": 100.0 * acc, "examples": len(examples)}
+        kept = {"aggregate": metrics.MEAN, "ids": list(range(len(examples))), "predictions": predictions,
+                "parts": [[100.0 * (p == e.label)] for p, e in zip(predictions, examples)]}
+        return {"score": 100.0 * acc, "accuracy": 100.0 * acc, "examples": len(examples), "predictions": kept}

@@ -109,4 +109,7 @@ class TokenClassification(Task):
             out.update({"span_precision": 100.0 * spans["precision"], "span_recall": 100.0 * spans["recall"],
                         "span_f1": 100.0 * spans["f1"]})
         out["score"] = out[self.metric]
+        aggregate, parts = metrics.tagging_parts(predictions, gold, self.metric == "span_f1")
+        out["predictions"] = {"aggregate": aggregate, "ids": list(range(len(sentences))),
+                              "predictions": predictions, "parts": parts}
         return out

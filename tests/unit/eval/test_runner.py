@@ -1,4 +1,5 @@
-"""tools/evaluate.py end to end on a tiny model: results per run, skip on rerun, crashes and bad input."""
+"""tools/evaluate.py end to end on a tiny model: results per run with their per-example predictions beside them,
+skip on rerun, crashes and bad input, and two models compared on the same test examples (--paired)."""
 
 import json
 import shutil
@@ -8,6 +9,7 @@ import pytest
 
 from megamlm.eval import runner
 from megamlm.eval.aggregate import summarize
+from megamlm.eval.metrics import score_from_parts
 from megamlm.eval.results import RunKey
 
 
@@ -33,7 +35,7 @@ def _args(model, task, out, *extra):
 
 
 def _result_files(out: Path):
-    return sorted(p for p in (out / "runs").rglob("*.json"))
+    return sorted(p for p in (out / "runs").rglob("*.json") if not p.name.endswith(".predictions.json"))
 
 
 def test_evaluate_writes_one_result_per_run_and_skips_finished(tiny_models, tmp_path, capsys):
@@ -46,6 +48,11 @@ def test_evaluate_writes_one_result_per_run_and_skips_finished(tiny_models, tmp_
                                        "lr0.001_seed1.json"]
     result = json.loads(files[0].read_text())
     assert result["status"] == "finished" and result["steps"] == 1 and result["task"] == "reviews"
+    # beside it, its per-example predictions and scores: the split's score is what they sum to
+    kept = json.loads(files[0].with_suffix(".predictions.json").read_text())
+    assert "predictions" not in result["test"] and kept["test"]["ids"] == [0, 1, 2, 3]
+    assert set(kept["test"]["predictions"]) <= {"pos", "neg"}
+    assert score_from_parts(kept["test"]["aggregate"], kept["test"]["parts"]) == pytest.approx(result["test"]["score"])
     table = (out / "results.md").read_text()
     assert "| tiny | sequence classification | reviews | accuracy |" in table
     assert (out / "results.csv").read_text().startswith("model,task,family,metric,best_lr")
@@ -100,6 +107,7 @@ def test_a_crashed_run_is_not_counted_and_is_retried(tiny_models, tmp_path, monk
     ("label_mismatch", "test labels ['bad', 'good'] do not occur in train"),
     ("empty_split", "the validation split is empty"),
     ("bad_name", "model names ['tiny'] are given twice"),
+    ("bad_pair", "--paired 'tiny:other': give two different evaluated models as A:B (models: tiny)"),
 ])
 def test_bad_input_is_one_clear_error_and_nothing_is_run(tiny_models, tmp_path, capsys, case, message):
     main = _cli()
@@ -118,6 +126,8 @@ def test_bad_input_is_one_clear_error_and_nothing_is_run(tiny_models, tmp_path, 
         (tmp_path / "reviews" / "validation.jsonl").write_text("")
     elif case == "bad_name":
         extra = ["--model", f"tiny={model}"]
+    elif case == "bad_pair":
+        extra = ["--paired", "tiny:other"]
     out = tmp_path / "out"
     assert main(_args(model, task, out, *extra)) == 2
     err = capsys.readouterr().err
@@ -170,3 +180,17 @@ def test_report_writes_tables_and_figures(tmp_path):
     # mlm at lr 5e-4: validation mean 50 + 10 + 0.5 + 5 = 65.5, test 64.5 +- t(1) * 0.7071 / 1.4142.
     assert "| mlm | f1 | a | accuracy | 0.0005 | 65.50 | 64.50 ± 6.35 | 2 | 4/4 |" in table
     assert len((tmp_path / "scores_per_lr.csv").read_text().splitlines()) == 1 + 8
+
+
+def test_two_models_are_compared_on_the_same_test_examples(tiny_models, tmp_path):
+    main = _cli()
+    task = f"sequence_classification:{_cls_folder(tmp_path / 'reviews')}"
+    out = tmp_path / "out"
+    model = tiny_models["bert"]
+    args = _args(model, task, out, "--model", f"other={model}", "--paired", "tiny:other")
+    assert main(args) == 0
+    section = (out / "results.md").read_text().split("## Paired comparisons on the same test examples")[1]
+    rows = [line for line in section.splitlines() if line.startswith("| tiny − other | reviews |")]
+    assert len(rows) == 2  # fine-tuning seeds 0 and 1, each model at its best LR
+    # the same weights fine-tuned the same way predict the same: no discordant example, p = 1
+    assert all("| McNemar exact | 1.0000 | 0 right only by tiny, 0 only by other |" in row for row in rows)
