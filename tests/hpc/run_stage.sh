@@ -1,7 +1,8 @@
 #!/bin/bash
-# The HPC stage of CI: the launch scripts against a real SLURM (Debian's slurm-wlm + munge, one node started here)
-# and a real Open MPI. Installs what is missing (Debian packages; mpi4py from PyPI), starts munged, slurmctld and
-# slurmd with their configuration in a temporary folder, runs the tests marked hpc, and stops the daemons by PID.
+# The HPC stage of CI: the launch scripts against a real SLURM (Debian's slurm-wlm + munge) and a real Open MPI.
+# Installs what is missing (Debian packages; mpi4py from PyPI), starts munged, slurmctld and a slurmd per node with
+# their configuration in a temporary folder (cluster.sh: two CPU nodes, each in network and UTS namespaces of its
+# own, and this machine as a fake-GPU node), runs the tests marked hpc, and stops the daemons by PID.
 #
 #   bash tests/hpc/run_stage.sh            # every HPC test
 #   bash tests/hpc/run_stage.sh -k mpirun  # pytest options after the script's name
@@ -19,6 +20,7 @@ missing=()
 command -v sbatch >/dev/null && command -v slurmctld >/dev/null && command -v slurmd >/dev/null || missing+=(slurm-wlm)
 command -v munged >/dev/null || missing+=(munge)
 command -v mpirun >/dev/null || missing+=(openmpi-bin)
+command -v ip >/dev/null || missing+=(iproute2)  # the two nodes' namespaces (cluster.sh)
 dpkg-query -W -f='${Status}' libopenmpi-dev 2>/dev/null | grep -q "ok installed" \
     || missing+=(libopenmpi-dev)  # mpi4py builds against it where no wheel fits
 if (( ${#missing[@]} )); then
@@ -37,6 +39,6 @@ dir=$(mktemp -d "${TMPDIR:-/tmp}/megamlm-hpc.XXXXXX")
 chmod 755 "$dir"
 trap 'cluster_down; rm -rf "$dir"' EXIT
 cluster_up "$dir"
-echo "hpc stage: SLURM cluster up in $dir ($(sinfo -h -N -o '%N %c CPUs %G'))"
-export MEGAMLM_HPC_CLUSTER=$dir
+echo "hpc stage: SLURM cluster up in $dir ($(sinfo -h -N -o '%N %P %c CPUs %G' | paste -sd ';' -))"
+export MEGAMLM_HPC_CLUSTER=$dir MEGAMLM_HPC_TWO_NODES=$HPC_TWO_NODES
 python3 -m pytest -p no:cacheprovider -m hpc tests/hpc -q "$@"

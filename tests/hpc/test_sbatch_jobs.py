@@ -68,3 +68,16 @@ def test_a_usr1_warning_saves_requeues_and_resumes_to_the_straight_runs_loss(tmp
     assert 3 <= stopped < 300 and f"iter_{stopped:07d} at step {stopped}" in text  # the resume
     assert latest_step(tmp_path / "run") == 300
     assert last_loss(tmp_path / "run") == pytest.approx(last_loss(tmp_path / "straight"), rel=1e-5)
+
+
+def test_a_script_submitted_outside_the_repository_root_says_in_one_line_to_set_repo(tmp_path):
+    """sbatch runs a copy of the script, which finds megamlm in the submission folder: from elsewhere, without REPO,
+    the job fails at once with exit 2 and one line naming the fix (not exit 127 on a missing with_requeue.sh)."""
+    env = job_env()
+    env.pop("REPO")
+    job = sbatch([*CPU_JOB, SCRIPT, *TINY, "--train-iters", "2", "--save", str(tmp_path / "run")], tmp_path, env)
+    assert wait_for_end(job) == "FAILED" and job_field(job, "ExitCode") == "2:0"
+    lines = (tmp_path / f"megamlm-{job}.out").read_text().splitlines()
+    assert lines == [f"megamlm: no pretrain.py in {tmp_path}: sbatch runs a copy of this script, which finds megamlm "
+                     "in the folder you submit from; submit from the repository root, or set REPO=/path/to/megamlm "
+                     "(sbatch passes it on)"], lines
