@@ -16,6 +16,7 @@ trainer compares a tokenizer by its ids and data by content; the planner, which 
 """
 
 import dataclasses
+import json
 import typing
 from pathlib import Path
 from types import SimpleNamespace
@@ -121,12 +122,19 @@ def variant(section: str, name: str, value):
         return cfg
 
 
-@pytest.fixture(autouse=True)
-def quick_records(monkeypatch):
+@pytest.fixture(scope="module", autouse=True)
+def quick_records():
     """Run records without hashing data or asking git: the data's fingerprint is its paths here."""
-    monkeypatch.setattr(run_record, "data_fingerprint", lambda paths: repr(paths))
-    monkeypatch.setattr(run_record, "git_state", lambda: None)
-    monkeypatch.setattr(run_record, "software_versions", lambda: {"torch": torch.__version__})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(run_record, "data_fingerprint", lambda paths: repr(paths))
+        patch.setattr(run_record, "git_state", lambda: None)
+        patch.setattr(run_record, "software_versions", lambda: {"torch": torch.__version__})
+        yield
+
+
+@pytest.fixture(scope="module")
+def base_saved(quick_records) -> SavedRun:
+    return saved_run(BASE)
 
 
 def record(cfg) -> dict:
@@ -177,17 +185,17 @@ def planner_answer(base, cfg) -> str:
 FIELDS = [(section, f.name) for section, cls in SECTION_CLASSES.items() for f in dataclasses.fields(cls)]
 
 
-def test_the_base_continues_itself():
-    assert start_answer(saved_run(BASE), BASE) == "same" and planner_answer(BASE, BASE) == "same"
+def test_the_base_continues_itself(base_saved):
+    assert start_answer(base_saved, BASE) == "same" and planner_answer(BASE, BASE) == "same"
 
 
 @pytest.mark.parametrize("section,name", FIELDS, ids=[f"{s}.{n}" for s, n in FIELDS])
-def test_a_field_changes_the_start_and_the_prefix_sharing_alike_and_as_its_role_says(section, name):
+def test_a_field_changes_the_start_and_the_prefix_sharing_alike_and_as_its_role_says(base_saved, section, name):
     role = SECTION_CLASSES[section].__dataclass_fields__[name].metadata["role"]
     value = changed(section, name)
     assert value != getattr(getattr(BASE, section), name)
     cfg = variant(section, name, value)
-    start, planner = start_answer(saved_run(BASE), cfg), planner_answer(BASE, cfg)
+    start, planner = start_answer(base_saved, cfg), planner_answer(BASE, cfg)
     assert start == planner, f"{section}.{name} (role {role}): the start says {start}, the planner {planner}"
     rule = ROLES[role].on_resume
     expected = {"ignore": {"same"}, "refuse": {"other"}, "note": {"other"}}.get(rule, {"branch", "other"})
@@ -195,13 +203,41 @@ def test_a_field_changes_the_start_and_the_prefix_sharing_alike_and_as_its_role_
     assert start in expected, f"{section}.{name} has role {role} ({rule} on resume) but the start says {start}"
 
 
-def test_a_field_whose_role_a_reader_ignores_fails_here(monkeypatch):
+def test_a_field_whose_role_a_reader_ignores_fails_here(base_saved, monkeypatch):
     """A schedule setting the LR schedule does not read: role ``schedule`` says both must see it, neither does."""
     fields = dict(SECTION_CLASSES["training"].__dataclass_fields__)
     fake = dataclasses.field(default=10, metadata={"role": "schedule"})
     fake.name = "max_skipped_steps"
     monkeypatch.setitem(SECTION_CLASSES["training"].__dataclass_fields__, "max_skipped_steps", fake)
     with pytest.raises(AssertionError, match="has role schedule"):
-        test_a_field_changes_the_start_and_the_prefix_sharing_alike_and_as_its_role_says("training",
+        test_a_field_changes_the_start_and_the_prefix_sharing_alike_and_as_its_role_says(base_saved, "training",
                                                                                           "max_skipped_steps")
     assert fields["max_skipped_steps"].metadata["role"] == "output"
+
+
+def test_another_precision_is_honoured_and_noted_in_the_lineage(base_saved):
+    """The numerics role: the run continues from the checkpoint's state, and its lineage says it is no longer the
+    straight run of one command (the planner does not share a prefix across precisions either)."""
+    cfg = variant("training", "precision", "fp32")
+    decision = decide_start(base_saved, LaunchPlan.of(cfg, record(cfg)))
+    assert decision.kind == "resume" and decision.restores_state
+    assert decision.notes == ["--precision is 'auto' in the checkpoint and 'fp32' here: the run continues from the "
+                              "checkpoint's state, its steps from 5 computed with this launch's (the arithmetic the "
+                              "steps are computed in)"]
+    [event] = decision.lineage
+    assert event["kind"] == "resume" and event["changes"] == decision.notes
+
+
+def test_a_history_that_predates_an_optimizer_setting_reads_it_as_its_default(base_saved):
+    """A checkpoint written before --optimizer existed (its segments and record lack it) continues into the default
+    optimizer, and is refused with another one, naming the setting."""
+    old_state = json.loads(json.dumps(base_saved.train_state))
+    for segment in old_state["state"]["history"]["segments"]:
+        del segment["optimizer"]["optimizer"]
+    old_record = json.loads(json.dumps(base_saved.record))
+    del old_record["config"]["training"]["optimizer"]
+    old = SavedRun.of(base_saved.path, "--save", old_state, old_record)
+    assert start_answer(old, BASE) == "same"
+    with pytest.raises(ResumeError, match="--optimizer is 'adamw' in the checkpoint and 'stableadamw' here"):
+        decide_start(old, LaunchPlan.of(variant("training", "optimizer", "stableadamw"),
+                                        record(variant("training", "optimizer", "stableadamw"))))
