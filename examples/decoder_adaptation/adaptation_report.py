@@ -67,7 +67,9 @@ def write_report(args, results: list[dict], facts: dict, stages: list[tuple[str,
     total_wall, total_cpu = sum(s[1] for s in stages), sum(s[2] for s in stages)
     lines = [
         "# Decoder -> encoder adaptation on a CPU, scored by a frozen linear probe", "",
-        f"Command: `python examples/decoder_adaptation/run.py {shlex.join(facts['argv'])}`", "", PLACES, "",
+        # a text block, not a command to run as written: its paths are the names PLACES gives
+        "Command:", "", "```text", f"python examples/decoder_adaptation/run.py {shlex.join(facts['argv'])}", "```", "",
+        PLACES, "",
         "## Settings", "",
         f"- Model: `{args.model.name}`"
         + (" (SmolLM2-135M-Instruct, 4-bit Q4_1 GGUF weights **dequantized to float32 on load**: the quantization "

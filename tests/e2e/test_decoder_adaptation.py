@@ -59,7 +59,7 @@ def test_the_pipeline_reports_every_row_and_stage(tmp_path):
     for stage in ("import", "tokenize", "train mntp", "train mlm", "probe (5 rows)", "merge", "probe (merged)",
                   "held-out loss", "total"):
         assert f"| {stage} |" in text, stage
-    assert "--objective mntp" in text and "Command: `python examples/decoder_adaptation/run.py" in text
+    assert "--objective mntp" in text and "Command:\n\n```text\npython examples/decoder_adaptation/run.py" in text
     assert "--weights 0.5,0.5" in text
     # The two arms saw the same samples: their run records name the same data, seed and sample range.
     data = [next(line.split("] ", 1)[1] for line in (tmp_path / "work" / f"train_{o}.log").read_text().splitlines()
