@@ -46,7 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from megamlm.eval.metrics import SIGNIFICANCE, holm
+from megamlm.eval.metrics import holm
 from megamlm.study.evidence.permutation import (
     permutation_interval,
     permutation_test,
@@ -55,6 +55,7 @@ from megamlm.study.evidence.permutation import (
     smallest_p,
     smallest_p_paired,
 )
+from megamlm.study.evidence.rules import LEVEL
 
 FAVOUR, AGAINST, NEITHER = 1, -1, 0
 """A claim's decision: significant in the paper's direction, against it, or neither."""
@@ -86,7 +87,7 @@ class ClaimSample:
     @property
     def testable(self) -> bool:
         """Whether some outcome could be significant: the smallest attainable p-value is below the level."""
-        return self.smallest_p < SIGNIFICANCE
+        return self.smallest_p < LEVEL
 
     @property
     def design(self) -> str:
@@ -127,7 +128,7 @@ class Decisions:
     level: np.ndarray
 
 
-def holm_levels(p_values: np.ndarray, alpha: float = SIGNIFICANCE) -> np.ndarray:
+def holm_levels(p_values: np.ndarray, alpha: float = LEVEL) -> np.ndarray:
     """Per test (last axis), the level Holm's step-down method compared it with: alpha / (m − i) at the i-th
     smallest p-value for the rejected ones, and for the rest that of the first step that did not reject. NaN p
     (not tested) gets NaN."""
@@ -148,7 +149,7 @@ def holm_levels(p_values: np.ndarray, alpha: float = SIGNIFICANCE) -> np.ndarray
     return np.where(tested, levels, np.nan)
 
 
-def decide(samples: list[ClaimSample], alpha: float = SIGNIFICANCE) -> Decisions:
+def decide(samples: list[ClaimSample], alpha: float = LEVEL) -> Decisions:
     """Test each claim, Holm-adjust over the testable ones, and decide each (over any leading replicate axes)."""
     differences, p_values = [], []
     for s in samples:
