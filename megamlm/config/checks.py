@@ -338,6 +338,18 @@ def check_parallel(cfg: Config) -> None:
                           "the launcher (torchrun, srun or mpirun)")
 
 
+def check_init_from_checkpoint(m: ModelConfig, saved: dict, tensor_flags: tuple[str, ...], source) -> None:
+    """The model flags among ``tensor_flags`` (those that decide which tensors a checkpoint holds) given with a value
+    of their own agree with the megamlm --init-from checkpoint ``source``, whose values are ``saved``
+    (megamlm/hf/init_from.py: every flag left at its default takes the checkpoint's value)."""
+    defaults = type(m)()
+    for name in tensor_flags:
+        given = getattr(m, name)
+        if given != saved[name] and given != getattr(defaults, name):
+            raise ConfigError(f"--{name.replace('_', '-')} {given} contradicts the --init-from checkpoint {source}, "
+                              f"which has {saved[name]}; drop the flag (the shape comes from the checkpoint)")
+
+
 def check_adopted_shape(m: ModelConfig, adopted: dict, source) -> None:
     """The shape flags given explicitly agree with the ``adopted`` values (by flag name) of the --init-from model
     ``source`` (megamlm/hf/init_from.py)."""

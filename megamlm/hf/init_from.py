@@ -16,9 +16,9 @@ from pathlib import Path
 
 from megamlm.checkpoint import resolve_checkpoint
 from megamlm.checkpoint.catalog import CONFIG
-from megamlm.config import SHAPE_FIELDS, Config, ConfigError, model_section_values
-from megamlm.config.checks import check_adopted_shape, check_hf_init_from
-from megamlm.data.embedded import default_cache_root
+from megamlm.config import SHAPE_FIELDS, Config, model_section_values
+from megamlm.config.checks import check_adopted_shape, check_hf_init_from, check_init_from_checkpoint
+from megamlm.data.embedded import TOKENIZER_FILE, default_cache_root
 from megamlm.hf.hf_source import is_hf_model
 from megamlm.hf.importer import import_hf, plan_import
 from megamlm.hf.megamlm_checkpoint import TOKENIZER_DIR, read_record
@@ -69,18 +69,17 @@ def adopt_checkpoint_shape(cfg: Config) -> Config:
     if "model_args" not in config:  # not a megamlm checkpoint: loading it names the problem
         return cfg
     args = ModelArgs(**config["model_args"])
+    saved = model_section_values(args)
+    check_init_from_checkpoint(cfg.model, saved, _TENSOR_FLAGS, ckpt)
     defaults = type(cfg.model)()
     adopted, kept = {}, []
-    for name, value in model_section_values(args).items():
+    for name, value in saved.items():
         given = getattr(cfg.model, name)
         if name in _KEPT or given == value:
             continue
         if given == getattr(defaults, name):
             adopted[name] = value
-        elif name in _TENSOR_FLAGS:
-            raise ConfigError(f"--{name.replace('_', '-')} {given} contradicts the --init-from checkpoint {ckpt}, "
-                              f"which has {value}; drop the flag (the shape comes from the checkpoint)")
-        else:
+        else:  # not a tensor flag (checked above): a deliberate value, such as a --rope-theta for context extension
             kept.append(f"--{name.replace('_', '-')} {given} (the checkpoint has {value})")
     cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, **adopted))
     tokenizer = None if cfg.data.tokenizer_model else _checkpoint_tokenizer(ckpt, config)
@@ -95,8 +94,6 @@ def adopt_checkpoint_shape(cfg: Config) -> Config:
 def _checkpoint_tokenizer(ckpt: Path, config: dict) -> Path | None:
     """The tokenizer a megamlm checkpoint was made with, when it is not the bundled one and is found: an import's
     ``tokenizer/`` beside it, else the path its run recorded (relative ones beside the checkpoint)."""
-    from megamlm.data.embedded import TOKENIZER_FILE
-
     recorded = (config.get("tokenizer") or {}).get("path")
     candidates = [ckpt.parent / recorded, Path(recorded)] if recorded else []
     candidates.append(ckpt.parent / TOKENIZER_DIR / "tokenizer.json")

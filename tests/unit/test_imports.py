@@ -34,7 +34,8 @@ DEFERRED = {"megamlm/config/resolve.py": ("megamlm.data.sidecar",),
             "megamlm/parallel/pipeline.py": ("torch.distributed.pipelining",),
             # The pilot's --help and a bad candidate answer before torch and the data package are imported.
             "tools/pilot_miniature.py": ("megamlm.data", "megamlm.data.embedded", "megamlm.data.unigram",
-                                         "megamlm.study.planning.pilot", "megamlm.training.metrics_file")}
+                                         "megamlm.eval.registry", "megamlm.study.planning.pilot",
+                                         "megamlm.training.metrics_file")}
 # The lowest floor: modules any other may import, which import nothing from megamlm but each other.
 FLOOR = ("megamlm", "megamlm.errors", "megamlm.log", "megamlm.launcher_env", "megamlm.extras", "megamlm.env_args",
          "megamlm.precision", "megamlm.figures", "megamlm.kernel_backends")
