@@ -1,4 +1,5 @@
 """The study report: ``report`` writes its text (Markdown) from what exists under the study's root;
 ``claims_text`` the section answering a paper's claims; ``curves`` reads the validation curves; ``figure_data``
 the numbers behind the figures (``megamlm/figures.py`` draws them); ``plateau`` the unigram plateau; ``lr_grid``
-every model's scores per fine-tuning LR; and ``report_target`` where a report may be written."""
+every model's scores per fine-tuning LR; ``paired_text`` single-seed arms compared on the same test examples;
+and ``report_target`` where a report may be written."""

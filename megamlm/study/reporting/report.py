@@ -14,7 +14,8 @@ pretraining steps from the evaluated intermediate checkpoints, each task's basel
 size's random-init model, fine-tuned with the same protocol, and the trivial baselines computed without training)
 and its informative/uninformative mark (``informative.py``: on validation, some arm above both the random-init
 model and the best trivial baseline by the study file's margin), every model's scores per LR (``lr_grid.py``),
-and (``scores.py``) the paper's other figures,
+arms of a single pretraining seed compared on the same test examples (``paired_text.py``), and (``scores.py``)
+the paper's other figures,
 each only where the study has its data: score against the fine-tuning LR per arm and task family and the
 stability loss per arm (both need 2 or more LRs), the continued-pretraining gain against continued steps from
 each parent; then a section answering the paper's claims (a)-(e), one pre-registered permutation test per claim
@@ -51,6 +52,7 @@ from megamlm.study.reporting.claims_text import claims_section
 from megamlm.study.reporting.curves import VALIDATION_METRICS, final_validation, run_metrics
 from megamlm.study.reporting.figure_data import draw_figures
 from megamlm.study.reporting.lr_grid import lr_grid_section
+from megamlm.study.reporting.paired_text import paired_section
 from megamlm.study.reporting.plateau import plateau_section
 from megamlm.study.reporting.report_target import (
     REPORT_TITLE,
@@ -301,6 +303,7 @@ def write_report(plan: Plan, path: str | Path | None = None, figures: bool = Tru
         grid = lr_grid_section(scores)
         if grid:
             parts += ["### Scores per learning rate", "", grid]
+        parts.append(paired_section(plan, summaries, rehearsal))
         parts += [f"![{title}](figures/{p.name})\n" for title, p in images if p.name != "validation.png"]
     if claims_text:
         parts += ["## The paper's claims", "", claims_text]

@@ -209,3 +209,31 @@ def test_the_report_tool_does_not_replace_a_report_with_an_empty_one(small_plan,
     write_run(plan, plan.runs[0], [10, 20])  # one run with metrics: something to report
     assert report_tool(*args) == 0
     assert "# Study" in report.read_text()
+
+
+def test_arms_of_one_pretraining_seed_are_compared_on_the_same_test_examples(small_plan, tmp_path):
+    """Where two arms have one pretraining seed each, the report compares their final models on the same test
+    examples from the predictions each fine-tuning run keeps (McNemar's exact test for accuracy)."""
+    from test_evidence import PAPER, STUDY, write_results
+
+    from megamlm.study.evidence.scores import models_at
+
+    plan = small_plan({**STUDY, "seeds": [1], "continued_pretraining": [],
+                       "evaluation": {**STUDY["evaluation"], "lrs": [3e-3], "seeds": [0]}})
+    write_results(plan, **PAPER)
+    model = {arm.kind: models_at(plan, arm)[0][1] for arm in arms(plan) if arm.kind in ("mlm", "clm")}
+    right = {"mlm": [1] * 18 + [0] * 2, "clm": [0] * 10 + [1] * 8 + [0] * 2}  # 10 only MLM gets right, 0 only CLM
+    for kind, name in model.items():
+        for task in ("brown-pos", "rt-sentiment"):
+            parts = [[100.0 * r] for r in right[kind]]
+            write_json_atomic(Path(plan.root) / "eval" / RunKey(name, task, 3e-3, 0).predictions_path(), {
+                "model": name, "task": task, "lr": 3e-3, "seed": 0, "metric": "accuracy",
+                "test": {"aggregate": "mean", "ids": list(range(20)), "predictions": right[kind], "parts": parts}})
+    text = write_report(plan, tmp_path / "R.md", figures=False).read_text()
+    section = text.split("### Paired comparisons on the same test examples")[1].split("\n## ")[0]
+    # 10 discordant examples, all one way: p = 2 / 2^10
+    row = (f"| {model['clm']} − {model['mlm']} | rt-sentiment | 0 | 20 | 40.00 | 90.00 | -50.00 | McNemar exact | "
+           f"0.0020 | 0 right only by {model['clm']}, 10 only by {model['mlm']} |")
+    assert row in section
+    five = small_plan({**STUDY, "continued_pretraining": []})  # five pretraining seeds an arm: the claims test them
+    assert "### Paired comparisons" not in write_report(five, tmp_path / "five.md", figures=False).read_text()
