@@ -27,6 +27,7 @@ import torch
 from megamlm.checkpoint.saved_run import SavedRun
 from megamlm.config import ALTERNATIVES as ALTERNATIVE_FLAGS
 from megamlm.config import SECTION_CLASSES, model_args_for, parse_args, resolve
+from megamlm.config.phase_fields import PhaseConfig
 from megamlm.config.roles import ROLES
 from megamlm.errors import ResumeError, UserError
 from megamlm.objectives import ObjectiveSchedule
@@ -77,6 +78,7 @@ ALTERNATIVES = {
     ("parallel", "dp_shard"): 1,
     ("parallel", "pipeline_schedule"): "interleaved_1f1b",
     ("performance", "attention_backend"): "flex",
+    ("recipe", "phases"): [PhaseConfig(steps=6, objective="mlm"), PhaseConfig(objective="clm")],  # a branch at 6
 }
 EXPECTED_HISTORY = {("objective", "switch_step"): "same", ("objective", "switch"): "same"}
 """History fields whose alternative value changes no step of the base (one objective: nothing switches)."""
