@@ -53,8 +53,9 @@ Scaled down, never edited
 
 The reader's files
   Commands of one document run in order in one copy of the repository (so README's ``ckpt/tiny`` feeds its
-  ``convert_to_hf.py`` commands). The copy is what a fresh clone holds, git's tracked files, never what a user
-  keeps in the clone (the README's recipes write ``ckpt/``, ``hf/``, ``evals/``: tests/docs/test_install.py).
+  ``convert_to_hf.py`` commands). The copy is what a fresh clone holds, git's tracked files (and new source files
+  not yet added: ``SOURCE_FOLDERS``), never what a user keeps in the clone (the README's recipes write ``ckpt/``,
+  ``hf/``, ``evals/``: tests/docs/test_install.py).
   Beside them it holds what a reader is assumed to have: ``corpus.jsonl`` (300 Austen paragraphs) and
   ``tokenizer.json`` (the bundled tokenizer) for the preprocessing example, ``hf/mlm`` and ``hf/clm`` (exports of a
   tiny random model) for the evaluation example, and ``../shared`` when the project's shared assets exist.
@@ -219,14 +220,27 @@ def test_a_command_that_fails_as_written_fails_the_check(tmp_path, cache_dir):
 # ---- the copy of the repository the commands run in -----------------------------------------------------------
 
 
+SOURCE_FOLDERS = ("megamlm", "tools", "tests", "examples", "csrc", "benchmarks")
+SOURCE_SUFFIXES = {".py", ".sh", ".sbatch", ".md", ".yaml", ".yml", ".toml", ".cpp", ".h", ".cu"}
+"""Besides git's tracked files, the copy takes the untracked (not ignored) files of these kinds in these folders:
+code and documents being written that git does not know yet, part of the change under test. Nothing else a user
+keeps in the clone is copied (checkpoints, exports, evaluations, anything at the top level or of another kind)."""
+
+
 def repository_files(repo: Path = REPO) -> list[Path]:
-    """The files a fresh clone of ``repo`` has: git's tracked files (staged ones included), never what a user keeps
-    beside them in the clone (checkpoints, exports, evaluations: untracked, ignored or not), plus the built C++
-    helper. Outside a git checkout (an unpacked source archive), every file but the ones ``.gitignore`` names."""
+    """The files a fresh clone of ``repo`` has: git's tracked files (staged ones included) and the new source files
+    of ``SOURCE_FOLDERS``, never what a user keeps beside them in the clone (checkpoints, exports, evaluations), plus
+    the built C++ helper. Outside a git checkout (an unpacked source archive), every file but the ones
+    ``.gitignore`` names."""
     try:
-        listed = subprocess.run(["git", "ls-files", "-z", "--cached"], cwd=repo, capture_output=True,
-                                check=True).stdout.decode().split("\0")
-        files = [Path(name) for name in listed if name and (repo / name).is_file()]
+        def listed(*options: str) -> list[Path]:
+            names = subprocess.run(["git", "ls-files", "-z", *options], cwd=repo, capture_output=True,
+                                   check=True).stdout.decode().split("\0")
+            return [Path(name) for name in names if name and (repo / name).is_file()]
+
+        new_sources = [path for path in listed("--others", "--exclude-standard", "--", *SOURCE_FOLDERS)
+                       if path.suffix in SOURCE_SUFFIXES]
+        files = listed("--cached") + new_sources
     except (OSError, subprocess.CalledProcessError):  # not a git checkout (an unpacked source archive)
         skip = {".git", "__pycache__", "build", ".pytest_cache", *ignored_root_folders(repo)}
         files = [p.relative_to(repo) for p in repo.rglob("*")

@@ -166,8 +166,9 @@ def _git(repo: Path, *args: str) -> None:
 
 def test_the_docs_sandbox_copies_tracked_files_only(tmp_path):
     """A clone after the README's recipes ran in it: large untracked ckpt/ and hf/ (not ignored here, as in a
-    clone of an older .gitignore) and a file of the user's own. The docs test's copy holds the tracked files and
-    the reader's files only: nothing of the user's is copied, and the reader's hf/ lands without a clash."""
+    clone of an older .gitignore), a file of the user's own and a large output inside a source folder. The docs
+    test's copy holds the tracked files, the source files being written (not yet added) and the reader's files:
+    nothing of the user's is copied, and the reader's hf/ lands without a clash."""
     repo = tmp_path / "clone"
     (repo / "megamlm").mkdir(parents=True)
     (repo / "megamlm/__init__.py").write_text("")
@@ -182,12 +183,17 @@ def test_the_docs_sandbox_copies_tracked_files_only(tmp_path):
     (repo / "notes.txt").write_text("mine")
     (repo / "staged.py").write_text("")
     _git(repo, "add", "staged.py")  # staged, not committed: a file the next commit adds
+    (repo / "megamlm/new_module.py").write_text("")  # being written, not added yet: part of the change under test
+    (repo / "examples/run").mkdir(parents=True)
+    with open(repo / "examples/run/model.safetensors", "wb") as f:  # a user's output inside a source folder
+        f.truncate(1 << 30)
     reader = tmp_path / "reader"
     (reader / "hf/mlm").mkdir(parents=True)
     (reader / "hf/mlm/config.json").write_text("{}")
 
-    assert sorted(map(str, DOCS_TEST.repository_files(repo))) == ["README.md", "megamlm/__init__.py", "staged.py"]
+    expected = ["README.md", "megamlm/__init__.py", "megamlm/new_module.py", "staged.py"]
+    assert sorted(map(str, DOCS_TEST.repository_files(repo))) == expected
     root = DOCS_TEST.sandbox(tmp_path / "sandbox", reader, repo=repo)
     copied = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
-    assert copied == ["README.md", "hf/mlm/config.json", "megamlm/__init__.py", "staged.py"]
-    assert not (root / "ckpt").exists()
+    assert copied == sorted([*expected, "hf/mlm/config.json"])
+    assert not (root / "ckpt").exists() and not (root / "examples").exists()
