@@ -75,3 +75,30 @@ def rotary_tables(head_dim: int, max_seq_length: int, theta: float,
     angles = torch.outer(torch.arange(max_seq_length, dtype=torch.float64), inv_freq)
     angles = torch.cat((angles, angles), dim=-1)
     return (angles.cos() * factor).float(), (angles.sin() * factor).float()
+
+
+def set_rotary_bases(model: torch.nn.Module, theta: float, local_theta: float | None) -> bool:
+    """Rebuild the rotary tables of every part of ``model`` that holds them (a Transformer, or each pipeline stage)
+    for the RoPE base ``theta`` (with the model's scaling) and the sliding-window layers' ``local_theta`` (None:
+    ``theta``'s tables), at the tables' length, in place: a recipe's context-extension phase. Returns whether any
+    table changed. The tables are computed as at construction, so a model rebuilt this way is bitwise one built with
+    these bases."""
+    changed = False
+    for module in model.modules():
+        args = getattr(module, "args", None)
+        if args is None or not hasattr(module, "rope_cos"):
+            continue
+        length = module.rope_cos.shape[0]
+        tables = {"": rotary_tables(args.head_dim, length, theta, args.rope_scaling)}
+        tables["_local"] = rotary_tables(args.head_dim, length, local_theta) if local_theta is not None \
+            else tables[""]
+        for suffix, (cos, sin) in tables.items():
+            for name, new in ((f"rope_cos{suffix}", cos), (f"rope_sin{suffix}", sin)):
+                held = getattr(module, name)
+                local = held.to_local() if hasattr(held, "to_local") else held
+                new = new.to(device=local.device, dtype=local.dtype)
+                if not torch.equal(local, new):
+                    with torch.no_grad():
+                        local.copy_(new)
+                    changed = True
+    return changed

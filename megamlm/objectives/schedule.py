@@ -51,6 +51,22 @@ class ObjectiveSchedule:
         self.masking = masking
         self.seed = seed
         self.switch_steps: tuple[int, ...] = phase_switches(self.phases, switch_step)
+        self.phase_maskings: tuple[tuple[int, MaskingSpec], ...] = ()
+        """(first step, masking) of each phase of a recipe that sets its own mask ratio or split
+        (``set_phase_maskings``); steps before the first use ``masking``."""
+
+    def set_phase_maskings(self, maskings) -> None:
+        """The masking of each phase of a recipe from its first step on (megamlm/config/phases.py): the mask of a
+        sample stays a pure function of (seed, sample index, the step's phase)."""
+        self.phase_maskings = tuple((int(first), spec) for first, spec in maskings)
+
+    def masking_at(self, step: int) -> MaskingSpec:
+        """The masking of 1-based ``step``: its phase's, else the run's."""
+        masking = self.masking
+        for first, spec in self.phase_maskings:
+            if step >= first:
+                masking = spec
+        return masking
 
     @property
     def switch_step(self) -> int | None:
@@ -80,7 +96,7 @@ class ObjectiveSchedule:
     def make_batch(self, step: int, tokens: np.ndarray, sample_ids: list[int],
                    document_ids: np.ndarray | None = None) -> Batch:
         """tokens (micro_batch, seq) of the given global sample ids -> the Batch for this step's objective."""
-        return make_batch(self.objective_at(step), tokens, sample_ids, self.seed, self.masking, document_ids)
+        return make_batch(self.objective_at(step), tokens, sample_ids, self.seed, self.masking_at(step), document_ids)
 
     def state_dict(self) -> dict:
         """The settings that decide each step's objective (it has no other state)."""

@@ -84,6 +84,9 @@ def resolve_run(cfg: Config) -> ResolvedRun:
     check_dataset_files(data_path, tokenizer)  # readable, and made by this tokenizer where a sidecar says
     if cfg.data.valid_data_path:
         check_dataset_files(cfg.data.valid_data_path, tokenizer)  # and so was --valid-data-path
+    for phase in cfg.recipe.phases:  # and each phase's data (config/phases.py)
+        if phase.data_path:
+            check_dataset_files(phase.data_path, tokenizer)
     args = model_args_for(cfg, tokenizer.vocab_size)
     check_tokenizer(cfg, tokenizer)
     check_model(cfg, args)

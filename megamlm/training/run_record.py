@@ -22,6 +22,7 @@ import torch
 import megamlm
 from megamlm.checkpoint import CheckpointSaveError
 from megamlm.checkpoint.checkpointer import CHECKPOINT_FORMAT, describe_failure
+from megamlm.config.phases import recipe_of
 from megamlm.data.blending import parse_data_path
 from megamlm.data.indexed import IndexedDataset, bin_path, idx_path
 
@@ -119,6 +120,7 @@ def build_run_record(cfg, plan, world_size: int) -> dict:
         "config": cfg.to_dict(), "model_args": plan.model_args.to_dict(),
         "switch_step": plan.objective_schedule.switch_step, "data_path": plan.data_path,
         "switch_steps": list(plan.objective_schedule.switch_steps),
+        "recipe": recipe_of(cfg).to_list(),  # the resolved phases (config/phases.py), compared on resume
         "schedule": {"objective_schedule": plan.objective_schedule.state_dict(),
                      "lr_schedule": plan.lr_schedule.state_dict()},
         "seq_length": plan.model_args.max_seq_length,

@@ -33,7 +33,8 @@ from megamlm.checkpoint.lock import lock_save_folder
 from megamlm.checkpoint.manager import CheckpointManager, SavePolicy
 from megamlm.checkpoint.saved_run import find_saved_run
 from megamlm.config import BatchSizes, Config, unused_lr_settings
-from megamlm.data import GlobalBatchSampler, MicroBatchLoader, StreamSpec, build_train_dataset
+from megamlm.config.phases import Recipe, recipe_of
+from megamlm.data import GlobalBatchSampler, MicroBatchLoader
 from megamlm.extras import detect_optional_extras
 from megamlm.hf.init_from import warn_if_context_shorter
 from megamlm.log import log, rank
@@ -47,6 +48,7 @@ from megamlm.parallel.runtime import start_parallel
 from megamlm.training.metrics import format_duration
 from megamlm.training.nonfinite import NonFiniteGuard
 from megamlm.training.optim import LRSchedule, build_optimizer, set_hyperparameters
+from megamlm.training.recipe_run import PhaseTracker, check_resumed_recipe, recipe_dataset, recipe_notes, set_masking
 from megamlm.training.reporter import PendingStep, RunReporter, StepLedger
 from megamlm.training.resolved_run import ResolvedRun, backends_on_device, resolve_run
 from megamlm.training.resume import LaunchPlan, StartDecision, TrainProgress, decide_start
@@ -138,6 +140,18 @@ class Trainer:
     reporter: RunReporter | None = field(default=None, init=False)
     ledger: StepLedger | None = field(default=None, init=False)
     """The finished steps the host has not read yet (training/reporter.py)."""
+    recipe: Recipe | None = field(default=None, init=False)
+    """The run's phases (config/phases.py): their masking is the schedule's, their RoPE base ``phases``'."""
+    phases: PhaseTracker | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.recipe = recipe_of(self.cfg)
+        set_masking(self.schedule, self.recipe)
+
+    @property
+    def boundaries(self) -> tuple[int, ...]:
+        """Every phase boundary (objective switches and the recipe's): a validation and a checkpoint follow each."""
+        return tuple(sorted({*self.schedule.switch_steps, *self.recipe.boundaries}))
 
     @property
     def schedule(self) -> ObjectiveSchedule:
@@ -153,6 +167,8 @@ class Trainer:
         self.streak = skip_streak(self.guard, self.optimizer, self.device, self.read_on_device)
         self.step_setup = StepSetup.of(self.pm, self.device, t.clip_grad, t.precision)
         self.lrs = self.lr_schedule.table(t.train_iters)
+        self.phases = PhaseTracker(self.recipe, self.pm.model, (self.plan.model_args.rope_theta,
+                                                                self.plan.model_args.local_rope_theta))
         self.batch_sizes = BatchSizes.of(t).sizes(t.train_iters)
         self.reporter = RunReporter(self.cfg.checkpoint.save, log_cfg.tensorboard_dir, log_cfg.log_interval,
                                     t.train_iters, self.result.start_step, self.plan.model_args, self.device,
@@ -180,6 +196,9 @@ class Trainer:
         """One optimizer step on the next global batch (``loaded``: this rank's micro-batches from the loader)."""
         schedule = self.schedule
         step = self.progress.step + 1
+        entered = self.phases.enter(step)  # a new phase's RoPE base before its first step
+        if entered:
+            log(entered)
         objective = schedule.objective_at(step)
         document_mask = self.cfg.performance.document_mask
         micro_batches = [schedule.make_batch(step, mb["tokens"].numpy(), mb["sample_ids"].tolist(),
@@ -197,7 +216,7 @@ class Trainer:
     def after_step(self, step: int) -> bool:
         """What is due after ``step``: its accounting, the switch, a validation, a checkpoint; True to stop here."""
         t, schedule, manager, result = self.cfg.training, self.schedule, self.manager, self.result
-        validating = self.validation is not None and self.validation.due(step, t.train_iters, schedule.switch_steps)
+        validating = self.validation is not None and self.validation.due(step, t.train_iters, self.boundaries)
         if (self.streak is None or self.on_step is not None or validating or manager.due(step)
                 or self.reporter.logs_at(step, schedule.is_switch_step(step))):
             self.settle(step)
@@ -288,6 +307,9 @@ def build_trainer(cfg: Config, signals: ExitSignalHandler, held: ExitStack,
         log(note)
 
     progress = start.progress()
+    if start.restores_state:  # a changed phase list is refused here, before any work
+        for note in check_resumed_recipe(start.path, recipe_of(cfg), progress.step, bool(cfg.recipe.phases)):
+            log(note)
     batch_sizes = BatchSizes.of(t)
     validation, dataset, end_sample = load_data(cfg, plan, progress, batch_sizes)
     pm = build_parallel_model(cfg, plan, mesh, device)
@@ -299,7 +321,8 @@ def build_trainer(cfg: Config, signals: ExitSignalHandler, held: ExitStack,
                                  consumed_samples=progress.consumed_samples, batch_sizes=ramp)
     guard = NonFiniteGuard(t.max_skipped_steps)
     schedule = plan.objective_schedule
-    policy = SavePolicy(c.save, t.train_iters, c.save_interval, c.keep_last, pinned_steps(cfg, schedule.switch_steps))
+    boundaries = (*schedule.switch_steps, *recipe_of(cfg).boundaries)
+    policy = SavePolicy(c.save, t.train_iters, c.save_interval, c.keep_last, pinned_steps(cfg, boundaries))
     manager = CheckpointManager(policy, pm.model, optimizer,
                                 {"progress": progress, "sampler": sampler, "guard": guard,
                                  "objective_schedule": schedule, "lr_schedule": plan.lr_schedule,
@@ -326,12 +349,10 @@ def load_data(cfg: Config, plan: ResolvedRun, progress: TrainProgress, batch_siz
     # The run's samples end here; the sample stream itself does not depend on it.
     end_sample = progress.consumed_samples + sum(batch_sizes.sizes(t.train_iters)[progress.step:])
     group = dist.group.WORLD if plan.dims.is_parallel else None
-    seq_length, vocab_size = plan.model_args.max_seq_length, plan.model_args.vocab_size
+    vocab_size = plan.model_args.vocab_size
     # The (small) validation set first: its errors come before the training index is built.
     validation = load_validation_set(cfg, plan, group)
-    dataset = build_train_dataset(StreamSpec(plan.data_path, seq_length, end_sample, t.seed,
-                                             cache_dir=cfg.data.data_cache_path, vocab_size=vocab_size,
-                                             split=plan.split), group)
+    dataset = recipe_dataset(cfg, recipe_of(cfg), plan.data_path, end_sample, vocab_size, plan.split, group)
     return validation, dataset, end_sample
 
 
@@ -351,7 +372,7 @@ def pinned_steps(cfg: Config, switch_steps: tuple[int, ...]) -> dict[int, str]:
     """Steps whose checkpoints --keep-last never deletes, and why: --save-at and every phase boundary (a branch
     point)."""
     pinned = {step: "--save-at" for step in cfg.checkpoint.save_at}
-    pinned.update((step, "objective switch") for step in switch_steps)
+    pinned.update((step, "phase boundary") for step in switch_steps)
     return pinned
 
 
@@ -387,6 +408,8 @@ def announce(trainer: Trainer) -> None:
         f"without the LM head ({args.num_layers} layers, hidden {args.hidden_size}, "
         f"vocab {args.vocab_size}, seq {args.max_seq_length})")
     log(trainer.schedule.describe())
+    for line in recipe_notes(trainer.recipe):
+        log(line)
     unused = unused_lr_settings(cfg.training)
     log(trainer.lr_schedule.describe() + (f" ({unused})" if unused else ""))
     if ramp := BatchSizes.of(cfg.training).describe():
