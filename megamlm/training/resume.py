@@ -29,6 +29,7 @@ are honoured and noted, since a continuation reproduces the uninterrupted run bi
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -67,6 +68,7 @@ _ARITHMETIC = (
     (("arithmetic", "intra_op_threads"), "the intra-op thread count (torch.get_num_threads(), OMP_NUM_THREADS)"),
 )
 _MISSING = object()
+_ROLE_ORDER = list(ROLES)
 
 StartKind = Literal["fresh", "init", "continue", "resume", "branch", "override"]
 Difference = tuple[str, object, object, str]
@@ -164,9 +166,9 @@ def history_difference(checkpoint: str | Path, cfg: Config) -> str | None:
 
 
 def settings_differences(saved: dict, launch: dict, *rules_or_roles: str) -> list[Difference]:
-    """Every setting of the given roles or resume rules whose value differs between two run records, in
-    declaration order (the model section by its resolved shape; ``RECORDED_AS`` by what it stands for). A setting
-    a record predates reads as its default."""
+    """Every setting of the given roles or resume rules whose value differs between two run records, by role in
+    ``ROLES``' order, then in declaration order (the model section by its resolved shape; ``RECORDED_AS`` by what it
+    stands for). A setting a record predates reads as its default."""
     out: list[Difference] = []
     for section, name in fields_with(SECTION_CLASSES, *rules_or_roles):
         role = SECTION_CLASSES[section].__dataclass_fields__[name].metadata["role"]
@@ -174,12 +176,17 @@ def settings_differences(saved: dict, launch: dict, *rules_or_roles: str) -> lis
             continue  # compared as the resolved shape, below
         for keys, named in RECORDED_AS.get((section, name), ((("config", section, name), flag_name(name)),)):
             default = default_of(SECTION_CLASSES[section], name) if keys[0] == "config" else None
-            old, new = (default if v is _MISSING else v for v in (_get(saved, keys), _get(launch, keys)))
+            old, new = (default if v is _MISSING else _as_json(v) for v in (_get(saved, keys), _get(launch, keys)))
             if old != new:
                 out.append((named, old, new, role))
     if "shape" in rules_or_roles or "refuse" in rules_or_roles:
         out = _shape_differences(saved, launch) + out
-    return out
+    return sorted(out, key=lambda difference: _ROLE_ORDER.index(difference[3]))  # shape, stream, masking, ...
+
+
+def _as_json(value):
+    """A value as its record holds it once written (tuples as lists), so both sides compare alike."""
+    return json.loads(json.dumps(value))
 
 
 def _get(record: dict, keys: tuple[str, ...]):
