@@ -1,4 +1,5 @@
-"""Distributed checkpoints: crash-safe commit (completion marker with checksums), latest pointer, retention."""
+"""Distributed checkpoints: crash-safe commit (completion marker with checksums), latest pointer, retention; the saved
+run a launch starts from, found and read once (``saved_run.py``)."""
 
 from megamlm.checkpoint.checkpointer import (
     CheckpointError,
