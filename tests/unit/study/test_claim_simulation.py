@@ -9,9 +9,9 @@ the CLM trunk − that of the MLM trunk, (e) a stability value of CLM − MLM; 2
 seeds, at 5, and as the miniature (splits at 3 seeds, the rest at 5). Under the null, at (c)'s margin boundary, at
 most 5% of reports may give any claim a verdict, plus three simulation standard errors.
 
-The same model shows why the unit is the seed: the old rule, a permutation test over the nine split models pooled
+The same model shows why the unit is the seed: the old rule, a permutation test over the split models pooled
 as if independent (reachable here only by calling ``permutation_test`` on them), calls (c) in 8-15% of reports
-where it may in 5%; over the three seed means, in 2-5%.
+where it may in 5%; over the seed means, in 3-4%.
 
 Power, measured here at 5 seeds with between-seed SD 3 and within-seed SD 2 (a model's SD 3.6): a lead of 10
 points (2.8 SD) in (a), (b), (d), (e) is called in the paper's direction in at least 80% of reports (measured
