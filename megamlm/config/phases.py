@@ -82,7 +82,7 @@ class Phase:
                 f", {self.tokens:,} tokens")
 
     def to_dict(self) -> dict:
-        return {**dataclasses.asdict(self), "data_path": list(self.data_path)}
+        return {**dataclasses.asdict(self), "data_path": list(self.data_path), "tokens": self.tokens}
 
 
 @dataclass(frozen=True)
@@ -295,16 +295,46 @@ def check_recipe_against_model(cfg: Config, recipe: Recipe) -> None:
 
 def apply_recipe(cfg: Config) -> Config:
     """``cfg`` with its ``phases:`` written into the settings the rest of the run reads: the run's length (from
-    tokens), the objective sequence and its switch steps, a decay phase's length and shape. A config without
-    ``phases:`` is returned as is (its --objective and switches are the phases)."""
+    tokens), the objective sequence and its switch steps, a decay phase's length and shape; and --save-at-tokens as
+    the steps that reach them. A config without ``phases:`` keeps its --objective and switches (they are its
+    phases)."""
+    return _with_save_at_tokens(_apply_phases(cfg))
+
+
+def _tokens_recipe(cfg: Config) -> Recipe:
+    """The phases as far as lengths and tokens go: the objective-only form's switches never change them, so they
+    are left out (they are placed by --switch's fractions of the length this finds)."""
+    if cfg.recipe.phases:
+        return recipe_of(cfg)
+    one = dataclasses.replace(cfg.objective, objective=objective_phases(cfg.objective.objective)[0], switch=None,
+                              switch_step=None)
+    return recipe_of(dataclasses.replace(cfg, objective=one))
+
+
+def _with_save_at_tokens(cfg: Config) -> Config:
+    """--save-at-tokens N: the first step by which the run has trained N tokens joins --save-at."""
+    c = cfg.checkpoint
+    if not c.save_at_tokens:
+        return cfg
+    tokens = _tokens_recipe(cfg).tokens_through_steps
+    steps = []
+    for wanted in c.save_at_tokens:
+        step = next((s for s, done in enumerate(tokens) if s and done >= wanted), None)
+        if step is None or wanted < 1:
+            raise ConfigError(f"--save-at-tokens {wanted:,} is outside this run's {tokens[-1]:,} tokens; drop it or "
+                              "lengthen the run")
+        steps.append(step)
+    save_at = sorted({*c.save_at, *steps})
+    return dataclasses.replace(cfg, checkpoint=dataclasses.replace(c, save_at=save_at))
+
+
+def _apply_phases(cfg: Config) -> Config:
     if not cfg.recipe.phases:
         if cfg.training.train_tokens is None:
             return cfg
         # The run's length first (one sequence length: the objectives do not change it), then --switch's fractions
         # of it place the switches.
-        one = dataclasses.replace(cfg.objective, objective=objective_phases(cfg.objective.objective)[0], switch=None,
-                                  switch_step=None)
-        return _with_length(cfg, recipe_of(dataclasses.replace(cfg, objective=one)))
+        return _with_length(cfg, _tokens_recipe(cfg))
     recipe = recipe_of(cfg)
     cfg = _with_length(cfg, recipe)
     collapsed: list[str] = []

@@ -241,6 +241,9 @@ class CheckpointConfig:
     save_at: list[int] = setting(factory=list, role="output")
     """Steps whose checkpoints --keep-last never deletes (branch points), e.g. 10000,21000
     (default: none)."""
+    save_at_tokens: list[int] = setting(factory=list, role="output")
+    """--save-at counted in tokens: the first step by which the run has trained each many tokens joins --save-at,
+    e.g. 1000000000 (default: none)."""
     keep_last: int | None = setting(None, "output")
     """Keep only the N newest complete checkpoints (and the objective-switch and --save-at ones); default: keep all."""
     override_data: bool = setting(False, "start")

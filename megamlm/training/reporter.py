@@ -185,6 +185,22 @@ class RunReporter:
         like on a signal, saving a checkpoint if it can. Nothing more is written after a failure."""
         self.marks: deque[tuple[int, float]] = deque(maxlen=ETA_WINDOW + 1)
         """(step, time it was accounted) of the first step and the recent log lines: the ETA's window."""
+        self.recipe = None
+        """The run's phases (config/phases.py), set by the trainer: where they change the sequence length, each
+        step's tokens are its batch x its phase's length (``tokens_at``)."""
+
+    def seq_length_at(self, step: int) -> int:
+        return self.recipe.phase_at(step).seq_length if self.recipe is not None else self.seq_length
+
+    def tokens_at(self, step: int, consumed_samples: int) -> int:
+        """Tokens the model has trained on once ``step`` is done: consumed samples x the sequence length, or with
+        phases of several lengths, the recipe's tokens through the step plus any samples consumed before its step 1
+        (a --continue-from parent's) at the first phase's length."""
+        recipe = self.recipe
+        if recipe is None or len({p.seq_length for p in recipe.phases}) == 1:
+            return consumed_samples * self.seq_length_at(step)
+        before = consumed_samples - recipe.samples_through[min(step, recipe.last_step)]
+        return recipe.tokens_through(step) + before * recipe.phases[0].seq_length
 
     def _write(self, what: str, write, *args, **kwargs) -> None:
         if self.failure is not None:
@@ -210,7 +226,7 @@ class RunReporter:
 
     def step(self, s: StepOutcome, global_batch_size: int) -> None:
         """One finished step, with host numbers (``s`` read)."""
-        self.meter.add(s.loss, s.grad_norm, global_batch_size * self.seq_length, s.predicted_tokens)
+        self.meter.add(s.loss, s.grad_norm, global_batch_size * self.seq_length_at(s.step), s.predicted_tokens)
         now = time.perf_counter()
         if s.step == self.start_step + 1:
             self.marks.append((s.step, now))
@@ -226,14 +242,16 @@ class RunReporter:
             self.marks.append((s.step, now))
         mfu = f" | MFU {100 * rate.mfu:.1f}%" if rate.mfu is not None else ""
         memory = f" | peak memory {rate.peak_memory_mib:.0f} MiB" if rate.peak_memory_mib is not None else ""
+        tokens = self.tokens_at(s.step, s.consumed_samples)
         log(f"step {s.step}/{self.train_iters} | objective {s.objective} | loss {summary.loss:.4f} | lr {s.lr:.1e} | "
+            f"tokens {tokens:,} | "
             f"grad-norm {summary.grad_norm:.2f} | {rate.tokens_per_second:.0f} tok/s{mfu}{memory} | "
             f"eta {format_duration(eta)}")
         self._write("the TensorBoard events", self.tensorboard.scalars, s.step, {
             "tokens_per_second": rate.tokens_per_second, **({"mfu": rate.mfu} if rate.mfu is not None else {}),
             **({"peak_memory_mib": rate.peak_memory_mib} if rate.peak_memory_mib is not None else {})})
         self._write(METRICS_FILE, self.metrics.append, "train", s.step, samples=s.consumed_samples,
-                    tokens=s.consumed_samples * self.seq_length, objective=s.objective, loss=summary.loss, lr=s.lr,
+                    tokens=tokens, objective=s.objective, loss=summary.loss, lr=s.lr,
                     grad_norm=summary.grad_norm, tokens_per_second=rate.tokens_per_second, mfu=rate.mfu,
                     peak_memory_mib=rate.peak_memory_mib)
 
@@ -243,7 +261,8 @@ class RunReporter:
         self._write("the TensorBoard events", self.tensorboard.scalars, result.step,
                     {f"validation/{name}": value for name, value in result.scalars().items()})
         self._write(METRICS_FILE, self.metrics.append, "validation", result.step, samples=consumed_samples,
-                    tokens=consumed_samples * self.seq_length, **result.scalars(), validation_samples=result.samples,
+                    tokens=self.tokens_at(result.step, consumed_samples), **result.scalars(),
+                    validation_samples=result.samples,
                     **result.token_counts())
 
     def close(self) -> None:

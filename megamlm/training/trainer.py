@@ -173,6 +173,7 @@ class Trainer:
         self.reporter = RunReporter(self.cfg.checkpoint.save, log_cfg.tensorboard_dir, log_cfg.log_interval,
                                     t.train_iters, self.result.start_step, self.plan.model_args, self.device,
                                     self.plan.dims.world_size)
+        self.reporter.recipe = self.recipe  # tokens per step by phase
         self.ledger = StepLedger(self.guard, self.reporter, self.batch_sizes, self.on_step)
         run_start = time.perf_counter()
         batches = iter(self.loader)

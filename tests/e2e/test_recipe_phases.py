@@ -6,6 +6,7 @@ the field, except a phase that has not started made longer (logged); a phase's m
 2, before any work."""
 
 import json
+import re
 
 import pytest
 import yaml
@@ -59,11 +60,16 @@ def test_one_run_changes_length_rope_data_masks_and_decay_by_phase(straight, cap
     assert [(p["first_step"], p["last_step"], p["seq_length"], p["mask_ratio"]) for p in record["recipe"]] == [
         (1, 3, 32, 0.3), (4, 6, 64, 0.15), (7, 9, 64, 0.05)]
     assert record["recipe"][1]["rope_bases"] == [80000.0, None]
+    assert [p["tokens"] for p in record["recipe"]] == [384, 768, 768]
     checkpoint = json.loads((folder / "ckpt" / "iter_0000006" / "config.json").read_text())
     assert checkpoint["recipe"] == record["recipe"]
     # The decay phase is WSD's decay, 1-sqrt: peak through step 6, 0 at the last step.
     assert run.lrs[6] == run.lrs[5] > run.lrs[7] > run.lrs[8] > run.lrs[9] == 0.0
     assert run.sample_ids[4][0] == 3 * 4  # phase 2 starts at the stream's sample 12
+    # Tokens seen beside steps: 4 samples a step of 32 tokens, then of 64.
+    assert [(r["step"], r["tokens"]) for r in read_metrics(folder / "ckpt", kind="validation")] == [
+        (3, 384), (6, 384 + 768), (9, 384 + 2 * 768)]
+    assert read_metrics(folder / "ckpt", kind="train")[-1]["tokens"] == 1920
 
 
 def test_a_stop_inside_each_phase_resumes_bitwise(straight, tiny, blends, tmp_path):
@@ -103,7 +109,9 @@ def test_a_changed_phase_list_is_refused_on_resume_but_a_later_phase_may_grow(ti
     longer = tiny("--config", recipe_file(tmp_path, blends), *RUN[:2], "--train-iters", "10", *RUN[4:],
                   "--save", save)
     assert longer.last_step == 10
-    assert "phases[2] made longer: 4 steps, 7-10 (was 3)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "phases[2] made longer: 4 steps, 7-10 (was 3)" in out
+    assert re.search(r"step 10/10 \| objective mlm \| .* \| tokens 2,176 \|", out)  # 384 + 768 + 4 x 4 x 64
     # At a phase boundary the phases after it may differ: a branch (the decay phase of a WSD-branching ablation).
     branch = tiny("--config", recipe_file(tmp_path, blends, not_started), *RUN, "--load", save / "iter_0000006",
                   "--save", tmp_path / "branch")

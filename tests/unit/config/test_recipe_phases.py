@@ -109,3 +109,15 @@ def test_every_phase_field_declares_the_role_of_the_run_setting_it_overrides():
 def test_the_phases_list_is_not_a_flag():
     with pytest.raises(ConfigError, match="unrecognized arguments: --phases"):
         parse_args(["--phases", "x"])
+
+
+def test_save_at_in_tokens_pins_the_first_step_that_reaches_them(tmp_path):
+    cfg = config_with(tmp_path, [{"steps": 2, "seq_length": 64}, {"seq_length": 128}], "--train-iters", "6",
+                      "--seq-length", "128",
+                      "--save", str(tmp_path / "ckpt"), "--save-at-tokens", "1024,2000", "--save-at", "5")
+    # 512 tokens in each of steps 1-2, 1,024 after: 1,024 tokens by step 2, 2,000 by step 3
+    assert cfg.checkpoint.save_at == [2, 3, 5]
+    with pytest.raises(ConfigError, match="--save-at-tokens 99,999 is outside this run's 5,120 tokens"):
+        config_with(tmp_path, [{"steps": 2, "seq_length": 64}, {"seq_length": 128}], "--train-iters", "6",
+                    "--seq-length", "128",
+                    "--save", str(tmp_path / "ckpt"), "--save-at-tokens", "99999")
