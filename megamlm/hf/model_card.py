@@ -44,14 +44,15 @@ def head_section(objectives: list[str], merge: bool) -> list[str]:
         text = (f"{trained}: the output at a masked position predicts the token there, which is what "
                 "`pipeline(\"fill-mask\")` reads.")
     elif len(shifted) == len(objectives):
-        text = (f"{trained}, which trains a shifted head: the output at position i-1 predicts the token at position "
+        text = (f"{trained}, which train{'s' if len(set(shifted)) == 1 else ''} a shifted head: the output at "
+                "position i-1 predicts the token at position "
                 "i. `pipeline(\"fill-mask\")` reads the logits at the mask's own position, so it predicts the token "
                 "after the mask; read the logits one position earlier (`logits[0, mask_index - 1]`) for the masked "
                 "token.")
     else:
-        text = (f"{trained}: MLM predicts a masked token at its own position, {' and '.join(sorted(set(shifted)))} "
-                "at the position before it, so the merged head is a mix of the two readings and neither is its "
-                "own.")
+        others = " and ".join(sorted({o.upper() for o in shifted}))
+        text = (f"{trained}: MLM predicts a masked token at its own position, {others} at the position before it, "
+                "so the merged head is a mix of the two readings and neither is its own.")
     return ["", "## The LM head", "", text]
 
 
@@ -67,7 +68,8 @@ def merge_lines(merged_from: list[dict]) -> list[str]:
             how += f", continued from {entry['init_from']}" if entry.get("init_from") else ""
         else:
             how = f"no training of its own (imported from {entry.get('imported_from') or 'elsewhere'})"
-        made_for = f"; made for {entry['max_seq_length']:,} positions" if entry.get("max_seq_length") else ""
+        made_for = (f"; made for {entry['max_seq_length']:,} positions"
+                    if entry.get("max_seq_length") and not entry.get("steps") else "")
         lines.append(f"  - {entry['weight']:g} x `{entry['path']}`: {how}{made_for}")
     return lines
 

@@ -197,7 +197,7 @@ def test_a_decoder_adapted_with_mntp_merges_with_its_source(tool, kit, tmp_path)
     assert "A weighted linear merge (tools/merge_checkpoints.py)" in card
     assert f"0.5 x `{tmp_path / 'mntp'}" in card and "masked next-token prediction (MNTP), 2 steps" in card
     assert f"0.5 x `{tmp_path / 'source'}" in card and "no training of its own (imported from" in card
-    assert "LM head of each input was last trained by CLM and MNTP, which trains a shifted head" in card
+    assert "LM head of each input was last trained by CLM and MNTP, which train a shifted head" in card
     # the merge declares the source's 64 positions (RoPE has no position weights), not the adaptation's 32
     assert json.loads((tmp_path / "hf-merged" / "config.json").read_text())["max_position_embeddings"] == 64
     assert "context 64 (max_position_embeddings: the longest context among the merge's inputs; training of the " \
