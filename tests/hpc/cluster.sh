@@ -12,7 +12,8 @@
 #                  the other node through $DIR/nsrsh (its plm_rsh_agent), which enters that node's namespaces.
 #   gpu            this machine itself with 8 fake `gpu` GRES (each GRES file a link to /dev/null), so GPU-shaped
 #                  scripts (--gpus-per-node=8) submit.
-# Every node has this machine's CPUs (`nproc --all`: `nproc` follows OMP_NUM_THREADS). Where namespaces cannot be
+# A node silent for 30 s is down (SlurmdTimeout; clusters often wait 300 s): a job on a node that died ends and is
+# requeued within a minute, which the node-failure test waits for. Every node has this machine's CPUs (`nproc --all`: `nproc` follows OMP_NUM_THREADS). Where namespaces cannot be
 # made (no root, no `ip netns`), the cpu partition is one node on this machine (a second slurmd, `slurmd -N`), the
 # stage prints a line saying so, and the two-node tests skip. No accounting, proctrack/linuxproc and task/none (no
 # cgroups needed in a container).
@@ -177,7 +178,7 @@ SchedulerParameters=sched_interval=2
 MinJobAge=600
 KillWait=30
 InactiveLimit=0
-SlurmdTimeout=300
+SlurmdTimeout=30
 SlurmdParameters=config_overrides
 NodeName=${host} CPUs=${cpus} Sockets=1 CoresPerSocket=${cpus} ThreadsPerCore=1 Gres=gpu:8 RealMemory=1000 State=UNKNOWN
 ${cpu_nodes}

@@ -74,3 +74,26 @@ def last_loss(save: Path) -> float:
 
 def latest_step(save: Path) -> int:
     return int((save / "latest_checkpointed_iteration.txt").read_text())
+
+
+def start_requeued(job: int) -> None:
+    """SLURM holds a requeued job about 2 minutes (its begin time; measured on 22.05): once it is pending again,
+    start it 2 s from now instead. Not at once: a node refuses a job whose credential was made in the second its
+    previous one was revoked ("Job credential revoked", the job then fails)."""
+    wait_until(lambda: job_field(job, "JobState") == "PENDING", f"job {job} requeued")
+    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now+2"], check=True, timeout=60)
+
+
+def wait_for_end_starting_requeues(job: int, limit: float = LIMIT) -> str:
+    """``wait_for_end``, starting the job 2 s after each requeue instead of SLURM's 2-minute hold (the job pending
+    with reason BeginTime), however often it is requeued."""
+    from datetime import datetime, timedelta
+
+    def ended() -> str | None:
+        state = job_field(job, "JobState")
+        if state == "PENDING" and job_field(job, "Reason") == "BeginTime":
+            begin = datetime.fromisoformat(job_field(job, "StartTime"))
+            if begin > datetime.now() + timedelta(seconds=5):  # SLURM's hold, not the start set here
+                subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now+2"], timeout=60)
+        return state if state in FINAL_STATES else None
+    return wait_until(ended, f"job {job} ends", limit, every=2)

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 
+from nodes import NODE1, NODE2, mpirun_options, on_node
 from slurm_jobs import REPO, TINY, job_env, latest_step, wait_for_log
 
 LAUNCHER = str(REPO / "examples" / "run_mpirun.sh")
@@ -30,15 +31,20 @@ def without_mpi4py(tmp_path) -> dict:
 
 
 def test_two_ranks_train_with_mpi4py_finding_rank_0s_host(tmp_path):
+    """On the stage's two nodes: mpirun started on mmnode2, rank 0 on mmnode1 and rank 1 on mmnode2, so rank 0's
+    host is not the launching one (elsewhere: both ranks on this host)."""
     import mpi4py  # noqa: F401  (the stage installs it)
 
     env = job_env()
     env.pop("MASTER_ADDR", None)
-    out = subprocess.run(["mpirun", "-np", "2", *(["--allow-run-as-root"] if os.geteuid() == 0 else []),
-                          "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS", "-x", "MASTER_PORT",
-                          "python3", str(REPO / "pretrain.py"), *TINY, "--device", "cpu", "--train-iters", "6",
-                          "--save", str(tmp_path / "run")], env={**env, "MASTER_PORT": str(free_port())}, cwd=tmp_path,
-                         capture_output=True, text=True, timeout=600)
+    command = ["mpirun", "-np", "2", *(["--allow-run-as-root"] if os.geteuid() == 0 else []),
+               "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS", "-x", "MASTER_PORT",
+               "python3", str(REPO / "pretrain.py"), *TINY, "--device", "cpu", "--train-iters", "6",
+               "--save", str(tmp_path / "run")]
+    if os.environ.get("MEGAMLM_HPC_TWO_NODES") == "1":
+        command = on_node(NODE2, [*command[:3], *mpirun_options(), "--host", f"{NODE1}:1,{NODE2}:1", *command[3:]])
+    out = subprocess.run(command, env={**env, "MASTER_PORT": str(free_port())}, cwd=tmp_path, capture_output=True,
+                         text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "parallel layout: world 2" in out.stdout and latest_step(tmp_path / "run") == 6
 

@@ -1,9 +1,11 @@
-"""examples/slurm/pretrain_nvidia.sbatch on a real SLURM (the stage's one-node cluster), CPU-adapted through its
-documented variables: two runs at once on the node train, save and exit 0 from a folder without logs/; a USR1
-warning saves, requeues and resumes to the straight run's final loss."""
+"""examples/slurm/pretrain_nvidia.sbatch on a real SLURM (the stage's cluster, its CPU partition), CPU-adapted
+through its documented variables: two runs at once train, save and exit 0 from a folder without logs/; a USR1 warning
+to a job on two nodes saves, requeues and resumes to the straight run's final loss, quietly; from outside the
+repository root the job says in one line to set REPO."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -17,6 +19,7 @@ from slurm_jobs import (
     last_loss,
     latest_step,
     sbatch,
+    start_requeued,
     wait_for_end,
     wait_for_log,
     wait_until,
@@ -52,18 +55,19 @@ def test_a_usr1_warning_saves_requeues_and_resumes_to_the_straight_runs_loss(tmp
                               timeout=600)
     assert straight.returncode == 0, straight.stderr[-3000:]
 
-    job = sbatch([*CPU_JOB, "--export=ALL,GPUS_PER_NODE=0", SCRIPT, *TINY, *iters, "--save", str(tmp_path / "run")],
-                 tmp_path)
+    # On the stage's two nodes: one torchrun per node, data parallel across them (elsewhere: one node).
+    nodes = 2 if os.environ.get("MEGAMLM_HPC_TWO_NODES") == "1" else 1
+    job = sbatch([*CPU_JOB, f"--nodes={nodes}", "--export=ALL,GPUS_PER_NODE=0", SCRIPT, *TINY, *iters, "--save",
+                  str(tmp_path / "run")], tmp_path)
     log = tmp_path / f"megamlm-{job}.out"
     wait_for_log(log, "] step 3/300")
     subprocess.run(["scancel", "--signal=USR1", str(job)], check=True, timeout=60)
     wait_for_log(log, f"requeueing job {job}")
-    # SLURM holds a requeued job about 2 minutes (its begin time; measured on 22.05): start it now instead.
-    wait_until(lambda: job_field(job, "JobState") == "PENDING", "the job requeued")
-    subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], check=True, timeout=60)
+    start_requeued(job)
     assert wait_for_end(job) == "COMPLETED", log.read_text()[-3000:]
     text = log.read_text()
     assert job_field(job, "Restarts") == "1" and "received SIGUSR1" in text
+    assert f"parallel layout: world {nodes}" in text and "Traceback" not in text  # a clean stop is quiet
     stopped = int(text.split("megamlm: stopped at step ")[1].split()[0])
     assert 3 <= stopped < 300 and f"iter_{stopped:07d} at step {stopped}" in text  # the resume
     assert latest_step(tmp_path / "run") == 300

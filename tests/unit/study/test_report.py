@@ -13,7 +13,7 @@ from megamlm.errors import UserError
 from megamlm.eval.results import RunKey, write_json_atomic
 from megamlm.study.planning.arms import arms
 from megamlm.study.reporting.curves import drawn_curve, final_validation, validation_curve
-from megamlm.study.reporting.report import write_report
+from megamlm.study.reporting.report import evaluation_keys, write_report
 from megamlm.study.running.commands import status_file
 
 REPO = Path(__file__).resolve().parents[3]
@@ -237,3 +237,14 @@ def test_arms_of_one_pretraining_seed_are_compared_on_the_same_test_examples(sma
     assert row in section
     five = small_plan({**STUDY, "continued_pretraining": []})  # five pretraining seeds an arm: the claims test them
     assert "### Paired comparisons" not in write_report(five, tmp_path / "five.md", figures=False).read_text()
+
+
+def test_a_report_without_its_evaluations_says_they_are_missing(small_plan, tmp_path):
+    """Issue 46: a chain whose evaluation jobs all failed wrote "N of N runs have finished" and nothing else; the
+    report names the unfinished runs and the fine-tuning runs without a result, by model."""
+    plan = small_plan(STUDY)
+    text = write_report(plan, tmp_path / "R.md", figures=False).read_text()
+    assert f"0 of 6 runs have finished. Not finished: {', '.join(r.name for r in plan.runs)}." in text
+    keys = len(evaluation_keys(plan))
+    assert f"**Evaluations missing: {keys} of the {keys} fine-tuning runs have no result**" in text
+    assert "so the report has no downstream results and no claims." in text
