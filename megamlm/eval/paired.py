@@ -23,6 +23,7 @@ import numpy as np
 from scipy import stats
 
 from megamlm.eval.metrics import MEAN, score_from_parts
+from megamlm.eval.results import RunKey
 
 ROUNDS = 9_999
 CHUNK = 1_000
@@ -108,8 +109,6 @@ def paired_comparisons(output: Path, summaries, pairs: list[tuple[str, str]], se
                        ) -> list[Paired]:
     """Each pair (a, b) on every task both have results on: each at its best LR (``aggregate.summarize``), one
     comparison per fine-tuning seed both have (``seeds``: model -> its fine-tuning seeds), on the test examples."""
-    from megamlm.eval.results import RunKey
-
     best = {(s.model, s.task): s.best_lr for s in summaries}
     out = []
     for a, b in pairs:
