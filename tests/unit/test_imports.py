@@ -51,12 +51,23 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports(path: Path):
+@lru_cache(maxsize=None)
+def parsed(path: Path) -> ast.Module:
+    """``path``'s syntax tree, parsed once for every rule that reads it."""
+    return ast.parse(path.read_text())
+
+
+@lru_cache(maxsize=None)
+def imports(path: Path) -> tuple:
     """(line, imported module, names taken from it, inside a function) for every import in ``path``, relative
     imports resolved: ``from a import b`` gives ``a`` and ``("b",)``, ``import a.b`` gives ``a.b`` and ``()``."""
+    return tuple(_imports(path))
+
+
+def _imports(path: Path):
     module = module_name(path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    tree = ast.parse(path.read_text())
+    tree = parsed(path)
     in_function = {id(sub) for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
                    for sub in ast.walk(node)}
     for node in ast.walk(tree):
@@ -233,8 +244,8 @@ def test_no_module_re_exports_what_it_imports():
     for path in python_files(PACKAGE):
         if path.name == "__init__.py":
             continue
-        tree = ast.parse(path.read_text())
-        imported = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+        tree = parsed(path)
+        imported = {alias.asname or alias.name for node in tree.body if isinstance(node, ast.ImportFrom)
                     for alias in node.names}
         exported = {elt.value for node in tree.body if isinstance(node, ast.Assign)
                     and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
