@@ -107,8 +107,14 @@ class PipelineRunner:
         return self.measured[len(self.measured) - self.n_microbatches:] if self.measured else []
 
 
-def pipeline_runner(pm: ParallelModel, n_microbatches: int, device: torch.device) -> PipelineRunner:
-    """``pm``'s runner, built on its first use."""
+def pipeline_runner(pm: ParallelModel, n_microbatches: int, device: torch.device,
+                    seq_length: int | None = None) -> PipelineRunner:
+    """``pm``'s runner for steps of ``n_microbatches`` micro-batches of ``seq_length`` tokens, built on its first
+    use: a schedule sizes its stages' messages by its first run's shapes, so a recipe's phase of another sequence
+    length (or validation at the model's length) gets a runner of its own."""
     if pm.pipeline is None:
-        pm.pipeline = PipelineRunner(pm, n_microbatches, device)
-    return pm.pipeline
+        pm.pipeline = {}
+    key = (n_microbatches, seq_length)
+    if key not in pm.pipeline:
+        pm.pipeline[key] = PipelineRunner(pm, n_microbatches, device)
+    return pm.pipeline[key]

@@ -183,7 +183,8 @@ def forward_backward(setup: StepSetup, micro_batches: list[Batch]) -> tuple[torc
     total_tokens = round(_global_sum(pm, local_tokens, dims.tp * dims.pp))
     scale = setup.dp / max(total_tokens, 1)
     if dims.pp > 1:
-        local_loss = pipeline_runner(pm, len(micro_batches), device).run(micro_batches, scale, device, setup.autocast)
+        runner = pipeline_runner(pm, len(micro_batches), device, micro_batches[0].input_ids.shape[1])
+        local_loss = runner.run(micro_batches, scale, device, setup.autocast)
     else:
         part = pm.parts[0]
         local_loss = torch.zeros((), dtype=torch.float32, device=device)

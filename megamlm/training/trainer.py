@@ -48,7 +48,7 @@ from megamlm.parallel.runtime import start_parallel
 from megamlm.training.metrics import format_duration
 from megamlm.training.nonfinite import NonFiniteGuard
 from megamlm.training.optim import LRSchedule, build_optimizer, set_hyperparameters
-from megamlm.training.recipe_run import PhaseTracker, check_resumed_recipe, recipe_dataset, recipe_notes, set_masking
+from megamlm.training.recipe_run import PhaseTracker, recipe_dataset, recipe_notes, set_masking
 from megamlm.training.reporter import PendingStep, RunReporter, StepLedger
 from megamlm.training.resolved_run import ResolvedRun, backends_on_device, resolve_run
 from megamlm.training.resume import LaunchPlan, StartDecision, TrainProgress, decide_start
@@ -143,6 +143,8 @@ class Trainer:
     recipe: Recipe | None = field(default=None, init=False)
     """The run's phases (config/phases.py): their masking is the schedule's, their RoPE base ``phases``'."""
     phases: PhaseTracker | None = field(default=None, init=False)
+    phase_starts: set[int] = field(default_factory=set, init=False)
+    """The steps before which ``phases`` may act: each phase's first step and this launch's."""
 
     def __post_init__(self) -> None:
         self.recipe = recipe_of(self.cfg)
@@ -169,6 +171,7 @@ class Trainer:
         self.lrs = self.lr_schedule.table(t.train_iters)
         self.phases = PhaseTracker(self.recipe, self.pm.model, (self.plan.model_args.rope_theta,
                                                                 self.plan.model_args.local_rope_theta))
+        self.phase_starts = {self.progress.step + 1, *(p.first_step for p in self.recipe.phases)}
         self.batch_sizes = BatchSizes.of(t).sizes(t.train_iters)
         self.reporter = RunReporter(self.cfg.checkpoint.save, log_cfg.tensorboard_dir, log_cfg.log_interval,
                                     t.train_iters, self.result.start_step, self.plan.model_args, self.device,
@@ -197,9 +200,10 @@ class Trainer:
         """One optimizer step on the next global batch (``loaded``: this rank's micro-batches from the loader)."""
         schedule = self.schedule
         step = self.progress.step + 1
-        entered = self.phases.enter(step)  # a new phase's RoPE base before its first step
-        if entered:
-            log(entered)
+        if step in self.phase_starts:  # a phase's RoPE base before its first step (and a launch's first)
+            entered = self.phases.enter(step)
+            if entered:
+                log(entered)
         objective = schedule.objective_at(step)
         document_mask = self.cfg.performance.document_mask
         micro_batches = [schedule.make_batch(step, mb["tokens"].numpy(), mb["sample_ids"].tolist(),
@@ -308,9 +312,6 @@ def build_trainer(cfg: Config, signals: ExitSignalHandler, held: ExitStack,
         log(note)
 
     progress = start.progress()
-    if start.restores_state:  # a changed phase list is refused here, before any work
-        for note in check_resumed_recipe(start.path, recipe_of(cfg), progress.step, bool(cfg.recipe.phases)):
-            log(note)
     batch_sizes = BatchSizes.of(t)
     validation, dataset, end_sample = load_data(cfg, plan, progress, batch_sizes)
     pm = build_parallel_model(cfg, plan, mesh, device)

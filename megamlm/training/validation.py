@@ -141,7 +141,7 @@ def forward_metrics(pm: ParallelModel, micro_batches: list[Batch], device: torch
     autocast = autocast_for(device, precision)
     with torch.no_grad():
         if pm.dims.pp > 1:
-            runner = pipeline_runner(pm, len(micro_batches), device)
+            runner = pipeline_runner(pm, len(micro_batches), device, micro_batches[0].input_ids.shape[1])
             measured = runner.evaluate(micro_batches, measure, device, autocast)
         else:
             measured = []

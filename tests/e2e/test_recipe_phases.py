@@ -170,3 +170,18 @@ def test_the_tiny_three_phase_recipe_equals_three_chained_launches_bitwise(auste
     assert sorted(whole.losses) == list(range(1, 41))
     assert {**one.losses, **two.losses, **three.losses} == whole.losses
     assert [len(whole.sample_ids[s]) for s in (1, 11, 20, 21)] == [4, 8, 16, 16]  # the ramp-up in phase 1
+
+
+@pytest.mark.parametrize("phases, argv, message", [
+    ([{"steps": 3, "sequence_length": 32}, {}], [], "unknown key phases[0].sequence_length"),
+    ([{"steps": 3, "global_batch_size": 8}, {}], [], "phases cannot set global_batch_size yet"),
+    ([{"steps": 3}, {"steps": 3}], [], "the phases' lengths add up to 6 steps, but the run is 9 steps"),
+    ([{"steps": 3, "seq_length": 128}, {}], [], "phases[0].seq_length 128 is beyond the model's 64 positions"),
+])
+def test_a_bad_phase_is_one_line_and_exit_2_before_any_work(tmp_path, blends, capsys, phases, argv, message):
+    from megamlm.cli import main
+
+    code = main(["--config", str(recipe_file(tmp_path, blends, phases)), *RUN, "--save", str(tmp_path / "ckpt"), *argv])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "ckpt").exists()
