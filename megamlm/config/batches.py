@@ -37,6 +37,8 @@ class BatchChoice:
     global_: int
     chosen: tuple[str, ...]
     """The flags this choice filled in (empty when the user set both)."""
+    ramp_start: int | None = None
+    """The first batch of a --rampup-batch-size the micro-batch was also fitted to."""
 
     def describe(self, dp: int, pp: int, preset: str) -> str:
         micro_batches = self.global_ // (self.micro * dp)
@@ -44,7 +46,9 @@ class BatchChoice:
         origin = f"the {preset} recipe's" if preset in RECIPE_BATCH else "the default"
         return (f"{' and '.join(self.chosen)} not given: global {self.global_} = micro {self.micro} x DP {dp} x "
                 f"{micro_batches} micro-batches per step ({origin} global {start_global} / micro {start_micro}, "
-                f"fitted to DP {dp}{f', PP {pp}' if pp > 1 else ''}); set the flags to choose")
+                f"fitted to DP {dp}{f', PP {pp}' if pp > 1 else ''}"
+                f"{f' and to --rampup-batch-size from {self.ramp_start}' if self.ramp_start else ''}); "
+                "set the flags to choose")
 
 
 def batch_start(preset: str) -> tuple[int, int]:
@@ -81,7 +85,7 @@ def fit_batch(micro: int | None, global_: int | None, dp: int, pp: int, interlea
     for candidate in range(min(start_micro, global_), 0, -1):
         if _fits(global_, candidate, dp, min_micro_batches, multiple) and not any(
                 size % (candidate * dp) for size in ramp_sizes):
-            return BatchChoice(candidate, global_, chosen)
+            return BatchChoice(candidate, global_, chosen, ramp_sizes[0] if ramp_sizes else None)
     # No micro-batch fits the given global batch: keep the start and let the layout check name the fix.
     return BatchChoice(start_micro, global_, chosen)
 

@@ -110,3 +110,13 @@ def test_a_bad_ramp_or_decay_style_is_one_line_before_any_work(capsys, tmp_path,
     save = tmp_path / "never"
     expect_one_line(capsys, main([*TINY_SHAPE, *argv, "--save", str(save)]), message)
     assert not save.exists()
+
+
+def test_an_unset_micro_batch_is_fitted_to_the_ramp_too(capsys):
+    """The micro-batch left unset splits every batch of the ramp (4, 8, 12 and 16 here), and without a ramp it is
+    fitted as before."""
+    ramped = parse_args(["--global-batch-size", "16", "--rampup-batch-size", "4", "4", "64"]).training
+    assert (ramped.micro_batch_size, ramped.global_batch_size) == (4, 16)
+    assert "fitted to DP 1 and to --rampup-batch-size from 4" in capsys.readouterr().out
+    plain = parse_args(["--global-batch-size", "16"]).training
+    assert (plain.micro_batch_size, plain.global_batch_size) == (16, 16)
