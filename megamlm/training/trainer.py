@@ -416,7 +416,9 @@ def announce(trainer: Trainer) -> None:
     log(trainer.lr_schedule.describe() + (f" ({unused})" if unused else ""))
     if ramp := BatchSizes.of(cfg.training).describe():
         log(ramp)
-    log(f"data: {', '.join(plan.data_path)} | samples {trainer.progress.consumed_samples}-{trainer.end_sample - 1} "
+    phase_data = any(phase.data_path for phase in trainer.recipe.phases)
+    data = "each phase's (above)" if phase_data else ", ".join(plan.data_path)
+    log(f"data: {data} | samples {trainer.progress.consumed_samples}-{trainer.end_sample - 1} "
         f"of the stream | tokenizer {plan.tokenizer_path} | device {trainer.device}")
     if trainer.validation is not None:
         log(f"validation: {trainer.validation.num_samples} held-out samples every {trainer.validation.interval} "
