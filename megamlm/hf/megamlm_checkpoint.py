@@ -61,7 +61,18 @@ def read_record(path: str | Path) -> CheckpointRecord:
     if "model_args" not in config:
         raise ConversionError(f"{ckpt / CONFIG} has no 'model_args'; it was not written by megamlm's trainer")
     train_state = read_train_state(ckpt)
-    return CheckpointRecord(ckpt, ModelArgs(**config["model_args"]), config, train_state)
+    return CheckpointRecord(ckpt, ModelArgs(**saved_model_args(config, train_state)), config, train_state)
+
+
+def saved_model_args(config: dict, train_state: dict) -> dict:
+    """The checkpoint's model: its run's ModelArgs, with the RoPE bases of the recipe phase it was saved in (a
+    context-extension phase changes them, megamlm/config/phases.py); a run without phases, as recorded."""
+    args = dict(config["model_args"])
+    phases, step = config.get("recipe") or [], int(train_state.get("step", 0))
+    saved_in = next((phase for phase in phases if phase["first_step"] <= step <= phase["last_step"]), None)
+    if saved_in is not None:
+        args["rope_theta"], args["local_rope_theta"] = saved_in["rope_bases"]
+    return args
 
 
 def check_weights_match(record: CheckpointRecord, model: torch.nn.Module) -> None:

@@ -78,6 +78,14 @@ def test_one_run_changes_length_rope_data_masks_and_decay_by_phase(straight, cap
     assert read_metrics(folder / "ckpt", kind="train")[-1]["tokens"] == 1920
 
 
+def test_a_checkpoint_exports_the_rope_base_of_the_phase_it_was_saved_in(straight):
+    from megamlm.hf.megamlm_checkpoint import read_record
+
+    folder, _ = straight
+    assert read_record(folder / "ckpt" / "iter_0000003").model_args.rope_theta == 10000.0
+    assert read_record(folder / "ckpt" / "iter_0000006").model_args.rope_theta == 80000.0
+
+
 def test_a_stop_inside_each_phase_resumes_bitwise(straight, tiny, blends, tmp_path):
     _, run = straight
     config, save = recipe_file(tmp_path, blends), tmp_path / "ckpt"
