@@ -14,8 +14,6 @@ RoPE base, entered at its first step; the phases kept in the run record; a chang
 from __future__ import annotations
 
 import dataclasses
-import json
-from pathlib import Path
 
 from megamlm.config import Config
 from megamlm.config.phases import Phase, Recipe
@@ -111,17 +109,20 @@ def _phase_at(phases: list[dict], step: int) -> dict:
     return next((p for p in phases if step <= p["last_step"]), phases[-1])
 
 
-def check_resumed_recipe(checkpoint: Path, recipe: Recipe, step: int, listed: bool = True) -> list[str]:
-    """The checkpoint's phases (its ``config.json`` record) against this launch's, for a start at ``step``: one
-    ResumeError line naming the phase and field that differ, or the notes of what is allowed.
+def check_resumed_recipe(saved: list[dict] | None, recipe: Recipe, step: int, listed: bool = True,
+                         accepted: tuple[str, ...] = ()) -> list[str]:
+    """The checkpoint's phases (``saved``: its run record's ``recipe``) against this launch's, for a start at
+    ``step`` (``training/resume.py`` asks, as part of its one comparison): one ResumeError line naming the phase and
+    field that differ, or the notes of what is allowed.
 
     Every step up to ``step`` must have trained with the same phase settings (the history). Where this launch's
     recipe ends a phase at ``step`` (a phase boundary), the phases after it may differ: a branch there, as at an
     objective switch. Inside a phase, the phase goes on as it was and so do the phases after it, except that a phase
     that has not started may be made longer (logged). The lengths are compared for a ``phases:`` list only
     (``listed``): the objective-only form's phases are placed by --switch and --train-iters, whose changes the
-    history decides (a budget or switch branch). A checkpoint written before phases were recorded is not compared."""
-    saved = json.loads((Path(checkpoint) / "config.json").read_text()).get("recipe")
+    history decides (a budget or switch branch). A checkpoint written before phases were recorded is not compared.
+    ``accepted``: phase settings the launch accepts changed (``data_path`` under --override-data)."""
+    compared = tuple(key for key in _COMPARED if key not in accepted)
     if saved is None:
         return []
     old = [_as_phase_dict(p) for p in saved]
@@ -130,7 +131,7 @@ def check_resumed_recipe(checkpoint: Path, recipe: Recipe, step: int, listed: bo
     s = 1
     while s <= step:  # the history: every step done trained with the same settings (one stretch at a time)
         before, now = _phase_at(old, s), _phase_at(new, s)
-        field = next((key for key in _COMPARED if before[key] != now[key]), None)
+        field = next((key for key in compared if before[key] != now[key]), None)
         if field is not None:
             raise ResumeError(f"phases[{now['index']}].{field} is {now[field]!r} in this launch's recipe, but step {s} "
                               f"(the checkpoint is at step {step}) trained with {before[field]!r}: {fix}")
@@ -138,7 +139,7 @@ def check_resumed_recipe(checkpoint: Path, recipe: Recipe, step: int, listed: bo
     if any(p["last_step"] == step for p in new):
         later_old = [p for p in old if p["first_step"] > step]
         later_new = [p for p in new if p["first_step"] > step]
-        if [{k: p[k] for k in _COMPARED} for p in later_old] != [{k: p[k] for k in _COMPARED} for p in later_new] \
+        if [{k: p[k] for k in compared} for p in later_old] != [{k: p[k] for k in compared} for p in later_new] \
                 or [p["last_step"] - p["first_step"] for p in later_old] != [
                     p["last_step"] - p["first_step"] for p in later_new]:
             return [f"branch after step {step}, a phase boundary: the phases after it are this launch's"]
@@ -158,7 +159,7 @@ def check_resumed_recipe(checkpoint: Path, recipe: Recipe, step: int, listed: bo
     notes = []
     for before, now in zip(later_old, later_new):
         where = f"phases[{now['index']}]"
-        field = next((key for key in _COMPARED if before[key] != now[key]), None)
+        field = next((key for key in compared if before[key] != now[key]), None)
         if field is not None:
             raise ResumeError(f"{where}.{field} is {before[field]!r} in the checkpoint's recipe and {now[field]!r} "
                               f"in this launch's (the checkpoint is at step {step}, inside phase "

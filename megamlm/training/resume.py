@@ -38,6 +38,7 @@ from megamlm.checkpoint.checkpointer import CHECKPOINT_FORMAT, resolve_checkpoin
 from megamlm.checkpoint.saved_run import SavedRun, read_saved_run
 from megamlm.config import MODEL_FLAG_NAMES, SECTION_CLASSES, Config
 from megamlm.config.flags import flag_name
+from megamlm.config.phases import recipe_of
 from megamlm.config.roles import ROLES, default_of, fields_with
 from megamlm.errors import ResumeError
 from megamlm.model.config import shape_record
@@ -49,6 +50,7 @@ from megamlm.training.lineage import (
     describe_changes,
     lineage_event,
 )
+from megamlm.training.recipe_run import check_resumed_recipe
 
 RECORDED_AS: dict[tuple[str, str], tuple[tuple[tuple[str, ...], str], ...]] = {
     ("data", "data_path"): ((("data_fingerprint",), "--data-path"),),
@@ -233,6 +235,9 @@ def _resume(saved: SavedRun, launch: LaunchPlan) -> StartDecision:
                           f"{cfg.training.train_iters}; raise --train-iters, or branch from an earlier checkpoint")
     history = History.of_checkpoint(saved.train_state, saved.record)
     kind = _compare_history(cfg, history, launch.segment, step, path, notes)
+    # The recipe's phases, stretch by stretch (training/recipe_run.py); a record that predates them has none.
+    notes += check_resumed_recipe(saved.record.get("recipe"), recipe_of(cfg), step, bool(cfg.recipe.phases),
+                                  accepted=("data_path",) if cfg.checkpoint.override_data else ())
     notes += [_note(d, saved) for d in differences if ROLES[d[3]].on_resume == "note"]
     lineage = list(saved.lineage)
     same_run = cfg.checkpoint.save and path.parent.resolve() == Path(cfg.checkpoint.save).resolve()

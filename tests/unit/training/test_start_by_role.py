@@ -78,7 +78,7 @@ ALTERNATIVES = {
     ("parallel", "dp_shard"): 1,
     ("parallel", "pipeline_schedule"): "interleaved_1f1b",
     ("performance", "attention_backend"): "flex",
-    ("recipe", "phases"): [PhaseConfig(steps=6, objective="mlm"), PhaseConfig(objective="clm")],  # a branch at 6
+    ("recipe", "phases"): [PhaseConfig(steps=4, objective="mlm"), PhaseConfig(objective="clm")],  # a branch at 4
 }
 EXPECTED_HISTORY = {("objective", "switch_step"): "same", ("objective", "switch"): "same"}
 """History fields whose alternative value changes no step of the base (one objective: nothing switches)."""
@@ -169,7 +169,7 @@ def start_answer(saved: SavedRun, cfg) -> str:
         return "other"
     if decision.kind == "resume" and not decision.notes:
         return "same"
-    if decision.kind == "branch" and len(decision.notes) == 1:  # the branch's own note
+    if decision.kind == "branch":  # (one field changed: its notes are the branch's own)
         return "branch"
     return "other"
 
