@@ -128,6 +128,15 @@ def check_resumed_recipe(saved: list[dict] | None, recipe: Recipe, step: int, li
     old = [_as_phase_dict(p) for p in saved]
     new = [_as_phase_dict(p.to_dict()) for p in recipe.phases]
     fix = "restore it, or branch at a phase boundary (--load the checkpoint written at the end of a phase)"
+    if len({(tuple(p["data_path"]), p["seq_length"]) for p in new}) > 1:
+        # Phases that read other data or lengths read their samples by position in the stream: a phase that starts
+        # at the same step must start at the same sample (another global batch size or ramp-up would move it).
+        for before, now in zip(old, new):
+            if before["first_step"] == now["first_step"] and before["first_sample"] != now["first_sample"]:
+                raise ResumeError(f"phases[{now['index']}] starts at sample {now['first_sample']} of the stream in "
+                                  f"this launch's recipe and at {before['first_sample']} in the checkpoint's: another "
+                                  "global batch size or ramp-up moves a phase's data; keep the checkpoint's "
+                                  "--global-batch-size and --rampup-batch-size")
     s = 1
     while s <= step:  # the history: every step done trained with the same settings (one stretch at a time)
         before, now = _phase_at(old, s), _phase_at(new, s)

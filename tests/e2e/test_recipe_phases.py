@@ -119,6 +119,9 @@ def test_a_changed_phase_list_is_refused_on_resume_but_a_later_phase_may_grow(ti
     with pytest.raises(ResumeError, match=r"phases\[2\]\.mask_ratio is 0\.05 in the checkpoint's recipe and 0\.1 in "
                                           r"this launch's \(the checkpoint is at step 5, inside phase 2\)"):
         tiny("--config", recipe_file(tmp_path, blends, not_started), *RUN, "--save", save)
+    with pytest.raises(ResumeError, match=r"phases\[1\] starts at sample 24 of the stream in this launch's recipe and "
+                                          r"at 12 in the checkpoint's: another global batch size"):
+        tiny("--config", recipe_file(tmp_path, blends), *RUN, "--save", save, "--global-batch-size", "8")
     capsys.readouterr()
     longer = tiny("--config", recipe_file(tmp_path, blends), *RUN[:2], "--train-iters", "10", *RUN[4:],
                   "--save", save)

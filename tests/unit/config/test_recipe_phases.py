@@ -91,6 +91,8 @@ def test_lengths_in_tokens(tmp_path):
      "give the schedule two ways"),
     ([{"steps": 4}, {"lr_decay": True}], ["--train-iters", "10", "--lr-decay-style", "cosine"],
      "sets lr_decay, the WSD decay, but --lr-decay-style is cosine"),
+    ([{"steps": 4, "seq_length": 64}, {"seq_length": 128}], ["--train-iters", "10", "--continue-from", "ckpt/p"],
+     "--continue-from with phases that change the data or the sequence length is not built yet"),
 ])
 def test_a_bad_phase_is_one_line_naming_it(tmp_path, phases, argv, message):
     with pytest.raises(ConfigError) as err:
