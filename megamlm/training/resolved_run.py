@@ -44,6 +44,9 @@ class ResolvedRun:
     """``--compile`` resolved for the device and layout."""
     split: tuple[float, float, float] | None
     """--split as normalised (train, validation, test) weights; None without it."""
+    segment: Segment
+    """The settings its steps get (the schedules above came from it): what a start compares with a checkpoint's
+    history (``training/resume.py``)."""
 
 
 def data_sources(cfg: Config) -> tuple[list[str], str]:
@@ -96,4 +99,4 @@ def resolve_run(cfg: Config) -> ResolvedRun:
     return ResolvedRun(model_args=args, data_path=data_path, tokenizer_path=tokenizer_path, tokenizer=tokenizer,
                    objective_schedule=schedule, lr_schedule=segment.lr_schedule_object(), dims=compute.dims,
                    device=compute.device, backends=compute.backends, compile_mode=compute.compile_mode,
-                   split=split_weights(cfg.data))
+                   split=split_weights(cfg.data), segment=segment)

@@ -71,6 +71,13 @@ _ARITHMETIC = (
 )
 _MISSING = object()
 _ROLE_ORDER = list(ROLES)
+_SETTINGS = tuple(
+    ((role := SECTION_CLASSES[section].__dataclass_fields__[name].metadata["role"]), ROLES[role].on_resume,
+     default_of(SECTION_CLASSES[section], name),
+     RECORDED_AS.get((section, name), ((("config", section, name), flag_name(name)),)))
+    for section, name in fields_with(SECTION_CLASSES, *ROLES) if section != "model")
+"""(role, resume rule, default, [(record path, how it is named)]) of every setting but the model section's
+(compared as the resolved shape), in declaration order: the comparison's table, built once from the roles."""
 
 StartKind = Literal["fresh", "init", "continue", "resume", "branch", "override"]
 Difference = tuple[str, object, object, str]
@@ -172,13 +179,12 @@ def settings_differences(saved: dict, launch: dict, *rules_or_roles: str) -> lis
     ``ROLES``' order, then in declaration order (the model section by its resolved shape; ``RECORDED_AS`` by what it
     stands for). A setting a record predates reads as its default."""
     out: list[Difference] = []
-    for section, name in fields_with(SECTION_CLASSES, *rules_or_roles):
-        role = SECTION_CLASSES[section].__dataclass_fields__[name].metadata["role"]
-        if section == "model":
-            continue  # compared as the resolved shape, below
-        for keys, named in RECORDED_AS.get((section, name), ((("config", section, name), flag_name(name)),)):
-            default = default_of(SECTION_CLASSES[section], name) if keys[0] == "config" else None
-            old, new = (default if v is _MISSING else _as_json(v) for v in (_get(saved, keys), _get(launch, keys)))
+    for role, rule, default, measures in _SETTINGS:
+        if role not in rules_or_roles and rule not in rules_or_roles:
+            continue
+        for keys, named in measures:
+            missing = default if keys[0] == "config" else None
+            old, new = (missing if v is _MISSING else _as_json(v) for v in (_get(saved, keys), _get(launch, keys)))
             if old != new:
                 out.append((named, old, new, role))
     if "shape" in rules_or_roles or "refuse" in rules_or_roles:

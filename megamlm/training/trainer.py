@@ -299,7 +299,7 @@ def build_trainer(cfg: Config, signals: ExitSignalHandler, held: ExitStack,
     t, c = cfg.training, cfg.checkpoint
     plan = resolve_run(cfg)  # the start-up checks (training/startup.py)
     mesh, device = start_parallel(plan.dims, plan.device)
-    launch = LaunchPlan.of(cfg, build_run_record(cfg, plan, plan.dims.world_size))
+    launch = LaunchPlan(cfg, build_run_record(cfg, plan, plan.dims.world_size), plan.segment)
     # One run per --save folder: an existing folder is locked before its checkpoints are read, a new one only before
     # the first write, so that a refused launch leaves nothing behind.
     save_exists = bool(c.save) and Path(c.save).exists()
