@@ -71,7 +71,7 @@ def returns(path: list[str]) -> Counter:
 
 
 def main() -> None:
-    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False).parse_args()
     with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()) as runs_log:
         parent = Path(tmp) / "parent"
         if cli.main([*FLAGS, "--save", str(parent), "--exit-interval", "2"]):
