@@ -8,6 +8,7 @@ import math
 from array import array
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from megamlm import extras
 from megamlm.config import LRDecayStyle, OptimizerName, WSDDecayStyle
@@ -28,11 +29,14 @@ def build_optimizer(model: torch.nn.Module, lr: float, weight_decay: float, beta
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     if name == "stableadamw":
         optimi = extras.require("optimi", "--optimizer stableadamw")
-        # optimi picks its Triton kernel by itself on a GPU; elsewhere it would ask Triton for a GPU driver (and fail
-        # where Triton is installed), so its for-loop update is named there.
-        on_gpu = bool(decay + no_decay) and all(p.device.type == "cuda" for p in decay + no_decay)
+        # optimi picks its Triton kernel by itself for plain tensors on a GPU. Elsewhere it would ask Triton for a GPU
+        # driver (and fail where Triton is installed); and the shards of FSDP2 and tensor parallelism (DTensors) take
+        # its for-loop update, whose per-tensor RMS DTensor computes over the whole tensor, as one process does
+        # (tests/distributed/test_rampup_and_optimizer_layouts.py).
+        params = decay + no_decay
+        plain_gpu = bool(params) and all(p.device.type == "cuda" and not isinstance(p, DTensor) for p in params)
         return optimi.StableAdamW(groups, lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                                  triton=None if on_gpu else False)
+                                  triton=None if plain_gpu else False)
     if impl == "apex":
         extras.require("apex", "--optimizer-impl apex")
         from apex.optimizers import FusedAdam
@@ -81,12 +85,22 @@ class LRSchedule:
     """The learning rate of each 1-based step; stateless except for its settings, which a resume checks."""
 
     def __init__(self, peak_lr: float, min_lr: float, style: LRDecayStyle, warmup_iters: int, decay_iters: int,
-                 train_iters: int, wsd_decay_style: WSDDecayStyle = "linear"):
+                 train_iters: int, wsd_decay_style: WSDDecayStyle = "linear", rewarmups=()):
         self.peak_lr, self.min_lr, self.style = peak_lr, min_lr, style
         self.warmup_iters, self.decay_iters, self.train_iters = warmup_iters, decay_iters, train_iters
         self.wsd_decay_style = wsd_decay_style
+        self.rewarmups = tuple((int(first), int(iters)) for first, iters in rewarmups)
+        """(first step, steps) of each re-warmup at a recipe phase's start (config/phases.py): the rate of those
+        steps is the schedule's times (step - first + 1) / steps."""
 
     def lr_at(self, step: int) -> float:
+        lr = self._schedule_lr_at(step)
+        for first, iters in self.rewarmups:
+            if first <= step < first + iters:
+                lr = lr * (step - first + 1) / iters
+        return lr
+
+    def _schedule_lr_at(self, step: int) -> float:
         if self.warmup_iters and step <= self.warmup_iters:
             return self.peak_lr * step / self.warmup_iters
         span = self.peak_lr - self.min_lr
@@ -124,7 +138,8 @@ class LRSchedule:
                      f"{WSD_DECAY_NAMES[self.wsd_decay_style]} decay over {decay} to {self.min_lr:g} (wsd)")
         else:
             shape = f"{self.style} decay to {self.min_lr:g} at step {self.train_iters}"
-        return f"learning rate {self.peak_lr:g}: {warmup}{shape}"
+        rewarmed = "".join(f"; re-warmed up over steps {first}-{first + iters - 1}" for first, iters in self.rewarmups)
+        return f"learning rate {self.peak_lr:g}: {warmup}{shape}{rewarmed}"
 
     def state_dict(self) -> dict:
         """The settings; the WSD decay's shape only where it is not the linear one (the only shape before it could
@@ -133,6 +148,8 @@ class LRSchedule:
                      decay_iters=self.decay_iters, train_iters=self.train_iters)
         if self.wsd_decay_style != "linear":
             state["wsd_decay_style"] = self.wsd_decay_style
+        if self.rewarmups:
+            state["rewarmups"] = [list(r) for r in self.rewarmups]
         return state
 
     def load_state_dict(self, state: dict) -> None:
