@@ -39,7 +39,8 @@ _PHASE_FIELDS = (
      "(1-sqrt; default --lr-wsd-decay-style)."),
     ("global_batch_size", int, "batch", "Refused for now: the run's --global-batch-size (and --rampup-batch-size) "
      "apply to every phase."),
-    ("lr_warmup_iters", int, "schedule", "Refused for now: a re-warmup at the phase's start is not built yet."),
+    ("lr_warmup_iters", int, "schedule", "A re-warmup at the phase's start: the learning rate of its first N steps "
+     "is the schedule's times step / N (not in the first phase: --lr-warmup-iters warms up the run's start)."),
     ("valid_data_path", list[str], "evaluation", "Refused for now: the run validates on one set (--split or "
      "--valid-data-path) in every phase."),
 )
@@ -61,7 +62,6 @@ PhaseConfig = _phase_section()
 
 NOT_YET = {
     "global_batch_size": "the run's --global-batch-size and --rampup-batch-size apply to every phase",
-    "lr_warmup_iters": "a re-warmup at a phase's start is not built yet; --lr-warmup-iters warms up the run's start",
     "valid_data_path": "the run validates on one set (--split or --valid-data-path) in every phase, so that its "
                        "scores compare across phases",
 }

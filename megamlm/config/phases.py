@@ -56,6 +56,8 @@ class Phase:
     mask_keep_prob: float
     lr_decay: bool = False
     lr_wsd_decay_style: str | None = None
+    lr_warmup_iters: int | None = None
+    """A re-warmup over the phase's first steps (None: none)."""
 
     @property
     def steps(self) -> int:
@@ -77,6 +79,7 @@ class Phase:
         mask = f", mask {self.mask_ratio:g}" if self.objective != "clm" else ""
         decay = f", the WSD decay{' (' + self.lr_wsd_decay_style + ')' if self.lr_wsd_decay_style else ''}" \
             if self.lr_decay else ""
+        decay += f", LR re-warmed up over {self.lr_warmup_iters} steps" if self.lr_warmup_iters else ""
         return (f"phase {self.index + 1}: steps {self.first_step}-{self.last_step}, {self.objective}, seq "
                 f"{self.seq_length}{rope}{mask}, data {data}{decay}; samples {self.first_sample}-{self.end_sample - 1}"
                 f", {self.tokens:,} tokens")
@@ -177,6 +180,9 @@ def _check_item(index: int, item: PhaseConfig, last: bool) -> None:
         raise ConfigError(f"{where}.lr_wsd_decay_style {item.lr_wsd_decay_style!r} is not one of {', '.join(styles)}")
     if item.lr_wsd_decay_style is not None and not item.lr_decay:
         raise ConfigError(f"{where} sets lr_wsd_decay_style but is not the decay phase; add lr_decay: true to it")
+    if item.lr_warmup_iters is not None and (item.lr_warmup_iters < 1 or index == 0):
+        raise ConfigError(f"{where}.lr_warmup_iters {item.lr_warmup_iters}: a re-warmup takes at least 1 step, in a "
+                          "phase after the first (--lr-warmup-iters warms up the run's start)")
     if item.lr_decay and not last:
         raise ConfigError(f"{where} sets lr_decay but is not the last phase: WSD decays at the end of the run; move "
                           "lr_decay to the last phase")
@@ -254,7 +260,11 @@ def recipe_of(cfg: Config) -> Recipe:
                               "fill the run: shorten them, or lengthen the run")
         phases.append(Phase(index=index, first_step=first_step, last_step=walk.step, first_sample=first_sample,
                             end_sample=walk.samples[-1], lr_decay=bool(item.lr_decay),
-                            lr_wsd_decay_style=item.lr_wsd_decay_style, **settings))
+                            lr_wsd_decay_style=item.lr_wsd_decay_style, lr_warmup_iters=item.lr_warmup_iters,
+                            **settings))
+        if item.lr_warmup_iters is not None and item.lr_warmup_iters > phases[-1].steps:
+            raise ConfigError(f"{_name(index)}.lr_warmup_iters {item.lr_warmup_iters} is longer than the phase's "
+                              f"{phases[-1].steps} steps; shorten the re-warmup")
     recipe = Recipe(tuple(phases), tuple(walk.samples), tuple(walk.tokens))
     _check_run_length(cfg, recipe)
     return recipe
@@ -276,6 +286,14 @@ def _check_run_length(cfg: Config, recipe: Recipe) -> None:
         raise ConfigError(f"the phases' lengths add up to {last} steps, but the run is {t.train_iters} steps "
                           f"(--train-iters); set --train-iters {last}, or change the phases (or leave the last "
                           "phase's length out: it runs to the end)")
+
+
+def rewarmups_of(cfg: Config) -> tuple[tuple[int, int], ...]:
+    """(first step, steps) of every phase's re-warmup, for the one LR schedule (training/lineage.py builds it);
+    none, without resolving anything, when no phase sets one."""
+    if not any(item.lr_warmup_iters for item in cfg.recipe.phases):
+        return ()
+    return tuple((p.first_step, p.lr_warmup_iters) for p in recipe_of(cfg).phases if p.lr_warmup_iters)
 
 
 def check_recipe_against_model(cfg: Config, recipe: Recipe) -> None:

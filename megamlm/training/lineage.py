@@ -26,6 +26,7 @@ import numpy as np
 
 from megamlm.config import SECTION_CLASSES, Config, as_tuple, switch_steps, warmup_iters, wsd_decay_iters
 from megamlm.config.flags import flag_name
+from megamlm.config.phases import rewarmups_of
 from megamlm.config.roles import default_of, fields_with
 from megamlm.objectives.schedule import objective_at_step, objectives_at_steps, schedule_state
 from megamlm.training.optim import LRSchedule
@@ -74,7 +75,7 @@ class Segment:
         (training/launch.py) and the planners alike."""
         t = cfg.training
         lr = LRSchedule(t.lr, t.min_lr, t.lr_decay_style, warmup_iters(t), wsd_decay_iters(t), t.train_iters,
-                        t.lr_wsd_decay_style)
+                        t.lr_wsd_decay_style, rewarmups_of(cfg))
         objective = schedule_state(cfg.objective.objective, t.train_iters, switch_steps(cfg.objective, t.train_iters))
         optimizer = {name: getattr(getattr(cfg, section), name) for section, name in OPTIMIZER_SETTINGS}
         return cls(1, objective, lr.state_dict(), optimizer, t.global_batch_size)
@@ -95,7 +96,10 @@ class Segment:
 
     def learning_rates(self, first: int, last: int) -> np.ndarray:
         """The learning rate (``LRSchedule.lr_at``'s very float) of steps ``first``..``last``."""
-        return _lr_table(tuple(sorted(self.lr_schedule.items())), last)[first - 1:]
+        # hashable settings (a recipe's re-warmups are a list of [first step, steps] pairs)
+        settings = tuple(sorted((key, tuple(map(tuple, value)) if isinstance(value, list) else value)
+                                for key, value in self.lr_schedule.items()))
+        return _lr_table(settings, last)[first - 1:]
 
     def lr_schedule_object(self) -> LRSchedule:
         return LRSchedule(**self.lr_schedule)

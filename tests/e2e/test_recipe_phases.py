@@ -26,7 +26,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 PHASES = [
     {"steps": 3, "seq_length": 32, "data_path": ["A"], "mask_ratio": 0.3},
-    {"steps": 3, "seq_length": 64, "rope_theta": 80000.0, "data_path": ["0.5", "A", "0.5", "B"], "mask_ratio": 0.15},
+    {"steps": 3, "seq_length": 64, "rope_theta": 80000.0, "data_path": ["0.5", "A", "0.5", "B"], "mask_ratio": 0.15,
+     "lr_warmup_iters": 2},
     {"data_path": ["C"], "mask_ratio": 0.05, "lr_decay": True, "lr_wsd_decay_style": "minus_sqrt"},
 ]
 RUN = ["--seq-length", "64", "--train-iters", "9", "--split", "969,30,1", "--eval-interval", "100", "--eval-iters", "1"]
@@ -71,6 +72,7 @@ def test_one_run_changes_length_rope_data_masks_and_decay_by_phase(straight, cap
     assert checkpoint["recipe"] == record["recipe"]
     # The decay phase is WSD's decay, 1-sqrt: peak through step 6, 0 at the last step.
     assert run.lrs[6] == run.lrs[5] > run.lrs[7] > run.lrs[8] > run.lrs[9] == 0.0
+    assert run.lrs[4] == run.lrs[3] / 2  # phase 2 re-warms up over its first 2 steps
     assert run.sample_ids[4][0] == 3 * 4  # phase 2 starts at the stream's sample 12
     # Tokens seen beside steps: 4 samples a step of 32 tokens, then of 64.
     assert [(r["step"], r["tokens"]) for r in read_metrics(folder / "ckpt", kind="validation")] == [

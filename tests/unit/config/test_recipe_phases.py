@@ -75,7 +75,10 @@ def test_lengths_in_tokens(tmp_path):
     ([{"steps": 4, "global_batch_size": 16}, {}], [],
      "phases[0] sets global_batch_size: phases cannot set global_batch_size yet"),
     ([{"steps": 4, "valid_data_path": ["x"]}, {}], [], "phases cannot set valid_data_path yet"),
-    ([{"steps": 4, "lr_warmup_iters": 2}, {}], [], "phases cannot set lr_warmup_iters yet"),
+    ([{"steps": 4, "lr_warmup_iters": 2}, {}], [], "phases[0].lr_warmup_iters 2: a re-warmup takes at least 1 step, "
+     "in a phase after the first"),
+    ([{"steps": 4}, {"steps": 3, "lr_warmup_iters": 4}, {}], ["--train-iters", "10"],
+     "phases[1].lr_warmup_iters 4 is longer than the phase's 3 steps"),
     ([{"steps": 4}, {"steps": 4}], ["--train-iters", "10"],
      "the phases' lengths add up to 8 steps, but the run is 10 steps (--train-iters)"),
     ([{"steps": 10}, {}], ["--train-iters", "10"], "phases[1] starts after the run's end"),
@@ -123,3 +126,19 @@ def test_save_at_in_tokens_pins_the_first_step_that_reaches_them(tmp_path):
         config_with(tmp_path, [{"steps": 2, "seq_length": 64}, {"seq_length": 128}], "--train-iters", "6",
                     "--seq-length", "128",
                     "--save", str(tmp_path / "ckpt"), "--save-at-tokens", "99999")
+
+
+def test_a_phase_re_warms_the_one_schedule_up_from_its_first_step(tmp_path):
+    from megamlm.training.lineage import Segment
+
+    cfg = config_with(tmp_path, [{"steps": 4}, {"steps": 4, "lr_warmup_iters": 2}, {}], "--train-iters", "10",
+                      "--lr-warmup-iters", "2", "--lr-wsd-decay-iters", "2")
+    table = Segment.of_config(cfg).lr_schedule_object().table(10)
+    plain = config_with(tmp_path, [{"steps": 4}, {"steps": 4}, {}], "--train-iters", "10", "--lr-warmup-iters", "2",
+                        "--lr-wsd-decay-iters", "2")
+    base = Segment.of_config(plain).lr_schedule_object().table(10)
+    flags = parse_args([*BATCH, "--train-iters", "10", "--lr-warmup-iters", "2", "--lr-wsd-decay-iters", "2"])
+    assert base.tolist() == Segment.of_config(flags).lr_schedule_object().table(10).tolist()
+    assert table[4] == base[4] / 2 and table[5] == base[5]  # steps 5 and 6: 1/2 and 2/2 of the schedule's
+    assert [table[i] for i in (0, 1, 2, 3, 6, 7, 8, 9)] == [base[i] for i in (0, 1, 2, 3, 6, 7, 8, 9)]
+    assert "re-warmed up over steps 5-6" in Segment.of_config(cfg).lr_schedule_object().describe()
