@@ -198,3 +198,15 @@ def test_a_bad_phase_is_one_line_and_exit_2_before_any_work(tmp_path, blends, ca
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and message in err, err
     assert not (tmp_path / "ckpt").exists()
+
+
+@pytest.mark.slow
+def test_the_tiny_three_phase_recipe_in_full(austen_books, tmp_path, monkeypatch):
+    """examples/recipes/tiny_three_phase.yaml at the tiny preset's own width (5m47s on 2 busy cores, 2026-12-03):
+    every boundary checkpointed, and the loss falls."""
+    monkeypatch.chdir(austen_books)
+    run = run_as_written("--config", EXAMPLE / "tiny_three_phase.yaml", "--save", tmp_path / "ckpt")
+    assert sorted(run.losses) == list(range(1, 41))
+    assert sorted(p.name for p in (tmp_path / "ckpt").glob("iter_*")) == ["iter_0000020", "iter_0000030",
+                                                                         "iter_0000040"]
+    assert run.losses[40] < run.losses[1] - 1.0
