@@ -37,8 +37,9 @@ _PHASE_FIELDS = (
      "decay spans its steps."),
     ("lr_wsd_decay_style", str, "schedule", "The decay phase's shape: linear, cosine, exponential or minus_sqrt "
      "(1-sqrt; default --lr-wsd-decay-style)."),
-    ("global_batch_size", int, "batch", "Refused for now: the run's --global-batch-size (and --rampup-batch-size) "
-     "apply to every phase."),
+    ("global_batch_size", int, "batch", "The phase's samples per step (and the phases' after it, until one sets "
+     "another), instead of the run's --global-batch-size and --rampup-batch-size; a multiple of micro x "
+     "data-parallel."),
     ("lr_warmup_iters", int, "schedule", "A re-warmup at the phase's start: the learning rate of its first N steps "
      "is the schedule's times step / N (not in the first phase: --lr-warmup-iters warms up the run's start)."),
     ("valid_data_path", list[str], "evaluation", "Refused for now: the run validates on one set (--split or "
@@ -61,7 +62,6 @@ PhaseConfig = _phase_section()
 
 
 NOT_YET = {
-    "global_batch_size": "the run's --global-batch-size and --rampup-batch-size apply to every phase",
     "valid_data_path": "the run validates on one set (--split or --valid-data-path) in every phase, so that its "
                        "scores compare across phases",
 }

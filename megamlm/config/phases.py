@@ -18,6 +18,7 @@ LR schedule) and the run's length from tokens.
 from __future__ import annotations
 
 import dataclasses
+from array import array
 from dataclasses import dataclass
 from typing import get_args
 
@@ -28,7 +29,7 @@ from megamlm.config.sections import PHASE_OBJECTIVES, Config, WSDDecayStyle
 from megamlm.errors import ConfigError
 
 _INHERITED = ("objective", "data_path", "seq_length", "mask_ratio", "mask_replace_prob", "mask_random_prob",
-              "mask_keep_prob")
+              "mask_keep_prob", "global_batch_size")
 _ROPE = ("rope_theta", "local_rope_theta")
 """The settings a phase inherits from the phase before (the first from the run's flags)."""
 
@@ -58,6 +59,8 @@ class Phase:
     lr_wsd_decay_style: str | None = None
     lr_warmup_iters: int | None = None
     """A re-warmup over the phase's first steps (None: none)."""
+    global_batch_size: int | None = None
+    """The phase's samples per step; None: the run's (--global-batch-size, or its --rampup-batch-size)."""
 
     @property
     def steps(self) -> int:
@@ -124,6 +127,11 @@ class Recipe:
         """The global batch of 1-based ``step``."""
         return self.samples_through[step] - self.samples_through[step - 1]
 
+    def step_sizes(self) -> array:
+        """The global batch of steps 1 to the last (at index ``step - 1``): the run's ramp-up or global batch, or a
+        phase's own; what the sampler and the step counter read."""
+        return array("q", (b - a for a, b in zip(self.samples_through, self.samples_through[1:])))
+
     def tokens_through(self, step: int) -> int:
         """Tokens the run has trained once ``step`` is done (0 before step 1)."""
         return self.tokens_through_steps[min(max(step, 0), len(self.tokens_through_steps) - 1)]
@@ -160,7 +168,7 @@ def _check_item(index: int, item: PhaseConfig, last: bool) -> None:
             raise ConfigError(f"{where} sets {field_name}: phases cannot set {field_name} yet ({why}); drop it")
     if item.steps is not None and item.tokens is not None:
         raise ConfigError(f"{where} gives both steps and tokens; give its length one way")
-    for key in ("steps", "tokens", "seq_length"):
+    for key in ("steps", "tokens", "seq_length", "global_batch_size"):
         value = getattr(item, key)
         if value is not None and value < 1:
             raise ConfigError(f"{where}.{key} must be at least 1, got {value}")
@@ -193,7 +201,7 @@ def _base(cfg: Config) -> dict:
     o, m = cfg.objective, cfg.model
     return {"objective": objective_phases(o.objective)[0], "data_path": tuple(cfg.data.data_path),
             "seq_length": resolved_shape(m)["seq_length"], "rope_bases": (m.rope_theta, m.local_rope_theta),
-            "mask_ratio": o.mask_ratio,
+            "mask_ratio": o.mask_ratio, "global_batch_size": None,
             "mask_replace_prob": o.mask_replace_prob, "mask_random_prob": o.mask_random_prob,
             "mask_keep_prob": o.mask_keep_prob}
 
@@ -210,9 +218,9 @@ class _Walk:
     def step(self) -> int:
         return len(self.samples) - 1
 
-    def take(self, seq_length: int) -> int:
-        """One step at ``seq_length``; the tokens it trained."""
-        size = self.sizes.size_after(self.samples[-1])
+    def take(self, seq_length: int, global_batch_size: int | None = None) -> int:
+        """One step at ``seq_length`` (of ``global_batch_size`` samples, else the run's); the tokens it trained."""
+        size = global_batch_size or self.sizes.size_after(self.samples[-1])
         self.samples.append(self.samples[-1] + size)
         self.tokens.append(self.tokens[-1] + size * seq_length)
         return size * seq_length
@@ -244,17 +252,17 @@ def recipe_of(cfg: Config) -> Recipe:
         first_step, first_sample = walk.step + 1, walk.samples[-1]
         if item.steps is not None:
             for _ in range(item.steps):
-                walk.take(settings["seq_length"])
+                walk.take(settings["seq_length"], settings["global_batch_size"])
         elif item.tokens is not None:
             done = 0
             while done < item.tokens:
-                done += walk.take(settings["seq_length"])
+                done += walk.take(settings["seq_length"], settings["global_batch_size"])
         elif t.train_tokens is not None:
             while walk.tokens[-1] < t.train_tokens:
-                walk.take(settings["seq_length"])
+                walk.take(settings["seq_length"], settings["global_batch_size"])
         else:
             while walk.step < t.train_iters:
-                walk.take(settings["seq_length"])
+                walk.take(settings["seq_length"], settings["global_batch_size"])
         if walk.step < first_step:
             raise ConfigError(f"{_name(index)} starts after the run's end (step {walk.step}); the phases before it "
                               "fill the run: shorten them, or lengthen the run")
@@ -296,12 +304,18 @@ def rewarmups_of(cfg: Config) -> tuple[tuple[int, int], ...]:
     return tuple((p.first_step, p.lr_warmup_iters) for p in recipe_of(cfg).phases if p.lr_warmup_iters)
 
 
-def check_recipe_against_model(cfg: Config, recipe: Recipe) -> None:
-    """Every phase's sequence length within the model's positions and split evenly by the layout."""
+def check_recipe_against_model(cfg: Config, recipe: Recipe, world_size: int = 1) -> None:
+    """Every phase's sequence length within the model's positions and split evenly by the layout, and its global
+    batch split into micro-batches over the data-parallel ranks of ``world_size`` processes."""
     positions = resolved_shape(cfg.model)["seq_length"]
-    tp = cfg.parallel.tensor_model_parallel_size
+    p = cfg.parallel
+    tp = p.tensor_model_parallel_size
+    unit = (cfg.training.micro_batch_size or 1) * max(1, world_size // max(1, tp * p.pipeline_model_parallel_size))
     for phase in recipe.phases:
         where = _name(phase.index)
+        if phase.global_batch_size is not None and phase.global_batch_size % unit:
+            raise ConfigError(f"{where}.global_batch_size {phase.global_batch_size} is not a multiple of "
+                              f"--micro-batch-size x data-parallel size = {unit}; pick a multiple of {unit}")
         if phase.seq_length > positions:
             raise ConfigError(f"{where}.seq_length {phase.seq_length} is beyond the model's {positions} positions "
                               f"(--seq-length); raise --seq-length to at least {phase.seq_length}, or shorten the "

@@ -36,11 +36,12 @@ def resolve(cfg: Config, adopt: Adopter | None = None, world_size: int | None = 
     if adopt is not None:
         cfg = adopt(cfg)
     cfg, tokenizer_note = adopt_sidecar_tokenizer(cfg)
-    cfg, note = fit_batch_sizes(cfg, world_size or launch_world_size(cfg))
+    world_size = world_size or launch_world_size(cfg)
+    cfg, note = fit_batch_sizes(cfg, world_size)
     cfg = apply_recipe(cfg)  # the phases' lengths, objectives and decay into the settings that carry them
     validate(cfg)
     if cfg.recipe.phases:
-        check_recipe_against_model(cfg, recipe_of(cfg))
+        check_recipe_against_model(cfg, recipe_of(cfg), world_size)
     for line in (tokenizer_note, note):  # after the checks, which can still refuse the launch
         if line:
             log(line)

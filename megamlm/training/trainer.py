@@ -172,7 +172,7 @@ class Trainer:
         self.phases = PhaseTracker(self.recipe, self.pm.model, (self.plan.model_args.rope_theta,
                                                                 self.plan.model_args.local_rope_theta))
         self.phase_starts = {self.progress.step + 1, *(p.first_step for p in self.recipe.phases)}
-        self.batch_sizes = BatchSizes.of(t).sizes(t.train_iters)
+        self.batch_sizes = self.recipe.step_sizes()  # the run's ramp-up or global batch, or a phase's own
         self.reporter = RunReporter(self.cfg.checkpoint.save, log_cfg.tensorboard_dir, log_cfg.log_interval,
                                     t.train_iters, self.result.start_step, self.plan.model_args, self.device,
                                     self.plan.dims.world_size)
@@ -317,7 +317,8 @@ def build_trainer(cfg: Config, signals: ExitSignalHandler, held: ExitStack,
     pm = build_parallel_model(cfg, plan, mesh, device)
     optimizer = build_optimizer(pm.model, t.lr, t.weight_decay, (t.adam_beta1, t.adam_beta2), t.adam_eps,
                                 impl=cfg.performance.optimizer_impl, name=t.optimizer)
-    ramp = batch_sizes.sizes(t.train_iters)[progress.step:] if batch_sizes.rampup is not None else None
+    sizes = recipe_of(cfg).step_sizes()  # each step's global batch: the ramp-up's, or a recipe phase's own
+    ramp = sizes[progress.step:] if batch_sizes.rampup is not None or len(set(sizes)) > 1 else None
     sampler = GlobalBatchSampler(total_samples=end_sample, global_batch_size=t.global_batch_size,
                                  micro_batch_size=t.micro_batch_size, dp_rank=pm.dp_rank, dp_size=pm.dp_size,
                                  consumed_samples=progress.consumed_samples, batch_sizes=ramp)
@@ -347,9 +348,8 @@ def build_trainer(cfg: Config, signals: ExitSignalHandler, held: ExitStack,
 def load_data(cfg: Config, plan: ResolvedRun, progress: TrainProgress, batch_sizes: BatchSizes):
     """The validation set, then the training samples up to the run's last; returns (validation, dataset,
     end_sample)."""
-    t = cfg.training
     # The run's samples end here; the sample stream itself does not depend on it.
-    end_sample = progress.consumed_samples + sum(batch_sizes.sizes(t.train_iters)[progress.step:])
+    end_sample = progress.consumed_samples + sum(recipe_of(cfg).step_sizes()[progress.step:])
     group = dist.group.WORLD if plan.dims.is_parallel else None
     vocab_size = plan.model_args.vocab_size
     # The (small) validation set first: its errors come before the training index is built.

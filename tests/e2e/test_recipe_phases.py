@@ -187,7 +187,7 @@ def test_the_tiny_three_phase_recipe_equals_three_chained_launches_bitwise(auste
 
 @pytest.mark.parametrize("phases, argv, message", [
     ([{"steps": 3, "sequence_length": 32}, {}], [], "unknown key phases[0].sequence_length"),
-    ([{"steps": 3, "global_batch_size": 8}, {}], [], "phases cannot set global_batch_size yet"),
+    ([{"steps": 3, "valid_data_path": ["x"]}, {}], [], "phases cannot set valid_data_path yet"),
     ([{"steps": 3}, {"steps": 3}], [], "the phases' lengths add up to 6 steps, but the run is 9 steps"),
     ([{"steps": 3, "seq_length": 128}, {}], [], "phases[0].seq_length 128 is beyond the model's 64 positions"),
 ])
@@ -210,3 +210,15 @@ def test_the_tiny_three_phase_recipe_in_full(austen_books, tmp_path, monkeypatch
     assert sorted(p.name for p in (tmp_path / "ckpt").glob("iter_*")) == ["iter_0000020", "iter_0000030",
                                                                          "iter_0000040"]
     assert run.losses[40] < run.losses[1] - 1.0
+
+
+def test_a_phase_sets_its_own_global_batch_and_resumes_inside_it_bitwise(tiny, blends, tmp_path):
+    phases = [{"steps": 2, "seq_length": 32, "data_path": ["A"]},
+              {"steps": 2, "seq_length": 64, "global_batch_size": 8}, {"data_path": ["B"]}]
+    run = ["--config", recipe_file(tmp_path, blends, phases), "--seq-length", "64", "--train-iters", "6"]
+    whole = tiny(*run, "--save", tmp_path / "whole")
+    assert [len(whole.sample_ids[s]) for s in range(1, 7)] == [4, 4, 8, 8, 8, 8]  # the third inherits 8
+    assert whole.sample_ids[3][0] == 8 and whole.sample_ids[5][0] == 24
+    first = tiny(*run, "--save", tmp_path / "resumed", "--exit-interval", "3")
+    rest = tiny(*run, "--save", tmp_path / "resumed")
+    assert {**first.losses, **rest.losses} == whole.losses

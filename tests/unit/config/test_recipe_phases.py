@@ -72,8 +72,8 @@ def test_lengths_in_tokens(tmp_path):
 @pytest.mark.parametrize("phases, argv, message", [
     ([{"steps": 4, "sequence_length": 64}, {}], [],
      "unknown key phases[0].sequence_length; known: data_path, global_batch_size"),
-    ([{"steps": 4, "global_batch_size": 16}, {}], [],
-     "phases[0] sets global_batch_size: phases cannot set global_batch_size yet"),
+    ([{"steps": 4, "global_batch_size": 10}, {}], ["--train-iters", "10"],
+     "phases[0].global_batch_size 10 is not a multiple of --micro-batch-size x data-parallel size = 4"),
     ([{"steps": 4, "valid_data_path": ["x"]}, {}], [], "phases cannot set valid_data_path yet"),
     ([{"steps": 4, "lr_warmup_iters": 2}, {}], [], "phases[0].lr_warmup_iters 2: a re-warmup takes at least 1 step, "
      "in a phase after the first"),
