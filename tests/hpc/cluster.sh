@@ -75,6 +75,7 @@ _namespaces_up() {
             sh -c 'mount --bind "$2" /etc/hosts && hostname "$1" && exec sleep infinity' sh "$node" "$dir/$node.hosts" \
             </dev/null >/dev/null 2>&1 &
         echo $! > "$dir/$node.anchor"
+        disown "$!"  # killed by cluster_down: no "Killed" line from the shell
     done
     for node in "$NODE1" "$NODE2"; do
         for _ in $(seq 50); do

@@ -92,8 +92,9 @@ def wait_for_end_starting_requeues(job: int, limit: float = LIMIT) -> str:
     def ended() -> str | None:
         state = job_field(job, "JobState")
         if state == "PENDING" and job_field(job, "Reason") == "BeginTime":
-            begin = datetime.fromisoformat(job_field(job, "StartTime"))
-            if begin > datetime.now() + timedelta(seconds=5):  # SLURM's hold, not the start set here
+            begin = job_field(job, "StartTime")  # "Unknown" until the scheduler has looked at it
+            if begin[:1].isdigit() and datetime.fromisoformat(begin) > datetime.now() + timedelta(seconds=5):
+                # SLURM's hold, not the start set here
                 subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now+2"], timeout=60)
         return state if state in FINAL_STATES else None
     return wait_until(ended, f"job {job} ends", limit, every=2)
