@@ -51,7 +51,7 @@ def split_by_book(output: Path, cache_dir: str | None = None) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--output", required=True, help="folder for the datasets (created)")
     args = parser.parse_args(argv)
     for name, prefix in split_by_book(Path(args.output)).items():
