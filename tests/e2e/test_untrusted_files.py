@@ -177,12 +177,13 @@ printf '%s\\0' "$0" "$@" > "$STUB_LOG/$(date +%s%N)-$RANDOM"
 
 
 def run_script(script: Path, tmp_path: Path, *args: str, **env) -> subprocess.CompletedProcess:
-    """``bash script args`` with stub sbatch, srun, scontrol and python on PATH (each records its arguments)."""
+    """``bash script args`` with stub sbatch, squeue (an empty queue), srun, scontrol and python on PATH (each
+    records its arguments)."""
     bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
     if not bin_dir.exists():
         bin_dir.mkdir()
         calls.mkdir()
-        for name in ("sbatch", "srun", "scontrol", "python", "python3"):
+        for name in ("sbatch", "squeue", "srun", "scontrol", "python", "python3"):
             (bin_dir / name).write_text(STUB)
             (bin_dir / name).chmod(0o755)
     return subprocess.run(["bash", str(script), *args], cwd=tmp_path, capture_output=True, text=True, timeout=60,
