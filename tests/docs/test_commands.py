@@ -373,8 +373,14 @@ def check_ok(result, what: str) -> None:
 
 
 def plan_layout(flags: list[str], world: int, what: str) -> None:
+    """The layout of a command too large to run here, planned by --dry-run. ``--init-from PATH`` is left out: the
+    README's commands name the user's own checkpoint (which --init-from reads for its shape, and which is not here),
+    and they spell the shape out in flags, which the dry run plans."""
     from megamlm.cli import main
 
+    if "--init-from" in flags:
+        at = flags.index("--init-from")
+        flags = flags[:at] + flags[at + 2:]
     assert main([*flags, "--dry-run", "--world-size", str(world)]) == 0, f"{what}: the layout does not plan"
 
 
