@@ -333,6 +333,9 @@ def check_parallel(cfg: Config) -> None:
     p = cfg.parallel
     if p.world_size is not None and p.world_size < 1:
         raise ConfigError(f"--world-size must be positive, got {p.world_size}")
+    if not 0 < p.distributed_timeout_minutes < float("inf"):
+        raise ConfigError(f"--distributed-timeout-minutes must be a positive number of minutes, got "
+                          f"{p.distributed_timeout_minutes}")
     if p.world_size is not None and not p.dry_run:
         raise ConfigError("--world-size only plans a layout with --dry-run; a real run takes its world size from "
                           "the launcher (torchrun, srun or mpirun)")

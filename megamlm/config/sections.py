@@ -300,6 +300,9 @@ class ParallelConfig:
     """With --dry-run: the number of processes to plan for (default: the launcher's world size)."""
     dry_run: bool = setting(False, "layout")
     """Validate the layout and print per-rank parameters and estimated memory, then exit (no GPU needed)."""
+    distributed_timeout_minutes: float = setting(30.0, "layout")
+    """How long a rank waits in a collective for a peer gone without closing its connections (a dropped link, a hung
+    node) before the run fails: torch.distributed's process-group timeout, logged at start (Megatron's flag)."""
 
 
 @dataclass(frozen=True)

@@ -298,7 +298,7 @@ def build_trainer(cfg: Config, signals: ExitSignalHandler, held: ExitStack,
     started = time.monotonic() if started is None else started
     t, c = cfg.training, cfg.checkpoint
     plan = resolve_run(cfg)  # the start-up checks (training/startup.py)
-    mesh, device = start_parallel(plan.dims, plan.device)
+    mesh, device = start_parallel(plan.dims, plan.device, cfg.parallel.distributed_timeout_minutes)
     launch = LaunchPlan(cfg, build_run_record(cfg, plan, plan.dims.world_size), plan.segment)
     # One run per --save folder: an existing folder is locked before its checkpoints are read, a new one only before
     # the first write, so that a refused launch leaves nothing behind.
