@@ -7,13 +7,15 @@ RoPE base, entered at its first step; the phases kept in the run record; a chang
 - The RoPE base: the model's rotary tables are rebuilt when a step's phase has another base than the tables hold
   (``PhaseTracker.enter``), on every rank and pipeline stage alike, also at the first step of a resumed launch.
 - On resume, ``check_resumed_recipe`` compares the checkpoint's phases with this launch's: the phases that have
-  started must agree in every setting, and so must those after them, except a phase that has not started may be
-  longer (logged) or, at a checkpoint on a phase boundary, differ (a branch there, logged).
+  started must agree in every setting (``PHASE_SETTINGS``), and so must those after them, except a phase that has
+  not started may be longer (logged) or, at a checkpoint on a phase boundary of either recipe, differ (a branch
+  there, logged). The study planner shares a prefix by the same settings, step by step (``phase_settings_by_step``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 from megamlm.config import Config
 from megamlm.config.phases import Phase, Recipe
@@ -95,36 +97,60 @@ def recipe_notes(recipe: Recipe) -> list[str]:
     return [f"recipe of {len(recipe.phases)} phases:"] + [f"  {line}" for line in recipe.describe()]
 
 
-_COMPARED = ("data_path", "seq_length", "rope_bases", "mask_ratio", "mask_replace_prob", "mask_random_prob",
-             "mask_keep_prob")
+PHASE_SETTINGS = ("data_path", "seq_length", "rope_bases", "mask_ratio", "mask_replace_prob", "mask_random_prob",
+                  "mask_keep_prob", "global_batch_size")
 """What a phase sets beyond the history (the objective and learning rate of every step, which ``resume.py``
-compares step by step, branches and ``--override-schedule`` included)."""
+compares step by step, branches and ``--override-schedule`` included): the settings its steps train with, which a
+resume compares stretch by stretch and the study planner step by step (``phase_settings_by_step``)."""
 
 
 def _as_phase_dict(phase: dict) -> dict:
-    return {**phase, "data_path": list(phase["data_path"]), "rope_bases": list(phase["rope_bases"])}
+    # A record written before a phase could set its own batch has none: the run's batch, as None means now.
+    return {"global_batch_size": None, **phase, "data_path": list(phase["data_path"]),
+            "rope_bases": list(phase["rope_bases"])}
+
+
+def phase_settings_by_step(recipe: Recipe) -> list[str]:
+    """The phase settings (``PHASE_SETTINGS``) of every step 1..last, one text per step (equal texts: the same
+    settings), as the study planner compares two runs' steps (study/planning/prefixes.py): the values
+    ``check_resumed_recipe`` compares, from the same phase dicts."""
+    texts = []
+    for phase in recipe.phases:
+        settings = _as_phase_dict(phase.to_dict())
+        texts += [repr([settings[key] for key in PHASE_SETTINGS])] * phase.steps
+    return texts
 
 
 def _phase_at(phases: list[dict], step: int) -> dict:
     return next((p for p in phases if step <= p["last_step"]), phases[-1])
 
 
+class RecipeStart(NamedTuple):
+    """What ``check_resumed_recipe`` allows: the notes to log, and whether the phases after the checkpoint differ
+    (a branch at a phase boundary)."""
+
+    notes: list[str]
+    branch: bool = False
+
+
 def check_resumed_recipe(saved: list[dict] | None, recipe: Recipe, step: int, listed: bool = True,
-                         accepted: tuple[str, ...] = ()) -> list[str]:
+                         accepted: tuple[str, ...] = ()) -> RecipeStart:
     """The checkpoint's phases (``saved``: its run record's ``recipe``) against this launch's, for a start at
     ``step`` (``training/resume.py`` asks, as part of its one comparison): one ResumeError line naming the phase and
     field that differ, or the notes of what is allowed.
 
-    Every step up to ``step`` must have trained with the same phase settings (the history). Where this launch's
-    recipe ends a phase at ``step`` (a phase boundary), the phases after it may differ: a branch there, as at an
-    objective switch. Inside a phase, the phase goes on as it was and so do the phases after it, except that a phase
-    that has not started may be made longer (logged). The lengths are compared for a ``phases:`` list only
-    (``listed``): the objective-only form's phases are placed by --switch and --train-iters, whose changes the
-    history decides (a budget or switch branch). A checkpoint written before phases were recorded is not compared.
+    Every step up to ``step`` must have trained with the same phase settings (the history). Where either recipe
+    ends a phase at ``step`` (a phase boundary: this launch's, or the checkpoint's, whose phase this launch
+    continues instead), the phases after it may differ: a branch there, as at an objective switch (the study
+    planner branches exactly there, study/planning/prefixes.py). Inside a phase, the phase goes on as it was and so
+    do the phases after it, except that a phase that has not started may be made longer (logged). The lengths are
+    compared for a ``phases:`` list only (``listed``): the objective-only form's phases are placed by --switch and
+    --train-iters, whose changes the history decides (a budget or switch branch). A checkpoint written before
+    phases were recorded is not compared.
     ``accepted``: phase settings the launch accepts changed (``data_path`` under --override-data)."""
-    compared = tuple(key for key in _COMPARED if key not in accepted)
+    compared = tuple(key for key in PHASE_SETTINGS if key not in accepted)
     if saved is None:
-        return []
+        return RecipeStart([])
     old = [_as_phase_dict(p) for p in saved]
     new = [_as_phase_dict(p.to_dict()) for p in recipe.phases]
     fix = "restore it, or branch at a phase boundary (--load the checkpoint written at the end of a phase)"
@@ -145,14 +171,15 @@ def check_resumed_recipe(saved: list[dict] | None, recipe: Recipe, step: int, li
             raise ResumeError(f"phases[{now['index']}].{field} is {now[field]!r} in this launch's recipe, but step {s} "
                               f"(the checkpoint is at step {step}) trained with {before[field]!r}: {fix}")
         s = min(before["last_step"], now["last_step"]) + 1
-    if any(p["last_step"] == step for p in new):
+    if any(p["last_step"] == step for p in new + old):
         later_old = [p for p in old if p["first_step"] > step]
         later_new = [p for p in new if p["first_step"] > step]
         if [{k: p[k] for k in compared} for p in later_old] != [{k: p[k] for k in compared} for p in later_new] \
                 or [p["last_step"] - p["first_step"] for p in later_old] != [
                     p["last_step"] - p["first_step"] for p in later_new]:
-            return [f"branch after step {step}, a phase boundary: the phases after it are this launch's"]
-        return []
+            return RecipeStart([f"branch after step {step}, a phase boundary: the phases after it are this "
+                                "launch's"], branch=True)
+        return RecipeStart([])
     current_old, current_new = _phase_at(old, step + 1), _phase_at(new, step + 1)
     last = current_new is new[-1] and current_old is old[-1]
     if listed and current_old["last_step"] != current_new["last_step"] and not last:
@@ -182,4 +209,4 @@ def check_resumed_recipe(saved: list[dict] | None, recipe: Recipe, step: int, li
         if new_steps > old_steps:
             notes.append(f"{where} made longer: {new_steps + 1} steps, {now['first_step']}-{now['last_step']} (was "
                          f"{old_steps + 1})")
-    return notes
+    return RecipeStart(notes)

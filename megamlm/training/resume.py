@@ -242,8 +242,11 @@ def _resume(saved: SavedRun, launch: LaunchPlan) -> StartDecision:
     history = History.of_checkpoint(saved.train_state, saved.record)
     kind = _compare_history(cfg, history, launch.segment, step, path, notes)
     # The recipe's phases, stretch by stretch (training/recipe_run.py); a record that predates them has none.
-    notes += check_resumed_recipe(saved.record.get("recipe"), recipe_of(cfg), step, bool(cfg.recipe.phases),
+    recipe = check_resumed_recipe(saved.record.get("recipe"), recipe_of(cfg), step, bool(cfg.recipe.phases),
                                   accepted=("data_path",) if cfg.checkpoint.override_data else ())
+    notes += recipe.notes
+    if recipe.branch and kind == "resume":  # the same schedules, other phase settings after a phase boundary
+        kind = "branch"
     notes += [_note(d, saved) for d in differences if ROLES[d[3]].on_resume == "note"]
     lineage = list(saved.lineage)
     same_run = cfg.checkpoint.save and path.parent.resolve() == Path(cfg.checkpoint.save).resolve()

@@ -2,9 +2,15 @@
 
 Two runs share their first k steps when every setting a resume does not ignore agrees (by its role,
 ``config/roles.py``: the model's shape, the sample stream, the masking, the optimizer, the batch and the numerics, as
-values: ``stream_key``) and every step 1..k has the same objective and the exact same learning rate (the roles
-compared step by step: ``step_settings``): then the checkpoint of one at step k *is* the other's at step k (the
-trainer checks exactly this: ``training/resume.py``, ``training/lineage.py``). ``place`` attaches each run, in the
+values: ``stream_key``) and every step 1..k has the same objective, the exact same learning rate and the same
+recipe phase settings: data, sequence length, RoPE base, masking and batch (the roles compared step by step:
+``step_settings``; the phase settings are ``training/recipe_run.py``'s ``PHASE_SETTINGS``): then the checkpoint of
+one at step k *is* the other's at step k (the trainer checks exactly this: ``training/resume.py``,
+``training/lineage.py``). Where the phases differ after k, a resume accepts the branch at a phase boundary (or
+inside a phase whose later phases agree); ``shared_steps`` asks the resume's own check (``check_resumed_recipe``)
+and otherwise branches at the last phase boundary before k, so that every planned branch is one the trainer takes.
+A WSD ablation whose arms share a stable phase and differ in their decay phase's mask rate, data or objective thus
+trains the stable phase once, its decays branching at the decay's first step. ``place`` attaches each run, in the
 order given, to the placed run it shares the most steps with, whatever the phases: a CLM-then-MLM arm branches from
 the CLM run at its switch step, a CLM detour (mlm, clm, mlm) from the MLM run at its first switch, an MNTP-then-MLM
 arm from the MNTP run at its switch, and a shorter budget from a longer run at the end of their common stable phase.
@@ -14,13 +20,19 @@ runs' step sequences).
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+
 import numpy as np
 
-from megamlm.config import PHASE_OBJECTIVES, SECTION_CLASSES, Config
+from megamlm.config import PHASE_OBJECTIVES, SECTION_CLASSES, Config, batch_start
+from megamlm.config.phases import Recipe, apply_recipe, recipe_of
 from megamlm.config.roles import compared_as_values
+from megamlm.errors import ResumeError
 from megamlm.study.planning.runs import Run
 from megamlm.study.planning.schema import StudyError
 from megamlm.training.lineage import Segment
+from megamlm.training.recipe_run import check_resumed_recipe, phase_settings_by_step
 
 _VALUES = compared_as_values(SECTION_CLASSES)
 """(section, field) of the settings two runs must share as values (the others are ignored, or compared per step)."""
@@ -37,20 +49,69 @@ def settings_key(config: Config) -> str:
     return repr([(section, name, getattr(getattr(config, section), name)) for section, name in _VALUES])
 
 
-def step_settings(config: Config) -> np.ndarray:
-    """The (objective, learning rate) of every step 1..train_iters, as the trainer computes them."""
-    segment, last = Segment.of_config(config), config.training.train_iters
-    settings = np.empty(last, dtype=[("objective", _OBJECTIVE_DTYPE), ("lr", "f8")])
-    settings["objective"], settings["lr"] = segment.objectives(1, last), segment.learning_rates(1, last)
-    return settings
+@dataclass(frozen=True)
+class StepSettings:
+    """What a run trains every step 1..train_iters with, as the trainer computes it: the objective, learning rate
+    and phase settings of each step (``table``), and its recipe (what a resume compares besides)."""
+
+    table: np.ndarray
+    recipe: Recipe
+    listed: bool
+    """The run gives a ``phases:`` list (else its phases are the objective-only form's)."""
+
+    def __len__(self) -> int:
+        return len(self.table)
 
 
-def shared_steps(a: np.ndarray, b: np.ndarray) -> int:
-    """How many first steps two runs of one stream train alike (``step_settings`` of each): the same objective and
-    exactly the same learning rate at every step (``History.first_difference``, the trainer's check, agrees)."""
+def planned_config(config: Config) -> Config:
+    """``config`` with its recipe's phases applied as a launch applies them (its objectives, switch steps, decay
+    and length), the global batch the launch starts from filled in where the plan leaves it to the launch (a plan's
+    configs are not fitted to a world size: ``plan._parse``); a resolved config is returned as it is."""
+    if config.training.global_batch_size is None:
+        training = dataclasses.replace(config.training, global_batch_size=batch_start(config.model.model)[1])
+        config = dataclasses.replace(config, training=training)
+    return apply_recipe(config) if config.recipe.phases else config
+
+
+def step_settings(config: Config) -> StepSettings:
+    """The (objective, learning rate, phase settings) of every step 1..train_iters, as the trainer computes them."""
+    config = planned_config(config)
+    segment, last, recipe = Segment.of_config(config), config.training.train_iters, recipe_of(config)
+    phases = phase_settings_by_step(recipe)[:last]
+    table = np.empty(last, dtype=[("objective", _OBJECTIVE_DTYPE), ("lr", "f8"),
+                                  ("phase", f"U{max(map(len, phases))}")])
+    table["objective"], table["lr"] = segment.objectives(1, last), segment.learning_rates(1, last)
+    table["phase"] = phases
+    return StepSettings(table, recipe, bool(config.recipe.phases))
+
+
+def shared_steps(parent: StepSettings, child: StepSettings) -> int:
+    """How many first steps of ``parent`` the ``child`` (a run of the same stream) can branch from: the steps both
+    train alike (the same objective, exactly the same learning rate and the same phase settings at every step;
+    ``History.first_difference`` and ``check_resumed_recipe`` agree), where a resume of the child from the parent's
+    checkpoint there is accepted; else at the last phase boundary before (the steps up to it agree)."""
+    a, b = parent.table, child.table
     n = min(len(a), len(b))
-    differ = np.flatnonzero((a["objective"][:n] != b["objective"][:n]) | (a["lr"][:n] != b["lr"][:n]))
-    return int(differ[0]) if len(differ) else n
+    differ = np.flatnonzero((a["objective"][:n] != b["objective"][:n]) | (a["lr"][:n] != b["lr"][:n])
+                            | (a["phase"][:n] != b["phase"][:n]))
+    shared = int(differ[0]) if len(differ) else n
+    boundaries = {*parent.recipe.boundaries, *child.recipe.boundaries}
+    for step in [shared] + sorted((s for s in boundaries if s < shared), reverse=True):
+        if _resume_accepts(parent, child, step):
+            return step
+    return 0
+
+
+def _resume_accepts(parent: StepSettings, child: StepSettings, step: int) -> bool:
+    """Whether the trainer accepts the child's launch from the parent's checkpoint at ``step`` as far as the phases
+    go (the history up to ``step`` agrees: ``shared_steps`` asks only there)."""
+    if step == 0 or step >= len(child):
+        return True  # a start from scratch; the same steps throughout (``place`` refuses the duplicate)
+    try:
+        check_resumed_recipe(parent.recipe.to_list(), child.recipe, step, child.listed)
+    except ResumeError:
+        return False
+    return True
 
 
 def placement_order(run: Run) -> tuple:

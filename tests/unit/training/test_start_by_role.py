@@ -21,6 +21,7 @@ import typing
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -154,12 +155,12 @@ def record(cfg) -> dict:
     return run_record.build_run_record(cfg, resolved, 1)
 
 
-def saved_run(cfg) -> SavedRun:
-    """A checkpoint of ``cfg``'s run at step 4, as checkpoint/saved_run.py reads one."""
-    state = {"progress": {"step": STEP, "consumed_samples": 16 * STEP},
+def saved_run(cfg, step: int = STEP) -> SavedRun:
+    """A checkpoint of ``cfg``'s run at ``step`` (4), as checkpoint/saved_run.py reads one."""
+    state = {"progress": {"step": step, "consumed_samples": 16 * step},
              "history": History([Segment.of_config(cfg)]).state_dict()}
-    return SavedRun.of(Path(cfg.checkpoint.save) / "iter_0000004", "--save",
-                       {"format": 2, "step": STEP, "state": state}, record(cfg))
+    return SavedRun.of(Path(cfg.checkpoint.save) / f"iter_{step:07d}", "--save",
+                       {"format": 2, "step": step, "state": state}, record(cfg))
 
 
 def start_answer(saved: SavedRun, cfg) -> str:
@@ -243,3 +244,69 @@ def test_a_history_that_predates_an_optimizer_setting_reads_it_as_its_default(ba
     with pytest.raises(ResumeError, match="--optimizer is 'adamw' in the checkpoint and 'stableadamw' here"):
         decide_start(old, LaunchPlan.of(variant("training", "optimizer", "stableadamw"),
                                         record(variant("training", "optimizer", "stableadamw"))))
+
+
+# ---- a recipe's phases: every kind of phase change, after a phase boundary ------------------------------------
+
+PHASE_CHANGES = {
+    "mask": {"mask_ratio": 0.15},
+    "data": {"data_path": ["/data/other_text_document"]},
+    "seq_length": {"seq_length": 64},
+    "objective": {"objective": "clm"},
+    "rope": {"rope_theta": 80000.0},
+    "batch": {"global_batch_size": 32},
+}
+"""One change of each kind a phase can make to its steps (config/phase_fields.py), made to a later phase."""
+
+
+def with_phases(*phases: dict, decay: int = 3):
+    """The base run with these ``phases:`` (each a PhaseConfig's fields) and a WSD decay over its last ``decay``
+    steps, resolved as a launch resolves it."""
+    return resolve(dataclasses.replace(
+        BASE, training=dataclasses.replace(BASE.training, lr_wsd_decay_iters=decay),
+        recipe=dataclasses.replace(BASE.recipe, phases=[PhaseConfig(**phase) for phase in phases])))
+
+
+@pytest.mark.parametrize("kind", PHASE_CHANGES)
+def test_a_later_phase_changed_branches_at_its_start_for_the_start_and_the_planner_alike(kind):
+    """Phases 1-4 and 5-8; the second phase changed: the launch branches from the checkpoint at step 4, the
+    phase boundary, and the planner shares exactly steps 1-4 (it compared only objectives and learning rates,
+    and shared all 8 steps of runs differing in a later phase's mask rate, data, length, RoPE base or batch)."""
+    base = with_phases({"steps": 4}, {})
+    cfg = with_phases({"steps": 4}, PHASE_CHANGES[kind])
+    assert start_answer(saved_run(base), cfg) == "branch"
+    assert planner_answer(base, cfg) == "branch"
+    assert shared_steps(step_settings(base), step_settings(cfg)) == 4
+
+
+@pytest.mark.parametrize("kind", PHASE_CHANGES)
+def test_inside_a_phase_a_later_change_is_refused_and_the_planner_branches_at_the_next_boundary(kind):
+    """Phases 1-2, 3-6, 7-8, the third changed: a checkpoint at step 4, inside the second phase, is refused (the
+    resume's rule; an objective is the history's, which branches at any step, as at an objective switch), one at
+    step 6 is a branch, and the planner shares exactly steps 1-6."""
+    base = with_phases({"steps": 2}, {"steps": 4}, {})
+    cfg = with_phases({"steps": 2}, {"steps": 4}, PHASE_CHANGES[kind])
+    assert start_answer(saved_run(base, 4), cfg) == ("branch" if kind == "objective" else "other")
+    assert start_answer(saved_run(base, 6), cfg) == "branch"
+    assert shared_steps(step_settings(base), step_settings(cfg)) == 6
+
+
+def test_a_parent_phase_boundary_is_a_branch_point_too():
+    """The parent decays from step 5, the child from step 7 (a longer stable phase, the same budget): both train
+    steps 1-4 alike, the parent's phase boundary; the child continues its own first phase from there."""
+    parent = with_phases({"steps": 4}, {"mask_ratio": 0.15})
+    child = with_phases({"steps": 6}, {"mask_ratio": 0.15})
+    assert start_answer(saved_run(parent), child) == "branch"
+    assert shared_steps(step_settings(parent), step_settings(child)) == 4
+
+
+def test_the_planner_branches_only_where_the_resume_accepts():
+    """Phases 1-2, 3-6, 7-8; the child decays over 2 steps instead of 3 (its learning rate differs from step 6) and
+    masks less in the last phase: the steps agree up to 5, inside the second phase, where the resume refuses a
+    launch whose later phase differs; the planner falls back to the phase boundary at step 2."""
+    parent = with_phases({"steps": 2}, {"steps": 4}, {})
+    child = with_phases({"steps": 2}, {"steps": 4}, {"mask_ratio": 0.15}, decay=2)
+    assert int(np.flatnonzero(step_settings(parent).table["lr"] != step_settings(child).table["lr"])[0]) + 1 == 6
+    assert start_answer(saved_run(parent, 5), child) == "other"
+    assert shared_steps(step_settings(parent), step_settings(child)) == 2
+    assert start_answer(saved_run(parent, 2), child) == "branch"
