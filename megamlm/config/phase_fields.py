@@ -16,10 +16,13 @@ from dataclasses import dataclass
 from megamlm.config.roles import setting
 
 _PHASE_FIELDS = (
-    ("steps", int, "schedule", "The phase's length in optimizer steps (give steps or tokens; the last phase may give "
-     "neither: it runs to the end of the run)."),
+    ("steps", int, "schedule", "The phase's length in optimizer steps (give steps, tokens or fraction; the last phase "
+     "may give none: it runs to the end of the run)."),
     ("tokens", int, "schedule", "The phase's length in tokens: it ends at the first step by which it has trained this "
      "many (tokens per step = global batch x the phase's sequence length; needs --train-tokens)."),
+    ("fraction", float, "schedule", "The phase's share of the run, like --switch: it ends at step round(F x "
+     "--train-iters), F the shares of the phases so far (of --train-tokens' tokens when the run is given in tokens), "
+     "so that the recipe scales with the run's length."),
     ("objective", str, "objective", "mlm, clm or mntp (default: the phase before's; the first phase's is "
      "--objective)."),
     ("data_path", list[str], "stream", "The phase's training data, Megatron's --data-path syntax (a prefix, or a "
@@ -33,8 +36,10 @@ _PHASE_FIELDS = (
     ("mask_replace_prob", float, "masking", "MLM/MNTP: probability that a selected token becomes the mask token."),
     ("mask_random_prob", float, "masking", "MLM/MNTP: probability that a selected token becomes a random token."),
     ("mask_keep_prob", float, "masking", "MLM/MNTP: probability that a selected token is kept."),
-    ("lr_decay", bool, "schedule", "This phase is the WSD decay (the last phase only; --lr-decay-style wsd): the "
-     "decay spans its steps."),
+    ("lr", float, "schedule", "The phase's learning rate: the level it holds, or decays from when it sets "
+     "lr_decay (default: where the phase before ended; the first phase's is --lr, reached after --lr-warmup-iters)."),
+    ("lr_decay", bool, "schedule", "The phase decays its learning rate over its steps (--lr-decay-style wsd): the "
+     "last phase to --min-lr (WSD's decay), an earlier one to the next phase's lr, which it then must set."),
     ("lr_wsd_decay_style", str, "schedule", "The decay phase's shape: linear, cosine, exponential or minus_sqrt "
      "(1-sqrt; default --lr-wsd-decay-style)."),
     ("global_batch_size", int, "batch", "The phase's samples per step (and the phases' after it, until one sets "

@@ -22,7 +22,7 @@ from array import array
 from dataclasses import dataclass
 from typing import get_args
 
-from megamlm.config.derived import objective_name, objective_phases, resolved_shape, switch_steps
+from megamlm.config.derived import fraction_step, objective_name, objective_phases, resolved_shape, switch_steps
 from megamlm.config.phase_fields import NOT_YET, PhaseConfig
 from megamlm.config.rampup import BatchSizes
 from megamlm.config.sections import PHASE_OBJECTIVES, Config, WSDDecayStyle
@@ -59,6 +59,11 @@ class Phase:
     lr_wsd_decay_style: str | None = None
     lr_warmup_iters: int | None = None
     """A re-warmup over the phase's first steps (None: none)."""
+    lr: float | None = None
+    """The phase's learning rate: the level it holds or decays from (None: the run's one WSD schedule, when no
+    phase sets a learning rate of its own and only the last decays)."""
+    lr_end: float | None = None
+    """Where a decaying phase's learning rate ends: the next phase's ``lr``, or --min-lr for the last."""
     global_batch_size: int | None = None
     """The phase's samples per step; None: the run's (--global-batch-size, or its --rampup-batch-size)."""
 
@@ -80,8 +85,10 @@ class Phase:
         base, local = self.rope_bases
         rope = f", RoPE base {base:g}" + (f" (local {local:g})" if local is not None else "")
         mask = f", mask {self.mask_ratio:g}" if self.objective != "clm" else ""
-        decay = f", the WSD decay{' (' + self.lr_wsd_decay_style + ')' if self.lr_wsd_decay_style else ''}" \
-            if self.lr_decay else ""
+        shape = f" ({self.lr_wsd_decay_style})" if self.lr_wsd_decay_style else ""
+        decay = f", the WSD decay{shape}" if self.lr_decay else ""
+        if self.lr is not None:  # the phases shape the schedule piece by piece
+            decay = f", LR {self.lr:g}" + (f" decaying to {self.lr_end:g}{shape}" if self.lr_decay else "")
         decay += f", LR re-warmed up over {self.lr_warmup_iters} steps" if self.lr_warmup_iters else ""
         return (f"phase {self.index + 1}: steps {self.first_step}-{self.last_step}, {self.objective}, seq "
                 f"{self.seq_length}{rope}{mask}, data {data}{decay}; samples {self.first_sample}-{self.end_sample - 1}"
@@ -166,15 +173,19 @@ def _check_item(index: int, item: PhaseConfig, last: bool) -> None:
     for field_name, why in NOT_YET.items():
         if getattr(item, field_name) is not None:
             raise ConfigError(f"{where} sets {field_name}: phases cannot set {field_name} yet ({why}); drop it")
-    if item.steps is not None and item.tokens is not None:
-        raise ConfigError(f"{where} gives both steps and tokens; give its length one way")
+    lengths = [key for key in ("steps", "tokens", "fraction") if getattr(item, key) is not None]
+    if len(lengths) > 1:
+        raise ConfigError(f"{where} gives both {lengths[0]} and {lengths[1]}; give its length one way")
+    if item.fraction is not None and not 0.0 < item.fraction < 1.0:
+        raise ConfigError(f"{where}.fraction must be strictly between 0 and 1 (a share of the run), got "
+                          f"{item.fraction}")
     for key in ("steps", "tokens", "seq_length", "global_batch_size"):
         value = getattr(item, key)
         if value is not None and value < 1:
             raise ConfigError(f"{where}.{key} must be at least 1, got {value}")
-    if item.steps is None and item.tokens is None and not last:
-        raise ConfigError(f"{where} has no length; give it steps or tokens (only the last phase may leave its length "
-                          "out: it runs to the end of the run)")
+    if not lengths and not last:
+        raise ConfigError(f"{where} has no length; give it steps, tokens or fraction (only the last phase may leave "
+                          "its length out: it runs to the end of the run)")
     if item.objective is not None and item.objective not in PHASE_OBJECTIVES:
         raise ConfigError(f"{where}.objective {item.objective!r} is not one of {', '.join(PHASE_OBJECTIVES)}")
     for key in _ROPE:
@@ -191,9 +202,9 @@ def _check_item(index: int, item: PhaseConfig, last: bool) -> None:
     if item.lr_warmup_iters is not None and (item.lr_warmup_iters < 1 or index == 0):
         raise ConfigError(f"{where}.lr_warmup_iters {item.lr_warmup_iters}: a re-warmup takes at least 1 step, in a "
                           "phase after the first (--lr-warmup-iters warms up the run's start)")
-    if item.lr_decay and not last:
-        raise ConfigError(f"{where} sets lr_decay but is not the last phase: WSD decays at the end of the run; move "
-                          "lr_decay to the last phase")
+    if item.lr is not None and (not item.lr > 0 or index == 0):
+        raise ConfigError(f"{where}.lr {item.lr}: a phase's learning rate is positive, in a phase after the first "
+                          "(the first phase's is --lr)")
 
 
 def _base(cfg: Config) -> dict:
@@ -234,14 +245,18 @@ def recipe_of(cfg: Config) -> Recipe:
     if t.train_tokens is None and any(item.tokens is not None for item in items):
         raise ConfigError("phases with lengths in tokens need the run's length in tokens too: give --train-tokens "
                           "(or give every phase's length in steps)")
+    for index, item in enumerate(items):
+        _check_item(index, item, index == len(items) - 1)
+    if any(item.fraction is not None for item in items) and \
+            any(item.steps is not None or item.tokens is not None for item in items):
+        raise ConfigError("the phases give their lengths both as fractions of the run and in steps or tokens; give "
+                          "every phase's length one way (fractions place each phase's end from the run's start)")
     if t.global_batch_size is None:
         raise ConfigError("the recipe's phases need the global batch size; it is fitted before phases resolve")
     walk = _Walk(BatchSizes.of(t))
     settings = _base(cfg)
-    phases = []
+    phases, shares = [], 0.0
     for index, item in enumerate(items):
-        last = index == len(items) - 1
-        _check_item(index, item, last)
         given = {key: getattr(item, key) for key in _INHERITED if getattr(item, key) is not None}
         if "data_path" in given:
             given["data_path"] = tuple(given["data_path"])
@@ -257,6 +272,14 @@ def recipe_of(cfg: Config) -> Recipe:
             done = 0
             while done < item.tokens:
                 done += walk.take(settings["seq_length"], settings["global_batch_size"])
+        elif item.fraction is not None:  # the shares so far place the phase's end, as --switch's fractions do
+            shares += item.fraction
+            if t.train_tokens is not None:
+                while walk.tokens[-1] < round(shares * t.train_tokens):
+                    walk.take(settings["seq_length"], settings["global_batch_size"])
+            else:
+                while walk.step < fraction_step(shares, t.train_iters):
+                    walk.take(settings["seq_length"], settings["global_batch_size"])
         elif t.train_tokens is not None:
             while walk.tokens[-1] < t.train_tokens:
                 walk.take(settings["seq_length"], settings["global_batch_size"])
@@ -273,9 +296,41 @@ def recipe_of(cfg: Config) -> Recipe:
         if item.lr_warmup_iters is not None and item.lr_warmup_iters > phases[-1].steps:
             raise ConfigError(f"{_name(index)}.lr_warmup_iters {item.lr_warmup_iters} is longer than the phase's "
                               f"{phases[-1].steps} steps; shorten the re-warmup")
-    recipe = Recipe(tuple(phases), tuple(walk.samples), tuple(walk.tokens))
+    recipe = Recipe(_with_learning_rates(cfg, items, phases), tuple(walk.samples), tuple(walk.tokens))
     _check_run_length(cfg, recipe)
     return recipe
+
+
+def _sets_learning_rates(items: list[PhaseConfig]) -> bool:
+    """Whether the phases shape the LR schedule piece by piece: a phase sets its own learning rate, or a phase
+    before the last decays (otherwise the run's one WSD schedule, its decay the last phase's, is the schedule)."""
+    return any(item.lr is not None for item in items) or any(item.lr_decay for item in items[:-1])
+
+
+def _with_learning_rates(cfg: Config, items: list[PhaseConfig], phases: list[Phase]) -> tuple[Phase, ...]:
+    """Each phase's learning rate (the level it holds or decays from) and a decaying phase's end, where the phases
+    shape the schedule (``_sets_learning_rates``); the phases as they are otherwise."""
+    if not _sets_learning_rates(items):
+        return tuple(phases)
+    t = cfg.training
+    if t.lr_decay_style != "wsd":
+        raise ConfigError(f"the phases set their learning rates (lr, or lr_decay before the last phase), which shape "
+                          f"a WSD schedule piece by piece, but --lr-decay-style is {t.lr_decay_style}; use "
+                          "--lr-decay-style wsd")
+    shaped, level = [], t.lr
+    for index, (item, phase) in enumerate(zip(items, phases)):
+        level = item.lr if item.lr is not None else level
+        end = None
+        if item.lr_decay and index + 1 < len(items):
+            end = items[index + 1].lr
+            if end is None:
+                raise ConfigError(f"{_name(index)} decays before the last phase: give {_name(index + 1)} the lr it "
+                                  f"decays to (e.g. lr: {level / 2:g})")
+        elif item.lr_decay:
+            end = t.min_lr
+        shaped.append(dataclasses.replace(phase, lr=level, lr_end=end))
+        level = level if end is None else end
+    return tuple(shaped)
 
 
 def _check_run_length(cfg: Config, recipe: Recipe) -> None:
@@ -302,6 +357,17 @@ def rewarmups_of(cfg: Config) -> tuple[tuple[int, int], ...]:
     if not any(item.lr_warmup_iters for item in cfg.recipe.phases):
         return ()
     return tuple((p.first_step, p.lr_warmup_iters) for p in recipe_of(cfg).phases if p.lr_warmup_iters)
+
+
+def phase_learning_rates_of(cfg: Config) -> tuple[tuple, ...]:
+    """(first step, last step, learning rate, end or None, decay shape or None) of every phase, where the phases
+    shape the LR schedule (``_sets_learning_rates``), for the one LR schedule (training/lineage.py builds it); none,
+    without resolving anything, otherwise."""
+    if not _sets_learning_rates(list(cfg.recipe.phases)):
+        return ()
+    style = cfg.training.lr_wsd_decay_style
+    return tuple((p.first_step, p.last_step, p.lr, p.lr_end, (p.lr_wsd_decay_style or style) if p.lr_decay else None)
+                 for p in recipe_of(cfg).phases)
 
 
 def check_recipe_against_model(cfg: Config, recipe: Recipe, world_size: int = 1) -> None:

@@ -85,13 +85,19 @@ class LRSchedule:
     """The learning rate of each 1-based step; stateless except for its settings, which a resume checks."""
 
     def __init__(self, peak_lr: float, min_lr: float, style: LRDecayStyle, warmup_iters: int, decay_iters: int,
-                 train_iters: int, wsd_decay_style: WSDDecayStyle = "linear", rewarmups=()):
+                 train_iters: int, wsd_decay_style: WSDDecayStyle = "linear", rewarmups=(), phase_lrs=()):
         self.peak_lr, self.min_lr, self.style = peak_lr, min_lr, style
         self.warmup_iters, self.decay_iters, self.train_iters = warmup_iters, decay_iters, train_iters
         self.wsd_decay_style = wsd_decay_style
         self.rewarmups = tuple((int(first), int(iters)) for first, iters in rewarmups)
         """(first step, steps) of each re-warmup at a recipe phase's start (config/phases.py): the rate of those
         steps is the schedule's times (step - first + 1) / steps."""
+        self.phase_lrs = tuple((int(first), int(last), float(lr), None if end is None else float(end), style)
+                               for first, last, lr, end, style in phase_lrs)
+        """(first step, last step, learning rate, end or None, decay shape or None) of each recipe phase, where the
+        phases set their own learning rates (config/phases.py ``phase_learning_rates_of``): after the warmup, a step's
+        rate is its phase's, held, or decayed from it to ``end`` over the phase's steps by ``wsd_decay_factor``
+        (the last phase's decay to --min-lr is then WSD's, float for float)."""
 
     def lr_at(self, step: int) -> float:
         lr = self._schedule_lr_at(step)
@@ -103,6 +109,8 @@ class LRSchedule:
     def _schedule_lr_at(self, step: int) -> float:
         if self.warmup_iters and step <= self.warmup_iters:
             return self.peak_lr * step / self.warmup_iters
+        if self.phase_lrs:
+            return self._phase_lr_at(step)
         span = self.peak_lr - self.min_lr
         if self.style == "constant":
             return self.peak_lr
@@ -119,6 +127,13 @@ class LRSchedule:
         if self.style == "linear":
             return self.min_lr + span * (1.0 - progress)
         raise ValueError(f"unknown LR schedule {self.style!r}")
+
+    def _phase_lr_at(self, step: int) -> float:
+        first, last, lr, end, style = next((p for p in self.phase_lrs if step <= p[1]), self.phase_lrs[-1])
+        if end is None:
+            return lr
+        decayed = min((step - first + 1) / (last - first + 1), 1.0)
+        return end + (lr - end) * wsd_decay_factor(style, decayed)  # the same expression as WSD's decay
 
     def table(self, last_step: int) -> array:
         """``lr_at`` of steps 1 to ``last_step`` (at index ``step - 1``), computed once before the first step: the
@@ -138,6 +153,11 @@ class LRSchedule:
                      f"{WSD_DECAY_NAMES[self.wsd_decay_style]} decay over {decay} to {self.min_lr:g} (wsd)")
         else:
             shape = f"{self.style} decay to {self.min_lr:g} at step {self.train_iters}"
+        if self.phase_lrs:
+            shape = "by phase: " + ", ".join(
+                f"steps {first}-{last} " + (f"at {lr:g}" if end is None else
+                                            f"{WSD_DECAY_NAMES[style]} decay {lr:g} -> {end:g}")
+                for first, last, lr, end, style in self.phase_lrs)
         rewarmed = "".join(f"; re-warmed up over steps {first}-{first + iters - 1}" for first, iters in self.rewarmups)
         return f"learning rate {self.peak_lr:g}: {warmup}{shape}{rewarmed}"
 
@@ -150,6 +170,8 @@ class LRSchedule:
             state["wsd_decay_style"] = self.wsd_decay_style
         if self.rewarmups:
             state["rewarmups"] = [list(r) for r in self.rewarmups]
+        if self.phase_lrs:
+            state["phase_lrs"] = [list(p) for p in self.phase_lrs]
         return state
 
     def load_state_dict(self, state: dict) -> None:

@@ -71,7 +71,7 @@ def test_lengths_in_tokens(tmp_path):
 
 @pytest.mark.parametrize("phases, argv, message", [
     ([{"steps": 4, "sequence_length": 64}, {}], [],
-     "unknown key phases[0].sequence_length; known: data_path, global_batch_size"),
+     "unknown key phases[0].sequence_length; known: data_path, fraction, global_batch_size"),
     ([{"steps": 4, "global_batch_size": 10}, {}], ["--train-iters", "10"],
      "phases[0].global_batch_size 10 is not a multiple of --micro-batch-size x data-parallel size = 4"),
     ([{"steps": 4, "valid_data_path": ["x"]}, {}], [], "phases cannot set valid_data_path yet"),
@@ -86,9 +86,19 @@ def test_lengths_in_tokens(tmp_path):
      "phases[0].seq_length 256 is beyond the model's 128 positions (--seq-length)"),
     ([{"steps": 4}, {"seq_length": 66}], ["--train-iters", "10", "--tp", "4", "--world-size", "4", "--dry-run"],
      "phases[1].seq_length 66 is not divisible by --tensor-model-parallel-size 4"),
-    ([{"steps": 4, "lr_decay": True}, {}], ["--train-iters", "10"], "phases[0] sets lr_decay but is not the last"),
+    ([{"steps": 4, "lr_decay": True}, {}], ["--train-iters", "10"],
+     "phases[0] decays before the last phase: give phases[1] the lr it decays to (e.g. lr: 0.0015)"),
+    ([{"steps": 4, "lr": 1e-3}, {}], ["--train-iters", "10"], "phases[0].lr 0.001: a phase's learning rate is "
+     "positive, in a phase after the first (the first phase's is --lr)"),
+    ([{"steps": 4}, {"lr": 0.0}], ["--train-iters", "10"], "phases[1].lr 0.0: a phase's learning rate is positive"),
+    ([{"steps": 4}, {"lr": 1e-3}], ["--train-iters", "10", "--lr-decay-style", "cosine"],
+     "shape a WSD schedule piece by piece, but --lr-decay-style is cosine"),
     ([{"tokens": 100}, {}], ["--train-iters", "10"], "phases with lengths in tokens need the run's length in tokens"),
     ([{}, {"steps": 4}], ["--train-iters", "10"], "phases[0] has no length"),
+    ([{"steps": 4, "fraction": 0.5}, {}], ["--train-iters", "10"], "phases[0] gives both steps and fraction"),
+    ([{"fraction": 1.5}, {}], ["--train-iters", "10"], "phases[0].fraction must be strictly between 0 and 1"),
+    ([{"steps": 4}, {"fraction": 0.3}, {}], ["--train-iters", "10"],
+     "the phases give their lengths both as fractions of the run and in steps or tokens"),
     ([{"steps": 4, "objective": "bert"}, {}], ["--train-iters", "10"], "phases[0].objective 'bert' is not one of"),
     ([{"steps": 4, "objective": "clm"}, {"objective": "mlm"}], ["--train-iters", "10", "--objective", "mlm,clm"],
      "give the schedule two ways"),
@@ -142,3 +152,51 @@ def test_a_phase_re_warms_the_one_schedule_up_from_its_first_step(tmp_path):
     assert table[4] == base[4] / 2 and table[5] == base[5]  # steps 5 and 6: 1/2 and 2/2 of the schedule's
     assert [table[i] for i in (0, 1, 2, 3, 6, 7, 8, 9)] == [base[i] for i in (0, 1, 2, 3, 6, 7, 8, 9)]
     assert "re-warmed up over steps 5-6" in Segment.of_config(cfg).lr_schedule_object().describe()
+
+
+def test_phases_shape_the_learning_rate_piece_by_piece(tmp_path):
+    """Ettin's shape: a stable phase, a middle phase that decays (1-sqrt) to half the rate, and a last phase that
+    starts there and decays (1-sqrt) to --min-lr; every step's rate is the formula's, computed here directly."""
+    import math
+
+    from megamlm.training.lineage import Segment
+
+    cfg = config_with(tmp_path, [{"steps": 4}, {"steps": 3, "lr_decay": True, "lr_wsd_decay_style": "minus_sqrt"},
+                                 {"lr": 4e-4, "lr_decay": True, "lr_wsd_decay_style": "minus_sqrt"}],
+                      "--train-iters", "10", "--lr", "8e-4", "--min-lr", "1.6e-5", "--lr-warmup-iters", "2")
+    schedule = Segment.of_config(cfg).lr_schedule_object()
+    table = schedule.table(10).tolist()
+    decay = [4e-4 + (8e-4 - 4e-4) * (1 - math.sqrt(k / 3)) for k in (1, 2, 3)]
+    final = [1.6e-5 + (4e-4 - 1.6e-5) * (1 - math.sqrt(k / 3)) for k in (1, 2, 3)]
+    assert table == [4e-4, 8e-4, 8e-4, 8e-4, *decay, *final]
+    assert [p.lr for p in recipe_of(cfg).phases] == [8e-4, 8e-4, 4e-4]
+    assert "steps 5-7 a 1-sqrt decay 0.0008 -> 0.0004" in schedule.describe()
+    # A phase that only sets its level holds it, and the phase after inherits where it ended.
+    held = config_with(tmp_path, [{"steps": 4}, {"steps": 3, "lr": 3e-4}, {}], "--train-iters", "10", "--lr", "8e-4")
+    assert Segment.of_config(held).lr_schedule_object().table(10).tolist() == [8e-4] * 4 + [3e-4] * 6
+
+
+def test_a_last_phase_decay_by_phase_equals_the_one_wsd_schedule_float_for_float(tmp_path):
+    """The piecewise form's decay to --min-lr is WSD's own: a recipe that sets its middle phase's rate to --lr
+    (the same schedule, written piece by piece) has WSD's table bitwise."""
+    from megamlm.training.lineage import Segment
+
+    argv = ["--train-iters", "10", "--lr", "8e-4", "--min-lr", "1e-5", "--lr-warmup-iters", "2"]
+    last = {"lr_decay": True, "lr_wsd_decay_style": "minus_sqrt"}
+    one = config_with(tmp_path, [{"steps": 4}, {"steps": 3}, last], *argv)
+    pieces = config_with(tmp_path, [{"steps": 4}, {"steps": 3, "lr": 8e-4}, last], *argv)
+    assert not Segment.of_config(one).lr_schedule_object().phase_lrs
+    assert Segment.of_config(pieces).lr_schedule_object().phase_lrs
+    assert Segment.of_config(one).lr_schedule_object().table(10).tolist() == \
+        Segment.of_config(pieces).lr_schedule_object().table(10).tolist()
+
+
+def test_lengths_as_fractions_scale_with_the_run(tmp_path):
+    """Fractions of the run place each phase's end as --switch's do: round(shares so far x --train-iters)."""
+    phases = [{"fraction": 0.5, "seq_length": 64}, {"fraction": 0.25}, {}]
+    ends = {iters: [p.last_step for p in recipe_of(config_with(tmp_path, phases, "--train-iters", str(iters)))
+                    .phases] for iters in (40, 4, 10)}
+    assert ends == {40: [20, 30, 40], 4: [2, 3, 4], 10: [5, 8, 10]}  # round(0.75 x 10) = 8
+    tokens = recipe_of(config_with(tmp_path, phases, "--train-tokens", "8192", "--seq-length", "128"))
+    # 8 x 64 = 512 tokens a step (every phase inherits the first's 64): 4,096 by step 8, 6,144 by 12, 8,192 by 16
+    assert [p.last_step for p in tokens.phases] == [8, 12, 16]
