@@ -28,3 +28,16 @@ class StepRecorder:
         self.lrs[outcome.step] = outcome.lr
         if not outcome.applied:
             self.skipped_steps.append(outcome.step)
+
+
+def run_as_written(*argv):
+    """pretrain.py's run of ``argv`` alone (no test settings added), its steps recorded: the run's result and the
+    recorder's fields in one namespace."""
+    from types import SimpleNamespace
+
+    from megamlm.config import parse_args
+    from megamlm.training.trainer import pretrain
+
+    recorder = StepRecorder()
+    result = pretrain(parse_args([str(a) for a in argv]), on_step=recorder)
+    return SimpleNamespace(**vars(result), **vars(recorder))

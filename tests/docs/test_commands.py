@@ -49,7 +49,9 @@ How each is checked (the first rule that applies)
 Scaled down, never edited
   Commands run with the environment variables the README's "Tests" section documents, which every run of these
   programs honours: ``MEGAMLM_PRETRAIN_ARGS`` (every pretrain.py launch, torchrun's ranks included),
-  and ``MEGAMLM_EVALUATE_ARGS``; their flags come after the command's own.
+  and ``MEGAMLM_EVALUATE_ARGS``; their flags come after the command's own. A recipe in phases (``--config`` with
+  ``phases:``) keeps its phases' sequence lengths: its ``MEGAMLM_PRETRAIN_ARGS`` is ``RECIPE_SCALE``, the run's
+  length alone, which its phases' fractions scale with.
 
 The reader's files
   Commands of one document run in order in one copy of the repository (so README's ``ckpt/tiny`` feeds its
@@ -90,6 +92,9 @@ SCALE = {
     "MEGAMLM_EVALUATE_ARGS": "--lrs 1e-4 --seeds 0 --max-steps 2 --batch-size 4 --max-train-examples 16 "
                              "--max-eval-examples 8",
 }
+RECIPE_SCALE = "--train-iters 4 --log-interval 1"
+"""A recipe in phases (a ``--config`` file with ``phases:``) fixes its phases' sequence lengths (beyond 32) and
+gives their lengths as fractions of the run: it is scaled by the run's length alone."""
 NEEDS_SHARED_DATA = ("tools/evaluate.py",)
 NEEDS_NETWORK = ("tools/fetch_eval_datasets.py",)
 
@@ -193,6 +198,7 @@ def test_the_readme_documents_the_variables_this_test_scales_with():
     for variable in SCALE:
         assert f"`{variable}`" in readme
     assert f"`{SCALE['MEGAMLM_PRETRAIN_ARGS']}`" in readme
+    assert f"`{RECIPE_SCALE}`" in readme
 
 
 def test_the_rules_find_the_commands_they_should():
@@ -553,9 +559,20 @@ def check_part(words: list[str], command: Command, root: Path, env: dict) -> str
         return "parsed"
     if script and script.endswith(("pretrain.py", "run_local.sh")):  # the documented values of the scaled flags
         parse_only("pretrain.py", args, what)
+    if script == "pretrain.py" and is_phases_recipe(root, option(args, "--config")):
+        env = {**env, "MEGAMLM_PRETRAIN_ARGS": RECIPE_SCALE}
     result = run([*(f"{k}={v}" for k, v in extra_env.items()), *words], root, env)  # rule 7
     check_ok(result, what)
     return "ran"
+
+
+def is_phases_recipe(root: Path, config: str | None) -> bool:
+    """Whether a --config file is a recipe in phases (``RECIPE_SCALE`` scales it)."""
+    if config is None or not (root / config).is_file():
+        return False
+    import yaml
+
+    return bool((yaml.safe_load((root / config).read_text()) or {}).get("phases"))
 
 
 def sbatch_value(options: list[str], script: Path, *names: str) -> str | None:

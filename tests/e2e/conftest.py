@@ -1,4 +1,5 @@
 from contextlib import contextmanager
+from pathlib import Path
 from types import SimpleNamespace
 
 import helpers
@@ -89,3 +90,18 @@ def other_corpus(tmp_path, cache_dir):
     other = write_dataset(tmp_path / "other" / "part_text_document",
                           (source[i] for i in range(len(source) // 2, len(source))), source.dtype)
     return other, tokenizer
+
+
+@pytest.fixture(scope="session")
+def austen_books(tmp_path_factory, cache_dir):
+    """A folder holding data/austen/<book>_text_document, as examples/recipes/austen_books.py writes it (the data
+    of the shipped tiny recipes, named relative to where pretrain.py runs)."""
+    import importlib.util
+
+    script = Path(__file__).resolve().parents[2] / "examples" / "recipes" / "austen_books.py"
+    spec = importlib.util.spec_from_file_location("austen_books", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    folder = tmp_path_factory.mktemp("reader")
+    module.split_by_book(folder / "data" / "austen", cache_dir)
+    return folder

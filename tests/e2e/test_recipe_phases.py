@@ -5,22 +5,18 @@ the last's boundary checkpoint) is bitwise the one run; a changed phase list on 
 the field, except a phase that has not started made longer (logged); a phase's missing data file is one line, exit
 2, before any work."""
 
-import importlib.util
 import json
 import re
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import yaml
 from helpers import TINY_SHAPE, write_dataset
-from step_recorder import StepRecorder
+from step_recorder import run_as_written
 
-from megamlm.config import parse_args
 from megamlm.data import IndexedDataset, prepare_embedded_corpus
 from megamlm.errors import ResumeError
 from megamlm.training.metrics_file import read_metrics
-from megamlm.training.trainer import pretrain
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -149,24 +145,6 @@ def test_a_phase_whose_data_file_is_missing_is_one_line_before_any_work(tmp_path
 
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "recipes"
-
-
-@pytest.fixture(scope="module")
-def austen_books(tmp_path_factory, cache_dir):
-    """A folder holding data/austen/<book>_text_document, as examples/recipes/austen_books.py writes it."""
-    spec = importlib.util.spec_from_file_location("austen_books", EXAMPLE / "austen_books.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    folder = tmp_path_factory.mktemp("reader")
-    module.split_by_book(folder / "data" / "austen", cache_dir)
-    return folder
-
-
-def run_as_written(*argv):
-    """pretrain.py's run of ``argv`` alone (no test settings added), its steps recorded."""
-    recorder = StepRecorder()
-    result = pretrain(parse_args([str(a) for a in argv]), on_step=recorder)
-    return SimpleNamespace(**vars(result), **vars(recorder))
 
 
 def test_the_tiny_three_phase_recipe_equals_three_chained_launches_bitwise(austen_books, tmp_path, monkeypatch):
