@@ -45,6 +45,7 @@ from megamlm.model.config import shape_record
 from megamlm.training.lineage import (
     LR_FLAGS,
     OBJECTIVE_FLAGS,
+    OPTIMIZER_DEFAULTS,
     History,
     Segment,
     describe_changes,
@@ -316,6 +317,12 @@ def _compare_history(cfg: Config, history: History, launch: Segment, step: int, 
         raise ResumeError(f"cannot resume {path}: its history disagrees with this launch's schedule: {difference}; "
                           "pass --override-schedule to continue with this launch's values, or relaunch with the "
                           "checkpoint's")
+    trained = {**OPTIMIZER_DEFAULTS, **last.optimizer}["optimizer"]
+    if trained != cfg.training.optimizer:  # another optimizer's state: nothing to carry it over into
+        raise ResumeError(f"cannot resume {path} with --optimizer {cfg.training.optimizer}: its optimizer state is "
+                          f"{trained}'s, which --override-schedule cannot carry over (it overrides the schedule, not "
+                          f"the state); start from its weights and samples with a fresh optimizer (--continue-from "
+                          f"{path}), or relaunch with --optimizer {trained}")
     if cfg.training.train_iters == step:
         raise ResumeError(f"cannot resume {path} at step {step} with --train-iters {step}: nothing would be "
                           "left to train; raise --train-iters")

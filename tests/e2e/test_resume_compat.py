@@ -73,6 +73,18 @@ def test_a_resume_that_would_silently_differ_is_refused_in_one_line(checkpoint, 
     assert tree_digest(checkpoint) == before
 
 
+def test_another_optimizer_under_override_schedule_is_refused_in_one_line(checkpoint, capsys, fast_flags, tree_digest):
+    """--override-schedule overrides the schedule's values; another optimizer's state cannot be carried over."""
+    pytest.importorskip("optimi", reason='StableAdamW needs torch-optimi: pip install "megamlm[optimi]"')
+    before = tree_digest(checkpoint)
+    argv = [*fast_flags, *SMALL, "--global-batch-size", "4", "--train-iters", "8", "--optimizer", "stableadamw",
+            "--override-schedule", "--save", str(checkpoint)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot resume") and "--optimizer stableadamw: its optimizer state is adamw's" in err
+    assert "--continue-from" in err and err.count("\n") == 1 and tree_digest(checkpoint) == before
+
+
 @pytest.mark.parametrize("new_batch", [2, 8])
 def test_another_global_batch_size_continues_the_same_stream_without_repeat_or_gap(checkpoint, small, tmp_path,
                                                                                     new_batch):
