@@ -20,7 +20,7 @@ missing=()
 command -v sbatch >/dev/null && command -v slurmctld >/dev/null && command -v slurmd >/dev/null || missing+=(slurm-wlm)
 command -v munged >/dev/null || missing+=(munge)
 command -v mpirun >/dev/null || missing+=(openmpi-bin)
-command -v ip >/dev/null || missing+=(iproute2)  # the two nodes' namespaces (cluster.sh)
+command -v ip >/dev/null && command -v tc >/dev/null || missing+=(iproute2)  # the two nodes' namespaces (cluster.sh), a slow link (tc)
 dpkg-query -W -f='${Status}' libopenmpi-dev 2>/dev/null | grep -q "ok installed" \
     || missing+=(libopenmpi-dev)  # mpi4py builds against it where no wheel fits
 if (( ${#missing[@]} )); then
