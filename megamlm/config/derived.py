@@ -128,7 +128,8 @@ def split_weights(d: DataConfig) -> tuple[float, float, float] | None:
 
 
 def validation_enabled(cfg: Config) -> bool:
-    return cfg.data.split is not None or bool(cfg.data.valid_data_path)
+    return cfg.data.split is not None or bool(cfg.data.valid_data_path) or \
+        any(phase.valid_data_path for phase in cfg.recipe.phases)
 
 
 def eval_interval(cfg: Config) -> int:

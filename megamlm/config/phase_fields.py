@@ -47,8 +47,9 @@ _PHASE_FIELDS = (
      "data-parallel."),
     ("lr_warmup_iters", int, "schedule", "A re-warmup at the phase's start: the learning rate of its first N steps "
      "is the schedule's times step / N (not in the first phase: --lr-warmup-iters warms up the run's start)."),
-    ("valid_data_path", list[str], "evaluation", "Refused for now: the run validates on one set (--split or "
-     "--valid-data-path) in every phase."),
+    ("valid_data_path", list[str], "evaluation", "The phase's validation data (--valid-data-path's syntax): every "
+     "validation inside the phase, its last step's included, scores these documents (default: the phase before's; "
+     "the first phase's is the run's --valid-data-path or --split documents); each record names its data."),
 )
 """(name, type, role, doc) of what a phase may set; a field left out (None) is inherited. Declared as a table, not
 as annotations: the run-level settings they override (``rope_theta``, ...) are declared once, in their sections."""
@@ -66,10 +67,7 @@ def _phase_section() -> type:
 PhaseConfig = _phase_section()
 
 
-NOT_YET = {
-    "valid_data_path": "the run validates on one set (--split or --valid-data-path) in every phase, so that its "
-                       "scores compare across phases",
-}
+NOT_YET: dict[str, str] = {}
 """Fields a phase declares but cannot set yet, and why: a phase that sets one is refused in one line."""
 
 

@@ -28,8 +28,8 @@ from megamlm.config.rampup import BatchSizes
 from megamlm.config.sections import PHASE_OBJECTIVES, Config, WSDDecayStyle
 from megamlm.errors import ConfigError
 
-_INHERITED = ("objective", "data_path", "seq_length", "mask_ratio", "mask_replace_prob", "mask_random_prob",
-              "mask_keep_prob", "global_batch_size")
+_INHERITED = ("objective", "data_path", "valid_data_path", "seq_length", "mask_ratio", "mask_replace_prob",
+              "mask_random_prob", "mask_keep_prob", "global_batch_size")
 _ROPE = ("rope_theta", "local_rope_theta")
 """The settings a phase inherits from the phase before (the first from the run's flags)."""
 
@@ -64,6 +64,8 @@ class Phase:
     phase sets a learning rate of its own and only the last decays)."""
     lr_end: float | None = None
     """Where a decaying phase's learning rate ends: the next phase's ``lr``, or --min-lr for the last."""
+    valid_data_path: tuple[str, ...] = ()
+    """The phase's validation data; () for the run's (--valid-data-path, or the --split documents)."""
     global_batch_size: int | None = None
     """The phase's samples per step; None: the run's (--global-batch-size, or its --rampup-batch-size)."""
 
@@ -90,12 +92,14 @@ class Phase:
         if self.lr is not None:  # the phases shape the schedule piece by piece
             decay = f", LR {self.lr:g}" + (f" decaying to {self.lr_end:g}{shape}" if self.lr_decay else "")
         decay += f", LR re-warmed up over {self.lr_warmup_iters} steps" if self.lr_warmup_iters else ""
+        decay += f", validated on {' '.join(self.valid_data_path)}" if self.valid_data_path else ""
         return (f"phase {self.index + 1}: steps {self.first_step}-{self.last_step}, {self.objective}, seq "
                 f"{self.seq_length}{rope}{mask}, data {data}{decay}; samples {self.first_sample}-{self.end_sample - 1}"
                 f", {self.tokens:,} tokens")
 
     def to_dict(self) -> dict:
-        return {**dataclasses.asdict(self), "data_path": list(self.data_path), "tokens": self.tokens}
+        return {**dataclasses.asdict(self), "data_path": list(self.data_path),
+                "valid_data_path": list(self.valid_data_path), "tokens": self.tokens}
 
 
 @dataclass(frozen=True)
@@ -211,6 +215,7 @@ def _base(cfg: Config) -> dict:
     """What the first phase inherits: the run's flags."""
     o, m = cfg.objective, cfg.model
     return {"objective": objective_phases(o.objective)[0], "data_path": tuple(cfg.data.data_path),
+            "valid_data_path": tuple(cfg.data.valid_data_path),
             "seq_length": resolved_shape(m)["seq_length"], "rope_bases": (m.rope_theta, m.local_rope_theta),
             "mask_ratio": o.mask_ratio, "global_batch_size": None,
             "mask_replace_prob": o.mask_replace_prob, "mask_random_prob": o.mask_random_prob,
@@ -251,6 +256,10 @@ def recipe_of(cfg: Config) -> Recipe:
             any(item.steps is not None or item.tokens is not None for item in items):
         raise ConfigError("the phases give their lengths both as fractions of the run and in steps or tokens; give "
                           "every phase's length one way (fractions place each phase's end from the run's start)")
+    first_validated = next((i for i, item in enumerate(items) if item.valid_data_path is not None), None)
+    if first_validated and cfg.data.split is None and not cfg.data.valid_data_path:
+        raise ConfigError(f"{_name(first_validated)} sets valid_data_path, but the phases before it have no "
+                          "validation data; give the run --valid-data-path (or --split), or set it in phases[0]")
     if t.global_batch_size is None:
         raise ConfigError("the recipe's phases need the global batch size; it is fitted before phases resolve")
     walk = _Walk(BatchSizes.of(t))
@@ -258,8 +267,9 @@ def recipe_of(cfg: Config) -> Recipe:
     phases, shares = [], 0.0
     for index, item in enumerate(items):
         given = {key: getattr(item, key) for key in _INHERITED if getattr(item, key) is not None}
-        if "data_path" in given:
-            given["data_path"] = tuple(given["data_path"])
+        for key in ("data_path", "valid_data_path"):
+            if key in given:
+                given[key] = tuple(given[key])
         if any(getattr(item, key) is not None for key in _ROPE):
             given["rope_bases"] = tuple(getattr(item, key) if getattr(item, key) is not None else inherited
                                         for key, inherited in zip(_ROPE, settings["rope_bases"]))

@@ -263,7 +263,7 @@ class RunReporter:
         self._write(METRICS_FILE, self.metrics.append, "validation", result.step, samples=consumed_samples,
                     tokens=self.tokens_at(result.step, consumed_samples), **result.scalars(),
                     validation_samples=result.samples,
-                    **result.token_counts())
+                    **result.token_counts(), **({} if result.data is None else {"validation_data": result.data}))
 
     def close(self) -> None:
         """Flush and close the TensorBoard events (also after a failed write: what was written stays whole)."""

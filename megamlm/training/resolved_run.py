@@ -88,8 +88,9 @@ def resolve_run(cfg: Config) -> ResolvedRun:
     if cfg.data.valid_data_path:
         check_dataset_files(cfg.data.valid_data_path, tokenizer)  # and so was --valid-data-path
     for phase in cfg.recipe.phases:  # and each phase's data (config/phases.py)
-        if phase.data_path:
-            check_dataset_files(phase.data_path, tokenizer)
+        for paths in (phase.data_path, phase.valid_data_path):
+            if paths:
+                check_dataset_files(paths, tokenizer)
     args = model_args_for(cfg, tokenizer.vocab_size)
     check_tokenizer(cfg, tokenizer)
     check_model(cfg, args)

@@ -28,6 +28,7 @@ from megamlm.config import (
     objective_phases,
     validation_enabled,
 )
+from megamlm.config.phases import recipe_of
 from megamlm.data import DataError, GlobalBatchSampler, StreamSpec, build_validation_dataset
 from megamlm.objectives import Batch, MaskingSpec
 from megamlm.objectives.batch import make_batch
@@ -56,6 +57,9 @@ class ValidationResult:
     mntp_loss: float | None = None
     """MNTP loss, scored where the run trains MNTP (else None)."""
     mntp_tokens: int | None = None
+    data: str | None = None
+    """The validation data scored, where a recipe's phases validate on different data (else None: the run's one
+    set)."""
 
     def scalars(self) -> dict[str, float]:
         scalars = {"mlm_loss": self.mlm_loss, "mlm_accuracy": self.mlm_accuracy, "clm_loss": self.clm_loss}
@@ -68,8 +72,8 @@ class ValidationResult:
     def describe(self) -> str:
         mntp = "" if self.mntp_loss is None else f" | mntp loss {self.mntp_loss:.4f}"
         return (f"validation at step {self.step} | mlm loss {self.mlm_loss:.4f} | mlm accuracy "
-                f"{self.mlm_accuracy:.4f} | clm loss {self.clm_loss:.4f}{mntp} | {self.samples} samples | "
-                f"{self.seconds:.1f} s")
+                f"{self.mlm_accuracy:.4f} | clm loss {self.clm_loss:.4f}{mntp} | {self.samples} samples"
+                f"{'' if self.data is None else ' of ' + self.data} | {self.seconds:.1f} s")
 
 
 @dataclass
@@ -158,22 +162,52 @@ def forward_metrics(pm: ParallelModel, micro_batches: list[Batch], device: torch
     return loss, round(predicted), round(correct)
 
 
-def load_validation_set(cfg: Config, plan: ResolvedRun, group=None) -> ValidationSet | None:
-    """The run's validation set (None without --split or --valid-data-path); a DataError, before any work, when
-    it cannot hold ``--eval-iters`` global batches in one pass."""
+@dataclass
+class PhaseValidation:
+    """The validation sets of a recipe whose phases validate on different data (``valid_data_path``): a validation
+    after step s scores the set of the phase that trained step s, and its record names that set's data. The sets
+    share the interval, size and masks (``ValidationSet``'s interface, so the loop reads either)."""
+
+    phases: tuple[tuple[int, ValidationSet, str], ...]
+    """(last step, validation set, its data in words) of each phase, in order."""
+
+    def __getattr__(self, name):  # interval, num_samples, due, scored: the same in every phase's set
+        return getattr(self.phases[0][1], name)
+
+    def evaluate(self, pm: ParallelModel, step: int, device: torch.device, precision: str = "auto") -> ValidationResult:
+        _, validation, data = next((p for p in self.phases if step <= p[0]), self.phases[-1])
+        return dataclasses.replace(validation.evaluate(pm, step, device, precision), data=data)
+
+
+def load_validation_set(cfg: Config, plan: ResolvedRun, group=None) -> ValidationSet | PhaseValidation | None:
+    """The run's validation set (None without --split or --valid-data-path), or one per validation data of its
+    recipe's phases; a DataError, before any work, when one cannot hold ``--eval-iters`` global batches in one
+    pass."""
     if not validation_enabled(cfg):
         return None
+    run_source = tuple(cfg.data.valid_data_path or plan.data_path)
+    by_phase = [(phase.last_step, phase.valid_data_path or run_source) for phase in recipe_of(cfg).phases]
+    sets = {source: _validation_set(cfg, plan, source, group) for _, source in by_phase}
+    if len(sets) == 1:
+        return sets[run_source if run_source in sets else by_phase[0][1]]
+    words = {source: " ".join(source) if source != run_source or cfg.data.valid_data_path else
+             f"--split {cfg.data.split}" for source in sets}
+    return PhaseValidation(tuple((last, sets[source], words[source]) for last, source in by_phase))
+
+
+def _validation_set(cfg: Config, plan: ResolvedRun, source: tuple[str, ...], group) -> ValidationSet:
     t, v = cfg.training, cfg.validation
     seq_length, vocab_size = plan.model_args.max_seq_length, plan.model_args.vocab_size
     iters, masking = eval_iters(cfg), plan.objective_schedule.masking
     num_samples = iters * t.global_batch_size
-    source = cfg.data.valid_data_path or plan.data_path
-    dataset = build_validation_dataset(StreamSpec(source, seq_length, num_samples, t.seed,
+    run_split = cfg.data.split is not None and source == tuple(plan.data_path)  # the --split documents
+    dataset = build_validation_dataset(StreamSpec(list(source), seq_length, num_samples, t.seed,
                                                   cache_dir=cfg.data.data_cache_path, vocab_size=vocab_size,
-                                                  split=plan.split), group)
+                                                  split=plan.split if run_split else None), group)
     available = dataset.first_pass_samples()
     if available < num_samples:
-        where = f"--split {cfg.data.split}" if cfg.data.split else f"--valid-data-path {' '.join(source)}"
+        given = "--valid-data-path" if list(source) == cfg.data.valid_data_path else "a phase's valid_data_path"
+        where = f"--split {cfg.data.split}" if run_split else f"{given} {' '.join(source)}"
         raise DataError(f"--eval-iters {iters} x --global-batch-size {t.global_batch_size} = {num_samples} "
                         f"validation samples, but the validation set ({where}) holds {available} samples of "
                         f"{seq_length} tokens; lower --eval-iters to at most {available // t.global_batch_size}, or "

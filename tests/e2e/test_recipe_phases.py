@@ -165,7 +165,7 @@ def test_the_tiny_three_phase_recipe_equals_three_chained_launches_bitwise(auste
 
 @pytest.mark.parametrize("phases, argv, message", [
     ([{"steps": 3, "sequence_length": 32}, {}], [], "unknown key phases[0].sequence_length"),
-    ([{"steps": 3, "valid_data_path": ["x"]}, {}], [], "phases cannot set valid_data_path yet"),
+    ([{"steps": 3}, {"valid_data_path": ["/nonexistent/valid"]}], [], "/nonexistent/valid"),
     ([{"steps": 3}, {"steps": 3}], [], "the phases' lengths add up to 6 steps, but the run is 9 steps"),
     ([{"steps": 3, "seq_length": 128}, {}], [], "phases[0].seq_length 128 is beyond the model's 64 positions"),
 ])
@@ -200,3 +200,22 @@ def test_a_phase_sets_its_own_global_batch_and_resumes_inside_it_bitwise(tiny, b
     first = tiny(*run, "--save", tmp_path / "resumed", "--exit-interval", "3")
     rest = tiny(*run, "--save", tmp_path / "resumed")
     assert {**first.losses, **rest.losses} == whole.losses
+
+
+def test_a_phase_validates_on_its_own_data_and_each_record_names_it(straight, tiny, blends, tmp_path):
+    """The third phase validates on C's documents: the validations of phases 1-2 are the straight run's (the
+    --split documents), phase 3's score C, the training is bitwise the straight run's, and a resume inside phase 3
+    validates on C again."""
+    folder, run = straight
+    phases = [*PHASES[:2], {**PHASES[2], "valid_data_path": [blends["C"]]}]
+    config, save = recipe_file(tmp_path, blends, phases), tmp_path / "ckpt"
+    validated = tiny("--config", config, *RUN, "--save", save)
+    assert validated.losses == run.losses  # validation never changes a step
+    straight_records = read_metrics(folder / "ckpt", kind="validation")
+    records = read_metrics(save, kind="validation")
+    assert [r.get("validation_data") for r in records] == ["--split 969,30,1", "--split 969,30,1", blends["C"]]
+    assert [r["mlm_loss"] for r in records[:2]] == [r["mlm_loss"] for r in straight_records[:2]]
+    assert records[2]["mlm_loss"] != straight_records[2]["mlm_loss"]
+    resumed = tiny("--config", config, *RUN, "--load", save / "iter_0000006", "--save", tmp_path / "resumed")
+    assert resumed.losses == {s: v for s, v in run.losses.items() if s > 6}
+    assert read_metrics(tmp_path / "resumed", kind="validation")[-1] == records[2]

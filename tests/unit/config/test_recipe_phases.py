@@ -74,7 +74,8 @@ def test_lengths_in_tokens(tmp_path):
      "unknown key phases[0].sequence_length; known: data_path, fraction, global_batch_size"),
     ([{"steps": 4, "global_batch_size": 10}, {}], ["--train-iters", "10"],
      "phases[0].global_batch_size 10 is not a multiple of --micro-batch-size x data-parallel size = 4"),
-    ([{"steps": 4, "valid_data_path": ["x"]}, {}], [], "phases cannot set valid_data_path yet"),
+    ([{"steps": 4}, {"valid_data_path": ["x"]}], ["--train-iters", "10"], "phases[1] sets valid_data_path, but the "
+     "phases before it have no validation data; give the run --valid-data-path (or --split), or set it in phases[0]"),
     ([{"steps": 4, "lr_warmup_iters": 2}, {}], [], "phases[0].lr_warmup_iters 2: a re-warmup takes at least 1 step, "
      "in a phase after the first"),
     ([{"steps": 4}, {"steps": 3, "lr_warmup_iters": 4}, {}], ["--train-iters", "10"],
