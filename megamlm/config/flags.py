@@ -35,6 +35,8 @@ def _objective(value: str) -> str:
 FLAG_TYPES = {"objective": (_objective, "{" + ",".join(OBJECTIVE_PHASES) + "} or a sequence of phases "
                                         "(" + ",".join(PHASE_OBJECTIVES) + ") joined by commas")}
 """Flags whose values a function checks (type, metavar): a str field with more values than a Literal can list."""
+FLAG_VALUE_NAMES = {"rampup_batch_size": ("START", "INCREMENT", "SAMPLES")}
+"""List flags of a fixed number of values, each named in --help (Megatron's names)."""
 
 
 class _OneOrMany(argparse.Action):
@@ -105,6 +107,8 @@ def _add_flag(group, section: str, f: dataclasses.Field, hint, doc: str) -> None
     elif listed:  # one value or a list of them
         kwargs.update(nargs="+", metavar=f.name.upper(),
                       action=type("_Items", (_OneOrMany,), {"type_of_items": get_args(listed[0])[0]}))
+        if f.name in FLAG_VALUE_NAMES:
+            kwargs["nargs"], kwargs["metavar"] = len(FLAG_VALUE_NAMES[f.name]), FLAG_VALUE_NAMES[f.name]
     elif f.name in FLAG_TYPES:
         kwargs["type"], kwargs["metavar"] = FLAG_TYPES[f.name]
     elif hint is bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from megamlm.config import Config, model_args_for, resolved_shape
+from megamlm.config.phases import recipe_of
 from megamlm.data import load_tokenizer
 from megamlm.data.embedded import TOKENIZER_FILE
 from megamlm.model.config import ModelArgs
@@ -82,6 +83,14 @@ def rank_estimates(cfg: Config, dims: ParallelDims, args: ModelArgs) -> list[dic
     return rows
 
 
+def _ramp_words(cfg: Config) -> str:
+    """The batch-size ramp-up in words, where the run has one (the batch line shows the global batch it reaches)."""
+    if not cfg.training.rampup_batch_size:
+        return ""
+    start, increment, samples = cfg.training.rampup_batch_size
+    return f", after a ramp-up from {start} by {increment} over {samples:,} samples (--rampup-batch-size)"
+
+
 def dry_run_report(cfg: Config, dims: ParallelDims) -> str:
     """``--dry-run``'s report of ``cfg`` in its checked layout ``dims`` (megamlm/training/startup.py)."""
     args = dry_run_model_args(cfg)
@@ -93,10 +102,12 @@ def dry_run_report(cfg: Config, dims: ParallelDims) -> str:
              f"layout: {dims.describe()}",
              f"batch: global {cfg.training.global_batch_size} = micro {cfg.training.micro_batch_size} x DP {dims.dp} x "
              f"{cfg.training.global_batch_size // (cfg.training.micro_batch_size * dims.dp)} micro-batches per step"
-             + (" | recompute" if cfg.parallel.recompute else ""),
+             + _ramp_words(cfg) + (" | recompute" if cfg.parallel.recompute else ""),
              "per rank (every TP and data-parallel rank of a pipeline rank holds the same share):",
              f"{'pp rank':>7} {'layers':>12} {'params/TP':>12} {'held':>12} {'weights+grads+adam':>19} "
              f"{'activations':>12} {'LM head':>8} {'total':>9}"]
+    if cfg.recipe.phases:  # what each phase trains, after the batch line
+        lines[3:3] = [f"  {line}" for line in recipe_of(cfg).describe()]
     for row in rank_estimates(cfg, dims, args):
         layers = row["layers"]
         contiguous = [int(n) for n in layers] == list(range(int(layers[0]), int(layers[-1]) + 1))

@@ -97,7 +97,8 @@ def test_a_run_stopped_mid_ramp_resumes_to_the_straight_run_bitwise(cache_dir, t
     (["--global-batch-size", "16", "--rampup-batch-size", "4", "5", "64"],
      "--global-batch-size 16 - START 4 = 12 is not a multiple of INCREMENT 5"),
     (["--global-batch-size", "16", "--rampup-batch-size", "16", "4", "64"], "not below --global-batch-size 16"),
-    (["--global-batch-size", "16", "--rampup-batch-size", "4", "4"], "takes three integers, START INCREMENT SAMPLES"),
+    (["--global-batch-size", "16", "--rampup-batch-size", "4", "4"], "argument --rampup-batch-size: expected 3 "
+     "arguments"),  # --help names them: --rampup-batch-size START INCREMENT SAMPLES
     (["--global-batch-size", "16", "--rampup-batch-size", "4", "4", "0"], "must be positive"),
     (["--global-batch-size", "16", "--micro-batch-size", "4", "--rampup-batch-size", "6", "2", "64"],
      "takes global batch 6, not a multiple of --micro-batch-size 4 x data-parallel size 1"),
