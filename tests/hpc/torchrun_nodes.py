@@ -37,17 +37,18 @@ def _kill(pids: list[int]) -> None:
 
 
 class TwoNodeRun:
-    """``pretrain.py ARGS`` under one torchrun per node; each node's output in ``<tmp>/<name>-<node>.log``."""
+    """``pretrain.py ARGS`` under one torchrun per node, ``per_node`` ranks each (a node's ranks are consecutive:
+    torchrun numbers them node rank x per_node + local rank); each node's output in ``<tmp>/<name>-<node>.log``."""
 
-    def __init__(self, tmp: Path, name: str, args: list[str], max_restarts: int = 0):
+    def __init__(self, tmp: Path, name: str, args: list[str], max_restarts: int = 0, per_node: int = 1):
         port = random.randrange(15000, 30000)  # below the ephemeral range; a fresh one per launch
         self.logs = {node: tmp / f"{name}-{node}.log" for node in (NODE1, NODE2)}
         self.procs: dict[str, subprocess.Popen] = {}
         for node in (NODE1, NODE2):
-            command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1",
-                       "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{NODE1}:{port}", "--rdzv-id", name,
-                       "--max-restarts", str(max_restarts), str(REPO / "pretrain.py"), *TINY, "--device", "cpu",
-                       *args]
+            command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+                       "--nproc-per-node", str(per_node), "--rdzv-backend", "c10d",
+                       "--rdzv-endpoint", f"{NODE1}:{port}", "--rdzv-id", name, "--max-restarts", str(max_restarts),
+                       str(REPO / "pretrain.py"), *TINY, "--device", "cpu", *args]
             with open(self.logs[node], "w") as log:
                 # nsenter enters the node and execs torchrun: the Popen's pid is torchrun's
                 self.procs[node] = subprocess.Popen(on_node(node, command), stdout=log, stderr=subprocess.STDOUT,

@@ -1,0 +1,53 @@
+"""Layouts across the stage's two nodes (issue 46 item 2), two ranks per node under one torchrun each, started by hand
+(torchrun_nodes.py): each equals one process's losses, step by step, with the layout tests' tolerance. Ranks are
+laid out tensor parallel fastest, pipeline slowest (megamlm/parallel/dims.py), and a node's ranks are consecutive, so:
+
+- TP=2 x PP=2: each stage's two tensor-parallel ranks on one node, the pipeline's activations across the nodes;
+- HSDP 2 x 2: parameters sharded over a node's two ranks, the two replicas on the two nodes (gradients all-reduced
+  across them).
+
+Data parallel across the nodes (one rank each) is every run of test_node_faults.py and test_two_nodes.py.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from nodes import two_nodes
+from slurm_jobs import REPO, TINY, job_env
+from torchrun_nodes import TwoNodeRun
+
+pytestmark = two_nodes
+# Two layers (a stage each under PP=2), one sample per micro-batch (HSDP's four data-parallel ranks of a batch of 4).
+FLAGS = ["--num-layers", "2", "--micro-batch-size", "1", "--train-iters", "6"]
+LAYOUTS = {"tp2_within_nodes_pp2_across": ["--tp", "2", "--pp", "2"],
+           "hsdp_shards_within_nodes_replicas_across": ["--dp-replicate", "2"]}
+
+
+def losses(save) -> list[float]:
+    records = [json.loads(line) for line in (save / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [r["loss"] for r in records if r.get("kind") == "train"]
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory) -> list[float]:
+    save = tmp_path_factory.mktemp("one") / "run"
+    out = subprocess.run([sys.executable, str(REPO / "pretrain.py"), *TINY, *FLAGS, "--device", "cpu", "--save",
+                          str(save)], env=job_env(), capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return losses(save)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_layout_across_two_nodes_equals_one_process(tmp_path, one_process, layout):
+    save = tmp_path / "run"
+    run = TwoNodeRun(tmp_path, layout, [*FLAGS, *LAYOUTS[layout], "--save", str(save)], per_node=2)
+    try:
+        run.finish()
+    finally:
+        run.close()
+    assert "parallel layout: world 4" in run.text()
+    assert losses(save) == pytest.approx(one_process, rel=1e-4), run.text()[-3000:]
