@@ -23,6 +23,7 @@ from megamlm.study.evidence.statistics import Sample
 from megamlm.study.evidence.trunks import trunks
 from megamlm.study.planning.arms import Arm, arm_of_run, arms
 from megamlm.study.planning.claims_table import KIND_NAMES, ClaimSpec, ClaimsTable, load_claims
+from megamlm.study.planning.cost import tokens_trained
 from megamlm.study.planning.plan import Plan
 from megamlm.study.planning.schema import StudyError
 
@@ -106,7 +107,7 @@ def _setting(plan: Plan, arm: Arm) -> dict:
     ft_steps = (e.hyperparameters.max_steps if e else None) or "the protocol's"
     return {"size": run.size, "layers": preset["num_layers"], "hidden": preset["hidden_size"],
             "steps": run.train_iters, "tokens_per_step": run.tokens_per_step,
-            "tokens": _tokens(run.tokens_per_step * run.train_iters),
+            "tokens": _tokens(tokens_trained(run, 0, run.train_iters)),
             "lrs": ", ".join(f"{lr:g}" for lr in (e.lrs if e else [])), "n_lrs": len(e.lrs) if e else 0,
             "n_ft_seeds": len(e.seeds) if e else 0, "ft_steps": ft_steps,
             "ft_examples": (e.max_train_examples or "all") if e else "all", "seeds": len(arm.runs)}
@@ -190,7 +191,7 @@ def _pairs_and_models(plan: Plan, spec: ClaimSpec) -> tuple[list[tuple[Arm, Arm,
                 early.append((a, b, steps[0]))
         if not early:
             return [], {"absent": "no checkpoint of both arms evaluated before the end (evaluation.checkpoint_steps)"}
-        facts.update(early=early[0][2], early_tokens=_tokens(early[0][2] * early[0][0].runs[0].tokens_per_step))
+        facts.update(early=early[0][2], early_tokens=_tokens(tokens_trained(early[0][0].runs[0], 0, early[0][2])))
         return early, facts
     e = plan.study.evaluation
     if e is None or len(e.lrs) < STABILITY_MIN_LRS:
@@ -220,9 +221,9 @@ def _tokens_of(plan: Plan, pairs: list[tuple[Arm, Arm, int | None]], compare: st
     run = a.runs[0]
     if compare == "continuation":
         parent = plan.run(run.continues)
-        return (f"{_tokens(parent.tokens_per_step * parent.train_iters)} + "
-                f"{_tokens(run.tokens_per_step * (run.train_iters - run.branch_step))} continued")
-    return _tokens(run.tokens_per_step * (step if step is not None else run.train_iters))
+        return (f"{_tokens(tokens_trained(parent, 0, parent.train_iters))} + "
+                f"{_tokens(tokens_trained(run, run.branch_step, run.train_iters))} continued")
+    return _tokens(tokens_trained(run, 0, step if step is not None else run.train_iters))
 
 
 def _seeds_text(sample: ClaimSample) -> str:

@@ -13,7 +13,9 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from megamlm.config.phases import recipe_of
 from megamlm.study.planning.plan import Plan
+from megamlm.study.planning.prefixes import planned_config
 from megamlm.study.planning.runs import Run
 from megamlm.study.planning.schema import Study, StudyError
 
@@ -81,19 +83,29 @@ class RunCost:
     gpu_hours: float | None
 
 
+def tokens_trained(run: Run, first: int, last: int) -> int:
+    """The tokens of ``run``'s steps ``first + 1``..``last`` as its launch trains them: step by step through its
+    recipe (a batch ramp-up, a phase's own batch or sequence length), not steps x a full step's tokens."""
+    tokens_through = recipe_of(planned_config(run.config)).tokens_through
+    return tokens_through(last) - tokens_through(first)
+
+
 def run_cost(run: Run, throughput: Throughput, independent: bool = False) -> RunCost:
-    """What ``run`` trains itself (``independent``: from step 0, as if nothing were shared)."""
-    counts = run.objective_steps(independent)
-    steps = sum(counts.values())
-    tokens = steps * run.tokens_per_step
+    """What ``run`` trains itself (``independent``: from step 0, as if nothing were shared), its tokens counted
+    step by step as the launch trains them (a batch ramp-up, a phase's own batch or sequence length)."""
+    first = 0 if independent else run.branch_step
+    steps = sum(run.objective_steps(independent).values())
+    tokens_through = recipe_of(planned_config(run.config)).tokens_through
     hours = 0.0
-    for objective, count in counts.items():
-        rate = throughput.per_gpu(run.size, objective)
+    for objective, start, end in run.phase_spans():
+        rate, since = throughput.per_gpu(run.size, objective), max(first, start - 1)
+        if end <= since:
+            continue
         if rate is None:
             hours = None
             break
-        hours += count * run.tokens_per_step / rate / 3600
-    return RunCost(steps, tokens, hours)
+        hours += (tokens_through(end) - tokens_through(since)) / rate / 3600
+    return RunCost(steps, tokens_through(run.train_iters) - tokens_through(first), hours)
 
 
 @dataclass

@@ -41,6 +41,20 @@ def test_gpu_hours_price_each_objective_at_its_own_figure(small_plan):
     assert (branch.steps, branch.gpu_hours) == (75, pytest.approx(75 * 512 / 1024 / 3600))
 
 
+def test_tokens_follow_a_batch_ramp_up_step_by_step(small_plan):
+    """With --rampup-batch-size 4 4 40 the first steps take 4 samples (10 steps), then 8: a step is not
+    global batch x sequence length until the ramp ends, in the plan's tokens and GPU-hours alike."""
+    ramp = {"pretrain": {"model": {"seq_length": 64},
+                         "training": {"micro_batch_size": 4, "global_batch_size": 8, "rampup_batch_size": [4, 4, 40],
+                                      "lr_warmup_iters": 10, "lr_wsd_decay_iters": 20}}}
+    plan = small_plan(ramp)
+    mlm = run_cost(plan.run("tiny-mlm100-m40"), by_objective(1024, 512))
+    assert mlm.tokens == (10 * 4 + 90 * 8) * 64
+    assert mlm.gpu_hours == pytest.approx(mlm.tokens / 1024 / 3600)
+    branch = run_cost(plan.run("tiny-clm25-mlm75-m40"), by_objective(1024, 512))
+    assert branch.tokens == 75 * 8 * 64  # steps 26-100, after the ramp
+
+
 def test_throughput_from_the_command_line_and_from_benchmark_files(small_study, tmp_path):
     study = small_study()
     one = throughput_for(study, ["tiny=2048"])
