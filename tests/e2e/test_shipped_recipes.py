@@ -85,7 +85,8 @@ def test_ettins_middle_phase_decays_to_the_rate_the_last_starts_from():
 @pytest.mark.slow
 @pytest.mark.parametrize("name", TINY[1:])
 def test_a_tiny_recipe_in_full(name, austen_books, tmp_path, monkeypatch):
-    """Each at the tiny preset's own width, 40 steps (tiny_three_phase's full run: tests/e2e/test_recipe_phases.py):
+    """Each at the tiny preset's own width, 40 steps (21-30 s each at a load of 4.5; tiny_three_phase's full run:
+    tests/e2e/test_recipe_phases.py):
     every boundary checkpointed, and the loss falls."""
     monkeypatch.chdir(austen_books)
     run = run_as_written("--config", RECIPES / f"{name}.yaml", "--save", tmp_path / "ckpt")
