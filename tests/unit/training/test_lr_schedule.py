@@ -156,3 +156,13 @@ def test_an_unknown_wsd_decay_style_is_one_line():
     with pytest.raises(ConfigError, match="invalid choice: '1-sqrt'.*minus_sqrt"):
         parse_args(["--lr-wsd-decay-style", "1-sqrt"])
     assert parse_args(["--lr-wsd-decay-style", "minus_sqrt"]).training.lr_wsd_decay_style == "minus_sqrt"
+
+
+@pytest.mark.parametrize("style", ["linear", "cosine", "exponential", "minus_sqrt"])
+def test_a_phase_that_decays_to_the_next_phases_rate_is_megatrons_decay_over_the_phase(style):
+    """A recipe's middle phase that decays (Ettin's mid-training: 8e-4 to 4e-4) is, step by step, megatron-core's
+    WSD decay from the phase's rate to the next phase's over the phase's steps; the phase after holds its rate."""
+    phases = ((1, 20, 8e-4, None, None), (21, 73, 8e-4, 4e-4, style), (74, 80, 4e-4, None, None))
+    ours = LRSchedule(8e-4, 0.0, "wsd", 5, 0, 80, phase_lrs=phases).table(80).tolist()
+    assert ours[5:20] == [8e-4] * 15 and ours[73:] == [4e-4] * 7
+    assert ours[20:73] == pytest.approx(_megatron_lrs(8e-4, 4e-4, 0, 53, 53, style), rel=1e-14, abs=0)
