@@ -35,6 +35,26 @@ def cache_dir(tmp_path_factory):
         os.environ["MEGAMLM_CACHE"] = previous
 
 
+LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+@pytest.fixture(autouse=True)
+def launcher_environment_left_as_found():
+    """A test that leaves a launcher's variables behind fails itself (and they are put back): with WORLD_SIZE=2 left
+    in the environment, every later in-process run of the suite would wait for a peer that never comes."""
+    before = {name: os.environ.get(name) for name in LAUNCHER_VARIABLES}
+    yield
+    changed = {name for name in LAUNCHER_VARIABLES if os.environ.get(name) != before[name]}
+    for name in changed:
+        if before[name] is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before[name]
+    if changed:
+        pytest.fail(f"the test left {', '.join(sorted(changed))} changed in the environment; set them with "
+                    "monkeypatch.setenv (a monkeypatch.delenv of an unset variable is not undone)")
+
+
 # ---- --cpu-durations: where the suite's time goes, on a machine others load too ---------------------------------
 
 def pytest_addoption(parser):

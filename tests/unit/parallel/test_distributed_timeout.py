@@ -23,8 +23,9 @@ def started_with(monkeypatch, flags: list[str]) -> tuple[dict, list[str]]:
     monkeypatch.setattr(launch.dist, "init_process_group", lambda *a, **kw: calls.append(kw))
     monkeypatch.setattr(ParallelDims, "build_mesh", lambda self, device_type: None)
     monkeypatch.setattr(runtime, "log", lines.append)
-    for name in TWO_RANKS:
-        monkeypatch.delenv(name, raising=False)  # init_distributed exports them; monkeypatch takes them back
+    for name in TWO_RANKS:  # init_distributed exports them: set then delete, so that monkeypatch records each one
+        monkeypatch.setenv(name, "")  # and removes it again after the test (a delenv of an unset variable records
+        monkeypatch.delenv(name)  # nothing: WORLD_SIZE=2 left behind made every later in-process run wait for a peer)
     cfg = parse_args(["--train-iters", "4", *flags])
     runtime.start_parallel(ParallelDims.of(2, cfg.parallel, 1), torch.device("cpu"),
                            cfg.parallel.distributed_timeout_minutes)
