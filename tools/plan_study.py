@@ -36,7 +36,7 @@ from megamlm.study.planning.plan import build_plan  # noqa: E402
 from megamlm.study.planning.schema import StudyError  # noqa: E402
 from megamlm.study.planning.table import plan_table  # noqa: E402
 from megamlm.study.reporting.report import write_report  # noqa: E402
-from megamlm.study.running.commands import REPO, pretrain_command  # noqa: E402
+from megamlm.study.running.commands import REPO, config_file_lines, pretrain_command  # noqa: E402
 from megamlm.study.running.local import LocalRunner, outcome_table, subprocess_executor  # noqa: E402
 from megamlm.study.running.slurm import emit_slurm  # noqa: E402
 
@@ -75,6 +75,7 @@ def local_script(plan, study_path: str) -> str:
              "relaunched).", f"# Exports, fine-tuning, skip-finished and failure handling: "
              f"python tools/plan_study.py {study_path} --run", "set -euo pipefail", f"cd {shlex.quote(os.getcwd())}"]
     for run in plan.runs:
+        lines += config_file_lines(plan, run)
         lines.append(" ".join(shlex.quote(part) for part in pretrain_command(plan, run, repo=str(REPO))))
     return "\n".join(lines) + "\n"
 

@@ -20,6 +20,7 @@ from megamlm.eval.tasks import TaskSettings
 from megamlm.model.config import PRESETS
 from megamlm.study.planning.claims_table import load_claims
 from megamlm.study.planning.naming import arm_label
+from megamlm.study.planning.phase_arms import check_phase_arms, phase_arm_specs
 from megamlm.study.planning.schema import (
     EVALUATE_OWN_SETTINGS,
     ContinuationObjective,
@@ -78,9 +79,10 @@ def validate_study(study: Study) -> None:
         if size not in PRESETS:
             raise StudyError(f"sizes: unknown model preset {size!r}; choose from {', '.join(PRESETS)}")
     _nonempty_unique(study.seeds, "seeds")
-    if not study.grids and not study.schedules:
-        raise StudyError("grids is missing or empty, and so is schedules: the study has no arm; give at least one "
-                         "grid of budgets and CLM fractions, or one schedule of phases")
+    if not study.grids and not study.schedules and not study.phase_arms:
+        raise StudyError("grids is missing or empty, and so is schedules, and phase_arms: the study has no arm; "
+                         "give at least one grid of budgets and CLM fractions, one schedule of phases, or phase_arms "
+                         "over pretrain.config's recipe phases")
     for i, grid in enumerate(study.grids):
         where = f"grids[{i}]"
         _nonempty_unique(grid.budgets, f"{where}.budgets")
@@ -101,15 +103,17 @@ def validate_study(study: Study) -> None:
         if schedule.seeds:
             _nonempty_unique(schedule.seeds, f"schedules[{i}].seeds")
     _check_pretrain_sections(study.pretrain, "pretrain")
-    pretrain_settings(study)  # the config file exists and parses
-    labels = {arm_label(*arm.spec) for arm in study_arms(study)}
+    settings = pretrain_settings(study)  # the config file exists and parses
+    check_phase_arms(study, settings)
+    labels = {arm_label(*arm.spec) for arm in study_arms(study)} | {
+        arm.label for arm in phase_arm_specs(study, settings)}
     for i, continuation in enumerate(study.continued_pretraining):
         where = f"continued_pretraining[{i}]"
         _nonempty_unique(continuation.parents, f"{where}.parents")
         for parent in continuation.parents:
             if parent not in labels:
-                raise StudyError(f"{where}.parents: no arm {parent!r} in the grids and schedules; they make "
-                                 f"{', '.join(sorted(labels))}")
+                raise StudyError(f"{where}.parents: no arm {parent!r} in the grids, schedules and phase arms; "
+                                 f"they make {', '.join(sorted(labels))}")
         _nonempty_unique(continuation.steps, f"{where}.steps")
         _positive(continuation.steps, f"{where}.steps")
         _check_pretrain_sections(continuation.pretrain, f"{where}.pretrain")

@@ -19,9 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from megamlm.config import Config, ConfigError, given_config, validate
+from megamlm.config import Config, ConfigError, config_from_settings, given_config, switch_steps, validate
+from megamlm.config.flags import given_settings
+from megamlm.config.phases import check_recipe_against_model, recipe_of
+from megamlm.config.recipes import with_recipe
 from megamlm.study.planning.naming import arm_label, continuation_label, run_name
-from megamlm.study.planning.prefixes import place, placement_order, stream_key
+from megamlm.study.planning.phase_arms import PhaseArmSpec, phase_arm_specs
+from megamlm.study.planning.prefixes import place, placement_order, planned_config, stream_key
 from megamlm.study.planning.runs import Run
 from megamlm.study.planning.schema import ArmSpec, Study, StudyError, all_seeds, study_arms
 from megamlm.study.planning.settings import merge_settings, pretrain_settings
@@ -51,9 +55,16 @@ class Plan:
     def save_dir(self, run: Run) -> str:
         return str(Path(self.root) / run.name)
 
+    def config_file(self, run: Run) -> Path | None:
+        """The run's whole config as a pretrain.py --config file (``config_text``), for a run whose recipe has
+        phases (a ``phases:`` list can only be given in a file); None for the others (their settings are flags)."""
+        return Path(self.root) / "configs" / f"{run.name}.yaml" if run.config.recipe.phases else None
+
     def flags(self, run: Run) -> list[str]:
         """The pretrain.py flags of a run, as launched from the planning folder."""
-        flags = settings_flags(run.settings) + ["--save", self.save_dir(run)]
+        config_file = self.config_file(run)
+        flags = ["--config", str(config_file)] if config_file else settings_flags(run.settings)
+        flags += ["--save", self.save_dir(run)]
         if run.save_at:
             flags += ["--save-at", ",".join(map(str, run.save_at))]
         if run.parent is not None and run.branch_step:
@@ -102,12 +113,23 @@ def settings_flags(settings: dict[str, dict]) -> list[str]:
     return flags
 
 
-def _parse(flags: list[str], where: str) -> Config:
+def _parse(flags: list[str], where: str, file_settings: dict | None = None) -> Config:
     """A run's flags as a validated Config, without a launch's fill-ins (the batch sizes fitted to a world size are
-    the launch's: the plan does not know where each run will run)."""
+    the launch's: the plan does not know where each run will run). ``file_settings``: the run's --config file's
+    settings (a run with phases), which the flags override as pretrain.py's do; its phases are then applied as a
+    launch applies them (``prefixes.planned_config``) and checked against the model."""
     try:
-        cfg, _ = given_config(flags)  # with the preset's recipe, as pretrain.py will run it
+        if file_settings is None:
+            cfg, _ = given_config(flags)  # with the preset's recipe, as pretrain.py will run it
+        else:
+            settings = {section: dict(values) for section, values in file_settings.items()}
+            for section, values in given_settings(flags).items():
+                settings.setdefault(section, {}).update(values)
+            cfg = config_from_settings(settings)
         validate(cfg)
+        if cfg.recipe.phases:
+            cfg = planned_config(cfg)
+            check_recipe_against_model(cfg, recipe_of(cfg))
         return cfg
     except ConfigError as err:
         raise StudyError(f"{where}: {err}") from None
@@ -121,6 +143,7 @@ def _arm_run(base: dict, size: str, seed: int, arm: ArmSpec, label: str, several
     """One run of an arm (``schema.grid_arms``, ``schema.schedule_arms``) at one size and seed; ``several_seeds``
     (the study trains more than one) puts the seed in the run's name."""
     base = {section: dict(values) for section, values in base.items()}
+    base.pop("recipe", None)  # a continuation of a phase arm trains its one objective, not the parent's phases
     if not arm.switch_steps:  # a one-objective run has no switch (a base config's switch_step would only confuse)
         for key in ("switch", "switch_step"):
             base.get("objective", {}).pop(key, None)
@@ -137,6 +160,24 @@ def _arm_run(base: dict, size: str, seed: int, arm: ArmSpec, label: str, several
                settings, config, continues=continues)
 
 
+def _phase_arm_run(base: dict, size: str, seed: int, spec: PhaseArmSpec, several_seeds: bool) -> Run:
+    """One run of a phase arm (``phase_arms.phase_arm_specs``) at one size and seed: the study's settings with the
+    arm's phases, the preset's recipe filled in (``settings`` is then the run's whole --config file)."""
+    settings = merge_settings(base, {"model": {"model": size}, "training": {"train_iters": spec.train_iters,
+                                                                            "seed": seed}})
+    settings["recipe"] = {"phases": spec.phases}
+    try:
+        settings, _ = with_recipe(settings)
+    except ConfigError as err:
+        raise StudyError(f"run {run_name(size, spec.label, seed, several_seeds)}: {err}") from None
+    name = run_name(size, spec.label, seed, several_seeds)
+    config = _parse(["--save", name], f"run {name}", settings)
+    t = config.training
+    return Run(name, spec.label, size, seed, config.objective.objective, t.train_iters,
+               tuple(switch_steps(config.objective, t.train_iters)), recipe_of(config).phases[0].mask_ratio,
+               settings, config)
+
+
 def build_plan(study: Study, root: str | None = None) -> Plan:
     """The plan of runs of a checked study (``load.load_study``); raises StudyError for a run pretrain.py would
     refuse."""
@@ -150,6 +191,10 @@ def build_plan(study: Study, root: str | None = None) -> Plan:
                 if seed in arm.seeds:
                     run = _arm_run(base, size, seed, arm.spec, arm_label(*arm.spec), several_seeds)
                     arms.setdefault(run.name, run).reproduces_paper |= arm.reproduces_paper
+            for spec in phase_arm_specs(study, base):
+                if seed in spec.seeds:
+                    run = _phase_arm_run(base, size, seed, spec, several_seeds)
+                    arms.setdefault(run.name, run).reproduces_paper |= spec.reproduces_paper
     pretraining = place(sorted(arms.values(), key=placement_order))
     by_label = {(r.size, r.seed, r.label): r for r in pretraining}
     continuations = []
@@ -203,7 +248,11 @@ def _pin_checkpoints(plan: Plan) -> None:
         steps = {plan.run(child).branch_step for child in run.children if plan.run(child).branch_step}
         steps |= set(plan.evaluated_steps(run))
         run.save_at = sorted(s for s in steps if run.branch_step < s < run.train_iters)
-        _parse(plan.flags(run), f"run {run.name}")
+        flags = plan.flags(run)
+        if plan.config_file(run) is None:
+            _parse(flags, f"run {run.name}")
+        else:  # the flags after --config FILE, over the file's settings
+            _parse(flags[2:], f"run {run.name}", run.settings)
 
 
 def _check_branches(plan: Plan) -> None:

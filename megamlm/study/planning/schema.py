@@ -17,6 +17,7 @@ from typing import Literal, NamedTuple
 
 from megamlm.config import field_docs, fraction_step, objective_name
 from megamlm.config.loader import keys_of
+from megamlm.config.phase_fields import PhaseConfig
 from megamlm.errors import UserError
 from megamlm.eval.finetune import Hyperparameters
 from megamlm.eval.runner import PAPER_LRS, PAPER_SEEDS
@@ -67,6 +68,31 @@ class Schedule:
     mask_ratios: list[float] = field(default_factory=lambda: [0.4])
     """Mask ratios of the phases that mask (mlm, mntp), each its own arm (runs branch from each other only at the
     same mask ratio)."""
+    reproduces_paper: bool = False
+    """True: these arms are models the paper trained (as grids[].reproduces_paper)."""
+    seeds: list[int] = field(default_factory=list)
+    """Pretraining seeds of these arms (default: the study's `seeds`)."""
+
+
+@dataclass(frozen=True)
+class PhaseArm:
+    label: str
+    """The arm's name in run names and the report ({size}-{label}[-s{seed}]), e.g. decay-m15."""
+    phases: list[PhaseConfig] = field(default_factory=list)
+    """Changes to pretrain.config's phases, one mapping per phase in order, each holding only what this arm
+    changes ({} keeps a phase as written; phases left out are kept): [{}, {mask_ratio: 0.15}] lowers the second
+    phase's mask rate. A key is any a phase sets (mask_ratio, data_path, objective, seq_length, rope_theta, steps,
+    global_batch_size, ...: the phases: keys of pretrain.py)."""
+
+
+@dataclass(frozen=True)
+class PhaseArms:
+    arms: list[PhaseArm]
+    """The arms, each pretrain.config's phases with its changes: every arm shares the steps it trains alike with
+    the others (a stable phase they share is trained once; each branches where its phases first differ)."""
+    budgets: list[int]
+    """Steps of each model (pretrain.py --train-iters): one arm per budget (the label gets -BUDGET when there are
+    several); the phases' lengths must fit it (the last phase may leave its length out to fill the rest)."""
     reproduces_paper: bool = False
     """True: these arms are models the paper trained (as grids[].reproduces_paper)."""
     seeds: list[int] = field(default_factory=list)
@@ -176,6 +202,11 @@ class Study:
     """pretrain.py settings shared by every run: `config` (a pretrain.py YAML file, relative to the study file) and
     config sections (model, data, training, checkpoint, logging, validation, parallel, performance), which win over
     the file's."""
+    phase_arms: list[PhaseArms] = field(default_factory=list)
+    """Arms trained from scratch that differ in the settings of pretrain.config's recipe phases (its phases:
+    list): data, mask rate, objective, sequence length, RoPE base, batch, lengths (e.g. one stable phase and decay
+    phases of several mask rates, the WSD-branching ablation: examples/studies/wsd_branches.yaml). A study whose
+    pretrain.config has phases declares its arms here only."""
     continued_pretraining: list[Continuation] = field(default_factory=list)
     """Continued-pretraining arms from finished arms."""
     evaluation: Evaluation | None = None
@@ -272,14 +303,16 @@ def study_arms(study: Study) -> list[StudyArm]:
 
 
 def all_seeds(study: Study) -> list[int]:
-    """Every pretraining seed of the study: its own and its grids' and schedules'."""
-    return sorted({*study.seeds, *(seed for arm in study_arms(study) for seed in arm.seeds)})
+    """Every pretraining seed of the study: its own and its grids', schedules' and phase arms'."""
+    return sorted({*study.seeds, *(seed for arm in study_arms(study) for seed in arm.seeds),
+                   *(seed for group in study.phase_arms for seed in group.seeds)})
 
 
 def key_reference() -> str:
     """Every study key with its documentation, as a Markdown table (examples/studies/README.md prints it)."""
     lines = ["| key | meaning |", "|---|---|"]
-    sections = (("", Study), ("grids[].", Grid), ("schedules[].", Schedule),
+    sections = (("", Study), ("grids[].", Grid), ("schedules[].", Schedule), ("phase_arms[].", PhaseArms),
+                ("phase_arms[].arms[].", PhaseArm),
                 ("continued_pretraining[].", Continuation), ("evaluation.", Evaluation), ("cost.", Cost),
                 ("slurm.", Slurm))
     for prefix, cls in sections:

@@ -16,10 +16,13 @@ baselines are computed.
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 from megamlm.checkpoint.catalog import iteration_dir
+from megamlm.eval.results import write_text_atomic
+from megamlm.study.planning.phase_arms import config_text
 from megamlm.study.planning.plan import Plan
 from megamlm.study.planning.runs import Run
 from megamlm.study.planning.schema import EVALUATE_OWN_SETTINGS
@@ -75,6 +78,25 @@ def pretrain_command(plan: Plan, run: Run, python: str = "python", nproc_per_nod
     launcher = [python, script] if nproc_per_node == 1 else \
         ["torchrun", "--standalone", "--nproc-per-node", str(nproc_per_node), script]
     return launcher + plan.flags(run)
+
+
+def write_config_file(plan: Plan, run: Run) -> None:
+    """Write the --config file of a run with phases (``Plan.config_file``) where the local runner launches it."""
+    path = plan.config_file(run)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, config_text(run.settings, run.name))
+
+
+def config_file_lines(plan: Plan, run: Run) -> list[str]:
+    """Shell lines that write the run's --config file (a run with phases) before it is launched, so that an emitted
+    script holds everything it runs; none for a run given by flags alone."""
+    path = plan.config_file(run)
+    if path is None:
+        return []
+    quoted = shlex.quote(str(path))
+    return [f"mkdir -p {shlex.quote(str(path.parent))}", f"cat > {quoted} <<'MEGAMLM_CONFIG'",
+            config_text(run.settings, run.name).rstrip("\n"), "MEGAMLM_CONFIG"]
 
 
 def export_command(plan: Plan, model: EvaluatedModel, python: str = "python", repo: str = "") -> list[str]:

@@ -32,6 +32,7 @@ from megamlm.study.running.commands import (
     log_file,
     pretrain_command,
     status_file,
+    write_config_file,
 )
 
 Executor = Callable[[list[str], Path], int]
@@ -122,6 +123,7 @@ class LocalRunner:
             if resumed_from:
                 state, note = "resumed", f"from step {resumed_from}"
                 self.log(f"[study] {run.name}: resuming from step {resumed_from}")
+            write_config_file(self.plan, run)
             code = self._timed("pretrain", seconds, commands["pretrain"], run)
             if code != 0:
                 return Outcome(run.name, "failed", f"pretrain.py exited {code}; log "

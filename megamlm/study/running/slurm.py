@@ -30,7 +30,7 @@ from megamlm.study.planning.checks import check_script_path, check_slurm_values
 from megamlm.study.planning.plan import Plan
 from megamlm.study.planning.runs import Run
 from megamlm.study.planning.schema import StudyError
-from megamlm.study.running.commands import REPO, evaluate_command, evaluated_models, export_command
+from megamlm.study.running.commands import REPO, config_file_lines, evaluate_command, evaluated_models, export_command
 from megamlm.study.running.job_inputs import WARNING_S, check_time_limits, missing_inputs
 
 ENV_FILE = "env.sh"
@@ -154,7 +154,7 @@ def pretrain_script(plan: Plan, run: Run, workdir: Path) -> str:
         "# Submitted by submit.sh once per segment: with TARGET_STEP=N the job stops at step N with a checkpoint",
         "# (--exit-interval N), the branch point its children start from; the next segment resumes from it.",
         *_preamble(_repo_from(workdir)), *layout,
-        *_reached_check(save, run.name),
+        *_reached_check(save, run.name), *config_file_lines(plan, run),
         _wrap(["bash", '"$REPO/examples/slurm/pretrain_nvidia.sbatch"', *_shell(plan.flags(run)),
                '${TARGET_STEP:+--exit-interval "$TARGET_STEP"}']), ""])
 
