@@ -12,6 +12,15 @@ from megamlm.training.metrics_file import read_metrics
 
 VALIDATION_METRICS = (("mlm_loss", "validation MLM loss"), ("mlm_accuracy", "validation MLM accuracy"),
                       ("clm_loss", "validation CLM loss"))
+PHASE_METRICS = {"mntp": ("mntp_loss", "validation MNTP loss")}
+"""What validation scores beyond ``VALIDATION_METRICS`` (MLM and CLM, always) when a run trains that objective in
+some phase (training/validation.py)."""
+
+
+def validation_metrics(plan: Plan) -> tuple[tuple[str, str], ...]:
+    """The validation table's columns: MLM and CLM always, and the objective of every phase some run trains."""
+    trained = {objective for run in plan.runs for objective in run.phases}
+    return VALIDATION_METRICS + tuple(metric for objective, metric in PHASE_METRICS.items() if objective in trained)
 
 
 def validation_curve(plan: Plan, run: Run) -> list[dict]:

@@ -49,7 +49,7 @@ from megamlm.study.planning.cost import throughput_for
 from megamlm.study.planning.plan import Plan
 from megamlm.study.planning.table import plan_table
 from megamlm.study.reporting.claims_text import claims_section
-from megamlm.study.reporting.curves import VALIDATION_METRICS, final_validation, run_metrics
+from megamlm.study.reporting.curves import final_validation, run_metrics, validation_metrics
 from megamlm.study.reporting.figure_data import draw_figures
 from megamlm.study.reporting.lr_grid import lr_grid_section
 from megamlm.study.reporting.paired_text import paired_section
@@ -67,26 +67,28 @@ from megamlm.study.running.local import finished_step
 
 def validation_section(plan: Plan, rehearsal: bool = False) -> tuple[str, dict[str, dict[str, Sample]]]:
     values: dict[str, dict[str, Sample]] = {}
-    lines = ["| arm | seeds | " + " | ".join(title for _, title in VALIDATION_METRICS) + " |",
-             "|---|---|" + "---|" * len(VALIDATION_METRICS)]
+    metrics = validation_metrics(plan)  # each phase's objective: MNTP's loss where a phase trains it
+    lines = ["| arm | phases | seeds | " + " | ".join(title for _, title in metrics) + " |",
+             "|---|---|---|" + "---|" * len(metrics)]
     for arm in arms(plan):
         finals = [f for f in (final_validation(plan, run) for run in arm.runs) if f is not None]
         if not finals:
             continue
-        values[arm.label] = {m: Sample([f[m] for f in finals if f.get(m) is not None]) for m, _ in VALIDATION_METRICS}
+        values[arm.label] = {m: Sample([f[m] for f in finals if f.get(m) is not None]) for m, _ in metrics}
         cells = []
-        for metric, _ in VALIDATION_METRICS:
+        for metric, _ in metrics:
             seeds = values[arm.label][metric].pretraining
             if not seeds:
                 cells.append("–")
                 continue
             mean, ci = mean_confidence_interval(seeds)
             cells.append(f"{fmt_mean(mean, ci, 3)} ({', '.join(f'{v:.3f}' for v in seeds)})")
-        lines.append(f"| {arm.label} | {len(finals)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {arm.label} | {' -> '.join(arm.runs[0].phases)} | {len(finals)} | " + " | ".join(cells)
+                     + " |")
     if not values:
         return "No run has finished yet.\n", values
     text = ("Final validation scores: mean ± 95% t-interval over seeds (each seed's value in parentheses):\n\n"
-            + "\n".join(lines) + "\n\n" + comparison_table(values, [m for m, _ in VALIDATION_METRICS], 3, rehearsal))
+            + "\n".join(lines) + "\n\n" + comparison_table(values, [m for m, _ in metrics], 3, rehearsal))
     return text, values
 
 

@@ -2,16 +2,21 @@
 train alike, the WSD-branching ablation trains its stable phase once, and the runs are launched with their
 phases in a --config file that pretrain.py reads as the planner did."""
 
+import json
+from pathlib import Path
+
 import pytest
 import yaml
 from helpers import expect_one_line, tool_main
 from small_study import write_study
+from test_local import make_checkpoint
 
 from megamlm.config import parse_args
 from megamlm.study.planning.load import load_study
 from megamlm.study.planning.phase_arms import config_text
 from megamlm.study.planning.plan import build_plan
 from megamlm.study.planning.schema import StudyError
+from megamlm.study.reporting.report import validation_section
 from megamlm.study.running.commands import config_file_lines
 from megamlm.training.lineage import History, Segment
 
@@ -94,3 +99,25 @@ def test_phase_arms_without_phases_to_change_are_refused(tmp_path):
     trunk = {key: value for key, value in TRUNK.items() if key != "phases"}
     with pytest.raises(StudyError, match="phase_arms change the phases of pretrain.config, but it has none"):
         load_study(study_file(tmp_path, trunk=trunk))
+
+
+def test_the_validation_table_covers_each_phases_objectives(tmp_path):
+    """A run whose phases train MLM then CLM shows both validation losses, and an arm whose decay trains MNTP
+    adds the MNTP loss column (validation scores it only where a phase trains it)."""
+    arms = [{"label": "decay-clm", "phases": [{}, {"objective": "clm"}]},
+            {"label": "decay-mntp", "phases": [{}, {"objective": "mntp"}]}]
+    plan = build_plan(load_study(study_file(tmp_path, arms, root=str(tmp_path / "runs"))))
+    for run in plan.runs:
+        folder = Path(plan.save_dir(run))
+        folder.mkdir(parents=True)
+        mntp = {"mntp_loss": 4.25} if "mntp" in run.phases else {}
+        (folder / "metrics.jsonl").write_text(json.dumps({
+            "kind": "validation", "step": 16, "mlm_loss": 5.5, "mlm_accuracy": 0.25, "clm_loss": 6.5, **mntp}) + "\n")
+        make_checkpoint(folder, 16)
+    text, _ = validation_section(plan)
+    assert "| arm | phases | seeds | validation MLM loss | validation MLM accuracy | validation CLM loss | " \
+           "validation MNTP loss |" in text
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| tiny-")}
+    assert rows["tiny-decay-clm"].startswith("| tiny-decay-clm | mlm -> clm | 1 | 5.500") and "6.500" in \
+        rows["tiny-decay-clm"] and rows["tiny-decay-clm"].endswith("| – |")
+    assert "| mlm -> mntp |" in rows["tiny-decay-mntp"] and "4.250" in rows["tiny-decay-mntp"]
