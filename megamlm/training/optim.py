@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from dataclasses import dataclass
 
 import torch
 from torch.distributed.tensor import DTensor
@@ -81,23 +82,31 @@ def wsd_decay_factor(style: WSDDecayStyle, decayed: float) -> float:
     raise ValueError(f"unknown WSD decay style {style!r}")
 
 
+@dataclass
 class LRSchedule:
-    """The learning rate of each 1-based step; stateless except for its settings, which a resume checks."""
+    """The learning rate of each 1-based step; stateless except for its settings (this dataclass's fields, which a
+    resume checks)."""
 
-    def __init__(self, peak_lr: float, min_lr: float, style: LRDecayStyle, warmup_iters: int, decay_iters: int,
-                 train_iters: int, wsd_decay_style: WSDDecayStyle = "linear", rewarmups=(), phase_lrs=()):
-        self.peak_lr, self.min_lr, self.style = peak_lr, min_lr, style
-        self.warmup_iters, self.decay_iters, self.train_iters = warmup_iters, decay_iters, train_iters
-        self.wsd_decay_style = wsd_decay_style
-        self.rewarmups = tuple((int(first), int(iters)) for first, iters in rewarmups)
-        """(first step, steps) of each re-warmup at a recipe phase's start (config/phases.py): the rate of those
-        steps is the schedule's times (step - first + 1) / steps."""
+    peak_lr: float
+    min_lr: float
+    style: LRDecayStyle
+    warmup_iters: int
+    decay_iters: int
+    train_iters: int
+    wsd_decay_style: WSDDecayStyle = "linear"
+    rewarmups: tuple = ()
+    """(first step, steps) of each re-warmup at a recipe phase's start (config/phases.py): the rate of those steps
+    is the schedule's times (step - first + 1) / steps."""
+    phase_lrs: tuple = ()
+    """(first step, last step, learning rate, end or None, decay shape or None) of each recipe phase, where the
+    phases set their own learning rates (config/phases.py ``phase_learning_rates_of``): after the warmup, a step's
+    rate is its phase's, held, or decayed from it to ``end`` over the phase's steps by ``wsd_decay_factor`` (the
+    last phase's decay to --min-lr is then WSD's, float for float)."""
+
+    def __post_init__(self):  # lists (a run record's JSON) as tuples of numbers
+        self.rewarmups = tuple((int(first), int(iters)) for first, iters in self.rewarmups)
         self.phase_lrs = tuple((int(first), int(last), float(lr), None if end is None else float(end), style)
-                               for first, last, lr, end, style in phase_lrs)
-        """(first step, last step, learning rate, end or None, decay shape or None) of each recipe phase, where the
-        phases set their own learning rates (config/phases.py ``phase_learning_rates_of``): after the warmup, a step's
-        rate is its phase's, held, or decayed from it to ``end`` over the phase's steps by ``wsd_decay_factor``
-        (the last phase's decay to --min-lr is then WSD's, float for float)."""
+                               for first, last, lr, end, style in self.phase_lrs)
 
     def lr_at(self, step: int) -> float:
         lr = self._schedule_lr_at(step)
