@@ -143,10 +143,10 @@ def test_a_slow_node_slows_the_steps_which_the_log_shows_and_the_run_goes_on(tmp
     assert f"step {slow}/40" in run.text()
 
 
-@pytest.mark.xfail(run=False, reason="known defect, not yet fixed: inside the full HPC stage the killed worker's peer "
-                   "on mmnode1, sent SIGTERM by its torchrun, never exits, so the restarted worker on mmnode2 spends its "
-                   "one restart on 'Gloo connectFullMesh failed ... Connection refused' and mmnode1's torchrun hangs "
-                   "(passed alone; failed in every full stage run, 2026-12-03)")
+@pytest.mark.xfail(run=False, reason="known defect, not yet fixed: inside the full HPC stage the killed worker's "
+                   "peer on mmnode1, sent SIGTERM by its torchrun, never exits, so the restarted worker on mmnode2 "
+                   "spends its one restart on 'Gloo connectFullMesh failed ... Connection refused' and mmnode1's "
+                   "torchrun hangs (passed alone; failed in every full stage run, 2026-12-03)")
 def test_torchrun_restarts_after_a_worker_crash_and_the_restarted_workers_resume_exactly(tmp_path, runs, straight):
     save = tmp_path / "run"
     run = TwoNodeRun(tmp_path, "elastic", [*ITERS, "--save", str(save)], max_restarts=1)
