@@ -67,10 +67,6 @@ def _phase_section() -> type:
 PhaseConfig = _phase_section()
 
 
-NOT_YET: dict[str, str] = {}
-"""Fields a phase declares but cannot set yet, and why: a phase that sets one is refused in one line."""
-
-
 @dataclass(frozen=True)
 class RecipeConfig:
     phases: list[PhaseConfig] = setting(factory=list, role="objective", yaml_only=True)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import get_args
 
 from megamlm.config.derived import fraction_step, objective_name, objective_phases, resolved_shape, switch_steps
-from megamlm.config.phase_fields import NOT_YET, PhaseConfig
+from megamlm.config.phase_fields import PhaseConfig
 from megamlm.config.rampup import BatchSizes
 from megamlm.config.sections import PHASE_OBJECTIVES, Config, WSDDecayStyle
 from megamlm.errors import ConfigError
@@ -174,9 +174,6 @@ def _name(index: int) -> str:
 def _check_item(index: int, item: PhaseConfig, last: bool) -> None:
     """What one phase sets, on its own: one line naming the phase, the field and the fix."""
     where = _name(index)
-    for field_name, why in NOT_YET.items():
-        if getattr(item, field_name) is not None:
-            raise ConfigError(f"{where} sets {field_name}: phases cannot set {field_name} yet ({why}); drop it")
     lengths = [key for key in ("steps", "tokens", "fraction") if getattr(item, key) is not None]
     if len(lengths) > 1:
         raise ConfigError(f"{where} gives both {lengths[0]} and {lengths[1]}; give its length one way")
@@ -361,23 +358,20 @@ def _check_run_length(cfg: Config, recipe: Recipe) -> None:
                           "phase's length out: it runs to the end)")
 
 
-def rewarmups_of(cfg: Config) -> tuple[tuple[int, int], ...]:
-    """(first step, steps) of every phase's re-warmup, for the one LR schedule (training/lineage.py builds it);
-    none, without resolving anything, when no phase sets one."""
-    if not any(item.lr_warmup_iters for item in cfg.recipe.phases):
-        return ()
-    return tuple((p.first_step, p.lr_warmup_iters) for p in recipe_of(cfg).phases if p.lr_warmup_iters)
-
-
-def phase_learning_rates_of(cfg: Config) -> tuple[tuple, ...]:
-    """(first step, last step, learning rate, end or None, decay shape or None) of every phase, where the phases
-    shape the LR schedule (``_sets_learning_rates``), for the one LR schedule (training/lineage.py builds it); none,
-    without resolving anything, otherwise."""
-    if not _sets_learning_rates(list(cfg.recipe.phases)):
-        return ()
-    style = cfg.training.lr_wsd_decay_style
-    return tuple((p.first_step, p.last_step, p.lr, p.lr_end, (p.lr_wsd_decay_style or style) if p.lr_decay else None)
-                 for p in recipe_of(cfg).phases)
+def learning_rate_pieces_of(cfg: Config) -> tuple[tuple, tuple]:
+    """What the phases add to the one LR schedule (training/lineage.py builds it), the recipe resolved once and only
+    where a phase shapes the rate: (first step, steps) of every re-warmup, and (first step, last step, learning
+    rate, end or None, decay shape or None) of every phase where the phases set their rates
+    (``_sets_learning_rates``)."""
+    items = list(cfg.recipe.phases)
+    rewarmed, shaped = any(item.lr_warmup_iters for item in items), _sets_learning_rates(items)
+    if not (rewarmed or shaped):
+        return (), ()
+    phases, style = recipe_of(cfg).phases, cfg.training.lr_wsd_decay_style
+    rewarmups = tuple((p.first_step, p.lr_warmup_iters) for p in phases if p.lr_warmup_iters)
+    rates = tuple((p.first_step, p.last_step, p.lr, p.lr_end, (p.lr_wsd_decay_style or style) if p.lr_decay else None)
+                  for p in phases) if shaped else ()
+    return rewarmups, rates
 
 
 def check_recipe_against_model(cfg: Config, recipe: Recipe, world_size: int = 1) -> None:

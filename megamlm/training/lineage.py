@@ -26,7 +26,7 @@ import numpy as np
 
 from megamlm.config import SECTION_CLASSES, Config, as_tuple, switch_steps, warmup_iters, wsd_decay_iters
 from megamlm.config.flags import flag_name
-from megamlm.config.phases import phase_learning_rates_of, rewarmups_of
+from megamlm.config.phases import learning_rate_pieces_of
 from megamlm.config.roles import default_of, fields_with
 from megamlm.objectives.schedule import objective_at_step, objectives_at_steps, schedule_state
 from megamlm.training.optim import LRSchedule
@@ -75,7 +75,7 @@ class Segment:
         (training/launch.py) and the planners alike."""
         t = cfg.training
         lr = LRSchedule(t.lr, t.min_lr, t.lr_decay_style, warmup_iters(t), wsd_decay_iters(t), t.train_iters,
-                        t.lr_wsd_decay_style, rewarmups_of(cfg), phase_learning_rates_of(cfg))
+                        t.lr_wsd_decay_style, *learning_rate_pieces_of(cfg))
         objective = schedule_state(cfg.objective.objective, t.train_iters, switch_steps(cfg.objective, t.train_iters))
         optimizer = {name: getattr(getattr(cfg, section), name) for section, name in OPTIMIZER_SETTINGS}
         return cls(1, objective, lr.state_dict(), optimizer, t.global_batch_size)

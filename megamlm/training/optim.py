@@ -99,7 +99,7 @@ class LRSchedule:
     is the schedule's times (step - first + 1) / steps."""
     phase_lrs: tuple = ()
     """(first step, last step, learning rate, end or None, decay shape or None) of each recipe phase, where the
-    phases set their own learning rates (config/phases.py ``phase_learning_rates_of``): after the warmup, a step's
+    phases set their own learning rates (config/phases.py ``learning_rate_pieces_of``): after the warmup, a step's
     rate is its phase's, held, or decayed from it to ``end`` over the phase's steps by ``wsd_decay_factor`` (the
     last phase's decay to --min-lr is then WSD's, float for float)."""
 
