@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -71,6 +72,37 @@ def planned_config(config: Config) -> Config:
         training = dataclasses.replace(config.training, global_batch_size=batch_start(config.model.model)[1])
         config = dataclasses.replace(config, training=training)
     return apply_recipe(config) if config.recipe.phases else config
+
+
+def run_schedule(run: Run) -> str:
+    """The plan's schedule of ``run``, each phase with its steps: ``clm 1-10,000 -> mlm 10,001-42,000``; for a
+    recipe in phases (``phases:``), what each phase sets that the one before did not, as the trainer resolves it:
+    ``mlm 1-160 -> mlm 161-200 (mask 0.15, decay minus_sqrt)``."""
+    config = run.config
+    if not config.recipe.phases:
+        return " -> ".join(f"{phase} {start:,}-{end:,}" for phase, start, end in run.phase_spans())
+    texts, before = [], None
+    for phase in recipe_of(planned_config(config)).phases:
+        changes = [] if before is None else [f"{label} {show(phase)}" for key, label, show in _SCHEDULE_SETTINGS
+                                             if getattr(phase, key) != getattr(before, key)]
+        if phase.lr_warmup_iters and before is not None:
+            changes.append(f"re-warmup {phase.lr_warmup_iters:,}")
+        if phase.lr_decay:
+            changes.append(f"decay {phase.lr_wsd_decay_style or config.training.lr_wsd_decay_style}")
+        detail = f" ({', '.join(changes)})" if changes else ""
+        texts.append(f"{phase.objective} {phase.first_step:,}-{phase.last_step:,}{detail}")
+        before = phase
+    return " -> ".join(texts)
+
+
+_SCHEDULE_SETTINGS = (  # (Phase field, label, its text) of what run_schedule names when a phase changes it
+    ("seq_length", "seq", lambda p: f"{p.seq_length:,}"),
+    ("mask_ratio", "mask", lambda p: f"{p.mask_ratio:g}"),
+    ("data_path", "data", lambda p: "+".join(Path(x).name for x in p.data_path) or "the bundled corpus"),
+    ("rope_bases", "RoPE", lambda p: ", ".join(f"{b:,g}" for b in p.rope_bases if b is not None)),
+    ("global_batch_size", "batch", lambda p: f"{p.global_batch_size:,}" if p.global_batch_size else "the run's"),
+    ("lr", "lr", lambda p: f"{p.lr:g}" if p.lr is not None else "the run's"),
+)
 
 
 def step_settings(config: Config) -> StepSettings:

@@ -83,6 +83,3 @@ class Run:
             counts[phase] = counts.get(phase, 0) + max(0, end - max(first, start - 1))
         return {k: v for k, v in counts.items() if v}
 
-    def schedule(self) -> str:
-        """``clm 1-10,000 -> mlm 10,001-42,000``; ``mlm 1-300 -> clm 301-450 -> mlm 451-500``."""
-        return " -> ".join(f"{phase} {start:,}-{end:,}" for phase, start, end in self.phase_spans())

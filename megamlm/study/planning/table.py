@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from megamlm.study.planning.cost import Throughput, run_cost, totals
 from megamlm.study.planning.plan import Plan
+from megamlm.study.planning.prefixes import run_schedule
 
 
 def _hours(value: float | None) -> str:
@@ -42,7 +43,7 @@ def plan_table(plan: Plan, throughput: Throughput) -> str:
         trained = f"{first:,}-{run.train_iters:,}" if run.steps_trained else "none"
         kept = ", ".join(f"{s:,}" for s in run.save_at) or "-"
         origin = (" yes |" if run.reproduces_paper else " extension |") if marked else ""
-        lines.append(f"| {run.name} |{origin} {start} | {run.schedule()} | {trained} ({cost.steps:,}) | "
+        lines.append(f"| {run.name} |{origin} {start} | {run_schedule(run)} | {trained} ({cost.steps:,}) | "
                      f"{_tokens(cost.tokens)} | {_hours(cost.gpu_hours)} | {kept} |")
     t = totals(plan, throughput)
     lines += ["", "| | steps | tokens | GPU-hours |", "|---|---:|---:|---:|",

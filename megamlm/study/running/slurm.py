@@ -28,6 +28,7 @@ from pathlib import Path
 from megamlm.eval.paper_datasets import PAPER_DATASETS
 from megamlm.study.planning.checks import check_script_path, check_slurm_values
 from megamlm.study.planning.plan import Plan
+from megamlm.study.planning.prefixes import run_schedule
 from megamlm.study.planning.runs import Run
 from megamlm.study.planning.schema import StudyError
 from megamlm.study.running.commands import REPO, config_file_lines, evaluate_command, evaluated_models, export_command
@@ -150,7 +151,7 @@ def pretrain_script(plan: Plan, run: Run, workdir: Path) -> str:
         "# A CPU partition: ranks from the allocation's CPUs (pretrain_nvidia.sbatch, CPUS_PER_RANK), --device cpu.",
         "export GPUS_PER_NODE=0"]
     return "\n".join(_header(plan, f"{plan.study.name}-{run.name}", s.nodes, s.gpus_per_node, s.time, True) + [
-        f"# Study {plan.study.name}, run {run.name}: {run.schedule()}, {origin}.",
+        f"# Study {plan.study.name}, run {run.name}: {run_schedule(run)}, {origin}.",
         "# Submitted by submit.sh once per segment: with TARGET_STEP=N the job stops at step N with a checkpoint",
         "# (--exit-interval N), the branch point its children start from; the next segment resumes from it.",
         *_preamble(_repo_from(workdir)), *layout,

@@ -7,10 +7,14 @@ import re
 import runpy
 from pathlib import Path
 
+from megamlm.study.planning.load import load_study
+from megamlm.study.planning.plan import build_plan
 from megamlm.study.planning.schema import key_reference
+from megamlm.study.running.commands import all_evaluated_models
 
 REPO = Path(__file__).resolve().parents[3]
 README = REPO / "examples" / "studies" / "README.md"
+STUDY = REPO / "examples" / "studies" / "cpu_miniature.yaml"
 REGENERATE = "rerun the command named above the block and paste its output between the markers"
 
 
@@ -64,3 +68,24 @@ def test_the_printed_recipes_plan_is_the_planners_output(monkeypatch):
     assert block("plan_study recipes_2026") == printed.rstrip(), REGENERATE
     detour = "| tiny-mlm300-clm150-mlm50-m40 | tiny-mlm500-m40 @ 300 | mlm 1-300 -> clm 301-450 -> mlm 451-500 |"
     assert detour in printed
+
+
+def test_the_miniatures_rerun_design_plans_what_its_readme_says():
+    """examples/studies/README.md's design for rerunning the miniature under issue 45's rules: its figures are the
+    planner's (runs, steps, and fine-tuning runs as many as the committed design's)."""
+    sets = ["grids=[{budgets: [1400], clm_fractions: [0, 0.25, 1], mask_ratios: [0.4]}]",
+            "evaluation.lrs=[1.0e-3, 3.0e-3, 1.0e-2]", "evaluation.checkpoint_steps=[]"]
+    text = README.read_text()
+    assert all(f"--set '{s}'" in text or f"--set {s}" in text for s in sets)
+
+    def fine_tuning_runs(plan):
+        e = plan.study.evaluation
+        return len(e.tasks) * len(e.lrs) * (len(all_evaluated_models(plan)) * len(e.seeds)
+                                            + len(e.random_init_seeds or e.seeds))
+
+    redesigned = build_plan(load_study(STUDY, sets))
+    committed = build_plan(load_study(STUDY))
+    steps = sum(run.steps_trained for run in redesigned.runs)
+    assert (len(redesigned.runs), steps, fine_tuning_runs(redesigned)) == (25, 22_050, 336)
+    assert fine_tuning_runs(committed) == 336 and sum(run.steps_trained for run in committed.runs) == 23_100
+    assert "It plans 25 runs and 22,050 steps (the committed design: 29 runs, 23,100) and 336 fine-tuning runs" in text

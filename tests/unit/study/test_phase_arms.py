@@ -12,10 +12,13 @@ from small_study import write_study
 from test_local import make_checkpoint
 
 from megamlm.config import parse_args
+from megamlm.study.planning.cost import throughput_for
 from megamlm.study.planning.load import load_study
 from megamlm.study.planning.phase_arms import config_text
 from megamlm.study.planning.plan import build_plan
+from megamlm.study.planning.prefixes import run_schedule
 from megamlm.study.planning.schema import StudyError
+from megamlm.study.planning.table import plan_table
 from megamlm.study.reporting.report import validation_section
 from megamlm.study.running.commands import config_file_lines
 from megamlm.training.lineage import History, Segment
@@ -49,6 +52,18 @@ def test_the_wsd_ablation_trains_the_stable_phase_once_and_branches_every_decay_
             parent = plan.run(run.parent)
             assert History([Segment.of_config(parent.config)]).first_difference(
                 Segment.of_config(run.config), run.branch_step) is None
+
+
+def test_the_plan_tables_schedule_names_what_each_phase_changes(tmp_path):
+    """The arms differ only in their decay phase's settings: the schedule column shows which, not four equal rows."""
+    plan = build_plan(load_study(study_file(tmp_path)))
+    schedules = {run.label: run_schedule(run) for run in plan.runs}
+    assert schedules == {"decay-m30": "mlm 1-12 -> mlm 13-16 (decay linear)",
+                         "decay-m15": "mlm 1-12 -> mlm 13-16 (mask 0.15, decay linear)",
+                         "decay-data": "mlm 1-12 -> mlm 13-16 (data other_text_document, decay linear)",
+                         "decay-clm": "mlm 1-12 -> clm 13-16 (decay linear)"}
+    table = plan_table(plan, throughput_for(plan.study))
+    assert all(f"| {text} |" in table for text in schedules.values())
 
 
 def test_arms_differing_in_a_later_phases_mask_rate_branch_at_that_phase_not_before_or_after(tmp_path):
