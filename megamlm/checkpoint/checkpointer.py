@@ -317,12 +317,27 @@ def load_checkpoint(path: str | Path, model: torch.nn.Module, optimizer: torch.o
     """
     ckpt = Path(path)
     model_sd, optim_sd = get_state_dict(model, optimizer)
+    own_groups = [list(group["params"]) for group in optim_sd.get("param_groups", [])]
     state = {"model": model_sd, "optim": optim_sd}
     _dcp_load(state, ckpt)
+    _keep_own_parameters(state["optim"], own_groups)
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
     saved_ranks = len(list(ckpt.glob(RNG_FILES)))
     if saved_ranks:
         set_rng_state(load_tensors(ckpt / rng_file(ranks.rank() % saved_ranks)))
+
+
+def _keep_own_parameters(optim_state: dict, own_groups: list[list[str]]) -> None:
+    """Each loaded parameter group names this rank's parameters, with the checkpoint's hyperparameters. DCP writes
+    one ``param_groups`` value for all ranks (one rank's), so under pipeline parallelism, where each stage's
+    optimizer holds its own stage's parameters, the other stages read back groups that name parameters they do not
+    have, and torch's ``set_state_dict`` then drops the groups' hyperparameters (the first step failed with
+    KeyError: 'betas'). Every rank builds the same groups (weight decay and none, the same settings), so the group
+    in the same place is this rank's; the state tensors are keyed by parameter name and load as they are."""
+    groups = optim_state.get("param_groups")
+    if groups and len(groups) == len(own_groups):
+        for group, own in zip(groups, own_groups):
+            group["params"] = own
 
 
 def load_model_weights(path: str | Path, model: torch.nn.Module, verify: bool = True) -> Path:

@@ -3,7 +3,7 @@
 - data order and the objective switch: at world size 2 (DP=2) the ranks consume exactly the global
   batches of the single-process run, switch CLM -> MLM at the same step, and reach the same losses;
 - a checkpoint saved at TP=2 x PP=2 resumes in a single process, and under FSDP2 at DP=2, with the same
-  next-step losses as the uninterrupted 4-rank run.
+  next-step losses as the uninterrupted 4-rank run; a PP=2 checkpoint resumes at PP=2 with the single process's.
 """
 
 from __future__ import annotations
@@ -57,3 +57,18 @@ def test_checkpoint_saved_at_tp2_pp2_resumes_at_tp1_and_fsdp_dp2_with_the_same_l
         assert r["start_step"] == 2
         for step in (3, 4):
             assert r["losses"][step] == pytest.approx(ranks[0]["losses"][step], rel=1e-4), step
+
+
+def test_a_pipeline_checkpoint_resumes_into_the_pipeline_with_the_single_process_losses(single, tmp_path):
+    """PP=2 saved at step 2, resumed at PP=2: each stage's optimizer gets its own parameter groups back (DCP keeps
+    one rank's ``param_groups``; before the fix the first resumed step failed with KeyError: 'betas')."""
+    save, first, out = tmp_path / "ckpt", tmp_path / "first", tmp_path / "resumed"
+    first.mkdir()
+    out.mkdir()
+    spawn(pretrain_on_rank, 2, FLAGS + ["--pp", "2", "--save", save, "--save-interval", "2", "--exit-interval", "2"],
+          str(first))
+    spawn(pretrain_on_rank, 2, FLAGS + ["--pp", "2", "--save", save], str(out))
+    for r in read_ranks(out, 2):
+        assert r["start_step"] == 2
+        for step in (3, 4):
+            assert r["losses"][step] == pytest.approx(single["losses"][step], rel=1e-4), step

@@ -57,14 +57,7 @@ def test_a_layout_across_two_nodes_equals_one_process(tmp_path, one_process, lay
     assert losses(save) == pytest.approx(one_process, rel=1e-4), run.text()[-3000:]
 
 
-PP_RESUME_DEFECT = pytest.mark.xfail(strict=True, reason=(
-    "known defect: a pipeline-parallel checkpoint resumed into a pipeline-parallel layout gives each stage's "
-    "optimizer another stage's parameter groups (DCP keeps one param_groups list, which differs by stage), and the "
-    "first step fails with KeyError: 'betas'; README's 'Across nodes' says so"))
-
-
-@pytest.mark.parametrize("layout", [pytest.param(name, marks=PP_RESUME_DEFECT) if "pp2" in name else name
-                                    for name in LAYOUTS])
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_a_layouts_checkpoint_from_two_nodes_resumes_on_one_node(tmp_path, one_process, layout):
     """Stopped at step 3 across the two nodes (--exit-interval), resumed on the first node alone with the same four
     ranks: steps 4-6 are one process's."""
