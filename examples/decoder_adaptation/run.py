@@ -1,18 +1,21 @@
-"""A decoder adapted into an encoder on a CPU, scored by a frozen linear probe (issue 34, item 5).
+"""A decoder adapted into an encoder on a CPU, scored by a frozen linear probe (issue 34, item 5; rerun under issue
+45's rules: several adaptation seeds, whole test sets, paired tests).
 
     python examples/decoder_adaptation/run.py --model SmolLM2-135M-Instruct.Q4_1.gguf --workdir /tmp/adapt \
         --report examples/decoder_adaptation/REPORT.md
 
 Stages, each timed (wall and CPU seconds): import the decoder (--model; REPORT.md's: SmolLM2-135M-Instruct, Q4_1
 GGUF, dequantized to float32 on load) as a megamlm checkpoint; tokenize the Brown corpus's train files (adaptation data)
-and validation files (held-out loss); train bidirectional + MNTP and bidirectional + MLM with pretrain.py
---init-from, the same flags but --objective (so the same samples in the same order, the same masks, steps and
-tokens); probe the decoder causal (as is), bidirectional (untrained), the MNTP and MLM models and a random-init
-model of the same shape, all bidirectional but the first; merge the better of MNTP and MLM (mean probe validation
-score over the tasks) linearly with its source (tools/merge_checkpoints.py, --merge-weight for the adapted model,
-the rest for the source) and probe it; score held-out MLM, MNTP and CLM loss of every model; write the report
-(settings, table, timings, command). The sizes are flags; the defaults took 34 minutes on 2 cores with the test suite
-running beside them (examples/decoder_adaptation/REPORT.md).
+and validation files (held-out loss); for each adaptation seed (--seeds), train bidirectional + MNTP and
+bidirectional + MLM with pretrain.py --init-from, the same flags but --objective (so the same samples in the same
+order, the same masks, steps and tokens); probe the decoder causal (as is), bidirectional (untrained), every MNTP
+and MLM model and a random-init model of the same shape, all bidirectional but the first, each keeping its
+per-example predictions on the same test examples (the whole test split by default); merge the better of MNTP and
+MLM (mean probe validation score over the tasks and seeds; its first seed's model) linearly with its source
+(tools/merge_checkpoints.py, --merge-weight for the adapted model, the rest for the source) and probe it; score
+held-out MLM, MNTP and CLM loss of every model; write the report (settings, tables, the tasks informative on
+validation, paired tests of MNTP against MLM per seed, timings, command). The sizes are flags;
+examples/decoder_adaptation/REPORT.md says what its run took.
 Everything is written under temporary names first; bad input is refused in one line (exit 2).
 """
 
@@ -60,11 +63,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lr", type=float, default=1e-4, help="peak LR (10%% warmup, WSD decay over the last 20%%)")
     p.add_argument("--tasks", default=TASKS, help="probe tasks (tools/evaluate.py's sequence/token classification)")
     p.add_argument("--probe-train", type=int, default=128, help="probe train examples per task")
-    p.add_argument("--probe-eval", type=int, default=64, help="probe validation and test examples per task, each")
+    p.add_argument("--probe-eval", type=int, default=256, help="probe validation examples per task")
+    p.add_argument("--probe-test", type=int, default=0,
+                   help="probe test examples per task; 0: the whole test split (what the paired tests need)")
     p.add_argument("--probe-max-length", type=int, default=48, help="tokens per probe input")
     p.add_argument("--heldout-windows", type=int, default=16, help="held-out windows of --seq-length for the losses")
     p.add_argument("--merge-weight", type=float, default=0.5, help="weight of the adapted model in the merge")
-    p.add_argument("--seed", type=int, default=1234, help="training seed (sample order, masks)")
+    p.add_argument("--seeds", default="1,2,3",
+                   help="adaptation seeds (sample order, masks): MNTP and MLM are trained once per seed")
     p.add_argument("--force", action="store_true", help="replace a non-empty --workdir and an existing --report")
     return p
 
@@ -79,7 +85,8 @@ def check_args(args) -> None:
     for name in ("brown/brown.jsonl", "brown/brown_pos.jsonl", "sentiment/rt_snippets.jsonl"):
         if not (args.data_dir / name).is_file():
             raise AdaptError(f"--data-dir {args.data_dir} has no {name}; pass the shared data folder")
-    sizes = {"--steps": (args.steps, 2), "--seq-length": (args.seq_length, 16), "--batch-size": (args.batch_size, 1),
+    sizes = {"--steps": (args.steps, 2), "--probe-test": (args.probe_test or 4, 4),
+             "--seq-length": (args.seq_length, 16), "--batch-size": (args.batch_size, 1),
              "--probe-train": (args.probe_train, 8), "--probe-eval": (args.probe_eval, 4),
              "--probe-max-length": (args.probe_max_length, 8), "--heldout-windows": (args.heldout_windows, 1)}
     for flag, (value, least) in sizes.items():
@@ -89,6 +96,8 @@ def check_args(args) -> None:
         raise AdaptError(f"--merge-weight must lie in (0, 1) and --lr be positive (got {args.merge_weight}, {args.lr})")
     for spec in args.tasks.split(","):
         check_task_spec(spec.strip())
+    if len(args.seeds) != len(set(args.seeds)) or not args.seeds:
+        raise AdaptError(f"--seeds {','.join(map(str, args.seeds))}: give distinct seeds, e.g. 1,2,3")
     if args.workdir.exists() and (not args.workdir.is_dir() or any(args.workdir.iterdir())) and not args.force:
         raise AdaptError(f"--workdir {args.workdir} exists and is not an empty folder; choose a new one or pass "
                          "--force")
@@ -152,7 +161,7 @@ def tokenize(ckpt: Path, data_dir: Path, work: Path, args) -> dict:
     return {"train_tokens": tokens, "heldout_tokens": int(windows.size)}
 
 
-def train(ckpt: Path, work: Path, objective: str, args) -> list[str]:
+def train(ckpt: Path, work: Path, objective: str, seed: int, args) -> list[str]:
     from megamlm.hf.importer import pretrain_flags
     from megamlm.hf.megamlm_checkpoint import read_record
 
@@ -161,24 +170,44 @@ def train(ckpt: Path, work: Path, objective: str, args) -> list[str]:
                "--objective", objective, "--train-iters", str(args.steps), "--micro-batch-size", str(args.batch_size),
                "--global-batch-size", str(args.batch_size), "--lr", str(args.lr),
                "--lr-warmup-iters", str(max(args.steps // 10, 1)), "--lr-wsd-decay-iters", str(max(args.steps // 5, 1)),
-               "--weight-decay", "0.0", "--seed", str(args.seed), "--device", "cpu", "--log-interval", "5",
-               "--save", str(work / objective)]
-    log = work / f"train_{objective}.log"
+               "--weight-decay", "0.0", "--seed", str(seed), "--device", "cpu", "--log-interval", "5",
+               "--save", str(work / adapted(objective, seed))]
+    log = work / f"train_{adapted(objective, seed)}.log"
     with open(log, "w", encoding="utf-8") as f:
         status = subprocess.run(command, cwd=REPO, stdout=f, stderr=subprocess.STDOUT).returncode
     if status != 0:
-        raise SystemExit(f"pretrain.py --objective {objective} failed (exit {status}); see {log}")
+        raise SystemExit(f"pretrain.py --objective {objective} --seed {seed} failed (exit {status}); see {log}")
     return command
+
+
+def adapted(objective: str, seed: int) -> str:
+    """The name of the model adapted with ``objective`` from ``seed``: its folder, log and probe rows."""
+    return f"{objective}-s{seed}"
+
+
+def probe_tasks(args) -> dict:
+    """Each task cut to --probe-train train and --probe-eval validation examples, and --probe-test test examples
+    (0: all of them), the same fixed subsets for every row."""
+    import dataclasses
+
+    from megamlm.eval.registry import load_task
+    from megamlm.eval.runner import limit_examples
+
+    tasks = {}
+    for spec in args.tasks.split(","):
+        full = load_task(spec, args.data_dir)
+        cut = limit_examples(full, args.probe_train, args.probe_eval)
+        test = limit_examples(full, args.probe_train, args.probe_test).splits["test"] if args.probe_test else \
+            full.splits["test"]
+        tasks[spec] = dataclasses.replace(cut, splits={**cut.splits, "test": test})
+    return tasks
 
 
 def probe(rows, args, work: Path) -> list[dict]:
     from megamlm.eval.probe import ProbePlan, ProbeSettings, run_probe
-    from megamlm.eval.registry import load_task
-    from megamlm.eval.runner import limit_examples
 
-    tasks = {spec: limit_examples(load_task(spec, args.data_dir), args.probe_train, args.probe_eval)
-             for spec in args.tasks.split(",")}
-    return run_probe(ProbePlan(rows, tasks, work / "probe", ProbeSettings(max_length=args.probe_max_length)))
+    plan = ProbePlan(rows, probe_tasks(args), work / "probe", ProbeSettings(max_length=args.probe_max_length))
+    return run_probe(plan)
 
 
 def merge(better: Path, source: Path, target: Path, weight: float) -> list[str]:
@@ -203,7 +232,7 @@ def losses(models: dict[str, Path], ckpt: Path, work: Path, args) -> dict[str, d
     out = {}
     for name, path in models.items():
         model = random_init(read_record(ckpt).model_args) if path is None else load_model(read_record(path))
-        out[name] = heldout_losses(model, windows, masking, args.seed)
+        out[name] = heldout_losses(model, windows, masking, args.seeds[0])
         print(f"held-out loss of {name}: {out[name]}", flush=True)
     return out
 
@@ -212,6 +241,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.tasks = ",".join(t.strip() for t in args.tasks.split(",") if t.strip())
     try:
+        try:
+            args.seeds = [int(seed) for seed in args.seeds.split(",") if seed.strip()]
+        except ValueError:
+            raise AdaptError(f"--seeds {args.seeds!r} is not a list of integers; give e.g. 1,2,3") from None
         check_args(args)
     except (UserError, OSError) as error:
         return exit_line(error)
@@ -228,22 +261,26 @@ def main(argv: list[str] | None = None) -> int:
     stages, facts = Stages(), {"argv": sys.argv[1:] if argv is None else argv}
     ckpt = stages.run("import", import_decoder, args.model, work / "decoder")
     facts["data"] = stages.run("tokenize", tokenize, ckpt, args.data_dir, work, args)
-    facts["train_command"] = stages.run("train mntp", train, ckpt, work, "mntp", args)
-    stages.run("train mlm", train, ckpt, work, "mlm", args)
+    for seed in args.seeds:  # one seed's pair after the other: a stop leaves whole pairs
+        for objective in ("mntp", "mlm"):
+            command = stages.run(f"train {adapted(objective, seed)}", train, ckpt, work, objective, seed, args)
+            facts.setdefault("train_command", command)
     rows = [ProbeModel("decoder", ckpt, "causal"), ProbeModel("decoder", ckpt, "bidirectional"),
-            ProbeModel("random-init", ckpt, "bidirectional", True), ProbeModel("mntp", work / "mntp"),
-            ProbeModel("mlm", work / "mlm")]
-    results = stages.run("probe (5 rows)", probe, rows, args, work)
-    mean_val = {name: sum(r["validation"] for r in results if r["model"] == name) / len(args.tasks.split(","))
-                for name in ("mntp", "mlm")}
+            ProbeModel("random-init", ckpt, "bidirectional", True),
+            *[ProbeModel(adapted(o, seed), work / adapted(o, seed)) for seed in args.seeds for o in ("mntp", "mlm")]]
+    results = stages.run(f"probe ({len(rows)} rows)", probe, rows, args, work)
+    tasks = len(args.tasks.split(","))
+    mean_val = {o: sum(r["validation"] for r in results if r["model"] in {adapted(o, s) for s in args.seeds})
+                / (tasks * len(args.seeds)) for o in ("mntp", "mlm")}
     better = "mntp" if mean_val["mntp"] >= mean_val["mlm"] else "mlm"
-    merged = f"{better}+decoder"
-    facts.update(better=better, mean_validation=mean_val,
-                 merge_command=stages.run("merge", merge, work / better, ckpt, work / "merged", args.merge_weight))
+    source, merged = adapted(better, args.seeds[0]), f"{adapted(better, args.seeds[0])}+decoder"
+    facts.update(better=better, merged_from=source, mean_validation=mean_val,
+                 merge_command=stages.run("merge", merge, work / source, ckpt, work / "merged", args.merge_weight))
     results = stages.run("probe (merged)", probe, [*rows, ProbeModel(merged, work / "merged")], args, work)
-    scored = {"decoder": ckpt, "random-init": None, "mntp": work / "mntp", "mlm": work / "mlm", merged: work / "merged"}
+    scored = {"decoder": ckpt, "random-init": None, **{row.name: row.path for row in rows[3:]},
+              merged: work / "merged"}
     facts["losses"] = stages.run("held-out loss", losses, scored, ckpt, work, args)
-    path = write_report(args, results, facts, stages.rows, merged)
+    path = write_report(args, results, facts, stages.rows, merged, work / "probe")
     print(f"wrote {path}; total {sum(r[1] for r in stages.rows):.0f} s wall", flush=True)
     return 0
 

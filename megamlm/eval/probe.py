@@ -13,7 +13,9 @@ shape (``frozen.random_init``) as its own row. Question answering and retrieval 
 one label per text or word, and spans and rankings have none.
 
 One JSON file per row (``<output>/probe/<model>/<attention>/<task>.json``, written atomically; a rerun skips
-finished rows and refuses rows made with other settings), then ``probe_results.md`` and ``probe_results.csv``.
+finished rows and refuses rows made with other settings), its per-example validation and test predictions beside it
+(``<task>.predictions.json``, the format fine-tuning runs keep, so ``paired.compare_runs`` compares two rows on the
+same examples), then ``probe_results.md`` and ``probe_results.csv``.
 """
 
 from __future__ import annotations
@@ -84,6 +86,9 @@ class SplitRows:
     labels: list[str]
     score: Callable[[list[str]], float]
     examples: int
+    kept: Callable[[list[str]], dict]
+    """Per-example predictions and score parts of a list of predictions, in the format fine-tuning runs keep
+    (``paired.compare_runs`` reads both): one entry per example (a word-level task's: per sentence)."""
 
 
 @dataclass
@@ -97,7 +102,7 @@ class ProbePlan:
     """Folder of probe_results.md/.csv (default: output)."""
 
     def row_path(self, model: ProbeModel, spec: str) -> Path:
-        return self.output / "probe" / model.name / model.attention / f"{task_display_name(spec)}.json"
+        return row_folder(self.output, model.name, model.attention) / f"{task_display_name(spec)}.json"
 
     def row_settings(self, model: ProbeModel, spec: str) -> dict:
         data = self.tasks[spec]
@@ -140,27 +145,40 @@ def task_rows(data: TaskData, frozen: FrozenModel, causal: bool, settings: Probe
         if data.kind == "sequence_classification":
             features = pooled_features(frozen, task.encode_split(split), causal, settings.batch_size, settings.device)
             gold = [e.label for e in examples]
-            rows[split] = SplitRows(features, gold, lambda p, g=gold: 100.0 * metrics.accuracy(p, g), len(examples))
+            rows[split] = SplitRows(features, gold, lambda p, g=gold: 100.0 * metrics.accuracy(p, g), len(examples),
+                                    lambda p, g=gold: {"aggregate": metrics.MEAN, "ids": list(range(len(g))),
+                                                       "predictions": list(p),
+                                                       "parts": [[100.0 * (a == b)] for a, b in zip(p, g)]})
             continue
         words = word_features(frozen, task.encode_split(split), causal, settings.batch_size, settings.device)
         where = [(s, w) for s, sentence in enumerate(words) for w in sorted(sentence)]
         features = np.stack([words[s][w] for s, w in where]) if where else np.zeros((0, frozen.model.args.hidden_size))
-        rows[split] = SplitRows(features, [examples[s].tags[w] for s, w in where],
-                                _word_scorer(task, examples, where), len(examples))
+        score, kept = _word_scorers(task, examples, where)
+        rows[split] = SplitRows(features, [examples[s].tags[w] for s, w in where], score, len(examples), kept)
     return rows
 
 
-def _word_scorer(task: TokenClassification, sentences: list, where: list[tuple[int, int]]):
-    """The task's metric of per-word predictions; words no prediction reached get the task's fallback tag."""
-    def score(predictions: list[str]) -> float:
+def _word_scorers(task: TokenClassification, sentences: list, where: list[tuple[int, int]]):
+    """The task's metric of per-word predictions, and its per-sentence parts; words no prediction reached get the
+    task's fallback tag."""
+    gold = [s.tags for s in sentences]
+
+    def tags_of(predictions: list[str]) -> list[list[str]]:
         tags = [[task.fallback_tag] * len(s.tokens) for s in sentences]
         for (s, w), tag in zip(where, predictions):
             tags[s][w] = tag
-        gold = [s.tags for s in sentences]
+        return tags
+
+    def score(predictions: list[str]) -> float:
         if task.uses_spans:
-            return 100.0 * metrics.span_f1(tags, gold)["f1"]
-        return 100.0 * metrics.tagging_accuracy(tags, gold)
-    return score
+            return 100.0 * metrics.span_f1(tags_of(predictions), gold)["f1"]
+        return 100.0 * metrics.tagging_accuracy(tags_of(predictions), gold)
+
+    def kept(predictions: list[str]) -> dict:
+        tags = tags_of(predictions)
+        aggregate, parts = metrics.tagging_parts(tags, gold, task.uses_spans)
+        return {"aggregate": aggregate, "ids": list(range(len(sentences))), "predictions": tags, "parts": parts}
+    return score, kept
 
 
 def fit_linear_probe(rows: dict[str, SplitRows], c_grid: tuple[float, ...] = C_GRID) -> dict:
@@ -187,7 +205,9 @@ def fit_linear_probe(rows: dict[str, SplitRows], c_grid: tuple[float, ...] = C_G
             best = (c, by_c[repr(c)], probe, converged)
     c, score, probe, converged = best
     majority = Counter(train.labels).most_common(1)[0][0]
-    return {"c": c, "validation": score, "test": test.score(list(probe.predict(test.features))),
+    predicted = {s: [str(label) for label in probe.predict(rows[s].features)] for s in ("validation", "test")}
+    return {"c": c, "validation": score, "test": test.score(predicted["test"]),
+            "kept": {s: rows[s].kept(predicted[s]) for s in predicted},
             "validation_by_c": by_c, "converged": converged,
             "majority": {s: rows[s].score([majority] * len(rows[s].labels)) for s in ("validation", "test")},
             "examples": {s: rows[s].examples for s in SPLITS}, "rows": {s: len(rows[s].labels) for s in SPLITS}}
@@ -229,17 +249,45 @@ def _score_row(plan: ProbePlan, model: ProbeModel, spec: str, frozen: FrozenMode
     rows = task_rows(plan.tasks[spec], frozen, model.causal, plan.settings)
     extracted = time.perf_counter()
     fitted = fit_linear_probe(rows, plan.settings.c_grid)
+    kept = fitted.pop("kept")
     settings = plan.row_settings(model, spec)
     data = plan.tasks[spec]
+    metric = _metric(data, rows)
+    # The per-example predictions first: the row's result is what marks it finished.
+    write_json_atomic(predictions_path(plan.row_path(model, spec)), {
+        "model": model.name, "attention": model.attention, "task": task_display_name(spec), "seed": None,
+        "metric": metric, "fingerprint": fingerprint(settings), **kept})
     result = {"status": "finished", "model": model.name, "attention": model.attention, "random_init": model.random_init,
               "model_input": str(model.path), "task": task_display_name(spec), "kind": data.kind,
-              "metric": _metric(data, rows), "hidden_size": int(rows["train"].features.shape[1]), **fitted,
+              "metric": metric, "hidden_size": int(rows["train"].features.shape[1]), **fitted,
+              "predictions_path": predictions_path(plan.row_path(model, spec)).name,
               "seconds": {"features": extracted - start, "fit": time.perf_counter() - extracted},
               "settings": settings, "fingerprint": fingerprint(settings)}
     write_json_atomic(plan.row_path(model, spec), result)
     log(f"probe {model.name} ({model.attention}) on {result['task']}: val {fitted['validation']:.2f} test "
         f"{fitted['test']:.2f} (C={fitted['c']:g}; majority {fitted['majority']['test']:.2f}; "
         f"{extracted - start:.1f} s features)")
+
+
+def row_folder(output: Path, model: str, attention: str) -> Path:
+    return Path(output) / "probe" / model / attention
+
+
+def predictions_path(row_path: Path) -> Path:
+    """Where a probe row keeps its per-example validation and test predictions: beside its result."""
+    return row_path.with_name(f"{row_path.stem}.predictions.json")
+
+
+def kept_predictions(output: Path, result: dict) -> dict:
+    """The per-example predictions a finished row of the probe written to ``output`` kept (``paired.compare_runs``
+    compares two of them)."""
+    from megamlm.eval.paired import read_predictions
+
+    path = row_folder(output, result["model"], result["attention"]) / result["predictions_path"]
+    kept = read_predictions(path)
+    if kept is None:
+        raise ProbeError(f"{path} is missing or unreadable; rerun the probe of {result['model']} on {result['task']}")
+    return kept
 
 
 def _metric(data: TaskData, rows: dict[str, SplitRows]) -> str:
@@ -249,18 +297,19 @@ def _metric(data: TaskData, rows: dict[str, SplitRows]) -> str:
 
 
 def informative(results: list[dict]) -> dict[str, bool]:
-    """Per task: does some trained row's test score beat both the best random-init row and the majority class by
-    more than two binomial standard errors of that score on the test rows?"""
+    """Per task, decided on validation scores before any test score is read (issue 45): does some trained row's
+    validation score beat both the best random-init row and the majority class on validation by more than two
+    binomial standard errors of that score?"""
     verdicts = {}
     for task in sorted({r["task"] for r in results}):
         rows = [r for r in results if r["task"] == task]
         trained = [r for r in rows if not r["random_init"]]
         if not trained:
             continue
-        best = max(trained, key=lambda r: r["test"])
-        floor = max([r["test"] for r in rows if r["random_init"]] + [best["majority"]["test"]])
-        p, n = best["test"] / 100.0, max(best["rows"]["test"], 1)
-        verdicts[task] = best["test"] - floor > 200.0 * math.sqrt(max(p * (1 - p), 1e-12) / n)
+        best = max(trained, key=lambda r: r["validation"])
+        floor = max([r["validation"] for r in rows if r["random_init"]] + [best["majority"]["validation"]])
+        p, n = best["validation"] / 100.0, max(best["rows"]["validation"], 1)
+        verdicts[task] = best["validation"] - floor > 200.0 * math.sqrt(max(p * (1 - p), 1e-12) / n)
     return verdicts
 
 
@@ -283,8 +332,8 @@ def markdown_tables(results: list[dict]) -> str:
         lines.append(f"| {key[0]} | {key[1]} | " + " | ".join(shown) + f" | {mean} |")
     majority = {r["task"]: r["majority"]["test"] for r in results}
     lines.append("| majority class | – | " + " | ".join(f"{majority[t]:.2f}" for t in tasks) + " | – |")
-    lines += ["", "Informative (a trained row beats random init and the majority class by more than two standard "
-                  "errors): " + ", ".join(f"{t} {'yes' if v else 'no'}" for t, v in verdicts.items())]
+    lines += ["", "Informative, on validation (a trained row beats random init and the majority class by more than two "
+                  "standard errors): " + ", ".join(f"{t} {'yes' if v else 'no'}" for t, v in verdicts.items())]
     return "\n".join(lines) + "\n"
 
 

@@ -1,6 +1,7 @@
 """examples/decoder_adaptation/run.py (issue 34, item 5) at a tiny scale: a tiny Llama-shaped decoder built here as a
 Hugging Face folder stands in for SmolLM2; every stage runs and the report lists every row."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -12,7 +13,7 @@ DATA = REPO / ".." / "shared" / "data"
 needs_data = pytest.mark.skipif(not (DATA / "brown" / "brown.jsonl").is_file(),
                                 reason="shared/data (beside the repository) is not present")
 TINY = ["--steps", "2", "--seq-length", "32", "--batch-size", "2", "--probe-train", "60", "--probe-eval", "12",
-        "--probe-max-length", "32", "--heldout-windows", "2"]
+        "--probe-test", "16", "--probe-max-length", "32", "--heldout-windows", "2", "--seeds", "1,2"]
 
 
 def _run():
@@ -50,26 +51,77 @@ def test_the_pipeline_reports_every_row_and_stage(tmp_path):
     text = report.read_text()
     for row in ("the decoder as is (causal) (`decoder`) | causal |",
                 "the decoder, bidirectional, untrained (`decoder`) | bidirectional |",
-                "bidirectional + MNTP (`mntp`) | bidirectional |", "bidirectional + MLM (`mlm`) | bidirectional |",
-                "merged with its source (`", "random init of the same shape (baseline) (`random-init`)",
+                "bidirectional + MNTP, seed 1 (`mntp-s1`) | bidirectional |",
+                "bidirectional + MNTP, seed 2 (`mntp-s2`) | bidirectional |",
+                "bidirectional + MLM, seed 1 (`mlm-s1`) | bidirectional |",
+                "bidirectional + MLM, seed 2 (`mlm-s2`) | bidirectional |",
+                "| **MNTP, mean of 2 seeds** | bidirectional |", "| **MLM, mean of 2 seeds** | bidirectional |",
+                "-s1 merged with its source (`", "random init of the same shape (baseline) (`random-init`)",
                 "| majority class |"):
         assert row in text, row
     results = [line for line in text.splitlines() if line.startswith("| ") and "(`" in line]
-    assert len(results) == 6, results
-    for stage in ("import", "tokenize", "train mntp", "train mlm", "probe (5 rows)", "merge", "probe (merged)",
-                  "held-out loss", "total"):
+    assert len(results) == 8, results
+    for stage in ("import", "tokenize", "train mntp-s1", "train mlm-s1", "train mntp-s2", "train mlm-s2",
+                  "probe (7 rows)", "merge", "probe (merged)", "held-out loss", "total"):
         assert f"| {stage} |" in text, stage
     assert "--objective mntp" in text and "Command:\n\n```text\npython examples/decoder_adaptation/run.py" in text
-    assert "--weights 0.5,0.5" in text
-    # The two arms saw the same samples: their run records name the same data, seed and sample range.
-    data = [next(line.split("] ", 1)[1] for line in (tmp_path / "work" / f"train_{o}.log").read_text().splitlines()
-                 if "| samples " in line) for o in ("mntp", "mlm")]
-    assert data[0] == data[1] and "samples 0-3 of the stream" in data[0], data
+    assert "--weights 0.5,0.5" in text and "16 test (a fixed random subset)" in text
+    assert "Adaptation seeds 1, 2: for each" in text and "LR 0.0001, warmup 1 steps" in text
+    # Informative is decided on validation; the recipes are compared per seed on the same test examples, or the
+    # report says no task can compare them.
+    assert "Informative tasks, decided on validation before any test score is read" in text
+    comparisons = text.split("## Comparisons on the same test examples")[1].split("\n## ")[0]
+    assert ("### MNTP against MLM, per adaptation seed" in comparisons
+            or "No task is informative at these sizes: the recipes cannot be compared here." in comparisons)
+    # Each seed's two arms saw the same samples; the two seeds saw other samples (their order is the seed's).
+    def data(name):
+        return next(line.split("] ", 1)[1] for line in (tmp_path / "work" / f"train_{name}.log").read_text()
+                    .splitlines() if "| samples " in line)
+    assert data("mntp-s1") == data("mlm-s1") and data("mntp-s2") == data("mlm-s2"), data
+    assert "samples 0-3 of the stream" in data("mntp-s1")
+
+
+def test_the_comparison_section_applies_the_rule_over_seeds(tmp_path):
+    """MNTP against MLM on the same test examples, per seed, Holm over the family; a recipe is ahead only where
+    every seed's paired test is significant and points the same way."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    report = load_tool("adaptation_report", "examples/decoder_adaptation")
+    rng = np.random.default_rng(0)
+    results = []
+    for name, right in (("mntp-s1", 0.9), ("mlm-s1", 0.6), ("mntp-s2", 0.9), ("mlm-s2", 0.6), ("decoder", 0.6)):
+        correct = rng.random(300) < right
+        folder = tmp_path / "probe" / name / "bidirectional"
+        folder.mkdir(parents=True)
+        kept = {"model": name, "task": "t", "seed": None, "metric": "accuracy",
+                "test": {"aggregate": "mean", "ids": list(range(300)), "parts": [[100.0 * c] for c in correct]}}
+        (folder / "t.predictions.json").write_text(json.dumps(kept))
+        results.append({"model": name, "attention": "bidirectional", "task": "t", "random_init": False,
+                        "predictions_path": "t.predictions.json", "test": 100.0 * correct.mean()})
+    args = SimpleNamespace(seeds=[1, 2])
+    lines = report._comparisons(args, results, ["t"], {"t": True}, tmp_path)
+    text = "\n".join(lines)
+    assert "| mntp-s1 − mlm-s1 | t | 1 | 300 |" in text and "McNemar exact" in text
+    assert "- **t**: MNTP ahead on every seed (each Holm-adjusted p < 0.05)." in text
+    assert "cannot go below p = 0.5 two-sided" in text  # two seeds: 2/4
+    # One seed reversed: no difference shown.
+    flipped = tmp_path / "probe" / "mlm-s2" / "bidirectional" / "t.predictions.json"
+    kept = json.loads(flipped.read_text())
+    kept["test"]["parts"] = [[100.0] for _ in range(300)]
+    flipped.write_text(json.dumps(kept))
+    text = "\n".join(report._comparisons(args, results, ["t"], {"t": True}, tmp_path))
+    assert "- **t**: no difference shown (MNTP ahead on 1 of 2 seeds" in text
+    assert report._comparisons(args, results, ["t"], {"t": False}, tmp_path)[-1].startswith("No task is informative")
 
 
 @needs_data
 @pytest.mark.parametrize("extra,message", [
     (["--steps", "1"], "--steps 1 is too small"),
+    (["--seeds", "1,1"], "--seeds 1,1: give distinct seeds"),
+    (["--seeds", "one"], "--seeds 'one' is not a list of integers"),
+    (["--probe-test", "2"], "--probe-test 2 is too small"),
     (["--merge-weight", "1.5"], "--merge-weight must lie in (0, 1)"),
     (["--tasks", "no-such-task"], "unknown task 'no-such-task'"),
     (["--model", "/nonexistent.gguf"], "not a .gguf file or a Hugging Face folder"),

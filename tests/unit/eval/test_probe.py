@@ -49,7 +49,7 @@ def test_a_separable_feature_set_is_probed_to_100_and_the_majority_class_is_repo
         features = rng.normal(size=(len(gold), 8))
         features[:, 3] += np.array([4.0 if g == "a" else -4.0 for g in gold])
         rows[split] = SplitRows(features, gold, lambda p, g=gold: 100.0 * np.mean([x == y for x, y in zip(p, g)]),
-                                len(gold))
+                                len(gold), lambda p: {"predictions": list(p)})
     result = fit_linear_probe(rows, (0.01, 1.0))
     assert result["test"] == 100.0 and result["validation"] == 100.0
     assert result["c"] == 0.01  # ties go to the stronger regularisation
@@ -96,6 +96,33 @@ def test_rows_for_each_model_attention_and_task_with_the_random_init_baseline(de
     assert (tmp_path / "probe" / "llama" / "causal" / "tiny-cls.json").stat().st_mtime_ns == stamp
 
 
+def test_each_row_keeps_its_per_example_predictions_and_two_rows_compare_on_the_same_examples(decoder, tmp_path):
+    """Issue 45, item 5: a probe row's kept parts give its score back exactly, and two rows (a trained model and the
+    random init) compare by McNemar on the same test examples; a word-level task keeps per-sentence parts."""
+    from megamlm.eval.metrics import score_from_parts
+    from megamlm.eval.paired import compare_runs, read_predictions
+    from megamlm.eval.probe import predictions_path
+
+    tasks = {"markers": marker_task({"train": 40, "validation": 20, "test": 30}), "tiny-tags": tagging_task(bio=False)}
+    plan = ProbePlan(with_random_baselines([ProbeModel("llama", decoder)]), tasks, tmp_path, SETTINGS)
+    results = run_probe(plan, log=lambda line: None)
+    kept = {}
+    for row in results:
+        path = tmp_path / "probe" / row["model"] / row["attention"] / f"{row['task']}.json"
+        assert row["predictions_path"] == predictions_path(path).name
+        kept[row["model"], row["task"]] = read_predictions(predictions_path(path))
+        for split in ("validation", "test"):
+            part = kept[row["model"], row["task"]][split]
+            assert float(score_from_parts(part["aggregate"], part["parts"])) == pytest.approx(row[split], abs=1e-9)
+    assert len(kept["llama", "markers"]["test"]["ids"]) == 30
+    assert kept["llama", "tiny-tags"]["test"]["aggregate"] == "ratio"  # right words, words: per sentence
+    paired = compare_runs(kept["llama", "markers"], kept["random-init", "markers"])
+    assert paired.test == "McNemar exact" and paired.examples == 30
+    assert paired.difference == pytest.approx(
+        next(r["test"] for r in results if r["model"] == "llama" and r["task"] == "markers")
+        - next(r["test"] for r in results if r["model"] == "random-init" and r["task"] == "markers"))
+
+
 def test_causal_features_of_a_text_do_not_see_its_later_tokens_and_bidirectional_ones_do(decoder):
     frozen = load_frozen(ProbeModel("llama", decoder))
     ids = frozen.tokenizer(["the cat sat", "the cat mat"])["input_ids"]
@@ -130,7 +157,8 @@ def test_the_command_writes_the_tables_of_a_local_task(decoder, tmp_path, capsys
                                     "--max-train-examples", "60", "--max-eval-examples", "12", "--output",
                                     str(tmp_path / "out")])
     assert status == 0, capsys.readouterr().err
-    rows = [json.loads(p.read_text()) for p in sorted((tmp_path / "out" / "probe").rglob("*.json"))]
+    rows = [json.loads(p.read_text()) for p in sorted((tmp_path / "out" / "probe").rglob("*.json"))
+            if not p.name.endswith(".predictions.json")]
     assert sorted((r["model"], r["attention"]) for r in rows) == [
         ("random-init", "bidirectional"), ("random-init", "causal"), ("tiny", "bidirectional"), ("tiny", "causal")]
     assert all(r["rows"] == {"train": 60, "validation": 12, "test": 12} for r in rows)
@@ -202,7 +230,7 @@ def test_the_probe_scores_a_checkpoint_trained_with_the_bundled_tokenizer(tmp_pa
                                     "--max-length", "32", "--max-train-examples", "40", "--max-eval-examples", "8",
                                     "--output", str(tmp_path / "out")])
     assert status == 0, capsys.readouterr().err
-    assert len(list((tmp_path / "out" / "probe").rglob("*.json"))) == 2  # the model and its random-init row
+    assert len(list((tmp_path / "out" / "probe").rglob("*.json"))) == 4  # 2 rows, 2 predictions
 
 
 @pytest.mark.parametrize("name", ["../evil", ".."])
@@ -213,3 +241,18 @@ def test_a_bad_random_init_name_is_refused_before_anything_is_exported(tmp_path,
                                     str(tmp_path / "out"), "--random-init-baseline", name])
     expect_one_line(capsys, status, f"--random-init-baseline {name!r}")
     assert not (tmp_path / "out" / "hf_exports").exists() and not (tmp_path / "evil").exists()
+
+
+def test_a_task_is_informative_on_validation_scores_and_no_test_score_decides_it():
+    """The probe's informative mark (the adaptation report's too) reads validation scores only: a row far ahead on
+    test but not on validation leaves its task uninformative, and the reverse marks it informative."""
+    from megamlm.eval.probe import informative
+
+    def row(model, random_init, validation, test):
+        return {"task": "t", "model": model, "random_init": random_init, "validation": validation, "test": test,
+                "majority": {"validation": 50.0, "test": 50.0}, "rows": {"validation": 400, "test": 400}}
+
+    behind_on_validation = [row("m", False, 52.0, 95.0), row("random-init", True, 51.0, 50.0)]
+    ahead_on_validation = [row("m", False, 80.0, 50.0), row("random-init", True, 51.0, 90.0)]
+    assert informative(behind_on_validation) == {"t": False}
+    assert informative(ahead_on_validation) == {"t": True}
