@@ -29,6 +29,22 @@ if [[ -z "${MEGAMLM_SIGINT_RESET:-}" ]] && sigint_ignored; then
          "reset it (coreutils older than 8.31): stop the run with SIGTERM (kill -TERM $$), not Ctrl-C" >&2
 fi
 
+# With --max-restarts N > 0, every restart round gets a fresh rendezvous store for the workers: torch's default
+# (since 2.5) shares the agent's store with them across rounds without a per-round prefix, and a restarted worker
+# can read a peer's address from the round before and fail to connect (pytorch/pytorch#135712; megamlm's HPC stage
+# saw it on two nodes). Set TORCH_DISABLE_SHARE_RDZV_TCP_STORE yourself to choose otherwise.
+max_restarts=0
+previous=""
+for arg in "$@"; do
+    case "${previous}" in --max-restarts|--max_restarts) max_restarts=${arg} ;; esac
+    case "${arg}" in --max-restarts=*|--max_restarts=*) max_restarts=${arg#*=} ;; esac
+    [[ "${arg}" == *.py ]] && break  # the training script's own arguments are not torchrun's
+    previous=${arg}
+done
+if [[ "${max_restarts}" =~ ^[0-9]+$ ]] && (( max_restarts > 0 )); then
+    export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=${TORCH_DISABLE_SHARE_RDZV_TCP_STORE:-1}
+fi
+
 # The agent's own list (torchrun --signals-to-handle); the signals left out stay ignored, as set below.
 export PET_SIGNALS_TO_HANDLE=${PET_SIGNALS_TO_HANDLE:-SIGHUP,SIGQUIT}
 trap '' INT TERM USR1    # torchrun inherits "ignored"; megamlm's workers install their own handlers

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import sys
 from datetime import timedelta
 from typing import Mapping
 
@@ -21,6 +22,7 @@ import torch.distributed as dist
 from megamlm import extras
 from megamlm.errors import UserError
 from megamlm.launcher_env import detect_launcher, launcher_variables
+from megamlm.log import write_line
 
 DEFAULT_MASTER_PORT = "29500"
 
@@ -93,6 +95,27 @@ def collective_device_for(backend: str, cuda_available: bool) -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
 
 
+def restart_store_warning(environ: Mapping[str, str] | None = None) -> str | None:
+    """A warning line when torchrun restarts workers (--max-restarts) through a rendezvous store it shares with them.
+
+    torch's default since 2.5: the workers' process group uses the agent's TCPStore, the same server every restart
+    round, with no per-round prefix (workers know only their own agent's restart count, which differs between nodes
+    when one node's worker failed and the other's was stopped). A restarted worker can then read the last round's
+    address of a peer and fail to connect, spending its restart: pytorch/pytorch#135712, and what the HPC stage's two
+    nodes showed ('Gloo connectFullMesh failed ... Connection refused', then a hang). torch's opt-out,
+    TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 in torchrun's environment, gives every round a fresh store on rank 0."""
+    environ = os.environ if environ is None else environ
+    try:
+        restarts = int(environ.get("TORCHELASTIC_MAX_RESTARTS", "0") or 0)
+    except ValueError:
+        return None
+    if restarts > 0 and environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True):
+        return (f"warning: torchrun --max-restarts {restarts} shares its rendezvous store with the workers, so a "
+                "restarted worker can read the last round's addresses and fail (pytorch/pytorch#135712); start "
+                "torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (examples/torchrun_forward_signals.sh does)")
+    return None
+
+
 def init_distributed(device_type: str, timeout_minutes: float = 30.0) -> tuple[int, int, int]:
     """Start the default process group from the launcher's environment; returns (rank, world size, local rank).
 
@@ -108,4 +131,7 @@ def init_distributed(device_type: str, timeout_minutes: float = 30.0) -> tuple[i
     if not dist.is_initialized():
         dist.init_process_group(backend_for(device_type), init_method="env://", rank=rank, world_size=world,
                                 timeout=timedelta(minutes=timeout_minutes))
+    warning = restart_store_warning()
+    if warning and rank == 0:
+        write_line(warning, sys.stderr)
     return rank, world, local

@@ -129,6 +129,32 @@ def test_run_local_builds_a_standalone_torchrun():
     check_layout_plans(pretrain_flags(cmd), world=4)
 
 
+@pytest.mark.parametrize("args,expected", [
+    (["--max-restarts", "1", "pretrain.py"], "1"), (["--max_restarts=2", "pretrain.py"], "1"),
+    (["--max-restarts", "0", "pretrain.py"], ""), (["pretrain.py", "--max-restarts", "3"], ""),
+    (["--standalone", "pretrain.py"], "")])
+def test_the_forwarder_gives_torchruns_restarts_a_fresh_store_each_round(tmp_path, args, expected):
+    """torchrun --max-restarts N > 0 gets TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (pytorch/pytorch#135712: a restarted
+    worker read a dead peer's address from the shared store on the HPC stage's two nodes); a training script's own
+    flag of that name is not torchrun's."""
+    fake = tmp_path / "torchrun"
+    fake.write_text("#!/bin/bash\necho \"store=${TORCH_DISABLE_SHARE_RDZV_TCP_STORE:-}\"\n")
+    fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"}
+    out = subprocess.run(["bash", str(FORWARDER), *args], env={**env, "PATH": f"{tmp_path}:{env['PATH']}"},
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == f"store={expected}", (out.stdout, out.stderr)
+
+
+def test_a_worker_under_restarts_with_the_shared_store_warns_and_names_the_setting():
+    from megamlm.parallel.launch import restart_store_warning
+
+    shared = {"TORCHELASTIC_MAX_RESTARTS": "1", "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    assert "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1" in restart_store_warning(shared)
+    assert restart_store_warning({**shared, "TORCHELASTIC_USE_AGENT_STORE": "False"}) is None
+    assert restart_store_warning({**shared, "TORCHELASTIC_MAX_RESTARTS": "0"}) is None
+
+
 def test_mpirun_exports_the_master_address_to_every_rank():
     cmd = printed_command(SCRIPTS[1], {"NP": "8", "MASTER_ADDR": "head", "HOSTS": "a:4,b:4", "MASTER_PORT": "29500"},
                           LAYOUT)
