@@ -50,7 +50,10 @@ def _test_line(c: Claim) -> str:
         return (f"{c.what}: {c.difference:+.2f}, untested: {_units(c)}, which give no p-value below "
                 f"{smallest_p_of(c):.3f}, so no outcome could be significant at {LEVEL:g}.")
     if c.untestable:
-        return f"{c.what}: untested ({c.untestable.removeprefix('not testable ')})."
+        reason = c.untestable.removeprefix("not testable ").strip()
+        if reason.startswith("(") and reason.endswith(")"):
+            reason = reason[1:-1]  # the verdict's own parentheses: one pair here
+        return f"{c.what}: untested ({reason})."
     low, high = c.bounds
     null = f", against the margin: H0 difference = {c.null:+.2f}" if c.matches else ""
     mark = " **significant**" if significant(c) else ""

@@ -1,14 +1,10 @@
 """The committed CPU-miniature report (examples/paper_recipe/RESULTS.md, with its figures) is the real run of the
-committed study file (examples/studies/cpu_miniature.yaml): not a rehearsal, every run finished, the plan the
-study file makes today, the evaluation grid it asks for, the paper's figures, a verdict on each claim (a)-(e) and
-a measured time within the 90 minutes the miniature promises. A study file changed without rerunning the study,
-or a rehearsal's report committed in its place, fails here.
-
-The committed report predates the claim rules of issue 45 (seed-level units, tasks chosen on validation against
-the best trivial baseline, stability over a grid of 3 or more LRs, verdicts with their scale): it was written by
-the rules before them, and this test checks it against the study file and data it was made from, in the old
-report's verdict words as well as the new ones. examples/studies/README.md says so and names the command that
-regenerates it under the current rules."""
+committed study file (examples/studies/cpu_miniature.yaml) under issue 45's rules: not a rehearsal, every run
+finished, the plan the study file makes today, every arm at five pretraining seeds, a grid of three or more LRs with
+every model's score at each printed, tasks marked informative on validation, the paper's figures, a verdict on each
+claim (a)-(e) that carries its scale (tokens, size, seeds) and a measured time within the 90 minutes the miniature
+promises. A study file changed without rerunning the study, or a rehearsal's report committed in its place, fails
+here."""
 
 import re
 from pathlib import Path
@@ -26,8 +22,7 @@ from megamlm.study.running.commands import all_evaluated_models
 REPO = Path(__file__).resolve().parents[3]
 STUDY = REPO / "examples" / "studies" / "cpu_miniature.yaml"
 RESULTS = REPO / "examples" / "paper_recipe" / "RESULTS.md"
-OLD_RULES_VERDICTS = ("not testable (no random-init baseline)",)  # the stability claim's, before issue 45
-VERDICTS = (SUPPORTED, CONTRADICTED, UNDECIDED, NO_TASK) + OLD_RULES_VERDICTS
+VERDICTS = (SUPPORTED, CONTRADICTED, UNDECIDED, NO_TASK)
 
 
 def test_the_committed_report_is_the_real_run_of_the_committed_study():
@@ -40,10 +35,14 @@ def test_the_committed_report_is_the_real_run_of_the_committed_study():
         "the study file plans other runs than the report's: rerun the study (examples/studies/README.md)")
 
     e = study.evaluation
-    # Issue 32: at least 3 pretraining seeds for every arm, an LR grid (the stability claim), the four families.
-    assert min(len(arm.seeds) for arm in study_arms(study)) >= 3 and len(e.lrs) >= 2 and len(e.tasks) == 4
+    # Issue 45: five pretraining seeds for every arm (the claims' unit), a grid of 3 LRs or more (the stability
+    # claim), the four families; every model's score at every LR printed.
+    assert min(len(arm.seeds) for arm in study_arms(study)) >= 5 and len(e.lrs) >= 3 and len(e.tasks) == 4
+    per_lr = report.split("### Scores per learning rate")[1].split("\n### ")[0].split("\n## ")[0]
+    assert len([line for line in per_lr.splitlines() if line.startswith("| tiny-")]) == \
+        len(e.tasks) * len(all_evaluated_models(plan))
     grid = len(e.lrs) * len(e.seeds)
-    per_model = report.split("### Per model, one table per task family")[1].split("\n## ")[0]
+    per_model = report.split("### Per model, one table per task family")[1].split("\n## ")[0].split("\n### ")[0]
     rows = [line for line in per_model.splitlines() if line.startswith("| tiny-")]
     assert len(rows) == len(e.tasks) * len(all_evaluated_models(plan))
     assert all(line.endswith(f"| {grid}/{grid} |") for line in rows)  # every LR x seed
@@ -63,6 +62,8 @@ def test_the_committed_report_is_the_real_run_of_the_committed_study():
     marks = report.split("### Informative tasks")[1].split("\n## ")[0]
     found = dict(re.findall(r"^- \*\*([\w-]+)\*\*: (informative|uninformative):", marks, re.M))
     assert sorted(found) == sorted(tasks), marks
+    assert all(line.split(": ", 2)[2].startswith("on validation") for line in marks.splitlines()
+               if line.startswith("- **")), marks  # decided on validation, not on test
     left_out = [task for task, mark in found.items() if mark == "uninformative"]
     if left_out:
         assert f"left out of the claims: {', '.join(left_out)}." in marks
@@ -73,15 +74,18 @@ def test_the_committed_report_is_the_real_run_of_the_committed_study():
     assert plateau and float(plateau.group(3)) >= TARGET_GAP, "the MLM-only arm is on the unigram plateau"
 
     figures = re.findall(r"\]\(figures/([\w.]+\.png)\)", report)
+    early = {"score_vs_steps.png"} if e.checkpoint_steps else set()  # claim (b)'s, where early checkpoints are asked
     assert {"validation.png", "lr_sensitivity.png", "lr_stability.png", "continuation_gain.png",
-            "score_vs_steps.png", "score_vs_clm_fraction.png"} <= set(figures)
+            "score_vs_clm_fraction.png", *early} <= set(figures)
     assert all((RESULTS.parent / "figures" / name).is_file() for name in figures)
 
     claims = report.split("## The paper's claims")[1].split("\n## ")[0]
-    for key in "abcde":
-        found = re.search(rf"^- \*\*\({key}\) [^*]+\*\*: (?:at [^:]+ seeds?: )?(.+)\.$", claims, re.M)
+    for key in "abcde":  # each verdict with its scale, but a claim the study does not ask
+        found = re.search(rf"^- \*\*\({key}\) [^*]+\*\*: (?:(at [^:]+ tokens, [^:]+ seeds?): )?(.+)\.$", claims,
+                          re.M)
         assert found, key
-        verdict = found.group(1)
+        scale, verdict = found.groups()
+        assert scale or verdict.startswith("not asked by this study"), (key, verdict)
         assert (verdict in VERDICTS or re.fullmatch(r"not testable with \d+ seeds?", verdict)
                 or verdict.startswith(("not asked by this study", "not testable (best LR at the grid's edge"))), (
             key, verdict)

@@ -70,22 +70,24 @@ def test_the_printed_recipes_plan_is_the_planners_output(monkeypatch):
     assert detour in printed
 
 
-def test_the_miniatures_rerun_design_plans_what_its_readme_says():
-    """examples/studies/README.md's design for rerunning the miniature under issue 45's rules: its figures are the
-    planner's (runs, steps, and fine-tuning runs as many as the committed design's)."""
-    sets = ["grids=[{budgets: [1400], clm_fractions: [0, 0.25, 1], mask_ratios: [0.4]}]",
-            "evaluation.lrs=[1.0e-3, 3.0e-3, 1.0e-2]", "evaluation.checkpoint_steps=[]"]
-    text = README.read_text()
-    assert all(f"--set '{s}'" in text or f"--set {s}" in text for s in sets)
-
+def test_the_miniatures_figures_in_its_readme_are_the_planners():
+    """examples/studies/README.md's figures for the committed miniature (issue 45's design): its runs, steps, LRs
+    and fine-tuning runs are what the planner makes of the study file, and the first miniature's design (three
+    splits at 3 seeds, early checkpoints, 2 LRs) is what it says that one was."""
     def fine_tuning_runs(plan):
         e = plan.study.evaluation
         return len(e.tasks) * len(e.lrs) * (len(all_evaluated_models(plan)) * len(e.seeds)
                                             + len(e.random_init_seeds or e.seeds))
 
-    redesigned = build_plan(load_study(STUDY, sets))
-    committed = build_plan(load_study(STUDY))
-    steps = sum(run.steps_trained for run in redesigned.runs)
-    assert (len(redesigned.runs), steps, fine_tuning_runs(redesigned)) == (25, 22_050, 336)
-    assert fine_tuning_runs(committed) == 336 and sum(run.steps_trained for run in committed.runs) == 23_100
-    assert "It plans 25 runs and 22,050 steps (the committed design: 29 runs, 23,100) and 336 fine-tuning runs" in text
+    text = README.read_text()
+    plan = build_plan(load_study(STUDY))
+    steps = sum(run.steps_trained for run in plan.runs)
+    assert (len(plan.runs), steps, fine_tuning_runs(plan), plan.study.evaluation.lrs) == (
+        25, 22_050, 336, [1.0e-3, 3.0e-3, 1.0e-2])
+    assert "25 runs, 22,050 steps." in text and "(336 fine-tuning runs with the random-init model's)" in text
+    first = ["grids=[{budgets: [1400], clm_fractions: [0, 1], mask_ratios: [0.4]}, {budgets: [1400], "
+             "clm_fractions: [0.25, 0.5, 0.75], mask_ratios: [0.4], seeds: [1, 2, 3]}]",
+             "evaluation.lrs=[1.0e-3, 3.0e-3]", "evaluation.checkpoint_steps=[280]"]
+    before = build_plan(load_study(STUDY, first))
+    assert (len(before.runs), sum(run.steps_trained for run in before.runs)) == (29, 23_100)
+    assert "(issue 32's: 29 runs, 23,100 steps, 81.7 minutes)" in text
