@@ -8,7 +8,8 @@ laid out tensor parallel fastest, pipeline slowest (megamlm/parallel/dims.py), a
 
 Data parallel across the nodes (one rank each) is every run of test_node_faults.py and test_two_nodes.py, whose
 checkpoints resume on two nodes. A layout's checkpoint written across the two nodes resumes on one node too (its
-four ranks under one torchrun there), to the same losses.
+four ranks under one torchrun there), to the same losses. And as MPI users launch: `mpirun -np 4 --hostfile` (through
+examples/run_mpirun.sh, started outside both nodes as on a login node) runs TP=2 x PP=2 across them.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import subprocess
 import sys
 
 import pytest
-from nodes import NODE1, on_node, two_nodes
+from nodes import NODE1, mpirun_options, on_node, two_nodes
 from slurm_jobs import REPO, TINY, job_env
 from torchrun_nodes import TwoNodeRun
 
@@ -76,3 +77,17 @@ def test_a_layouts_checkpoint_from_two_nodes_resumes_on_one_node(tmp_path, one_p
     assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
     assert "resumed from " in out.stdout + out.stderr
     assert losses(save) == pytest.approx(one_process, rel=1e-4), (out.stdout + out.stderr)[-3000:]
+
+
+def test_mpirun_np_4_with_a_hostfile_runs_tp_within_and_pp_across_the_nodes_equal_to_one_process(tmp_path, one_process):
+    """The hostfile's two slots a node put ranks 0-1 on the first node and 2-3 on the second (Open MPI fills a host's
+    slots first), so each stage's tensor-parallel pair shares a node; rank 0's host is asked of mpirun."""
+    save = tmp_path / "run"
+    env = job_env(NP="4")
+    env.pop("MASTER_ADDR", None)
+    command = ["bash", str(REPO / "examples" / "run_mpirun.sh"), *mpirun_options(), "--bind-to", "none", "--",
+               *TINY, *FLAGS, *LAYOUTS["tp2_within_nodes_pp2_across"], "--device", "cpu", "--save", str(save)]
+    out = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, (out.stdout[-2000:], out.stderr[-3000:])
+    assert "parallel layout: world 4" in out.stdout
+    assert losses(save) == pytest.approx(one_process, rel=1e-4), out.stdout[-3000:]

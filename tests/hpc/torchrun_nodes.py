@@ -40,7 +40,8 @@ class TwoNodeRun:
     """``pretrain.py ARGS`` under one torchrun per node, ``per_node`` ranks each (a node's ranks are consecutive:
     torchrun numbers them node rank x per_node + local rank); each node's output in ``<tmp>/<name>-<node>.log``."""
 
-    def __init__(self, tmp: Path, name: str, args: list[str], max_restarts: int = 0, per_node: int = 1):
+    def __init__(self, tmp: Path, name: str, args: list[str], max_restarts: int = 0, per_node: int = 1,
+                 env: dict[str, str] | None = None):
         port = random.randrange(15000, 30000)  # below the ephemeral range; a fresh one per launch
         self.logs = {node: tmp / f"{name}-{node}.log" for node in (NODE1, NODE2)}
         self.procs: dict[str, subprocess.Popen] = {}
@@ -52,7 +53,7 @@ class TwoNodeRun:
             with open(self.logs[node], "w") as log:
                 # nsenter enters the node and execs torchrun: the Popen's pid is torchrun's
                 self.procs[node] = subprocess.Popen(on_node(node, command), stdout=log, stderr=subprocess.STDOUT,
-                                                    env=job_env(), cwd=tmp, start_new_session=True)
+                                                    env=job_env(**(env or {})), cwd=tmp, start_new_session=True)
 
     def text(self, node: str | None = None) -> str:
         nodes = [node] if node else list(self.logs)
