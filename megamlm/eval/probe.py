@@ -36,6 +36,7 @@ from megamlm.errors import UserError
 from megamlm.eval import metrics
 from megamlm.eval.examples import SPLITS, TaskData
 from megamlm.eval.frozen import ATTENTIONS, FrozenModel, ProbeModel, load_frozen, model_shape
+from megamlm.eval.paired import read_predictions
 from megamlm.eval.probe_features import pooled_features, word_features
 from megamlm.eval.registry import task_display_name
 from megamlm.eval.results import fingerprint, read_result, write_json_atomic, write_text_atomic
@@ -281,8 +282,6 @@ def predictions_path(row_path: Path) -> Path:
 def kept_predictions(output: Path, result: dict) -> dict:
     """The per-example predictions a finished row of the probe written to ``output`` kept (``paired.compare_runs``
     compares two of them)."""
-    from megamlm.eval.paired import read_predictions
-
     path = row_folder(output, result["model"], result["attention"]) / result["predictions_path"]
     kept = read_predictions(path)
     if kept is None:

@@ -191,7 +191,8 @@ def test_the_claims_section_gives_the_numbers_and_the_setting_behind_a_departure
     assert "where the MLM phase after the switch is 50 steps" in text  # (c)
     # the setting, filled from the study: its steps, tokens per step (8 x 64) and model
     assert "This study's 100 steps of 512 tokens (0.05M tokens) with the tiny preset (4 layers, hidden 128)" in text
-    assert "here 3 learning rates (0.001, 0.003, 0.01) and 2 seeds at 30 steps" in text
+    assert "here 3 learning rates (0.001, 0.003, 0.01) at 30 steps on " in text
+    assert "(fine-tuning seeds per LR: 2)" in text
     supported = claims_section(plan, write_results(plan, **PAPER), evidence=BASELINE)
     assert ("**(a) MLM beats CLM at the end of pretraining**: at 0.05M tokens, 4 layers, 5 seeds: supported."
             in supported)
