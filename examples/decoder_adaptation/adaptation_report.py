@@ -17,8 +17,9 @@ OBJECTIVES = {"mntp": "MNTP", "mlm": "MLM"}
 LEVEL = 0.05
 
 
-def _adapted(objective: str, seed: int) -> str:
-    return f"{objective}-s{seed}"  # run.py's adapted(): the report reads the names run.py gave
+def adapted(objective: str, seed: int) -> str:
+    """The name of the model adapted with ``objective`` from ``seed``: its folder, log and probe rows (run.py)."""
+    return f"{objective}-s{seed}"
 
 
 def _cells(results: list[dict], name: str, attention: str = "bidirectional") -> dict[str, dict]:
@@ -45,7 +46,7 @@ def _table(args, results: list[dict], facts: dict, merged: str, tasks: list[str]
     for name, attention, label in FIXED_ROWS:
         row(name, attention, label)
     for objective, shown in OBJECTIVES.items():
-        names = [_adapted(objective, seed) for seed in args.seeds]
+        names = [adapted(objective, seed) for seed in args.seeds]
         for seed, name in zip(args.seeds, names):
             row(name, "bidirectional", f"bidirectional + {shown}, seed {seed}")
         per_task = [[_cells(results, n)[t] for n in names] for t in tasks]
@@ -101,7 +102,7 @@ def recipe_verdict(family: list[tuple[Paired, float]], task: str, a: str, b: str
 
 def _comparisons(args, results: list[dict], tasks: list[str], verdicts: dict[str, bool], probe_output: Path
                  ) -> list[str]:
-    seeds = {_adapted(o, s): s for s in args.seeds for o in OBJECTIVES}
+    seeds = {adapted(o, s): s for s in args.seeds for o in OBJECTIVES}
     informative_tasks = [t for t in tasks if verdicts.get(t)]
     head = ["Informative tasks, decided on validation before any test score is read (some trained row beats the "
             "random-init row and the majority class on validation by more than two binomial standard errors): "
@@ -109,9 +110,9 @@ def _comparisons(args, results: list[dict], tasks: list[str], verdicts: dict[str
             "the informative ones only.", ""]
     if not informative_tasks:
         return head + ["No task is informative at these sizes: the recipes cannot be compared here."]
-    recipes = paired_family(results, probe_output, [(_adapted("mntp", s), _adapted("mlm", s)) for s in args.seeds],
+    recipes = paired_family(results, probe_output, [(adapted("mntp", s), adapted("mlm", s)) for s in args.seeds],
                             informative_tasks)
-    against_source = paired_family(results, probe_output, [(_adapted(o, s), "decoder") for s in args.seeds
+    against_source = paired_family(results, probe_output, [(adapted(o, s), "decoder") for s in args.seeds
                                                            for o in OBJECTIVES], informative_tasks)
     floor = 2 / 2 ** len(args.seeds)
     lines = head + [

@@ -162,6 +162,8 @@ def tokenize(ckpt: Path, data_dir: Path, work: Path, args) -> dict:
 
 
 def train(ckpt: Path, work: Path, objective: str, seed: int, args) -> list[str]:
+    from adaptation_report import adapted
+
     from megamlm.hf.importer import pretrain_flags
     from megamlm.hf.megamlm_checkpoint import read_record
 
@@ -179,10 +181,6 @@ def train(ckpt: Path, work: Path, objective: str, seed: int, args) -> list[str]:
         raise SystemExit(f"pretrain.py --objective {objective} --seed {seed} failed (exit {status}); see {log}")
     return command
 
-
-def adapted(objective: str, seed: int) -> str:
-    """The name of the model adapted with ``objective`` from ``seed``: its folder, log and probe rows."""
-    return f"{objective}-s{seed}"
 
 
 def probe_tasks(args) -> dict:
@@ -248,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         check_args(args)
     except (UserError, OSError) as error:
         return exit_line(error)
-    from adaptation_report import write_report
+    from adaptation_report import adapted, write_report
 
     from megamlm.eval.frozen import ProbeModel
 

@@ -201,12 +201,13 @@ def fit_linear_probe(rows: dict[str, SplitRows], c_grid: tuple[float, ...] = C_G
             warnings.simplefilter("always", ConvergenceWarning)
             probe.fit(train.features, train.labels)
         converged = not any(issubclass(w.category, ConvergenceWarning) for w in caught)
-        by_c[repr(c)] = validation.score(list(probe.predict(validation.features)))
+        predicted_validation = [str(label) for label in probe.predict(validation.features)]
+        by_c[repr(c)] = validation.score(predicted_validation)
         if best is None or by_c[repr(c)] > best[1]:
-            best = (c, by_c[repr(c)], probe, converged)
-    c, score, probe, converged = best
+            best = (c, by_c[repr(c)], probe, converged, predicted_validation)
+    c, score, probe, converged, predicted_validation = best
     majority = Counter(train.labels).most_common(1)[0][0]
-    predicted = {s: [str(label) for label in probe.predict(rows[s].features)] for s in ("validation", "test")}
+    predicted = {"validation": predicted_validation, "test": [str(label) for label in probe.predict(test.features)]}
     return {"c": c, "validation": score, "test": test.score(predicted["test"]),
             "kept": {s: rows[s].kept(predicted[s]) for s in predicted},
             "validation_by_c": by_c, "converged": converged,
