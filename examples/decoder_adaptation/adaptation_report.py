@@ -3,6 +3,8 @@ the command, written to a temporary name and renamed into place."""
 
 from __future__ import annotations
 
+import os
+import re
 import shlex
 from pathlib import Path
 
@@ -149,7 +151,8 @@ def machine_free(text: str, args) -> str:
                         for form in (path, path.absolute(), path.resolve()) if str(form) not in (".", "/")},
                        key=lambda pair: -len(pair[0]))
     for spelling, name in spellings:
-        text = text.replace(spelling, name)
+        # whole path components only: --workdir /tmp/adapt must not turn /tmp/adapt_REPORT.md into WORKDIR_REPORT.md
+        text = re.sub(re.escape(spelling) + r"(?![\w.-])", lambda _, name=name: name, text)
     return text
 
 
@@ -163,6 +166,9 @@ def write_report(args, results: list[dict], facts: dict, stages: list[tuple[str,
         # a text block, not a command to run as written: its paths are the names PLACES gives
         "Command:", "", "```text", f"python examples/decoder_adaptation/run.py {shlex.join(facts['argv'])}", "```", "",
         PLACES, "",
+        f"Measured on {os.cpu_count()} CPU cores: {total_wall / 60:.1f} minutes wall (the stages below); load "
+        f"average over the last minute {facts['load_at_start']:.2f} at the start and {facts['load_at_end']:.2f} at "
+        "the end (this run alone keeps it near the core count).", "",
         "## Settings", "",
         f"- Model: `{args.model.name}`"
         + (" (SmolLM2-135M-Instruct, 4-bit Q4_1 GGUF weights **dequantized to float32 on load**: the quantization "

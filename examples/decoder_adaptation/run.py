@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -256,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
 
         shutil.rmtree(work)
     (work / "data").mkdir(parents=True)
-    stages, facts = Stages(), {"argv": sys.argv[1:] if argv is None else argv}
+    stages, facts = Stages(), {"argv": sys.argv[1:] if argv is None else argv, "load_at_start": os.getloadavg()[0]}
     ckpt = stages.run("import", import_decoder, args.model, work / "decoder")
     facts["data"] = stages.run("tokenize", tokenize, ckpt, args.data_dir, work, args)
     for seed in args.seeds:  # one seed's pair after the other: a stop leaves whole pairs
@@ -278,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     scored = {"decoder": ckpt, "random-init": None, **{row.name: row.path for row in rows[3:]},
               merged: work / "merged"}
     facts["losses"] = stages.run("held-out loss", losses, scored, ckpt, work, args)
+    facts["load_at_end"] = os.getloadavg()[0]
     path = write_report(args, results, facts, stages.rows, merged, work / "probe")
     print(f"wrote {path}; total {sum(r[1] for r in stages.rows):.0f} s wall", flush=True)
     return 0

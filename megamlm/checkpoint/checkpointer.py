@@ -334,10 +334,13 @@ def _keep_own_parameters(optim_state: dict, own_groups: list[list[str]]) -> None
     have, and torch's ``set_state_dict`` then drops the groups' hyperparameters (the first step failed with
     KeyError: 'betas'). Every rank builds the same groups (weight decay and none, the same settings), so the group
     in the same place is this rank's; the state tensors are keyed by parameter name and load as they are."""
-    groups = optim_state.get("param_groups")
-    if groups and len(groups) == len(own_groups):
-        for group, own in zip(groups, own_groups):
-            group["params"] = own
+    groups = optim_state.get("param_groups") or []
+    if len(groups) != len(own_groups):
+        raise CheckpointError(f"the checkpoint's optimizer has {len(groups)} parameter groups and this run's "
+                              f"{len(own_groups)}: it was saved by another optimizer setup; resume with the "
+                              f"checkpoint's flags, or start from its weights with --init-from")
+    for group, own in zip(groups, own_groups):
+        group["params"] = own
 
 
 def load_model_weights(path: str | Path, model: torch.nn.Module, verify: bool = True) -> Path:

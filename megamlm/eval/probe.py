@@ -287,6 +287,9 @@ def kept_predictions(output: Path, result: dict) -> dict:
     kept = read_predictions(path)
     if kept is None:
         raise ProbeError(f"{path} is missing or unreadable; rerun the probe of {result['model']} on {result['task']}")
+    if kept.get("fingerprint") != result.get("fingerprint"):  # another setting's predictions, not this row's
+        raise ProbeError(f"{path} was written with other settings than its row's result; rerun the probe of "
+                         f"{result['model']} on {result['task']}")
     return kept
 
 

@@ -2,6 +2,7 @@
 Hugging Face folder stands in for SmolLM2; every stage runs and the report lists every row."""
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -67,6 +68,8 @@ def test_the_pipeline_reports_every_row_and_stage(tmp_path):
     assert "--objective mntp" in text and "Command:\n\n```text\npython examples/decoder_adaptation/run.py" in text
     assert "--weights 0.5,0.5" in text and "16 test (a fixed random subset)" in text
     assert "Adaptation seeds 1, 2: for each" in text and "LR 0.0001, warmup 1 steps" in text
+    assert re.search(r"Measured on \d+ CPU cores: [\d.]+ minutes wall \(the stages below\); load average over the "
+                     r"last minute [\d.]+ at the start and [\d.]+ at the end", text)
     # Informative is decided on validation; the recipes are compared per seed on the same test examples, or the
     # report says no task can compare them.
     assert "Informative tasks, decided on validation before any test score is read" in text
@@ -170,6 +173,42 @@ def test_the_report_names_no_path_of_the_machine_it_ran_on(tmp_path):
     assert report.machine_free(text, args) == (
         "run.py --model MODEL_DIR/m.gguf --data-dir DATA_DIR --workdir WORKDIR --report REPORT_DIR/REPORT.md\n"
         "./pretrain.py --save WORKDIR/mntp --data-path DATA_DIR/x")
+    # A path that only begins with another is not inside it: the report beside the workdir keeps its own folder.
+    beside = Namespace(workdir=tmp_path / "adapt", data_dir=tmp_path / "data", model=tmp_path / "m" / "m.gguf",
+                       report=tmp_path / "adapt_REPORT.md")
+    assert report.machine_free(f"--workdir {tmp_path}/adapt --report {tmp_path}/adapt_REPORT.md", beside) == \
+        "--workdir WORKDIR --report REPORT_DIR/adapt_REPORT.md"
     committed = (REPO / "examples/decoder_adaptation/REPORT.md").read_text()
     assert not any(place in committed for place in ("/work/", "/tmp/", "/home/", "/root/")), committed[:600]
     assert report.PLACES in committed
+
+
+def test_the_committed_report_is_run_py_at_its_defaults_with_seeds_whole_test_sets_and_paired_tests():
+    """Issue 45, item 6: examples/decoder_adaptation/REPORT.md was written by run.py as it is, at its defaults (3
+    adaptation seeds, whole test sets), and compares MNTP with MLM per seed on the same test examples."""
+    import shlex
+
+    run = load_tool("run", "examples/decoder_adaptation")
+    committed = (REPO / "examples/decoder_adaptation/REPORT.md").read_text()
+    [command] = re.findall(r"```text\npython examples/decoder_adaptation/run.py (.*)\n```", committed)
+    parser = run.build_parser()
+    given = parser.parse_args(shlex.split(command))
+    places = {"model", "workdir", "report", "data_dir", "force"}
+    for action in parser._actions:
+        if action.dest not in places and action.dest != "help":
+            assert getattr(given, action.dest) == action.default, (action.dest, command)
+    assert given.model.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert "predates" not in committed  # the note the first design's report carried
+    assert "Adaptation seeds 1, 2, 3:" in committed and "every test example" in committed
+    assert "| **MNTP, mean of 3 seeds** |" in committed and "| **MLM, mean of 3 seeds** |" in committed
+    verdicts = re.search(r"Informative tasks, decided on validation.*?: (.*?)\. The comparisons", committed).group(1)
+    informative = [t.split(":")[0] for t in verdicts.split(", ") if t.endswith("yes")]
+    if not informative:
+        assert "No task is informative at these sizes" in committed
+        return
+    table = committed.split("### MNTP against MLM, per adaptation seed")[1].split("Rule, fixed before the run")[0]
+    for task in informative:
+        seeds = re.findall(rf"\| mntp-s(\d) − mlm-s\1 \| {re.escape(task)} \| \1 \| (\d+) \|", table)
+        assert sorted(s for s, _ in seeds) == ["1", "2", "3"], (task, table)
+        assert all(int(n) >= 500 for _, n in seeds)  # whole test sets (573, 1,068), not the first design's 64
+        assert re.search(rf"- \*\*{re.escape(task)}\*\*: ", committed)

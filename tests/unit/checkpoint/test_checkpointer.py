@@ -17,6 +17,7 @@ from megamlm.checkpoint import (
     save_checkpoint,
 )
 from megamlm.checkpoint.catalog import LATEST, iteration_dir
+from megamlm.checkpoint.checkpointer import _keep_own_parameters
 from megamlm.checkpoint.integrity import MARKER, file_digest
 
 
@@ -276,3 +277,13 @@ def test_each_rank_rng_is_saved_and_restored(tmp_path):
     torch.manual_seed(5)
     load_checkpoint(folder, model, optimizer)
     assert torch.equal(torch.rand(4), expected)
+
+
+def test_loaded_parameter_groups_of_another_count_are_refused_in_one_line():
+    """The loaded groups are matched to this run's by place (DCP writes one rank's ``param_groups`` for all); a
+    count that differs is another optimizer setup, whose hyperparameters must not be dropped silently."""
+    loaded = {"param_groups": [{"params": ["w"], "lr": 0.1}]}
+    with pytest.raises(CheckpointError, match="1 parameter groups and this run's 2"):
+        _keep_own_parameters(loaded, [["a.weight"], ["a.bias"]])
+    _keep_own_parameters(loaded, [["a.weight"]])
+    assert loaded["param_groups"] == [{"params": ["a.weight"], "lr": 0.1}]

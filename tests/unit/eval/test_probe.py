@@ -101,7 +101,7 @@ def test_each_row_keeps_its_per_example_predictions_and_two_rows_compare_on_the_
     random init) compare by McNemar on the same test examples; a word-level task keeps per-sentence parts."""
     from megamlm.eval.metrics import score_from_parts
     from megamlm.eval.paired import compare_runs, read_predictions
-    from megamlm.eval.probe import predictions_path
+    from megamlm.eval.probe import ProbeError, kept_predictions, predictions_path
 
     tasks = {"markers": marker_task({"train": 40, "validation": 20, "test": 30}), "tiny-tags": tagging_task(bio=False)}
     plan = ProbePlan(with_random_baselines([ProbeModel("llama", decoder)]), tasks, tmp_path, SETTINGS)
@@ -118,6 +118,11 @@ def test_each_row_keeps_its_per_example_predictions_and_two_rows_compare_on_the_
     assert kept["llama", "tiny-tags"]["test"]["aggregate"] == "ratio"  # right words, words: per sentence
     paired = compare_runs(kept["llama", "markers"], kept["random-init", "markers"])
     assert paired.test == "McNemar exact" and paired.examples == 30
+    llama_markers = next(r for r in results if r["model"] == "llama" and r["task"] == "markers")
+    assert kept_predictions(tmp_path, llama_markers) == kept["llama", "markers"]
+    # Predictions written under other settings (a rerun stopped between its two files) are not this row's.
+    with pytest.raises(ProbeError, match="other settings than its row's result"):
+        kept_predictions(tmp_path, {**llama_markers, "fingerprint": "another"})
     assert paired.difference == pytest.approx(
         next(r["test"] for r in results if r["model"] == "llama" and r["task"] == "markers")
         - next(r["test"] for r in results if r["model"] == "random-init" and r["task"] == "markers"))
