@@ -1,15 +1,19 @@
 """A small study (tools/plan_study.py --scale and --set: a CLM run and a CLM-then-MLM arm branched at its switch
 step, each fine-tuned on one task) emitted with --emit slurm and submitted with its submit.sh to the stage's
 cluster: the chain runs in order, the branch starts at its branch step, each evaluation job writes only its own
-tables and the last job writes the report holding every model; a refused submission stops submit.sh."""
+tables and the last job writes the report holding every model; a refused submission stops submit.sh. On the
+stage's two nodes (issue 46 item 4), the study asks for two nodes a pretraining job (slurm.nodes: 2): every
+pretraining job runs one rank on each node, every evaluation job and the report on one."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 from datetime import datetime
 
+from nodes import NODE1, NODE2
 from slurm_jobs import REPO, job_env, queue_empty, wait_until
 
 STUDY = str(REPO / "examples" / "studies" / "cpu_miniature.yaml")
@@ -27,6 +31,7 @@ SMALL = ["--scale", "0.02", "--root", "runs/mini", "--set", "seeds=[1]",
          # The study names its tokenizer relative to the repository root, where it runs; the chain runs elsewhere.
          "--set", f"pretrain.data.tokenizer_model={REPO / 'megamlm' / 'assets' / 'austen' / 'tokenizer-2048.json'}"]
 CLM, BRANCH = "tiny-clm10-m40", "tiny-clm5-mlm5-m40"
+TWO_NODES = os.environ.get("MEGAMLM_HPC_TWO_NODES") == "1"
 
 
 def emit(folder, *extra: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -51,8 +56,13 @@ def when(stamp: str) -> datetime:
     return datetime.fromisoformat(stamp)
 
 
+def hosts(node_list: str) -> set[str]:
+    out = subprocess.run(["scontrol", "show", "hostnames", node_list], capture_output=True, text=True, timeout=60)
+    return set(out.stdout.split())
+
+
 def test_the_chain_runs_in_order_and_its_last_job_reports_every_model(tmp_path):
-    emit(tmp_path)
+    emit(tmp_path, *(["--set", "slurm.nodes=2"] if TWO_NODES else []))
     submitted = subprocess.run(["bash", "slurm/submit.sh"], cwd=tmp_path, env=job_env(), capture_output=True,
                                text=True, timeout=300)
     assert submitted.returncode == 0, submitted.stderr
@@ -76,13 +86,21 @@ def test_the_chain_runs_in_order_and_its_last_job_reports_every_model(tmp_path):
     [report] = by_name["report"]
     evaluations = [job for name, named in by_name.items() if name.startswith("eval-") for job in named]
     assert all(when(report["StartTime"]) >= when(e["EndTime"]) for e in evaluations)
+    if TWO_NODES:  # every pretraining job on both nodes, the evaluations and the report on one each
+        assert all(hosts(job["NodeList"]) == {NODE1, NODE2} for job in (first_segment, last_segment, branch)), \
+            {name: [job["NodeList"] for job in named] for name, named in by_name.items()}
+        assert all(len(hosts(job["NodeList"])) == 1 for job in [*evaluations, report])
 
     root = tmp_path / "runs" / "mini"
     logs = {path.name: path.read_text() for path in (root / "logs").iterdir()}
+    # No rank aborts at exit (a two-node segment once did after "done", and SLURM failed its job).
+    assert not any("terminate called" in text for text in logs.values()), \
+        [name for name, text in logs.items() if "terminate called" in text]
     branch_log = next(text for name, text in logs.items() if name.startswith(f"cpu_miniature-{BRANCH}-"))
     assert f"branched from runs/mini/{CLM}/iter_0000005 at step 5" in branch_log
     first_log = logs[f"cpu_miniature-{CLM}-{first_segment['JobId']}.out"]
     assert "] step 5/10" in first_log and "] step 6/10" not in first_log  # the segment stopped at the branch step
+    assert f"parallel layout: world {2 if TWO_NODES else 1}" in first_log
     last_log = logs[f"cpu_miniature-{CLM}-{last_segment['JobId']}.out"]
     assert f"resumed from runs/mini/{CLM}/iter_0000005 at step 5" in last_log
     for run in (CLM, BRANCH):
