@@ -183,7 +183,6 @@ def train(ckpt: Path, work: Path, objective: str, seed: int, args) -> list[str]:
     return command
 
 
-
 def probe_tasks(args) -> dict:
     """Each task cut to --probe-train train and --probe-eval validation examples, and --probe-test test examples
     (0: all of them), the same fixed subsets for every row."""

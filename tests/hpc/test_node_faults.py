@@ -147,11 +147,10 @@ def test_torchrun_restarts_after_a_worker_crash_and_the_restarted_workers_resume
     """torchrun shares its rendezvous store with the workers across restart rounds (torch's default since 2.5), so
     a restarted worker could read its peer's address from the round before: 'Gloo connectFullMesh failed ...
     Connection refused' spent the restart and the other node's torchrun hung (pytorch/pytorch#135712; this test,
-    2026-12-03, in every full stage). Started as examples/torchrun_forward_signals.sh starts torchrun with
-    --max-restarts, with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (a fresh store each round), the restart resumes."""
+    2026-12-03, in every full stage). Started through examples/torchrun_forward_signals.sh, which gives a run
+    with --max-restarts TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (a fresh store each round), the restart resumes."""
     save = tmp_path / "run"
-    run = TwoNodeRun(tmp_path, "elastic", [*ITERS, "--save", str(save)], max_restarts=1,
-                     env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})
+    run = TwoNodeRun(tmp_path, "elastic", [*ITERS, "--save", str(save)], max_restarts=1)
     runs.append(run)
     run.wait_for(f"saved checkpoint {save / 'iter_0000010'}")
     workers = run.workers(NODE2)

@@ -9,7 +9,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 from nodes import NODE1, NODE2, on_node
@@ -38,22 +37,23 @@ def _kill(pids: list[int]) -> None:
 
 class TwoNodeRun:
     """``pretrain.py ARGS`` under one torchrun per node, ``per_node`` ranks each (a node's ranks are consecutive:
-    torchrun numbers them node rank x per_node + local rank); each node's output in ``<tmp>/<name>-<node>.log``."""
+    torchrun numbers them node rank x per_node + local rank); each node's output in ``<tmp>/<name>-<node>.log``.
+    torchrun is started as every launch script starts it, through examples/torchrun_forward_signals.sh (which also
+    chooses the rendezvous store of a restartable run)."""
 
-    def __init__(self, tmp: Path, name: str, args: list[str], max_restarts: int = 0, per_node: int = 1,
-                 env: dict[str, str] | None = None):
+    def __init__(self, tmp: Path, name: str, args: list[str], max_restarts: int = 0, per_node: int = 1):
         port = random.randrange(15000, 30000)  # below the ephemeral range; a fresh one per launch
         self.logs = {node: tmp / f"{name}-{node}.log" for node in (NODE1, NODE2)}
         self.procs: dict[str, subprocess.Popen] = {}
         for node in (NODE1, NODE2):
-            command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+            command = ["bash", str(REPO / "examples" / "torchrun_forward_signals.sh"), "--nnodes", "2",
                        "--nproc-per-node", str(per_node), "--rdzv-backend", "c10d",
                        "--rdzv-endpoint", f"{NODE1}:{port}", "--rdzv-id", name, "--max-restarts", str(max_restarts),
                        str(REPO / "pretrain.py"), *TINY, "--device", "cpu", *args]
             with open(self.logs[node], "w") as log:
-                # nsenter enters the node and execs torchrun: the Popen's pid is torchrun's
+                # nsenter enters the node and execs the forwarder: the Popen's pid is its, torchrun its child
                 self.procs[node] = subprocess.Popen(on_node(node, command), stdout=log, stderr=subprocess.STDOUT,
-                                                    env=job_env(**(env or {})), cwd=tmp, start_new_session=True)
+                                                    env=job_env(), cwd=tmp, start_new_session=True)
 
     def text(self, node: str | None = None) -> str:
         nodes = [node] if node else list(self.logs)
@@ -82,9 +82,13 @@ class TwoNodeRun:
         assert set(codes.values()) == {0}, (codes, self.text()[-6000:])
 
     def workers(self, node: str) -> list[int]:
-        """The training processes torchrun started on ``node``."""
+        """The training processes torchrun started on ``node``: ``python -u .../pretrain.py ...`` (the forwarder's and
+        torchrun's command lines name pretrain.py too, among their arguments)."""
+        def command(pid: int) -> list[bytes]:
+            return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+
         return [pid for pid in descendants(self.procs[node].pid)
-                if b"pretrain.py" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+                if any(arg.endswith(b"pretrain.py") for arg in command(pid)[:3])]
 
     def kill(self, node: str) -> None:
         """SIGKILL to ``node``'s torchrun and everything it started."""
