@@ -25,7 +25,7 @@ timeout 300 "$PY" -m pytest -q -p no:cacheprovider --durations=5 tests/unit/kern
     2>&1 | tee "$OUT/gpu_tests.log" || status=1
 
 echo "== kernel benchmark =="
-timeout 240 "$PY" benchmarks/kernels.py --reps 5 --ce-chunks "${CE_CHUNKS:-1024,4096,8192}" --json "$OUT/kernels_gpu.json" 2>&1 | tee "$OUT/kernels_gpu.log" \
+timeout 240 "$PY" benchmarks/kernel_speed.py --reps 5 --ce-chunks "${CE_CHUNKS:-1024,4096,8192}" --json "$OUT/kernels_gpu.json" 2>&1 | tee "$OUT/kernels_gpu.log" \
     || status=1
 
 echo "gpu_check: $([ $status = 0 ] && echo PASSED || echo FAILED) (logs in $OUT)"

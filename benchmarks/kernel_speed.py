@@ -1,7 +1,7 @@
 """Kernel vs reference: forward+backward time and peak memory, side by side.
 
-    PYTHONPATH=. python benchmarks/kernels.py                 # CPU, or the GPU when there is one
-    PYTHONPATH=. python benchmarks/kernels.py --device cpu --quick --json out.json
+    PYTHONPATH=. python benchmarks/kernel_speed.py                 # CPU, or the GPU when there is one
+    PYTHONPATH=. python benchmarks/kernel_speed.py --device cpu --quick --json out.json
 
 On a GPU every op runs through each backend of ``megamlm.kernels`` (reference, triton, and chunked
 for the LM-head cross-entropy), and document-masked attention runs as SDPA with a dense mask against
