@@ -60,6 +60,7 @@ def validate(cfg: Config) -> None:
     check_stopping(cfg)
     if cfg.data.num_workers < 0:
         raise ConfigError("--num-workers must be >= 0")
+    check_sample_mode(cfg)
     check_validation(cfg)
     check_parallel(cfg)
     check_performance(cfg.performance)
@@ -308,6 +309,15 @@ def check_stopping(cfg: Config) -> None:
     if (t.exit_interval is not None or t.exit_duration_in_mins is not None) and not cfg.checkpoint.save \
             and not planning:
         raise ConfigError("--exit-interval / --exit-duration-in-mins stop the run with a checkpoint: pass --save DIR")
+
+
+def check_sample_mode(cfg: Config) -> None:
+    """A document mode (--sample-mode other than windows) needs rows of at least 2 tokens: a row of one holds one
+    token of one document, which no objective can score (nothing to predict it from)."""
+    seq_length = resolved_shape(cfg.model)["seq_length"]
+    if cfg.data.sample_mode != "windows" and seq_length < 2:
+        raise ConfigError(f"--sample-mode {cfg.data.sample_mode} needs --seq-length of at least 2 tokens, got "
+                          f"{seq_length}; raise --seq-length (or use --sample-mode windows)")
 
 
 def check_validation(cfg: Config) -> None:

@@ -48,6 +48,8 @@ DataParallelImpl = Literal["fsdp", "ddp"]
 PipelineSchedule = Literal["1f1b", "interleaved_1f1b"]
 OptimizerImpl = Literal["torch", "apex"]
 CompileMode = Literal["auto", "none", "blocks", "model", "cudagraphs"]
+SampleMode = Literal["windows", "packed_documents", "document_per_row"]
+"""How a sample is cut from the data (``--sample-mode``, megamlm/data/documents.py)."""
 
 # ---- the model section: the preset, then one flag per ModelArgs field ---------------------------------------------
 
@@ -151,6 +153,11 @@ class DataConfig:
     (the third is left unused; default: no split, every document trains)."""
     valid_data_path: list[str] = setting(factory=list, role="evaluation")
     """Validation data (prefixes or a blend, like --data-path), instead of --split (default: none)."""
+    sample_mode: SampleMode = setting("windows", "stream")
+    """How a sample is cut: windows (seq-length tokens of the packed stream, documents split where a window ends),
+    packed_documents (ModernBERT's packer: whole documents, cut at seq-length, packed into a row with attention
+    and RoPE positions kept inside each; the rest of the row is padding) or document_per_row (Ettin: one document
+    per row, cut at seq-length, padded; tokens are counted without the padding). Validation uses the same mode."""
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ import numpy as np
 import torch.distributed as dist
 
 from megamlm.data.blending import BlendedDataset, load_or_build_blend_index, parse_data_path
+from megamlm.data.documents import WINDOWS, sample_dataset
 from megamlm.data.indexed import DataError, IndexedDataset
-from megamlm.data.samples import PackedSampleDataset
 from megamlm.data.splits import PART_NAMES, TRAIN, VALIDATION, part_sequences
 
 # Token files up to this size are scanned in full for the vocabulary check; larger ones are
@@ -43,6 +43,9 @@ class StreamSpec:
     split: Sequence[float] | None = None
     """Normalised (train, validation, test) weights of --split (``megamlm.data.splits``): each corpus keeps only
     the documents of the part built; None: every document."""
+    sample_mode: str = "windows"
+    """How samples are cut (``data/documents.py``): windows of the packed stream, or whole documents packed
+    (``packed_documents``) or one per row (``document_per_row``)."""
 
 
 def check_vocab(dataset: IndexedDataset, vocab_size: int) -> None:
@@ -101,10 +104,10 @@ def _build_stream(spec: StreamSpec, part: int, rank, barrier):
             check_vocab(dataset, spec.vocab_size)
     options = dict(cache_dir=spec.cache_dir, rank=rank, barrier=barrier)
     corpora = [datasets] if weights is None else [[d] for d in datasets]
-    sequences = [part_of(corpus, spec.split, part, spec.seq_length) for corpus in corpora]
+    sequences = [part_of(corpus, spec.split, part, sample_floor(spec)) for corpus in corpora]
     if weights is None:
-        return PackedSampleDataset(datasets, spec.seq_length, spec.num_samples, spec.seed, sequences=sequences[0],
-                                   **options)
+        return sample_dataset(datasets, spec.seq_length, spec.num_samples, spec.seed, spec.sample_mode, sequences[0],
+                              **options)
     for weight, dataset in zip(weights, datasets):
         if weight > 0 and dataset.num_tokens == 0:
             raise DataError(f"dataset {dataset.prefix} has weight {weight} but holds no tokens; drop it from "
@@ -114,14 +117,19 @@ def _build_stream(spec: StreamSpec, part: int, rank, barrier):
     for d, dataset in enumerate(datasets):
         count = int(np.count_nonzero(dataset_of == d))
         # A corpus that receives no sample (weight 0) is not indexed at all.
-        parts.append(PackedSampleDataset(dataset, spec.seq_length, count, spec.seed, sequences=sequences[d],
-                                         **options) if count else None)
+        parts.append(sample_dataset(dataset, spec.seq_length, count, spec.seed, spec.sample_mode, sequences[d],
+                                    **options) if count else None)
     return BlendedDataset(parts, dataset_of, sample_in_dataset, spec.seq_length)
+
+
+def sample_floor(spec: StreamSpec) -> int:
+    """The fewest tokens a corpus needs for one sample: a window's, or one token (a document) in a document mode."""
+    return spec.seq_length if spec.sample_mode == WINDOWS else 1
 
 
 def part_of(corpus: list[IndexedDataset], split, part: int, seq_length: int) -> tuple[int, int] | None:
     """The sequence range of `part` of a corpus under `split` (None: all of it); a DataError when it cannot hold
-    one sample."""
+    one sample (``seq_length``: the tokens one sample needs)."""
     if split is None:
         return None
     first, end = part_sequences(corpus, split, part)

@@ -11,7 +11,43 @@ from megamlm.data.indexed import DataError, IndexedDataset
 from megamlm.data.sample_index import num_epochs_needed, windows_per_epoch
 
 
-class PackedSampleDataset:
+class CorpusFiles:
+    """The documents of one corpus: its files (shards concatenated), optionally restricted to the sequences
+    ``sequences`` = (first, end) of a ``--split`` part; ``sizes`` are their token counts, ``read`` their tokens."""
+
+    def __init__(self, datasets: IndexedDataset | Sequence[IndexedDataset], seq_length: int, num_samples: int,
+                 seed: int, sequences: tuple[int, int] | None = None):
+        if isinstance(datasets, IndexedDataset):
+            datasets = [datasets]
+        self.datasets = list(datasets)
+        if not self.datasets:
+            raise DataError("no dataset given; pass at least one --data-path prefix")
+        if seq_length < 1 or num_samples < 1:
+            raise DataError(f"seq_length ({seq_length}) and num_samples ({num_samples}) must be positive")
+        self.seq_length = int(seq_length)
+        self.num_samples = int(num_samples)
+        self.seed = int(seed)
+        counts = [len(d) for d in self.datasets]
+        self._first_document = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+        sizes = np.concatenate([d.sequence_lengths for d in self.datasets]).astype(np.int32, copy=False)
+        self.first_sequence, end = sequences if sequences is not None else (0, len(sizes))
+        self.sizes = sizes[self.first_sequence:end]
+        self.tokens_per_epoch = int(self.sizes.sum(dtype=np.int64))
+        if self.tokens_per_epoch == 0:
+            names = ", ".join(d.prefix for d in self.datasets)
+            raise DataError(f"dataset {names} holds no tokens; preprocess a non-empty corpus into it")
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def read(self, document: int, offset: int, length: int) -> np.ndarray:
+        """``length`` tokens from ``offset`` of document ``document`` (numbered among ``sizes``)."""
+        document += self.first_sequence
+        shard = int(np.searchsorted(self._first_document, document, side="right")) - 1
+        return self.datasets[shard].get(document - int(self._first_document[shard]), offset, length)
+
+
+class PackedSampleDataset(CorpusFiles):
     """Sample k: `seq_length` tokens from the packed, seeded-shuffled stream of documents.
 
     `datasets` is one IndexedDataset or several (shards of one corpus, concatenated). Every
@@ -39,25 +75,7 @@ class PackedSampleDataset:
         barrier: Callable[[], None] | None = None,
         sequences: tuple[int, int] | None = None,
     ):
-        if isinstance(datasets, IndexedDataset):
-            datasets = [datasets]
-        self.datasets = list(datasets)
-        if not self.datasets:
-            raise DataError("no dataset given; pass at least one --data-path prefix")
-        if seq_length < 1 or num_samples < 1:
-            raise DataError(f"seq_length ({seq_length}) and num_samples ({num_samples}) must be positive")
-        self.seq_length = int(seq_length)
-        self.num_samples = int(num_samples)
-        self.seed = int(seed)
-        counts = [len(d) for d in self.datasets]
-        self._first_document = np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
-        sizes = np.concatenate([d.sequence_lengths for d in self.datasets]).astype(np.int32, copy=False)
-        self.first_sequence, end = sequences if sequences is not None else (0, len(sizes))
-        self.sizes = sizes[self.first_sequence:end]
-        self.tokens_per_epoch = int(self.sizes.sum(dtype=np.int64))
-        if self.tokens_per_epoch == 0:
-            names = ", ".join(d.prefix for d in self.datasets)
-            raise DataError(f"dataset {names} holds no tokens; preprocess a non-empty corpus into it")
+        super().__init__(datasets, seq_length, num_samples, seed, sequences)
         self.windows_per_epoch = windows_per_epoch(self.tokens_per_epoch, self.seq_length)
         self.epochs = load_or_build_epochs(
             self.sizes,
@@ -68,9 +86,6 @@ class PackedSampleDataset:
             rank=rank,
             barrier=barrier,
         )
-
-    def __len__(self) -> int:
-        return self.num_samples
 
     @property
     def num_epochs(self) -> int:
@@ -102,12 +117,6 @@ class PackedSampleDataset:
                 remaining -= take
             position += 1
             offset = 0
-
-    def read(self, document: int, offset: int, length: int) -> np.ndarray:
-        """``length`` tokens from ``offset`` of document ``document`` (numbered among ``sizes``)."""
-        document += self.first_sequence
-        shard = int(np.searchsorted(self._first_document, document, side="right")) - 1
-        return self.datasets[shard].get(document - int(self._first_document[shard]), offset, length)
 
     def __getitem__(self, k: int) -> np.ndarray:
         pieces = [self.read(*piece) for piece in self._pieces(int(k))]

@@ -1,0 +1,169 @@
+"""Samples that never split a document: ModernBERT's packed documents and Ettin's one document per row.
+
+Epoch e of a corpus visits its documents in the seeded order ``sample_index.build_document_order`` gives it (the
+order the windows of epoch e are cut from). Each document is cut at ``seq_length`` tokens and the rest of a longer
+one is dropped: ModernBERT's and Ettin's loaders truncate every document to the sequence length before their
+packer sees it (bert24 ``src/text_data.py``: ``truncation=True, max_length=max_seq_len``). Empty documents are
+skipped, as their packer skips them. Then, per mode:
+
+- ``packed_documents``: the documents fill rows of ``seq_length`` tokens in that order; one that does not fit in
+  what is left of a row starts the next row (next fit). ModernBERT's packer puts each sequence in the fullest row of
+  the current batch it still fits (best fit over a buffer), which depends on the batch size; megamlm's rows must
+  not, so they are filled in order;
+- ``document_per_row``: each document is a row (Ettin: bert24 with its packer off).
+
+The rest of a row is padding (token 0, document id -1) that no loss, mask or attention sees. Sample k is row
+k - R_0 - ... - R_{e-1} of the epoch e holding it (R_e: the rows of epoch e): a pure function of (document sizes,
+seq_length, seed, mode, k); each epoch covers every non-empty document once. Rows are kept in document order (a
+row's neighbours hold the documents next to it in the epoch's shuffled order), so the rest of an epoch after n rows
+is the epoch's documents from row n's first one on.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence, get_args
+
+import numpy as np
+
+from megamlm.config.sections import SampleMode
+from megamlm.data.index_cache import CacheEntry, cached_entries, document_sizes_digest, in_range
+from megamlm.data.indexed import DataError, IndexedDataset
+from megamlm.data.sample_index import build_document_order
+from megamlm.data.samples import CorpusFiles, PackedSampleDataset
+
+WINDOWS, *_DOCUMENT_MODES = get_args(SampleMode)
+DOCUMENT_MODES: tuple[str, ...] = tuple(_DOCUMENT_MODES)
+"""The modes whose samples are whole documents (``--sample-mode``'s values but windows, declared in config)."""
+PADDING_DOCUMENT = -1
+"""The document id of a row's padding."""
+# Bump when the way the rows are built changes: old cache entries then get new names.
+DOCUMENT_FORMAT_VERSION = 1
+ARRAY_NAMES = ("order", "row_starts")
+
+
+def pack_rows(lengths: np.ndarray, seq_length: int, mode: str) -> np.ndarray:
+    """Row starts (positions in ``lengths``, then ``len(lengths)``) of documents of these lengths (each 1 to
+    ``seq_length``) filled in order into rows of ``seq_length`` tokens (``packed_documents``: next fit) or one per
+    row (``document_per_row``)."""
+    if mode == "document_per_row":
+        return np.arange(len(lengths) + 1, dtype=np.int64)
+    starts = [0]
+    used = 0
+    for position, length in enumerate(lengths.tolist()):
+        if used + length > seq_length:
+            starts.append(position)
+            used = 0
+        used += length
+    starts.append(len(lengths))
+    return np.asarray(starts, dtype=np.int64)
+
+
+def build_rows(sizes: np.ndarray, seq_length: int, seed: int, epoch: int, mode: str) -> tuple[np.ndarray, np.ndarray]:
+    """(order: the epoch's non-empty documents in its seeded order, row_starts: where each row starts in it)."""
+    order = build_document_order(len(sizes), seed, epoch)
+    order = order[sizes[order] > 0]
+    return order, pack_rows(np.minimum(sizes[order], seq_length), seq_length, mode)
+
+
+def _epoch_entry(sizes: np.ndarray, digest: str, seq_length: int, seed: int, mode: str, epoch: int) -> CacheEntry:
+    description = {"format_version": DOCUMENT_FORMAT_VERSION, "sample_mode": mode,
+                   "document_sizes_blake2b": digest, "num_documents": len(sizes),
+                   "num_tokens": int(sizes.sum(dtype=np.int64)), "seq_length": int(seq_length), "seed": int(seed),
+                   "epoch": int(epoch)}
+    documents = int(np.count_nonzero(sizes))
+
+    def valid(arrays) -> bool:
+        order, row_starts = arrays
+        return (order.shape == (documents,) and in_range(order, 0, len(sizes)) and bool(np.all(sizes[order] > 0))
+                and len(np.unique(order)) == documents and len(row_starts) >= 2 and int(row_starts[0]) == 0
+                and int(row_starts[-1]) == documents and bool(np.all(np.diff(row_starts) > 0)))
+
+    return CacheEntry(description, lambda: build_rows(sizes, seq_length, seed, epoch, mode), valid)
+
+
+class DocumentSampleDataset(CorpusFiles):
+    """Sample k of a corpus in a document mode (the module docstring): ``seq_length`` tokens, padded.
+
+    ``cache`` (``cache_dir``, ``rank``, ``barrier``) caches each epoch's rows as PackedSampleDataset caches its
+    windows: named by a hash of what determines them, built by rank 0 while the others wait."""
+
+    def __init__(self, datasets: IndexedDataset | Sequence[IndexedDataset], seq_length: int, num_samples: int,
+                 seed: int, mode: str, sequences: tuple[int, int] | None = None, **cache):
+        super().__init__(datasets, seq_length, num_samples, seed, sequences)
+        if mode not in DOCUMENT_MODES:
+            raise DataError(f"unknown sample mode {mode!r}; choose one of {WINDOWS}, {', '.join(DOCUMENT_MODES)}")
+        self.mode = mode
+        self.epochs: list[tuple[np.ndarray, np.ndarray]] = []
+        self._epoch_starts = [0]  # the first sample of each epoch built, then the end of the last
+        self._cache = dict(cache_dir=cache.get("cache_dir"), rank=cache.get("rank"), barrier=cache.get("barrier"))
+        self._digest = document_sizes_digest(self.sizes) if self._cache["cache_dir"] is not None else ""
+        self.ensure(self.num_samples)
+        self.windows_per_epoch = self.rows_of(0)
+
+    def ensure(self, count: int) -> None:
+        """Build (or read from the cache) epochs until the first ``count`` samples are available."""
+        while self._epoch_starts[-1] < count:
+            entry = _epoch_entry(self.sizes, self._digest, self.seq_length, self.seed, self.mode, len(self.epochs))
+            [(order, row_starts)] = cached_entries(self._cache["cache_dir"], "documents", ARRAY_NAMES, [entry],
+                                                   self._cache["rank"], self._cache["barrier"])
+            self.epochs.append((order, row_starts))
+            self._epoch_starts.append(self._epoch_starts[-1] + len(row_starts) - 1)
+        self.num_samples = max(self.num_samples, int(count))
+
+    def rows_of(self, epoch: int) -> int:
+        return self._epoch_starts[epoch + 1] - self._epoch_starts[epoch]
+
+    @property
+    def num_epochs(self) -> int:
+        return len(self.epochs)
+
+    def first_pass_samples(self) -> int:
+        """How many leading samples repeat no document: one epoch."""
+        return self.rows_of(0)
+
+    def locate(self, k: int) -> tuple[int, int]:
+        """(epoch, row of that epoch) of global sample k."""
+        if not 0 <= k < self.num_samples:
+            raise IndexError(f"sample {k} out of range for {self.num_samples} samples")
+        epoch = int(np.searchsorted(self._epoch_starts, int(k), side="right")) - 1
+        return epoch, int(k) - self._epoch_starts[epoch]
+
+    def _pieces(self, k: int) -> list[tuple[int, int, int]]:
+        """(document id among ``sizes``, 0, length) of each document of sample k, in order."""
+        epoch, row = self.locate(int(k))
+        order, row_starts = self.epochs[epoch]
+        documents = order[int(row_starts[row]):int(row_starts[row + 1])]
+        return [(int(d), 0, min(int(self.sizes[d]), self.seq_length)) for d in documents]
+
+    def __getitem__(self, k: int) -> np.ndarray:
+        out = np.zeros(self.seq_length, dtype=np.int64)
+        filled = 0
+        for document, offset, length in self._pieces(k):
+            out[filled:filled + length] = self.read(document, offset, length)
+            filled += length
+        return out
+
+    def document_ids(self, k: int) -> np.ndarray:
+        """Per token of sample k, the number of its document in the row (0, 1, ...); -1 on the padding."""
+        lengths = [length for _, _, length in self._pieces(k)]
+        ids = np.full(self.seq_length, PADDING_DOCUMENT, dtype=np.int32)
+        filled = sum(lengths)
+        ids[:filled] = np.repeat(np.arange(len(lengths), dtype=np.int32), lengths)
+        return ids
+
+    def sample_documents(self, k: int) -> list[tuple[int, int, int]]:
+        """(global document id, offset, length) of each document of sample k, for inspection tools and tests."""
+        return [(document + self.first_sequence, offset, length) for document, offset, length in self._pieces(k)]
+
+    def sample_tokens(self, k: int) -> int:
+        """The tokens of sample k that are not padding."""
+        return sum(length for _, _, length in self._pieces(k))
+
+
+def sample_dataset(datasets, seq_length: int, num_samples: int, seed: int, mode: str, sequences=None,
+                   **cache: str | Callable | None):
+    """One corpus's samples in ``mode``: windows of the packed stream (PackedSampleDataset, bitwise what it always
+    was) or whole documents (DocumentSampleDataset)."""
+    if mode == WINDOWS:
+        return PackedSampleDataset(datasets, seq_length, num_samples, seed, sequences=sequences, **cache)
+    return DocumentSampleDataset(datasets, seq_length, num_samples, seed, mode, sequences, **cache)

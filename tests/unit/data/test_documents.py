@@ -1,0 +1,147 @@
+"""The document sample modes (megamlm/data/documents.py): no document split, each once per epoch, padding apart."""
+
+import numpy as np
+import pytest
+from helpers import write_dataset
+
+from megamlm.data import DataError, IndexedDataset, StreamSpec, build_train_dataset, build_validation_dataset
+from megamlm.data.documents import DocumentSampleDataset, build_rows, pack_rows, sample_dataset
+from megamlm.data.samples import PackedSampleDataset
+
+MODES = ("packed_documents", "document_per_row")
+
+
+@pytest.fixture(scope="module")
+def austen():
+    """The bundled corpus (9,996 paragraphs), tokenized once per machine."""
+    from megamlm.data import prepare_embedded_corpus
+
+    prefix, _ = prepare_embedded_corpus()
+    return IndexedDataset(prefix)
+
+
+def rows_of_epoch(ds, epoch):
+    first = sum(ds.rows_of(e) for e in range(epoch))
+    return range(first, first + ds.rows_of(epoch))
+
+
+def reconstruct(ds, files, k):
+    """Sample k's documents read back from its tokens and document ids alone, checked against the files."""
+    tokens, ids = ds[k], ds.document_ids(k)
+    assert tokens.shape == ids.shape == (ds.seq_length,) and tokens.dtype == np.int64 and ids.dtype == np.int32
+    real = ids >= 0
+    assert real[:int(real.sum())].all()  # padding only at the end
+    assert np.all(tokens[~real] == 0)
+    pieces = ds.sample_documents(k)
+    numbers = ids[real]
+    assert np.array_equal(numbers, np.repeat(np.arange(len(pieces)), [n for _, _, n in pieces]))
+    start = 0
+    for number, (document, offset, length) in enumerate(pieces):
+        assert offset == 0 and length == min(len(files[document]), ds.seq_length)  # whole, or cut at seq_length
+        np.testing.assert_array_equal(tokens[start:start + length], files[document][:length])
+        assert np.all(ids[start:start + length] == number)
+        start += length
+    return [document for document, _, _ in pieces]
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("seq_length", [64, 512])
+def test_austen_no_document_split_and_each_document_once_per_epoch(austen, mode, seq_length):
+    ds = DocumentSampleDataset(austen, seq_length, 1, seed=5, mode=mode)
+    ds.ensure(ds.rows_of(0) + 3)
+    ds.ensure(sum(ds.rows_of(e) for e in range(2)))
+    files = [austen[i] for i in range(len(austen))]
+    nonempty = {i for i, f in enumerate(files) if len(f)}
+    for epoch in range(2):
+        seen = [d for k in rows_of_epoch(ds, epoch) for d in reconstruct(ds, files, k)]
+        assert len(seen) == len(set(seen)) and set(seen) == nonempty  # every document once, none split
+    if mode == "document_per_row":
+        assert ds.rows_of(0) == len(nonempty)
+        assert all(len(ds.sample_documents(k)) == 1 for k in range(50))
+    else:  # packed: a row ends only where the next document did not fit in it
+        order, row_starts = ds.epochs[0]
+        lengths = np.minimum(ds.sizes[order], seq_length)
+        for r in range(ds.rows_of(0) - 1):
+            used = int(lengths[row_starts[r]:row_starts[r + 1]].sum())
+            assert used + lengths[row_starts[r + 1]] > seq_length >= used
+
+
+def test_epochs_have_their_own_order_and_a_seed_its_own(austen):
+    a = DocumentSampleDataset(austen, 128, 1, seed=5, mode="packed_documents")
+    a.ensure(a.rows_of(0) + 1)
+    b = DocumentSampleDataset(austen, 128, 1, seed=6, mode="packed_documents")
+    assert not np.array_equal(a.epochs[0][0], a.epochs[1][0])
+    assert not np.array_equal(a.epochs[0][0], b.epochs[0][0])
+
+
+def test_the_epoch_visits_documents_in_the_windows_epoch_order(tmp_path, make_documents):
+    docs = make_documents()
+    files = IndexedDataset(write_dataset(tmp_path / "d", docs))
+    windows = PackedSampleDataset(files, 16, 10, seed=3)
+    rows = DocumentSampleDataset(files, 16, 10, seed=3, mode="packed_documents")
+    order = windows.epochs[0].document_order
+    np.testing.assert_array_equal(rows.epochs[0][0], order[[len(docs[d]) > 0 for d in order]])
+
+
+def test_a_shorter_run_is_a_prefix_of_a_longer_one(tmp_path, make_documents):
+    files = IndexedDataset(write_dataset(tmp_path / "d", make_documents()))
+    for mode in MODES:
+        short = DocumentSampleDataset(files, 32, 5, seed=1, mode=mode)
+        long = DocumentSampleDataset(files, 32, 200, seed=1, mode=mode)
+        assert long.num_epochs > 1
+        for k in range(5):
+            np.testing.assert_array_equal(short[k], long[k])
+            np.testing.assert_array_equal(short.document_ids(k), long.document_ids(k))
+
+
+def test_next_fit_packing():
+    np.testing.assert_array_equal(pack_rows(np.array([3, 4, 2, 8, 1, 1]), 8, "packed_documents"), [0, 2, 3, 4, 6])
+    np.testing.assert_array_equal(pack_rows(np.array([3, 4, 2]), 8, "document_per_row"), [0, 1, 2, 3])
+
+
+def test_cache_is_reused_and_named_by_the_mode(tmp_path, make_documents, monkeypatch):
+    files = IndexedDataset(write_dataset(tmp_path / "d", make_documents()))
+    cache = str(tmp_path / "cache")
+    fresh = {mode: DocumentSampleDataset(files, 32, 100, seed=2, mode=mode, cache_dir=cache) for mode in MODES}
+    assert len(list((tmp_path / "cache").glob("documents-*-description.json"))) == sum(
+        d.num_epochs for d in fresh.values())
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("the cached rows were rebuilt")
+
+    monkeypatch.setattr("megamlm.data.documents.build_rows", no_build)
+    for mode in MODES:
+        cached = DocumentSampleDataset(files, 32, 100, seed=2, mode=mode, cache_dir=cache)
+        for k in (0, 17, 99):
+            np.testing.assert_array_equal(cached[k], fresh[mode][k])
+
+
+def test_only_rank_zero_builds(tmp_path, make_documents):
+    files = IndexedDataset(write_dataset(tmp_path / "d", make_documents()))
+    waited = []
+    with pytest.raises(DataError, match="missing or malformed after rank 0 built it"):
+        DocumentSampleDataset(files, 32, 10, seed=2, mode="packed_documents", cache_dir=str(tmp_path / "c"),
+                              rank=lambda: 1, barrier=lambda: waited.append(1))
+    assert waited == [1]
+
+
+def test_streams_build_the_mode_for_training_and_validation(tmp_path, make_documents):
+    prefix = write_dataset(tmp_path / "d", make_documents())
+    for mode in MODES:
+        spec = StreamSpec([prefix], 32, 20, seed=1, sample_mode=mode, split=(0.8, 0.2, 0.0))
+        train, valid = build_train_dataset(spec), build_validation_dataset(spec)
+        assert isinstance(train, DocumentSampleDataset) and isinstance(valid, DocumentSampleDataset)
+        assert train.mode == valid.mode == mode
+        blend = build_train_dataset(StreamSpec(["0.5", prefix, "0.5", prefix], 32, 20, seed=1, sample_mode=mode))
+        assert all(isinstance(part, DocumentSampleDataset) for part in blend.datasets)
+        assert blend.first_pass_samples() > 0
+    windows = build_train_dataset(StreamSpec([prefix], 32, 20, seed=1))
+    assert isinstance(windows, PackedSampleDataset)
+    with pytest.raises(DataError, match="unknown sample mode"):
+        sample_dataset([IndexedDataset(prefix)], 32, 1, 1, "rows")
+
+
+def test_build_rows_skips_empty_documents():
+    sizes = np.array([0, 5, 0, 9, 3], dtype=np.int32)
+    order, row_starts = build_rows(sizes, 8, seed=1, epoch=0, mode="packed_documents")
+    assert sorted(order.tolist()) == [1, 3, 4] and row_starts[-1] == 3
