@@ -137,8 +137,9 @@ def split_sentences(text: str) -> list[str]:
     titles such as Mr. and single initials."""
     sentences, last = [], 0
     for match in _BOUNDARY.finditer(text):
-        word = text[:match.start()].rsplit(None, 1)[-1].strip("\"'")
-        if word in _ABBREVIATIONS or (len(word) == 1 and word.isupper()):
+        before = text[last:match.start()].split()
+        word = before[-1].strip("\"'") if before else ""
+        if not word or word in _ABBREVIATIONS or (len(word) == 1 and word.isupper()):
             continue
         sentences.append(text[last:match.end()].strip())
         last = match.end()

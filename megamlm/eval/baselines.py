@@ -3,7 +3,9 @@ train split alone and scored with the task's own metric (megamlm.eval.metrics) o
 examples the fine-tuned models are scored on.
 
 - sequence classification, ``majority``: the most frequent train label for every example (a tie goes to the label
-  first in sorted order, as the task's label vocabulary);
+  first in sorted order, as the task's label vocabulary); and the lexical classifiers ``tf-idf+logreg`` and
+  ``naive-bayes`` over word and character n-grams, each chosen on validation among its settings
+  (megamlm.eval.lexical);
 - token classification, ``per-word-tag``: each word's most frequent train tag, and the most frequent train tag
   overall for a word train never shows (ties: the tag seen first in train); scored like the task, span F1 for BIO
   tags and tagging accuracy otherwise;
@@ -25,7 +27,7 @@ from typing import Callable
 
 import numpy as np
 
-from megamlm.eval import metrics
+from megamlm.eval import lexical, metrics
 from megamlm.eval.examples import QAExample, RetrievalSplit, TaskData
 
 EVAL_SPLITS = ("validation", "test")
@@ -54,6 +56,18 @@ def majority_class(data: TaskData) -> Baseline:
         acc = 100.0 * metrics.accuracy([label] * len(examples), [e.label for e in examples])
         scores[split] = {"score": acc, "accuracy": acc, "examples": len(examples)}
     return Baseline("majority", f"always {label!r}, the most frequent train label", "accuracy", **scores)
+
+
+def lexical_classifier(data: TaskData, kind: str) -> Baseline:
+    """A lexical classifier (``lexical.LEXICAL_CLASSIFIERS``) chosen on validation, its test accuracy at that
+    choice."""
+    best, scores, tried = lexical.chosen_on_validation(data, kind)
+    grid = ", ".join(f"{c.view} {c.strength:g} {v:.1f}" for c, v in tried.items())
+    description = (f"{lexical.LEXICAL_CLASSIFIERS[kind]} over {best.view} ({'C' if 'logreg' in kind else 'alpha'} "
+                   f"{best.strength:g}), chosen on validation among: {grid}")
+    out = {split: {"score": scores[split], "accuracy": scores[split], "examples": len(data.splits[split])}
+           for split in EVAL_SPLITS}
+    return Baseline(kind, description, "accuracy", **out)
 
 
 # ---- token classification ------------------------------------------------------------------------------------
@@ -215,10 +229,20 @@ def lexical_ranking(data: TaskData) -> Baseline:
                     **scores)
 
 
+LEXICAL_BASELINES = {
+    "sequence_classification": tuple(lexical.LEXICAL_CLASSIFIERS),
+    "token_classification": ("per-word-tag",),
+    "question_answering": ("rule",),
+    "retrieval": ("tf-idf",),
+}
+"""Every task kind's lexical baselines (names of its ``trivial_baselines`` rows): what word identity alone scores,
+the floor every arm is held to beside random init (``study/evidence/informative.py``)."""
+
+
 def trivial_baselines(data: TaskData) -> list[Baseline]:
     """The task's trivial baselines (module docstring), computed without training."""
     if data.kind == "sequence_classification":
-        return [majority_class(data)]
+        return [majority_class(data), *(lexical_classifier(data, kind) for kind in lexical.LEXICAL_CLASSIFIERS)]
     if data.kind == "token_classification":
         return [per_word_tag(data)]
     if data.kind == "question_answering":

@@ -17,6 +17,9 @@ TASK_FILES = {
     "rt-sentiment": "sentiment/rt_snippets.jsonl",
     "brown-genre": "brown/brown.jsonl",
     "brown-pos": "brown/brown_pos.jsonl",
+    "brown-word-order": "brown/brown.jsonl",
+    "brown-sentence-order": "brown/brown.jsonl",
+    "brown-agreement": "brown/brown.jsonl",
 }
 """The file of the data folder each task reads (a study's --run checks them all before its first step)."""
 

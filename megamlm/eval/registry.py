@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from megamlm.eval import austen_tasks, local_data
+from megamlm.eval import austen_tasks, local_data, order_tasks
 from megamlm.eval.examples import TASK_KINDS, TaskData
 from megamlm.eval.paper_datasets import PAPER_DATASETS, load_paper_dataset
 from megamlm.eval.readers import TaskDataError, read_task_folder
@@ -22,9 +22,11 @@ LOCAL_TASKS = {
     "rt-sentiment": local_data.rt_sentiment,
     "brown-genre": local_data.brown_genre,
     "brown-pos": local_data.brown_pos,
+    **order_tasks.ORDER_TASKS,
     **AUSTEN_TASKS,
 }
-"""Runnable without downloads: the Austen tasks, and three read from the shared data folder (--data-dir)."""
+"""Runnable without downloads: the Austen tasks, and those read from the shared data folder (--data-dir): three
+Brown and sentiment tasks and the order and agreement tasks a bag of words cannot solve (order_tasks.py)."""
 
 
 def task_display_name(spec: str) -> str:

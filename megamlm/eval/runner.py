@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from megamlm.errors import UserError
+from megamlm.eval import lexical
 from megamlm.eval.aggregate import collect, per_lr, summarize
 from megamlm.eval.baseline_store import baseline_path, read_baseline_file, read_baselines, write_baselines
 from megamlm.eval.baselines import QA_RULES
@@ -87,7 +88,7 @@ class EvalPlan:
         """What determines a task's trivial baselines (their fingerprint)."""
         return {"task": task, "max_train_examples": self.max_train_examples,
                 "max_eval_examples": self.max_eval_examples, "retrieval_corpus": self.retrieval_corpus,
-                "qa_rules": list(QA_RULES)}
+                "qa_rules": list(QA_RULES), "lexical": lexical.grid_settings()}
 
 
 def _subset(items: list, limit: int) -> list:
