@@ -43,6 +43,7 @@ __all__ = [
     "apply_rotary",
     "swiglu",
     "geglu",
+    "geglu_erf",
     "linear_cross_entropy",
     "check_kernel_backend",
     "triton_available",
@@ -116,8 +117,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-5, backend: 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, backend: str = "auto") -> torch.Tensor:
     # The Triton kernel treats the tables as constants; differentiable tables take the reference.
+    # Per-token tables (batch, seq, head_dim), from position ids, take the reference too.
     if (resolve_backend("apply_rotary", x, cos, sin, backend=backend) == "triton"
-            and not (cos.requires_grad or sin.requires_grad)):
+            and not (cos.requires_grad or sin.requires_grad) and cos.dim() == 2):
         return _triton_op("apply_rotary")(x, cos, sin)
     return reference.apply_rotary(x, cos, sin)
 
@@ -135,6 +137,12 @@ def geglu(gate: torch.Tensor, up: torch.Tensor, backend: str = "auto") -> torch.
     return reference.geglu(gate, up)
 
 
+def geglu_erf(gate: torch.Tensor, up: torch.Tensor, backend: str = "auto") -> torch.Tensor:
+    """GeGLU with the exact (erf) GELU, ModernBERT's; like ``geglu``, the reference on every backend."""
+    resolve_backend("geglu_erf", gate, up, backend=backend)
+    return reference.geglu_erf(gate, up)
+
+
 def linear_cross_entropy(
     hidden: torch.Tensor,
     weight: torch.Tensor,
@@ -142,11 +150,13 @@ def linear_cross_entropy(
     ignore_index: int = -100,
     chunk_size: int = 0,
     backend: str = "auto",
+    bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Sum (fp32) of token cross-entropies of ``hidden @ weight.T``; see ``reference.linear_cross_entropy``."""
+    """Sum (fp32) of token cross-entropies of ``hidden @ weight.T (+ bias)``; see ``reference.linear_cross_entropy``."""
     choice = resolve_backend("linear_cross_entropy", hidden, weight, targets, backend=backend)
+    with_bias = {"bias": bias} if bias is not None else {}  # a head without a bias calls as before
     if choice == "triton":
-        return _triton_op("linear_cross_entropy")(hidden, weight, targets, ignore_index, chunk_size)
+        return _triton_op("linear_cross_entropy")(hidden, weight, targets, ignore_index, chunk_size, **with_bias)
     if choice == "chunked":
-        return chunked_linear_cross_entropy(hidden, weight, targets, ignore_index, chunk_size)
-    return reference.linear_cross_entropy(hidden, weight, targets, ignore_index, chunk_size)
+        return chunked_linear_cross_entropy(hidden, weight, targets, ignore_index, chunk_size, **with_bias)
+    return reference.linear_cross_entropy(hidden, weight, targets, ignore_index, chunk_size, **with_bias)

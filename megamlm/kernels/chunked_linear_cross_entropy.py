@@ -109,16 +109,20 @@ def auto_chunk_rows(n_rows: int, vocab: int, dtype: torch.dtype, device: torch.d
 
 class ChunkedLinearCrossEntropyFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden, weight, targets, ignore_index, chunk_rows, chunk_ce, want_grad_h, want_grad_w):
+    def forward(ctx, hidden, weight, targets, ignore_index, chunk_rows, chunk_ce, wants, bias=None):
+        """``wants``: (gradient of hidden, of weight, of bias) to compute in this pass; ``bias``: (V,) or None."""
+        want_grad_h, want_grad_w, want_grad_b = wants
         dtype = compute_dtype(hidden, weight)
         with torch.autocast(hidden.device.type, enabled=False):
             h = hidden.to(dtype)
             w = weight.to(dtype)
+            b = bias.to(dtype) if bias is not None else None
             n_rows, n_hidden = h.shape
-            compute_grad = want_grad_h or want_grad_w
+            compute_grad = want_grad_h or want_grad_w or want_grad_b
             grad_h = torch.empty(h.shape, dtype=h.dtype, device=h.device) if want_grad_h else None
             # Written by the first chunk, accumulated by the others (no zero-fill pass over the (V, H) matrix).
             grad_w = torch.empty(w.shape, dtype=torch.float32, device=w.device) if want_grad_w else None
+            grad_b = torch.zeros(w.shape[0], dtype=torch.float32, device=w.device) if want_grad_b else None
             if want_grad_w and n_rows == 0:
                 grad_w.zero_()
             total = torch.zeros((), dtype=torch.float32, device=h.device)
@@ -128,7 +132,11 @@ class ChunkedLinearCrossEntropyFunction(torch.autograd.Function):
                 end = min(start + chunk_rows, n_rows)
                 h_chunk = h[start:end]
                 logits = torch.mm(h_chunk, w.t(), out=buffer[: end - start])
+                if b is not None:
+                    logits += b
                 total += chunk_ce(logits, targets[start:end], ignore_index, compute_grad).sum()
+                if want_grad_b:  # the chunk's logits now hold their gradient
+                    grad_b += logits.sum(dim=0, dtype=torch.float32)
                 if want_grad_h:
                     torch.mm(logits, w, out=grad_h[start:end])
                 if want_grad_w:
@@ -139,8 +147,8 @@ class ChunkedLinearCrossEntropyFunction(torch.autograd.Function):
                         grad_w.copy_(logits.t() @ h_chunk)
                     else:
                         grad_w += logits.t() @ h_chunk
-        ctx.save_for_backward(grad_h, grad_w)
-        ctx.input_dtypes = (hidden.dtype, weight.dtype)
+        ctx.save_for_backward(grad_h, grad_w, grad_b)
+        ctx.input_dtypes = (hidden.dtype, weight.dtype, bias.dtype if bias is not None else None)
         ctx.used = False
         return total
 
@@ -152,13 +160,15 @@ class ChunkedLinearCrossEntropyFunction(torch.autograd.Function):
                 "a second backward (retain_graph=True) needs the 'reference' kernel backend"
             )
         ctx.used = True
-        grad_h, grad_w = ctx.saved_tensors
-        hidden_dtype, weight_dtype = ctx.input_dtypes
+        grad_h, grad_w, grad_b = ctx.saved_tensors
+        hidden_dtype, weight_dtype, bias_dtype = ctx.input_dtypes
         if grad_h is not None:
             grad_h = grad_h.mul_(grad_total.to(grad_h.dtype)).to(hidden_dtype)
         if grad_w is not None:
             grad_w = grad_w.mul_(grad_total).to(weight_dtype)
-        return grad_h, grad_w, None, None, None, None, None, None
+        if grad_b is not None:
+            grad_b = grad_b.mul_(grad_total).to(bias_dtype)
+        return grad_h, grad_w, None, None, None, None, None, grad_b
 
 
 def chunked_linear_cross_entropy(
@@ -168,8 +178,9 @@ def chunked_linear_cross_entropy(
     ignore_index: int = -100,
     chunk_size: int = 0,
     chunk_ce: ChunkCrossEntropy = torch_chunk_cross_entropy,
+    bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Sum of token cross-entropies of ``hidden @ weight.T``, computed ``chunk_size`` rows at a time.
+    """Sum of token cross-entropies of ``hidden @ weight.T (+ bias)``, computed ``chunk_size`` rows at a time.
 
     Same signature and result as ``reference.linear_cross_entropy``; ``chunk_size=0`` picks the
     chunk from a logits-memory budget.
@@ -178,7 +189,8 @@ def chunked_linear_cross_entropy(
     grad_on = torch.is_grad_enabled()
     want_grad_h = grad_on and hidden.requires_grad
     want_grad_w = grad_on and weight.requires_grad
+    want_grad_b = grad_on and bias is not None and bias.requires_grad
     rows = chunk_size or auto_chunk_rows(hidden.shape[0], weight.shape[0], compute_dtype(hidden, weight), hidden.device)
     return ChunkedLinearCrossEntropyFunction.apply(
-        hidden, weight, targets, ignore_index, rows, chunk_ce, want_grad_h, want_grad_w
+        hidden, weight, targets, ignore_index, rows, chunk_ce, (want_grad_h, want_grad_w, want_grad_b), bias
     )

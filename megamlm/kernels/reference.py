@@ -20,12 +20,13 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-5) -> torch.
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotary embedding, "rotate half" layout (Llama/EuroBERT/Megatron non-interleaved).
 
-    x: (batch, seq, heads, head_dim); cos, sin: (seq, head_dim) with the frequencies repeated twice.
+    x: (batch, seq, heads, head_dim); cos, sin: (seq, head_dim) with the frequencies repeated twice, or (batch,
+    seq, head_dim): each token's own position (position ids).
     """
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    cos = cos[None, :, None, :].to(x.dtype)
-    sin = sin[None, :, None, :].to(x.dtype)
+    cos = (cos[None] if cos.dim() == 2 else cos)[:, :, None, :].to(x.dtype)
+    sin = (sin[None] if sin.dim() == 2 else sin)[:, :, None, :].to(x.dtype)
     return x * cos + rotated * sin
 
 
@@ -39,19 +40,25 @@ def geglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return F.gelu(gate, approximate="tanh") * up
 
 
+def geglu_erf(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """GeGLU activation with the exact (erf) GELU (ModernBERT's): gelu(gate) * up."""
+    return F.gelu(gate) * up
+
+
 def linear_cross_entropy(
     hidden: torch.Tensor,
     weight: torch.Tensor,
     targets: torch.Tensor,
     ignore_index: int = -100,
     chunk_size: int = 0,
+    bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Sum of token cross-entropies of ``hidden @ weight.T`` against ``targets``.
+    """Sum of token cross-entropies of ``hidden @ weight.T (+ bias)`` against ``targets``.
 
     hidden: (N, H); weight: (V, H); targets: (N,) with ``ignore_index`` for positions without a loss.
     Returns the *sum* over non-ignored positions in fp32 (callers divide by their own token count,
     which keeps gradient accumulation and data parallelism exact). ``chunk_size`` is accepted for
     signature parity with the fused kernel; the reference materialises all logits.
     """
-    logits = (hidden @ weight.t()).float()
+    logits = (hidden @ weight.t() if bias is None else F.linear(hidden, weight, bias)).float()
     return F.cross_entropy(logits, targets, ignore_index=ignore_index, reduction="sum")

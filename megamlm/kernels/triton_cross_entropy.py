@@ -73,8 +73,9 @@ def linear_cross_entropy(
     targets: torch.Tensor,
     ignore_index: int = -100,
     chunk_size: int = 0,
+    bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Triton-fused linear + cross-entropy; same signature and result as the reference."""
     return chunked_linear_cross_entropy(
-        hidden, weight, targets, ignore_index, chunk_size, chunk_ce=triton_chunk_cross_entropy
+        hidden, weight, targets, ignore_index, chunk_size, chunk_ce=triton_chunk_cross_entropy, bias=bias
     )

@@ -9,8 +9,12 @@ from megamlm.kernel_backends import KernelBackend
 from megamlm.model.attention_table import ATTENTION_BACKENDS
 from megamlm.model.rope_scaling import RopeScaling
 
-MLPActivation = Literal["swiglu", "geglu"]
-"""The gated MLP's activation: silu (SwiGLU) or tanh-approximated gelu (GeGLU)."""
+MLPActivation = Literal["swiglu", "geglu", "geglu_erf"]
+"""The gated MLP's activation: silu (SwiGLU), tanh-approximated gelu (GeGLU, Gemma) or exact erf gelu (ModernBERT)."""
+NormType = Literal["rmsnorm", "layernorm"]
+"""Every norm of the model: RMSNorm (Llama) or LayerNorm (ModernBERT; with or without a bias, ``norm_bias``)."""
+InitMethod = Literal["megatron", "modernbert"]
+"""The weight init: Megatron's normal init, or ModernBERT's truncated normal (transformers' ``_init_weights``)."""
 LAYER_TYPES = ("full", "sliding")
 """The attention of a layer: over the whole sequence, or a sliding window of ``sliding_window`` tokens."""
 AttentionBackend = Literal[ATTENTION_BACKENDS]
@@ -43,7 +47,7 @@ class ModelArgs:
     rope_theta: float = 10_000.0
     """Rotary embedding base."""
     norm_epsilon: float = 1e-5
-    """RMSNorm epsilon."""
+    """Epsilon of every norm (RMSNorm or LayerNorm)."""
     init_method_std: float = 0.02
     """Std of the normal weight init (output projections scaled by 1/sqrt(2*layers))."""
     head_dim: int | None = None
@@ -74,6 +78,33 @@ class ModelArgs:
     """Comma-separated attention type of each layer, full or sliding (needs --sliding-window); None: all full."""
     local_rope_theta: float | None = None
     """RoPE base of the sliding-window layers (Gemma 3's local base, without scaling); None: --rope-theta."""
+    norm_type: NormType = "rmsnorm"
+    """Every norm of the model (block norms, final norm, embedding norm, prediction head norm): rmsnorm or layernorm
+    (ModernBERT)."""
+    norm_bias: bool = False
+    """A bias on every LayerNorm (ModernBERT's norm_bias; its released models have none)."""
+    embedding_norm: bool = False
+    """A norm after the embedding (``embed_norm``, ModernBERT); layer 0 then has no input norm."""
+    prediction_head: bool = False
+    """ModernBERT's prediction head (``head``: dense, exact GELU, norm) on the final hidden states before the LM
+    head; the sparse loss applies it to the predicted positions only."""
+    classifier_bias: bool = False
+    """A bias on the prediction head's dense layer (ModernBERT's classifier_bias)."""
+    decoder_bias: bool = False
+    """A bias on the LM head (``lm_head.bias``: ModernBERT's decoder_bias, true in its released models)."""
+    mlp_bias: bool = False
+    """Biases on the MLP's projections (ModernBERT's mlp_bias)."""
+    attention_dropout: float = 0.0
+    """Dropout on the attention probabilities and on the attention output, in training (ModernBERT's)."""
+    mlp_dropout: float = 0.0
+    """Dropout on the MLP's activated hidden before its down projection, in training (ModernBERT's)."""
+    embedding_dropout: float = 0.0
+    """Dropout after the embedding (and its norm), in training (ModernBERT's)."""
+    init_method: InitMethod = "megatron"
+    """The weight init: megatron (normal, output projections scaled by 1/sqrt(2*layers)) or modernbert (its truncated
+    normal: stds in/out/embedding as transformers' ModernBERT, cut at initializer_cutoff_factor stds)."""
+    initializer_cutoff_factor: float = 2.0
+    """ModernBERT's init: the truncated normal is cut at this many stds."""
 
     def __post_init__(self) -> None:
         if self.head_dim is None:
@@ -82,9 +113,14 @@ class ModelArgs:
             object.__setattr__(self, "rope_scaling", RopeScaling.from_dict(self.rope_scaling))
         if isinstance(self.layer_types, (list, tuple)):
             object.__setattr__(self, "layer_types", ",".join(self.layer_types))
-        if self.mlp_activation not in get_args(MLPActivation):
-            raise ValueError(f"unknown MLP activation {self.mlp_activation!r}; choose one of "
-                             f"{', '.join(get_args(MLPActivation))}")
+        for name, what, literal in (("mlp_activation", "MLP activation", MLPActivation),
+                                    ("norm_type", "norm type", NormType), ("init_method", "init method", InitMethod)):
+            if getattr(self, name) not in get_args(literal):
+                raise ValueError(f"unknown {what} {getattr(self, name)!r}; choose one of "
+                                 f"{', '.join(get_args(literal))}")
+        for name in ("attention_dropout", "mlp_dropout", "embedding_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         if self.layer_types is not None:
             kinds = self.layer_types.split(",")
             unknown = sorted(set(kinds) - set(LAYER_TYPES))
@@ -105,6 +141,10 @@ class ModelArgs:
             raise ValueError(f"layer_types names {len(kinds)} layers, the model has {self.num_layers}")
         return kinds[index]
 
+    def has_input_norm(self, index: int) -> bool:
+        """Whether layer ``index`` normalises its input (not layer 0 after an embedding norm: ModernBERT's Identity)."""
+        return not (self.embedding_norm and index == 0)
+
     def has_sliding_layers(self) -> bool:
         return any(self.layer_type(i) == "sliding" for i in range(self.num_layers))
 
@@ -112,6 +152,12 @@ class ModelArgs:
         out = asdict(self)
         out["rope_scaling"] = self.rope_scaling.to_dict() if self.rope_scaling is not None else None
         return out
+
+
+def global_every_layer_types(num_layers: int, every: int) -> str:
+    """``layer_types`` with a full-attention layer every ``every`` layers and sliding ones between (ModernBERT's
+    global_attn_every_n_layers: layer i is full iff i % every == 0)."""
+    return ",".join("full" if i % every == 0 else "sliding" for i in range(num_layers))
 
 
 def shape_record(record: dict) -> dict:
@@ -166,6 +212,32 @@ PRESETS: dict[str, dict] = {
     "1b": dict(vocab_size=128_256, num_layers=26, hidden_size=1728, ffn_hidden_size=4096,
                num_attention_heads=18, num_query_groups=6, max_seq_length=2048),
 }
+
+MODERNBERT_BLOCK: dict = dict(
+    norm_type="layernorm", embedding_norm=True, prediction_head=True, decoder_bias=True, mlp_activation="geglu_erf",
+    tie_word_embeddings=True, init_method="modernbert", rope_theta=160_000.0, local_rope_theta=10_000.0,
+    sliding_window=65)
+"""ModernBERT's block as its released configs set it (answerdotai/ModernBERT-base/-large config.json): LayerNorm
+without bias, embedding norm, prediction head, tied decoder with a bias, erf GeGLU, its init, a global layer every 3
+(RoPE base 160k) and sliding ones between (local_attention 128: |i - j| <= 64, megamlm's window 65, base 10k)."""
+
+
+def _modernbert(num_layers: int, every: int = 3, **shape) -> dict:
+    return dict(MODERNBERT_BLOCK, num_layers=num_layers, layer_types=global_every_layer_types(num_layers, every),
+                **shape)
+
+
+# ModernBERT's released shapes (vocabulary 50,368, 8,192 tokens), and a CPU-sized block whose heads and layers divide
+# by 2 and 4, with a window (|i - j| <= 16) smaller than its sequence and a global layer every 2.
+PRESETS.update({
+    "modernbert-base": _modernbert(22, vocab_size=50_368, hidden_size=768, ffn_hidden_size=1152,
+                                   num_attention_heads=12, num_query_groups=12, max_seq_length=8192),
+    "modernbert-large": _modernbert(28, vocab_size=50_368, hidden_size=1024, ffn_hidden_size=2624,
+                                    num_attention_heads=16, num_query_groups=16, max_seq_length=8192),
+    "modernbert-tiny": _modernbert(4, every=2, vocab_size=None, hidden_size=128, ffn_hidden_size=192,
+                                   num_attention_heads=8, num_query_groups=8, max_seq_length=128,
+                                   sliding_window=17),
+})
 
 
 def pad_vocab_size(size: int, multiple: int) -> int:

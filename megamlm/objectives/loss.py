@@ -3,22 +3,29 @@
 from __future__ import annotations
 
 import torch
+import torch.nn as nn
 
 from megamlm import kernels
 from megamlm.objectives.masking import IGNORE_INDEX
 
 
 def sparse_lm_loss(hidden: torch.Tensor, head_weight: torch.Tensor, targets: torch.Tensor,
-                   kernel_backend: str = "auto", positions: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
+                   kernel_backend: str = "auto", positions: torch.Tensor | None = None,
+                   prediction_head: nn.Module | None = None,
+                   bias: torch.Tensor | None = None) -> tuple[torch.Tensor, int]:
     """hidden (batch, seq, H), targets (batch, seq) -> (sum of token losses in fp32, number of predicted tokens).
 
     Under MLM only the selected 20-50% of positions reach the LM head; under CLM all but the last.
     ``kernel_backend`` picks the fused cross-entropy (see ``megamlm.kernels``): pass ``model.backends.kernels``.
     ``positions``: the flat indices of the predicted tokens, ascending, when the caller has them (``predicted
     _positions`` of the host's targets): the device then never has to tell the host how many rows it selected.
+    ``prediction_head`` (the model's ``head``, ModernBERT's) runs on the selected rows only, before the LM head;
+    ``bias`` is the LM head's (``lm_head.bias``) where it has one.
     """
     rows, row_targets, predicted = select_predicted(hidden, targets, positions)
-    return kernels.linear_cross_entropy(rows, head_weight, row_targets, backend=kernel_backend), predicted
+    if prediction_head is not None:
+        rows = prediction_head(rows)
+    return kernels.linear_cross_entropy(rows, head_weight, row_targets, backend=kernel_backend, bias=bias), predicted
 
 
 def select_predicted(hidden: torch.Tensor, targets: torch.Tensor,

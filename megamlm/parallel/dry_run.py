@@ -35,12 +35,17 @@ def dry_run_model_args(cfg: Config) -> ModelArgs:
     return model_args_for(cfg, load_tokenizer(str(cfg.data.tokenizer_model or TOKENIZER_FILE)).vocab_size)
 
 
+REPLICATED_UNDER_TP = ("norm.weight", "norm.bias", "o_proj.bias", "down_proj.bias")
+"""Parameter names (by ending) that tensor parallelism keeps whole on every rank (beside the prediction head)."""
+
+
 def _split_counts(model: Transformer, tp: int) -> tuple[int, int]:
-    """(parameters split over TP ranks, parameters replicated on each): the norms and the o_proj bias are
-    replicated; a tied embedding counts once (``named_parameters`` lists a shared parameter once)."""
+    """(parameters split over TP ranks, parameters replicated on each): the norms, the row-wise projections'
+    biases and the prediction head are replicated; a tied embedding counts once (``named_parameters`` lists a
+    shared parameter once)."""
     split = replicated = 0
     for name, p in model.named_parameters():
-        if name.endswith(("norm.weight", "o_proj.bias")):
+        if name.endswith(REPLICATED_UNDER_TP) or name.startswith("head."):
             replicated += p.numel()
         else:
             split += p.numel()

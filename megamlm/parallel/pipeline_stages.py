@@ -44,7 +44,10 @@ def prune_to_stages(model: Transformer, stages: list[int], num_stages: int) -> T
             del model.layers[name]
     if num_stages - 1 not in stages:
         model.norm = None
+        model.head = None
         model.lm_head = None
+    if 0 not in stages:
+        model.embed_norm = None
     if 0 not in stages and not (model.args.tie_word_embeddings and model.lm_head is not None):
         model.embed_tokens = None
     return model
@@ -60,7 +63,9 @@ def stage_copy(model: Transformer, stage: int, num_stages: int) -> Transformer:
     part.args = model.args
     part.layers = nn.ModuleDict({n: model.layers[n] for n in stage_layers(model.args.num_layers, num_stages, stage)})
     part.embed_tokens = model.embed_tokens if stage == 0 else None
+    part.embed_norm = model.embed_norm if stage == 0 else None
     part.norm = model.norm if stage == num_stages - 1 else None
+    part.head = model.head if stage == num_stages - 1 else None
     part.lm_head = model.lm_head if stage == num_stages - 1 else None
     for name in ("rope_cos", "rope_sin", "rope_cos_local", "rope_sin_local"):
         part.register_buffer(name, getattr(model, name), persistent=False)

@@ -8,16 +8,18 @@ computes logits for its own vocabulary slice only (see ``vocab_parallel_loss``).
 
 Between modules the residual stream is a DTensor sharded on the sequence (Shard(1)).
 
-Biases follow their weights: q/k/v biases are split with their heads (column-wise), the o_proj bias is kept
-whole on every rank and added once, to the reduced output (row-wise). A tied embedding and LM head both
-shard the vocabulary rows, so they stay one DTensor parameter.
+Biases follow their weights: q/k/v (and MLP gate/up) biases are split with their heads (column-wise), the o_proj
+(and down_proj) bias is kept whole on every rank and added once, to the reduced output (row-wise); the LM head's
+bias is split over the vocabulary with its rows. A tied embedding and LM head both shard the vocabulary rows, so
+they stay one DTensor parameter. ModernBERT's embedding norm is sequence-parallel like the other norms; its
+prediction head is replicated (the loss runs it on the predicted rows, whole on every rank).
 """
 
 from __future__ import annotations
 
 import torch.nn as nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor import Replicate, Shard, distribute_module
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
     PrepareModuleInput,
@@ -42,8 +44,9 @@ def block_plan(block: nn.Module | None = None) -> dict:
     if block is not None and block.attn_output_layernorm is not None:
         optional["attn_output_layernorm"] = SequenceParallel(use_local_output=False)
         optional["mlp_output_layernorm"] = SequenceParallel(use_local_output=False)
+    if block is None or block.input_layernorm is not None:  # layer 0 after an embedding norm has none
+        optional["input_layernorm"] = SequenceParallel()
     return {**optional,
-        "input_layernorm": SequenceParallel(),
         "self_attn": PrepareModuleInput(input_layouts=attention_inputs,
                                         desired_input_layouts=(Replicate(), None, None, None, None),
                                         use_local_output=True),
@@ -70,6 +73,8 @@ def apply_tp(model: nn.Module, tp_mesh: DeviceMesh) -> nn.Module:
     if model.embed_tokens is not None:
         top["embed_tokens"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Shard(1),
                                               use_local_output=False)
+    if model.embed_norm is not None:
+        top["embed_norm"] = SequenceParallel()
     if model.norm is not None:
         top["norm"] = SequenceParallel()
     if model.lm_head is not None:
@@ -79,6 +84,9 @@ def apply_tp(model: nn.Module, tp_mesh: DeviceMesh) -> nn.Module:
         parallelize_module(model, tp_mesh, top)
         # Both shard the vocabulary rows (Shard(0)) over the same mesh, so a tied pair shares one DTensor again.
         retie(model)
+    if model.head is not None:
+        # Replicated: the sparse loss runs it on the predicted rows, whole on every rank (vocab_parallel_loss).
+        distribute_module(model.head, tp_mesh)
     for block in model.layers.values():
         parallelize_module(block, tp_mesh, block_plan(block))
     return model

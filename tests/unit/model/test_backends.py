@@ -51,13 +51,13 @@ class Spy:
             self.attention_calls.append(backend)
             return real_attention(*args, backend=backend, **kwargs)
 
-        def chunked(*args):
+        def chunked(*args, **kwargs):
             self.implementations.append("chunked")
-            return real_chunked(*args)
+            return real_chunked(*args, **kwargs)
 
-        def full_logits(*args):
+        def full_logits(*args, **kwargs):
             self.implementations.append("reference")
-            return real_reference(*args)
+            return real_reference(*args, **kwargs)
 
         monkeypatch.setattr(K, "resolve_backend", resolve)
         monkeypatch.setattr(transformer, "attention", attention)
