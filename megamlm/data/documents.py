@@ -95,6 +95,7 @@ class DocumentSampleDataset(CorpusFiles):
         self.mode = mode
         self.epochs: list[tuple[np.ndarray, np.ndarray]] = []
         self._epoch_starts = [0]  # the first sample of each epoch built, then the end of the last
+        self._running: list[np.ndarray] = []  # per epoch, the tokens of its rows before each row (tokens_through)
         self._cache = dict(cache_dir=cache.get("cache_dir"), rank=cache.get("rank"), barrier=cache.get("barrier"))
         self._digest = document_sizes_digest(self.sizes) if self._cache["cache_dir"] is not None else ""
         self.ensure(self.num_samples)
@@ -158,6 +159,31 @@ class DocumentSampleDataset(CorpusFiles):
     def sample_tokens(self, k: int) -> int:
         """The tokens of sample k that are not padding."""
         return sum(length for _, _, length in self._pieces(k))
+
+    def tokens_through(self, end: int) -> int:
+        """The tokens of samples [0, end) that are not padding (from each epoch's running sums, built once)."""
+        self.ensure(int(end))
+        epoch = int(np.searchsorted(self._epoch_starts, int(end), side="right")) - 1
+        while len(self._running) <= epoch and len(self._running) < len(self.epochs):
+            order, row_starts = self.epochs[len(self._running)]
+            lengths = np.minimum(self.sizes[order], self.seq_length).astype(np.int64)
+            self._running.append(np.concatenate([[0], np.cumsum(lengths)])[row_starts])
+        done = sum(int(running[-1]) for running in self._running[:epoch])
+        return done + (int(self._running[epoch][int(end) - self._epoch_starts[epoch]]) if epoch < len(self.epochs)
+                       else 0)
+
+
+def tokens_through(dataset, end: int) -> int:
+    """The tokens that are not padding in samples [0, end) of a training stream: a DocumentSampleDataset's, or a
+    blend of them (each corpus's samples are its first ones, in order); windows have no padding."""
+    if isinstance(dataset, DocumentSampleDataset):
+        return dataset.tokens_through(end)
+    parts = getattr(dataset, "datasets", None)
+    if parts is None or not hasattr(dataset, "dataset_of"):
+        return int(end) * int(dataset.seq_length)
+    owners = np.asarray(dataset.dataset_of[:int(end)])
+    return sum(tokens_through(part, int(np.count_nonzero(owners == d))) for d, part in enumerate(parts)
+               if part is not None)
 
 
 def sample_dataset(datasets, seq_length: int, num_samples: int, seed: int, mode: str, sequences=None,

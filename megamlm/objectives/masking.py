@@ -29,14 +29,19 @@ def sample_generator(seed: int, sample_index: int) -> np.random.Generator:
     return np.random.Generator(np.random.Philox(key=np.array([seed, sample_index], dtype=np.uint64)))
 
 
-def mlm_mask(tokens: np.ndarray, sample_index: int, seed: int, spec: MaskingSpec) -> tuple[np.ndarray, np.ndarray]:
-    """tokens (seq,) -> (inputs, targets); targets are IGNORE_INDEX except at selected positions."""
+def mlm_mask(tokens: np.ndarray, sample_index: int, seed: int, spec: MaskingSpec,
+             document_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """tokens (seq,) -> (inputs, targets); targets are IGNORE_INDEX except at selected positions. A position whose
+    ``document_ids`` entry is negative (a row's padding, ``data/documents.py``) is never selected; the random draws
+    are the same either way, so a row without padding gets the mask it always got."""
     rng = sample_generator(seed, sample_index)
     n = tokens.shape[0]
     select_draw, kind_draw = rng.random(n), rng.random(n)
     random_tokens = rng.integers(0, spec.random_vocab_size, n)
     special = np.isin(tokens, np.asarray(spec.special_ids, dtype=tokens.dtype))
     selected = (select_draw < spec.mask_ratio) & ~special
+    if document_ids is not None:
+        selected &= np.asarray(document_ids) >= 0
     # Random replacements that land on a special id fall back to the mask token.
     random_tokens = np.where(np.isin(random_tokens, spec.special_ids), spec.mask_id, random_tokens)
 
@@ -59,7 +64,7 @@ def mntp_targets(tokens: np.ndarray, sample_index: int, seed: int, spec: Masking
     is a position whose predecessor belongs to another document. Only predecessor positions carry a target, so
     sparse prediction applies as for MLM.
     """
-    inputs, selected_targets = mlm_mask(tokens, sample_index, seed, spec)
+    inputs, selected_targets = mlm_mask(tokens, sample_index, seed, spec, document_ids)
     selected = selected_targets != IGNORE_INDEX
     scored = selected.copy()
     scored[0] = False
@@ -71,9 +76,24 @@ def mntp_targets(tokens: np.ndarray, sample_index: int, seed: int, spec: Masking
     return inputs, targets
 
 
-def clm_targets(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """tokens (seq,) -> (inputs, targets): target of position i is token i+1; the last position has none."""
+def clm_targets(tokens: np.ndarray, document_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """tokens (seq,) -> (inputs, targets): target of position i is token i+1; the last position has none. With
+    ``document_ids`` (whole documents, ``data/documents.py``) nor has the last token of a document or padding (a
+    negative id): no target crosses a document boundary."""
     inputs = tokens.astype(np.int64, copy=True)
     targets = np.full_like(inputs, IGNORE_INDEX)
     targets[:-1] = inputs[1:]
+    if document_ids is not None:
+        documents = np.asarray(document_ids)
+        targets[:-1][(documents[1:] != documents[:-1]) | (documents[:-1] < 0)] = IGNORE_INDEX
     return inputs, targets
+
+
+def document_positions(document_ids: np.ndarray) -> np.ndarray:
+    """RoPE positions (batch, seq) that restart at 0 where each document (a run of equal ids) starts."""
+    documents = np.asarray(document_ids)
+    index = np.broadcast_to(np.arange(documents.shape[-1], dtype=np.int64), documents.shape)
+    starts = np.ones(documents.shape, dtype=bool)
+    starts[..., 1:] = documents[..., 1:] != documents[..., :-1]
+    first = np.maximum.accumulate(np.where(starts, index, 0), axis=-1)
+    return index - first

@@ -94,9 +94,11 @@ class ObjectiveSchedule:
         return f"objective {self.objective}: {spans} (switch steps {', '.join(map(str, self.switch_steps))})"
 
     def make_batch(self, step: int, tokens: np.ndarray, sample_ids: list[int],
-                   document_ids: np.ndarray | None = None) -> Batch:
-        """tokens (micro_batch, seq) of the given global sample ids -> the Batch for this step's objective."""
-        return make_batch(self.objective_at(step), tokens, sample_ids, self.seed, self.masking_at(step), document_ids)
+                   document_ids: np.ndarray | None = None, whole_documents: bool = False) -> Batch:
+        """tokens (micro_batch, seq) of the given global sample ids -> the Batch for this step's objective
+        (``whole_documents``: ``objectives.batch.make_batch``'s)."""
+        return make_batch(self.objective_at(step), tokens, sample_ids, self.seed, self.masking_at(step), document_ids,
+                          whole_documents)
 
     def state_dict(self) -> dict:
         """The settings that decide each step's objective (it has no other state)."""

@@ -56,7 +56,9 @@ class PipelineRunner:
         if self.measure is not None:
             self.measured.append(self.measure(output, targets))
             return torch.zeros((), device=output.device)
-        loss, _ = parallel_sparse_lm_loss(output, self.pm.model.lm_head.weight, targets, self.pm.model.backends.kernels)
+        model = self.pm.model
+        loss, _ = parallel_sparse_lm_loss(output, model.lm_head.weight, targets, model.backends.kernels,
+                                          prediction_head=model.head, bias=model.lm_head.bias)
         self.sums.append(loss.detach())
         return loss * self.scale
 
@@ -70,8 +72,9 @@ class PipelineRunner:
             raise ValueError("all micro-batches of a step share one objective")
         # The attention mode (and document ids) reach every stage as keyword arguments of the schedule.
         kwargs: dict = {"causal": causal}
-        if micro_batches[0].document_ids is not None:
-            kwargs["document_ids"] = torch.cat([b.document_ids for b in micro_batches]).to(device, non_blocking=True)
+        for name in ("document_ids", "position_ids"):
+            if getattr(micro_batches[0], name) is not None:
+                kwargs[name] = torch.cat([getattr(b, name) for b in micro_batches]).to(device, non_blocking=True)
         pm = self.pm
         args = ((torch.cat([b.input_ids for b in micro_batches]).to(device, non_blocking=True),)
                 if pm.has_first_stage else ())

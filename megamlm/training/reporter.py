@@ -188,6 +188,9 @@ class RunReporter:
         self.recipe = None
         """The run's phases (config/phases.py), set by the trainer: where they change the sequence length, each
         step's tokens are its batch x its phase's length (``tokens_at``)."""
+        self.tokens_through = None
+        """With a document --sample-mode, set by the trainer: the tokens of the stream's samples [0, n) without their
+        padding (``data.documents.tokens_through``), which every token count then reads."""
 
     def seq_length_at(self, step: int) -> int:
         return self.recipe.phase_at(step).seq_length if self.recipe is not None else self.seq_length
@@ -197,6 +200,8 @@ class RunReporter:
         phases of several lengths, the recipe's tokens through the step plus any samples consumed before its step 1
         (a --continue-from parent's) at the first phase's length."""
         recipe = self.recipe
+        if self.tokens_through is not None:
+            return self.tokens_through(consumed_samples)
         if recipe is None or len({p.seq_length for p in recipe.phases}) == 1:
             return consumed_samples * self.seq_length_at(step)
         before = consumed_samples - recipe.samples_through[min(step, recipe.last_step)]
@@ -226,7 +231,9 @@ class RunReporter:
 
     def step(self, s: StepOutcome, global_batch_size: int) -> None:
         """One finished step, with host numbers (``s`` read)."""
-        self.meter.add(s.loss, s.grad_norm, global_batch_size * self.seq_length_at(s.step), s.predicted_tokens)
+        tokens = global_batch_size * self.seq_length_at(s.step) if self.tokens_through is None else \
+            self.tokens_through(s.consumed_samples) - self.tokens_through(s.consumed_samples - global_batch_size)
+        self.meter.add(s.loss, s.grad_norm, tokens, s.predicted_tokens)
         now = time.perf_counter()
         if s.step == self.start_step + 1:
             self.marks.append((s.step, now))

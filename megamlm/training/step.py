@@ -194,12 +194,15 @@ def forward_backward(setup: StepSetup, micro_batches: list[Batch]) -> tuple[torc
             # Selected by indices the host computed: a boolean selection on the device would make the host wait.
             positions = batch.positions.to(device, non_blocking=True)
             document_ids = batch.document_ids.to(device, non_blocking=True) if batch.document_ids is not None else None
+            position_ids = batch.position_ids.to(device, non_blocking=True) if batch.position_ids is not None else None
             with _gradient_sync(part, i == len(micro_batches) - 1):
                 with setup.autocast():
-                    hidden = part(input_ids, causal=batch.causal, document_ids=document_ids)
+                    hidden = part(input_ids, causal=batch.causal, document_ids=document_ids,
+                                  position_ids=position_ids)
                     # The LM head's weight is read after the forward: FSDP2 has gathered it there.
                     loss, _ = parallel_sparse_lm_loss(hidden, pm.model.lm_head.weight, targets,
-                                                      pm.model.backends.kernels, positions)
+                                                      pm.model.backends.kernels, positions, pm.model.head,
+                                                      pm.model.lm_head.bias)
                 (loss * scale).backward()
             local_loss += loss.detach()
     # Losses live on the last pipeline stage, repeated on each of its TP ranks.

@@ -21,6 +21,7 @@ import time
 from array import array
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -35,6 +36,7 @@ from megamlm.checkpoint.saved_run import find_saved_run
 from megamlm.config import BatchSizes, Config, unused_lr_settings
 from megamlm.config.phases import Recipe, recipe_of
 from megamlm.data import GlobalBatchSampler, MicroBatchLoader
+from megamlm.data.documents import tokens_through
 from megamlm.extras import detect_optional_extras
 from megamlm.hf.init_from import warn_if_context_shorter
 from megamlm.log import log, rank
@@ -177,6 +179,8 @@ class Trainer:
                                     t.train_iters, self.result.start_step, self.plan.model_args, self.device,
                                     self.plan.dims.world_size)
         self.reporter.recipe = self.recipe  # tokens per step by phase
+        if self.cfg.data.sample_mode != "windows":  # tokens counted without the rows' padding
+            self.reporter.tokens_through = partial(tokens_through, self.loader.dataset)
         self.ledger = StepLedger(self.guard, self.reporter, self.batch_sizes, self.on_step)
         run_start = time.perf_counter()
         batches = iter(self.loader)
@@ -205,9 +209,10 @@ class Trainer:
             if entered:
                 log(entered)
         objective = schedule.objective_at(step)
-        document_mask = self.cfg.performance.document_mask
+        whole = self.cfg.data.sample_mode != "windows"  # whole documents: their ids always reach attention
+        document_mask = self.cfg.performance.document_mask or whole
         micro_batches = [schedule.make_batch(step, mb["tokens"].numpy(), mb["sample_ids"].tolist(),
-                                             mb["document_ids"].numpy() if document_mask else None)
+                                             mb["document_ids"].numpy() if document_mask else None, whole)
                          for mb in loaded]
         if self.device.type == "cuda":  # pinned: the copies to the device do not make the host wait
             micro_batches = [pin_batch(b) for b in micro_batches]

@@ -88,6 +88,8 @@ class ValidationSet:
     masking: MaskingSpec
     interval: int
     document_mask: bool = False
+    whole_documents: bool = False
+    """The samples are whole documents (a document --sample-mode): ``objectives.batch.make_batch``'s flag."""
     objectives: tuple[str, ...] = ("mlm", "clm")
     """What every evaluation scores: MLM and CLM always, MNTP where the run trains it."""
 
@@ -119,7 +121,8 @@ class ValidationSet:
                         for ids in global_batch]
                 for objective in self.objectives:
                     batches = [make_batch(objective, tokens, [VALIDATION_MASK_ID_BASE + k for k in ids], self.seed,
-                                          self.masking, documents) for tokens, documents, ids in rows]
+                                          self.masking, documents, self.whole_documents)
+                               for tokens, documents, ids in rows]
                     totals[objective] += forward_metrics(pm, batches, device, precision, accuracy=objective == "mlm")
         finally:
             pm.train(True)
@@ -203,7 +206,8 @@ def _validation_set(cfg: Config, plan: ResolvedRun, source: tuple[str, ...], gro
     run_split = cfg.data.split is not None and source == tuple(plan.data_path)  # the --split documents
     dataset = build_validation_dataset(StreamSpec(list(source), seq_length, num_samples, t.seed,
                                                   cache_dir=cfg.data.data_cache_path, vocab_size=vocab_size,
-                                                  split=plan.split if run_split else None), group)
+                                                  split=plan.split if run_split else None,
+                                                  sample_mode=cfg.data.sample_mode), group)
     available = dataset.first_pass_samples()
     if available < num_samples:
         given = "--valid-data-path" if list(source) == cfg.data.valid_data_path else "a phase's valid_data_path"
@@ -214,7 +218,8 @@ def _validation_set(cfg: Config, plan: ResolvedRun, source: tuple[str, ...], gro
                         "give validation more documents")
     if v.eval_mask_ratio is not None:
         masking = dataclasses.replace(masking, mask_ratio=v.eval_mask_ratio)
+    whole = cfg.data.sample_mode != "windows"
     return ValidationSet(dataset, num_samples, t.global_batch_size, t.micro_batch_size, t.seed, masking,
-                         eval_interval(cfg), cfg.performance.document_mask,
+                         eval_interval(cfg), cfg.performance.document_mask or whole, whole,
                          objectives=("mlm", "clm", "mntp") if "mntp" in objective_phases(cfg.objective.objective)
                          else ("mlm", "clm"))

@@ -145,3 +145,53 @@ def test_build_rows_skips_empty_documents():
     sizes = np.array([0, 5, 0, 9, 3], dtype=np.int32)
     order, row_starts = build_rows(sizes, 8, seed=1, epoch=0, mode="packed_documents")
     assert sorted(order.tolist()) == [1, 3, 4] and row_starts[-1] == 3
+
+
+def test_tokens_through_counts_no_padding(tmp_path, make_documents):
+    from megamlm.data.documents import tokens_through
+
+    prefix = write_dataset(tmp_path / "d", make_documents())
+    for mode in MODES:
+        ds = DocumentSampleDataset(IndexedDataset(prefix), 32, 150, seed=1, mode=mode)
+        assert ds.num_epochs > 1
+        brute = np.concatenate([[0], np.cumsum([int(np.count_nonzero(ds.document_ids(k) >= 0)) for k in range(150)])])
+        assert [tokens_through(ds, end) for end in range(151)] == brute.tolist()
+        blend = build_train_dataset(StreamSpec(["0.3", prefix, "0.7", prefix], 32, 60, seed=1, sample_mode=mode))
+        real = [int(np.count_nonzero(blend.document_ids(k) >= 0)) for k in range(60)]
+        assert tokens_through(blend, 60) == sum(real) and tokens_through(blend, 7) == sum(real[:7])
+    windows = build_train_dataset(StreamSpec([prefix], 32, 20, seed=1))
+    assert tokens_through(windows, 20) == 20 * 32
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_batches_of_whole_documents_never_mask_or_target_padding_and_restart_positions(austen, mode):
+    from megamlm.objectives.batch import make_batch
+    from megamlm.objectives.masking import IGNORE_INDEX, MaskingSpec
+
+    spec = MaskingSpec(0.9, 1.0, 0.0, 0.0, mask_id=3, special_ids=(3,), random_vocab_size=100)
+    ds = DocumentSampleDataset(austen, 64, 32, seed=5, mode=mode)
+    ids = list(range(32))
+    tokens, documents = np.stack([ds[k] for k in ids]), np.stack([ds.document_ids(k) for k in ids])
+    padding = documents < 0
+    assert padding.any() and (~padding).any()
+    for objective in ("mlm", "clm", "mntp"):
+        batch = make_batch(objective, tokens, ids, 7, spec, documents, whole_documents=True)
+        targets, inputs = batch.targets.numpy(), batch.input_ids.numpy()
+        assert np.all(targets[padding] == IGNORE_INDEX) and np.array_equal(inputs[padding], tokens[padding])
+        assert np.array_equal(batch.document_ids.numpy(), documents)
+        positions = batch.position_ids.numpy()
+        for row, docs in zip(positions, documents):
+            for number in set(docs[docs >= 0].tolist()):
+                np.testing.assert_array_equal(row[docs == number], np.arange(np.count_nonzero(docs == number)))
+        if objective == "clm":  # a target only where the next token is of the same document
+            same = np.zeros_like(padding)
+            same[:, :-1] = (documents[:, 1:] == documents[:, :-1]) & (documents[:, :-1] >= 0)
+            assert np.array_equal(targets != IGNORE_INDEX, same)
+            np.testing.assert_array_equal(targets[:, :-1][same[:, :-1]], tokens[:, 1:][same[:, :-1]])
+        if objective == "mntp":  # the target of position i is token i+1 of the same document
+            scored = targets != IGNORE_INDEX
+            assert not np.any(scored & ~same)
+        else:
+            assert (targets != IGNORE_INDEX).any()
+    windows = make_batch("mlm", tokens, ids, 7, spec)  # without the flag: the windows mode's batch, padding and all
+    assert windows.position_ids is None and (windows.targets.numpy()[padding] != IGNORE_INDEX).any()

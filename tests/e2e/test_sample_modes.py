@@ -1,0 +1,71 @@
+"""--sample-mode packed_documents and document_per_row in a run: resume inside either is exact, tokens are counted
+without padding, the order does not follow the batch layout, and a bad mode or length is one line, exit 2."""
+
+import numpy as np
+import pytest
+from helpers import expect_one_line
+
+from megamlm.cli import main
+from megamlm.data import StreamSpec, build_train_dataset, prepare_embedded_corpus
+from megamlm.data.documents import tokens_through
+from megamlm.training.metrics_file import read_metrics
+
+MODES = ("packed_documents", "document_per_row")
+GBS = 4  # the TINY settings' global batch (conftest.py)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_run_stopped_and_resumed_inside_the_mode_reaches_the_straight_runs_losses(tiny, tmp_path, mode):
+    schedule = ["--sample-mode", mode, "--objective", "clm_then_mlm", "--switch", "0.5", "--train-iters", "6"]
+    straight = tiny(*schedule)
+    stopped = tiny(*schedule, "--save", tmp_path / "a", "--exit-interval", "2")
+    assert sorted(stopped.losses) == [1, 2]
+    resumed = tiny(*schedule, "--load", tmp_path / "a", "--save", tmp_path / "a")
+    assert resumed.start_step == 2 and sorted(resumed.losses) == [3, 4, 5, 6]
+    for step in range(1, 7):
+        run = stopped if step <= 2 else resumed
+        assert run.losses[step] == straight.losses[step], step  # bitwise on CPU
+        assert run.sample_ids[step] == straight.sample_ids[step]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_tokens_are_counted_without_padding(tiny, tmp_path, mode, cache_dir):
+    tiny("--sample-mode", mode, "--train-iters", "4", "--log-interval", "2", "--save", tmp_path / "r")
+    train = read_metrics(tmp_path / "r", "train")
+    prefix, _ = prepare_embedded_corpus(cache_dir)
+    stream = build_train_dataset(StreamSpec([prefix], 32, 4 * GBS, seed=1234, sample_mode=mode))
+    real = [int(np.count_nonzero(stream.document_ids(k) >= 0)) for k in range(4 * GBS)]
+    assert sum(real) < 4 * GBS * 32  # the Austen paragraphs leave padding at 32 tokens
+    counted = {r["step"]: r["tokens"] for r in train}
+    assert counted[2] == sum(real[:2 * GBS]) == tokens_through(stream, 2 * GBS)
+    assert counted[4] == sum(real)
+
+
+def test_a_windows_run_is_unchanged_by_the_setting(tiny):
+    """The default mode named explicitly is the run it always was, bitwise."""
+    plain = tiny("--train-iters", "4")
+    named = tiny("--train-iters", "4", "--sample-mode", "windows")
+    assert named.losses == plain.losses
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_micro_batch_size_does_not_change_a_step(tiny, mode):
+    """Rows are samples: a global batch of 4 as 2 x 2 or 4 x 1 micro-batches trains the same samples and (up to
+    the summation order) the same loss."""
+    two = tiny("--sample-mode", mode, "--train-iters", "4")
+    four = tiny("--sample-mode", mode, "--train-iters", "4", "--micro-batch-size", "1")
+    assert [k for s in sorted(two.sample_ids) for k in two.sample_ids[s]] == \
+        [k for s in sorted(four.sample_ids) for k in four.sample_ids[s]]
+    for step in (1, 2):
+        assert four.losses[step] == pytest.approx(two.losses[step], rel=1e-5)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--sample-mode", "packed_documents", "--seq-length", "1"], "--sample-mode packed_documents needs --seq-length"),
+    (["--sample-mode", "document_per_row", "--seq-length", "1"], "--sample-mode document_per_row needs --seq-length"),
+    (["--sample-mode", "rows"], "argument --sample-mode: invalid choice: 'rows'"),
+])
+def test_bad_sample_mode_input_is_one_line(capsys, argv, message):
+    expect_one_line(capsys, main(argv), message)
