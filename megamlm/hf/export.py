@@ -23,9 +23,10 @@ from megamlm.hf.hf_config import (
     export_problem,
     hf_config_for,
 )
-from megamlm.hf.keymaps import EXPORT_ARCHS, KeyMap
+from megamlm.hf.keymaps import EXPORT_ARCHS, MODERNBERT_ARCHS, KeyMap
 from megamlm.hf.megamlm_checkpoint import AtomicFolder, load_model, read_record
 from megamlm.hf.model_card import model_card
+from megamlm.hf.modernbert import kept_settings_of, modernbert_hf_config
 from megamlm.hf.tokenizer_files import find_tokenizer_json, write_export_tokenizer
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -50,8 +51,8 @@ def hf_state_dict(model: torch.nn.Module, keymap: KeyMap, dtype: torch.dtype,
         t = t.detach().float()
         if keymap.norm_offset and name.endswith("norm.weight"):
             t = t - keymap.norm_offset  # back to Gemma's (1 + weight) convention
-        out[keymap.to_hf(name)] = t.to(dtype).contiguous()
-    return out
+        out[name] = t.to(dtype).contiguous()
+    return keymap.to_hf_tensors(out)
 
 
 def _read_checkpoint(folder: Path):
@@ -76,11 +77,14 @@ def export_checkpoint(input_path: str | Path, output: str | Path, arch: str | No
         raise ConversionError(problem)
     tokenizer_json = find_tokenizer_json(tokenizer if tokenizer is not None else record.tokenizer_path())
     ids = {key: record.tokenizer.get(key) for key in ("bos_id", "eos_id", "pad_id", "mask_id")}
-    if arch == "eurobert" and ids["mask_id"] is None:
-        raise ConversionError(f"checkpoint {record.path} records no mask token id; an EuroBERT export needs one "
+    if arch in ("eurobert", "modernbert") and ids["mask_id"] is None:
+        raise ConversionError(f"checkpoint {record.path} records no mask token id; an {arch} export needs one "
                               "(train with a tokenizer that has a mask token)")
     keymap = EXPORT_ARCHS[arch]
-    config = hf_config_for(arch, record.model_args, SpecialIds(**ids))
+    if arch in MODERNBERT_ARCHS:  # with the settings an imported ModernBERT kept (its fine-tuning heads')
+        config = modernbert_hf_config(arch, record.model_args, SpecialIds(**ids), kept_settings_of(record, arch))
+    else:
+        config = hf_config_for(arch, record.model_args, SpecialIds(**ids))
 
     log(f"loaded {record.path}")
     with target as tmp:

@@ -12,10 +12,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
+from megamlm.hf.config_values import rope_parameters, source_float
 from megamlm.hf.errors import ConversionError
-from megamlm.hf.keymaps import EXPORT_ARCHS, KeyMap, keymap_for_model_type
+from megamlm.hf.keymaps import EXPORT_ARCHS, MODERNBERT_ARCHS, KeyMap, keymap_for_model_type
+from megamlm.hf.modernbert import (
+    check_modernbert,
+    is_modernbert,
+    modernbert_export_problem,
+    modernbert_hf_config,
+    modernbert_model_args,
+)
 from megamlm.model.config import ModelArgs
 from megamlm.model.rope_scaling import RopeScaling
 
@@ -55,7 +61,7 @@ class ExportBiases:
 
 
 def export_biases(arch: str, args: ModelArgs) -> ExportBiases:
-    if arch in ("eurobert", "llama"):  # one attention_bias flag for q, k, v and o
+    if arch in ("eurobert", "llama", *MODERNBERT_ARCHS):  # one attention_bias flag for q, k, v and o
         any_bias = args.attention_bias or args.attention_out_bias
         return ExportBiases(any_bias, any_bias)
     if arch == "qwen2":
@@ -67,12 +73,6 @@ def export_biases(arch: str, args: ModelArgs) -> ExportBiases:
         raise ConversionError(f"the model has attention biases, which {arch} does not; export it with --arch llama "
                               "or --arch eurobert")
     return ExportBiases(False, False)
-
-
-def rope_parameters(args: ModelArgs) -> dict:
-    """Hugging Face's ``rope_parameters`` of ``args``."""
-    scaling = args.rope_scaling.to_dict() if args.rope_scaling is not None else {"rope_type": "default"}
-    return {**scaling, "rope_theta": float(args.rope_theta)}
 
 
 def describe_features(args: ModelArgs) -> str:
@@ -100,12 +100,30 @@ def _features(args: ModelArgs) -> dict[str, bool]:
         "a query pre-attention scalar": args.query_pre_attn_scalar is not None,
         "sliding-window layers": args.has_sliding_layers(),
         "a local RoPE base": args.local_rope_theta is not None,
+        "LayerNorm (norm_type layernorm)": args.norm_type == "layernorm",
+        "an embedding norm (embedding_norm)": args.embedding_norm,
+        "the prediction head (prediction_head)": args.prediction_head,
+        "an LM head bias (decoder_bias)": args.decoder_bias,
+        "MLP biases (mlp_bias)": args.mlp_bias,
+        "a GeGLU MLP with exact GELU (geglu_erf)": args.mlp_activation == "geglu_erf",
     }
+
+
+_MODERNBERT_FEATURES = ("LayerNorm (norm_type layernorm)", "an embedding norm (embedding_norm)",
+                        "the prediction head (prediction_head)", "an LM head bias (decoder_bias)",
+                        "MLP biases (mlp_bias)", "a GeGLU MLP with exact GELU (geglu_erf)")
+"""The ModernBERT block's features: only --arch modernbert / modernbert-decoder hold them."""
 
 
 def export_problem(arch: str, args: ModelArgs) -> str | None:
     """Why ``arch`` cannot hold ``args`` exactly (one line naming the feature and the alternatives), or None."""
     features = _features(args)
+    if arch in MODERNBERT_ARCHS:
+        return modernbert_export_problem(arch, args)
+    block = [name for name in _MODERNBERT_FEATURES if features[name]]
+    if block:
+        return (f"--arch {arch} cannot hold {block[0]} of this model ({EXPORT_ARCHS[arch].architecture} has none); "
+                "export it with --arch modernbert (or modernbert-decoder)")
     if arch in GEMMA3_ARCHS:
         needed = ("query/key norms (qk_norm)", "norms on the attention and MLP outputs (sublayer_output_norms)",
                   "a GeGLU MLP", "scaled embeddings")
@@ -139,7 +157,10 @@ def unheld_features(arch: str, args: ModelArgs) -> list[str]:
 
 def default_arch(args: ModelArgs) -> str:
     """The encoder export of a model: EuroBERT wherever it holds the model exactly; a Gemma 3-shaped model (its
-    four norms per block) the native bidirectional Gemma 3; otherwise EuroBERT, which then refuses by name."""
+    four norms per block) the native bidirectional Gemma 3; a ModernBERT block ModernBertForMaskedLM; otherwise
+    EuroBERT, which then refuses by name."""
+    if args.embedding_norm or args.prediction_head:
+        return "modernbert"
     return "gemma3_encoder" if args.sublayer_output_norms else "eurobert"
 
 
@@ -170,6 +191,8 @@ def hf_config_for(arch: str, args: ModelArgs, ids: SpecialIds):
 
     if arch not in EXPORT_ARCHS:
         raise ConversionError(f"unsupported --arch {arch!r}; choose one of {', '.join(EXPORT_ARCHS)}")
+    if arch in MODERNBERT_ARCHS:
+        return modernbert_hf_config(arch, args, ids)
     problem = export_problem(arch, args)
     if problem:
         raise ConversionError(problem)
@@ -228,6 +251,9 @@ def text_config(config):
 def check_importable(config) -> KeyMap:
     """The key map for ``config``, or one ConversionError naming the feature megamlm's model lacks."""
     outer_type = getattr(config, "model_type", None)
+    if is_modernbert(config):
+        check_modernbert(config)
+        return keymap_for_model_type(outer_type)
     config = text_config(config)
     model_type = getattr(config, "model_type", None)
     if outer_type == "gemma3":
@@ -289,16 +315,6 @@ def _windowed_layers(config) -> str | None:
     return ",".join("sliding" if kind == "sliding_attention" else "full" for kind in kinds)
 
 
-def source_float(value) -> float:
-    """A float setting as its source writes it: a value that is exactly a float32 (a GGUF file's metadata, read
-    back through float32: 9.999999747378752e-06) is the shortest decimal that float32 spells (1e-05); any other
-    value (config.json's float64) is kept."""
-    x = float(value)
-    if np.isfinite(x) and float(np.float32(x)) == x:
-        return float(str(np.float32(x)))
-    return x
-
-
 def model_args_from_config(config, max_seq_length: int | None = None, untie: bool = False) -> ModelArgs:
     """The megamlm shape of a Hugging Face config (checked with check_importable first).
 
@@ -307,6 +323,8 @@ def model_args_from_config(config, max_seq_length: int | None = None, untie: boo
     the LM head its own copy of a tied embedding.
     """
     check_importable(config)
+    if is_modernbert(config):
+        return modernbert_model_args(config, max_seq_length, untie)
     config = text_config(config)
     context = config.max_position_embeddings
     window = getattr(config, "sliding_window", None)

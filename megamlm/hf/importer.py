@@ -15,6 +15,7 @@ memory is about one float32 copy of the model plus one shard (tests/unit/hf/test
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 from dataclasses import dataclass, replace
@@ -46,6 +47,7 @@ from megamlm.hf.megamlm_checkpoint import (
     AtomicFolder,
     write_weights_checkpoint,
 )
+from megamlm.hf.modernbert import kept_settings
 from megamlm.hf.tokenizer_files import check_mask_token, choose_mask_token
 from megamlm.model.config import ModelArgs, pad_vocab_size
 from megamlm.model.transformer import Transformer
@@ -106,7 +108,7 @@ def _fit_rows(weight: torch.Tensor, plan: ImportPlan) -> torch.Tensor:
     grown rows start at the mean row of the source tokenizer's tokens, every other row is kept."""
     rows, source_rows, tokens = plan.model_args.vocab_size, weight.shape[0], len(plan.tokenizer)
     if rows != source_rows:
-        grown = torch.empty((rows, weight.shape[1]), dtype=weight.dtype)
+        grown = torch.empty((rows, *weight.shape[1:]), dtype=weight.dtype)
         grown[:source_rows] = weight
         weight = grown
     mean = weight[: plan.source_tokens].mean(dim=0)
@@ -134,18 +136,14 @@ def megamlm_state_dict(hf_tensors: Iterable[tuple[str, torch.Tensor]], plan: Imp
         if hf_name is None:
             skipped.append(stored_name)
             continue
-        if hf_name.endswith(_IGNORED_SUFFIXES) or (hf_name == "lm_head.weight" and source_tied):
-            continue  # a tied head is the embedding (transformers ignores a stored copy too)
-        name = plan.keymap.from_hf(hf_name)
-        if name not in expected:
-            raise ConversionError(f"tensor {hf_name!r} of {plan.source.describe()} is not part of the model its config "
-                                  "describes (a bias the config does not enable?); the config and weights do not match")
-        if tuple(tensor.shape) != expected[name]:
-            raise ConversionError(f"tensor {hf_name!r} of {plan.source.describe()} has shape {tuple(tensor.shape)} "
-                                  f"but its config implies {expected[name]}; the config and weights do not match")
-        out[name] = tensor.detach().to(torch.float32)  # the tensors are ours: no copy unless the dtype changes
-        if plan.keymap.norm_offset and name.endswith("norm.weight"):
-            out[name] += plan.keymap.norm_offset  # Gemma's (1 + weight) norm as an ordinary one (exact in float32)
+        if hf_name.endswith(_IGNORED_SUFFIXES):
+            continue
+        for name, part in plan.keymap.from_hf_tensors(hf_name, tensor):
+            if name == "lm_head.weight" and source_tied:
+                continue  # a tied head is the embedding (transformers ignores a stored copy too)
+            out[name] = _checked(name, part, hf_name, expected, plan)
+            if plan.keymap.norm_offset and name.endswith("norm.weight"):
+                out[name] += plan.keymap.norm_offset  # Gemma's (1 + weight) norm as an ordinary one (exact in float32)
     if skipped:
         plan.skipped = sorted({".".join(n.split(".")[:2]) for n in skipped})
     if "embed_tokens.weight" in out and "lm_head.weight" not in out:
@@ -165,7 +163,21 @@ def megamlm_state_dict(hf_tensors: Iterable[tuple[str, torch.Tensor]], plan: Imp
         out["lm_head.weight"] = out["embed_tokens.weight"].clone()
     else:
         out["lm_head.weight"] = _fit_rows(out["lm_head.weight"], plan)
+    if "lm_head.bias" in out:  # ModernBERT's decoder bias: one entry per vocabulary row
+        out["lm_head.bias"] = _fit_rows(out["lm_head.bias"], plan)
     return out
+
+
+def _checked(name: str, tensor: torch.Tensor, hf_name: str, expected: dict, plan: ImportPlan) -> torch.Tensor:
+    """``tensor`` (megamlm's ``name``, from the Hugging Face ``hf_name``) in float32, refused by name when the model
+    its config describes has no such tensor or another shape."""
+    if name not in expected:
+        raise ConversionError(f"tensor {hf_name!r} of {plan.source.describe()} is not part of the model its config "
+                              "describes (a bias the config does not enable?); the config and weights do not match")
+    if tuple(tensor.shape) != expected[name]:
+        raise ConversionError(f"tensor {hf_name!r} of {plan.source.describe()} has shape {tuple(tensor.shape)} "
+                              f"but its config implies {expected[name]}; the config and weights do not match")
+    return tensor.detach().to(torch.float32)  # the tensors are ours: no copy unless the dtype changes
 
 
 def load_hf_weights(hf_dir: str | Path, model: torch.nn.Module) -> ImportPlan:
@@ -202,6 +214,26 @@ def model_flags(args: ModelArgs) -> list[str]:
                         ("--sliding-window", args.sliding_window), ("--layer-types", args.layer_types),
                         ("--local-rope-theta", args.local_rope_theta)):
         flags += [flag, str(value)] if value is not None else []
+    return flags + _block_flags(args)
+
+
+_BLOCK_FIELDS = ("norm_type", "norm_bias", "embedding_norm", "prediction_head", "classifier_bias", "decoder_bias",
+                 "mlp_bias", "attention_dropout", "mlp_dropout", "embedding_dropout", "init_method",
+                 "initializer_cutoff_factor")
+"""The ModernBERT block's ModelArgs fields: a flag each (pretrain.py's model flags are the field names), printed
+where the value is not the default."""
+
+
+def _block_flags(args: ModelArgs) -> list[str]:
+    flags = []
+    defaults = {f.name: f.default for f in dataclasses.fields(ModelArgs)}
+    for name in _BLOCK_FIELDS:
+        value = getattr(args, name)
+        if value == defaults[name]:
+            continue
+        flag = "--" + name.replace("_", "-")
+        flags += ([flag] if value else ["--no-" + name.replace("_", "-")]) if isinstance(value, bool) else \
+            [flag, str(value)]
     return flags
 
 
@@ -262,7 +294,7 @@ def import_hf(input_path: str | Path, output: str | Path, force: bool = False, m
             "tokenizer": {"path": f"{TOKENIZER_DIR}/tokenizer.json", "vocab_size": len(plan.tokenizer), **ids},
             "imported_from": {"source": plan.source.describe(), "model_type": plan.config.model_type,
                               "hf_vocab_size": plan.config.vocab_size, "mask_token": plan.tokenizer.mask_token,
-                              "mask_added": plan.mask_added},
+                              "mask_added": plan.mask_added, "hf_settings": kept_settings(plan.config)},
         }
         write_weights_checkpoint(tmp, state, record, {"consumed_samples": 0})
     log(f"wrote megamlm checkpoint {target.destination}; continue pretraining with ({CPT_RECIPE_SOURCE}):\n"

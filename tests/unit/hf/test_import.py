@@ -214,7 +214,7 @@ def test_unsupported_model_type_names_the_supported(tmp_path):
 
     GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=50)).save_pretrained(str(tmp_path / "g"))
     _refused(tmp_path / "g", tmp_path / "ckpt", "model_type='gpt2'.*eurobert, gemma3, gemma3_text, llama, mistral, "
-                                                "qwen2, qwen3")
+                                                "modernbert, modernbert-decoder, qwen2, qwen3")
 
 
 def test_missing_files(tmp_path, kit):

@@ -32,7 +32,8 @@ def test_unknown_tensor_is_named():
 def test_model_types():
     assert keymap_for_model_type("mistral") is MISTRAL and keymap_for_model_type("qwen2") is QWEN2
     assert keymap_for_model_type("llama") is LLAMA and keymap_for_model_type("eurobert") is EUROBERT
-    with pytest.raises(ConversionError, match="gpt2.*eurobert, gemma3, gemma3_text, llama, mistral, qwen2, qwen3"):
+    with pytest.raises(ConversionError, match="gpt2.*eurobert, gemma3, gemma3_text, llama, mistral, modernbert, "
+                                              "modernbert-decoder, qwen2, qwen3"):
         keymap_for_model_type("gpt2")
 
 
