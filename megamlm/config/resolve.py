@@ -9,13 +9,13 @@ sections are frozen dataclasses, and the parallel layout is computed from it onc
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Callable
 
 from megamlm.config.batches import fit_batch_sizes
 from megamlm.config.checks import validate
 from megamlm.config.flags import given_settings
 from megamlm.config.loader import config_from_settings
+from megamlm.config.phase_data import adopt_sidecar_tokenizer
 from megamlm.config.phases import apply_recipe, check_recipe_against_model, recipe_of
 from megamlm.config.recipes import recipe_file, with_recipe
 from megamlm.config.sections import Config
@@ -46,24 +46,6 @@ def resolve(cfg: Config, adopt: Adopter | None = None, world_size: int | None = 
         if line:
             log(line)
     return cfg
-
-
-def adopt_sidecar_tokenizer(cfg: Config) -> tuple[Config, str | None]:
-    """``--data-path`` without ``--tokenizer-model``: the tokenizer the data's sidecar names (it made the data),
-    when that file exists here, and the note saying so. A given --tokenizer-model is kept (and checked against the
-    sidecar before the run builds anything, megamlm/data/sidecar.py)."""
-    if not cfg.data.data_path or cfg.data.tokenizer_model:
-        return cfg, None
-    # Imported here, not above: the data package imports torch, which the flag parser (pretrain.py --help, a flag
-    # error) must start without (tests/unit/test_imports.py, DEFERRED).
-    from megamlm.data.sidecar import sidecar_tokenizer
-
-    found = sidecar_tokenizer(list(cfg.data.data_path))
-    if found is None:
-        return cfg, None
-    path, dataset = found
-    return (dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, tokenizer_model=path)),
-            f"--tokenizer-model {path}: the tokenizer that made {dataset} (its sidecar says so)")
 
 
 def given_config(argv: list[str] | None = None) -> tuple[Config, str | None]:

@@ -97,16 +97,24 @@ def sidecar_tokenizer(data_path: list[str]) -> tuple[str, str] | None:
     """(tokenizer path, the dataset whose sidecar names it) when every dataset of ``data_path`` has a sidecar, all
     name the same tokenizer file and it exists here; None otherwise (``--tokenizer-model`` is then needed)."""
     _, prefixes = parse_data_path(data_path)
-    named = set()
-    for prefix in prefixes:
-        require_dataset_files(prefix)  # a missing .idx/.bin is the problem to name, not the tokenizer it would need
-        record = read_sidecar(prefix)
-        if record is None or not record["tokenizer"].get("path"):
-            return None
-        named.add(record["tokenizer"]["path"])
-    if len(named) != 1 or not prefixes or not os.path.exists(next(iter(named))):
+    named = {tokenizer.get("path") for _, tokenizer in sidecar_tokenizers(data_path)}
+    if len(sidecar_tokenizers(data_path)) != len(prefixes) or len(named) != 1 or not next(iter(named)):
         return None
-    return next(iter(named)), strip_suffix(prefixes[0])
+    path = next(iter(named))
+    return (path, strip_suffix(prefixes[0])) if os.path.exists(path) else None
+
+
+def sidecar_tokenizers(data_path: list[str]) -> list[tuple[str, dict]]:
+    """(dataset, the tokenizer record of its sidecar) of each dataset of ``data_path`` that has a sidecar; a missing
+    .idx/.bin is named first (the problem to name, not the tokenizer it would need)."""
+    _, prefixes = parse_data_path(data_path)
+    found = []
+    for prefix in prefixes:
+        require_dataset_files(prefix)
+        record = read_sidecar(prefix)
+        if record is not None:
+            found.append((strip_suffix(prefix), record["tokenizer"]))
+    return found
 
 
 def check_dataset_files(data_path: list[str], tokenizer: Tokenizer) -> None:

@@ -81,6 +81,7 @@ def training_facts(record: CheckpointRecord) -> dict:
     progress = (record.train_state.get("state") or {}).get("progress") or record.train_state
     consumed = int(progress.get("consumed_samples", 0))
     seq_length = int(record.config.get("seq_length") or record.model_args.max_seq_length)
+    recipe = record.config.get("recipe") or []
     return {
         "objective": objective,
         "switch_step": record.config.get("switch_step"),
@@ -90,8 +91,9 @@ def training_facts(record: CheckpointRecord) -> dict:
         "steps": steps,
         "consumed_samples": consumed,
         "seq_length": seq_length,
-        "tokens_seen": consumed * seq_length,
+        "tokens_seen": tokens_seen(recipe, consumed, seq_length),
         "data_path": record.config.get("data_path") or [],
+        "recipe": recipe,
         "imported_from": record.config.get("imported_from"),
         "init_from": (run.get("checkpoint") or {}).get("init_from"),
         "merged_from": record.config.get("merged_from"),
@@ -126,6 +128,27 @@ sentence-transformers loads it too (`SentenceTransformer(path)`, mean pooling).{
 """
 
 
+def tokens_seen(recipe: list[dict], consumed: int, seq_length: int) -> int:
+    """The tokens of the first ``consumed`` samples, each phase's at its own length (the run's without phases)."""
+    if not recipe:
+        return consumed * seq_length
+    tokens = sum(max(0, min(consumed, p["end_sample"]) - p["first_sample"]) * p["seq_length"] for p in recipe)
+    return tokens + max(0, consumed - recipe[-1]["end_sample"]) * recipe[-1]["seq_length"]
+
+
+def phase_lines(recipe: list[dict], consumed: int, run_data: list[str]) -> list[str]:
+    """One line per phase of a recipe (none for a run of one phase): steps, objective, length, data, tokens."""
+    if len(recipe) < 2:
+        return []
+    lines = []
+    for p in recipe:
+        done = tokens_seen([p], consumed, 0) if consumed < p["end_sample"] else p["tokens"]
+        mask = f", mask {p['mask_ratio']:g}" if p["objective"] != "clm" else ""
+        lines.append(f"  - phase {p['index'] + 1}: steps {p['first_step']}-{p['last_step']}, {p['objective']}, "
+                     f"seq {p['seq_length']}{mask}, data {' '.join(p['data_path'] or run_data)}; {done:,} tokens")
+    return ["- Phases:", *lines]
+
+
 def model_card(record: CheckpointRecord, arch_class: str, dtype: str, arch: str | None = None) -> str:
     f = training_facts(record)
     a = record.model_args
@@ -149,8 +172,10 @@ def model_card(record: CheckpointRecord, arch_class: str, dtype: str, arch: str 
             f"- Switch step: {f['switch_step'] if f['switch_step'] is not None else 'none (single objective)'}"
             if len(f["switch_steps"]) <= 1 else f"- Switch steps: {', '.join(map(str, f['switch_steps']))}",
             f"- Steps: {f['steps']}",
-            f"- Tokens seen: {f['tokens_seen']:,} ({f['consumed_samples']:,} samples x {f['seq_length']} tokens)",
+            f"- Tokens seen: {f['tokens_seen']:,} ({f['consumed_samples']:,} samples x "
+            + (f"{f['seq_length']} tokens)" if len(f["recipe"]) < 2 else "each phase's sequence length)"),
             f"- Data: {data}",
+            *phase_lines(f["recipe"], f["consumed_samples"], f["data_path"]),
         ]
     lines = [
         "---",

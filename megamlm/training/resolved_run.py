@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from megamlm.config import Config, model_args_for, split_weights
+from megamlm.config.phase_data import phase_corpora, phases_own_data
 from megamlm.data import load_tokenizer, prepare_embedded_corpus
 from megamlm.data.embedded import TOKENIZER_FILE
 from megamlm.data.sidecar import check_dataset_files
@@ -50,8 +51,11 @@ class ResolvedRun:
 
 
 def data_sources(cfg: Config) -> tuple[list[str], str]:
-    """(data_path, tokenizer path); no --data-path means the bundled Austen corpus, tokenized with
-    --tokenizer-model when given (cached per tokenizer) and with the bundled tokenizer otherwise."""
+    """(data_path, tokenizer path); no --data-path means the phases' own data where they name it (every dataset
+    they read, config/phase_data.py), else the bundled Austen corpus, tokenized with --tokenizer-model when given
+    (cached per tokenizer) and with the bundled tokenizer otherwise."""
+    if phases_own_data(cfg):
+        return phase_corpora(cfg), cfg.data.tokenizer_model or str(TOKENIZER_FILE)  # data without a sidecar
     if not cfg.data.data_path:
         tokenizer_file = cfg.data.tokenizer_model or TOKENIZER_FILE
         prefix, tokenizer_path = prepare_embedded_corpus(cfg.data.data_cache_path, tokenizer_file)

@@ -426,7 +426,7 @@ def announce(trainer: Trainer) -> None:
     log(f"data: {data} | samples {trainer.progress.consumed_samples}-{trainer.end_sample - 1} "
         f"of the stream | tokenizer {plan.tokenizer_path} | device {trainer.device}")
     if trainer.validation is not None:
-        log(f"validation: {trainer.validation.num_samples} held-out samples every {trainer.validation.interval} "
+        log(f"validation: {trainer.validation.describe()}, every {trainer.validation.interval} "
             f"steps, at the switch and at the end ({trainer.validation.scored()})")
     log(describe_performance(cfg))
     log(memory_note(cfg, plan.dims, args, trainer.device))

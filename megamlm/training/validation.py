@@ -28,6 +28,7 @@ from megamlm.config import (
     objective_phases,
     validation_enabled,
 )
+from megamlm.config.phase_data import phases_own_data
 from megamlm.config.phases import recipe_of
 from megamlm.data import DataError, GlobalBatchSampler, StreamSpec, build_validation_dataset
 from megamlm.objectives import Batch, MaskingSpec
@@ -58,8 +59,7 @@ class ValidationResult:
     """MNTP loss, scored where the run trains MNTP (else None)."""
     mntp_tokens: int | None = None
     data: str | None = None
-    """The validation data scored, where a recipe's phases validate on different data (else None: the run's one
-    set)."""
+    """The validation data scored, in words (``ValidationSet.data``)."""
 
     def scalars(self) -> dict[str, float]:
         scalars = {"mlm_loss": self.mlm_loss, "mlm_accuracy": self.mlm_accuracy, "clm_loss": self.clm_loss}
@@ -92,6 +92,13 @@ class ValidationSet:
     """The samples are whole documents (a document --sample-mode): ``objectives.batch.make_batch``'s flag."""
     objectives: tuple[str, ...] = ("mlm", "clm")
     """What every evaluation scores: MLM and CLM always, MNTP where the run trains it."""
+    data: str | None = None
+    """The data its samples come from, in words (``--split 969,30,1``, ``--split 80,20,0 of PREFIX``, a
+    --valid-data-path list): named in the start-up log and in every validation record."""
+
+    def describe(self) -> str:
+        """``32 held-out samples of DATA``, as the start-up log says it."""
+        return f"{self.num_samples} held-out samples" + (f" of {self.data}" if self.data else "")
 
     def due(self, step: int, last_step: int, switch_steps) -> bool:
         """Evaluate after ``step``: every ``interval`` steps, at every objective switch (``switch_steps``: one step
@@ -129,7 +136,7 @@ class ValidationSet:
         (mlm_loss, mlm_tokens, correct), (clm_loss, clm_tokens, _) = totals["mlm"], totals["clm"]
         result = ValidationResult(step, mlm_loss / max(mlm_tokens, 1), correct / max(mlm_tokens, 1),
                                   clm_loss / max(clm_tokens, 1), self.num_samples, int(mlm_tokens), int(clm_tokens),
-                                  time.perf_counter() - start)
+                                  time.perf_counter() - start, data=self.data)
         if "mntp" in totals:
             mntp_loss, mntp_tokens, _ = totals["mntp"]
             result.mntp_loss, result.mntp_tokens = mntp_loss / max(mntp_tokens, 1), int(mntp_tokens)
@@ -177,6 +184,10 @@ class PhaseValidation:
     def __getattr__(self, name):  # interval, num_samples, due, scored: the same in every phase's set
         return getattr(self.phases[0][1], name)
 
+    def describe(self) -> str:
+        """Each phase's held-out samples and data, as the start-up log says them."""
+        return "; ".join(f"through step {last}: {validation.describe()}" for last, validation, _ in self.phases)
+
     def evaluate(self, pm: ParallelModel, step: int, device: torch.device, precision: str = "auto") -> ValidationResult:
         _, validation, data = next((p for p in self.phases if step <= p[0]), self.phases[-1])
         return dataclasses.replace(validation.evaluate(pm, step, device, precision), data=data)
@@ -185,33 +196,52 @@ class PhaseValidation:
 def load_validation_set(cfg: Config, plan: ResolvedRun, group=None) -> ValidationSet | PhaseValidation | None:
     """The run's validation set (None without --split or --valid-data-path), or one per validation data of its
     recipe's phases; a DataError, before any work, when one cannot hold ``--eval-iters`` global batches in one
-    pass."""
+    pass. Without run-level data, a phase's ``--split`` documents are those of the data it trains on
+    (config/phase_data.py): nothing is held out of a corpus the run does not read."""
     if not validation_enabled(cfg):
         return None
-    run_source = tuple(cfg.data.valid_data_path or plan.data_path)
-    by_phase = [(phase.last_step, phase.valid_data_path or run_source) for phase in recipe_of(cfg).phases]
+    own_data = phases_own_data(cfg) and not cfg.data.valid_data_path
+    run_source = _Source(tuple(cfg.data.valid_data_path or plan.data_path), not cfg.data.valid_data_path)
+    by_phase = [(phase.last_step, _Source(phase.valid_data_path, False) if phase.valid_data_path else
+                 _Source(phase.data_path, True, True) if own_data else run_source)
+                for phase in recipe_of(cfg).phases]
     sets = {source: _validation_set(cfg, plan, source, group) for _, source in by_phase}
     if len(sets) == 1:
-        return sets[run_source if run_source in sets else by_phase[0][1]]
-    words = {source: " ".join(source) if source != run_source or cfg.data.valid_data_path else
-             f"--split {cfg.data.split}" for source in sets}
-    return PhaseValidation(tuple((last, sets[source], words[source]) for last, source in by_phase))
+        return next(iter(sets.values()))
+    return PhaseValidation(tuple((last, sets[source], sets[source].data) for last, source in by_phase))
 
 
-def _validation_set(cfg: Config, plan: ResolvedRun, source: tuple[str, ...], group) -> ValidationSet:
+@dataclass(frozen=True)
+class _Source:
+    """Validation data: a --data-path list, and whether its --split validation documents are meant (else all)."""
+
+    data_path: tuple[str, ...]
+    split: bool
+    phase_data: bool = False
+    """A phase's own training data (the run has none): its --split documents are named with the data."""
+
+    def describe(self, cfg: Config) -> str:
+        data = " ".join(self.data_path)
+        if not self.split:
+            return data
+        return f"--split {cfg.data.split}" + (f" of {data}" if self.phase_data else "")
+
+
+def _validation_set(cfg: Config, plan: ResolvedRun, source: _Source, group) -> ValidationSet:
     t, v = cfg.training, cfg.validation
     seq_length, vocab_size = plan.model_args.max_seq_length, plan.model_args.vocab_size
     iters, masking = eval_iters(cfg), plan.objective_schedule.masking
     num_samples = iters * t.global_batch_size
-    run_split = cfg.data.split is not None and source == tuple(plan.data_path)  # the --split documents
-    dataset = build_validation_dataset(StreamSpec(list(source), seq_length, num_samples, t.seed,
+    run_split = cfg.data.split is not None and source.split  # the --split documents
+    dataset = build_validation_dataset(StreamSpec(list(source.data_path), seq_length, num_samples, t.seed,
                                                   cache_dir=cfg.data.data_cache_path, vocab_size=vocab_size,
                                                   split=plan.split if run_split else None,
                                                   sample_mode=cfg.data.sample_mode), group)
     available = dataset.first_pass_samples()
     if available < num_samples:
-        given = "--valid-data-path" if list(source) == cfg.data.valid_data_path else "a phase's valid_data_path"
-        where = f"--split {cfg.data.split}" if run_split else f"{given} {' '.join(source)}"
+        given = "--valid-data-path" if list(source.data_path) == cfg.data.valid_data_path else \
+            "a phase's valid_data_path"
+        where = source.describe(cfg) if run_split else f"{given} {' '.join(source.data_path)}"
         raise DataError(f"--eval-iters {iters} x --global-batch-size {t.global_batch_size} = {num_samples} "
                         f"validation samples, but the validation set ({where}) holds {available} samples of "
                         f"{seq_length} tokens; lower --eval-iters to at most {available // t.global_batch_size}, or "
@@ -222,4 +252,4 @@ def _validation_set(cfg: Config, plan: ResolvedRun, source: tuple[str, ...], gro
     return ValidationSet(dataset, num_samples, t.global_batch_size, t.micro_batch_size, t.seed, masking,
                          eval_interval(cfg), cfg.performance.document_mask or whole, whole,
                          objectives=("mlm", "clm", "mntp") if "mntp" in objective_phases(cfg.objective.objective)
-                         else ("mlm", "clm"))
+                         else ("mlm", "clm"), data=source.describe(cfg))

@@ -213,7 +213,9 @@ def test_a_phase_validates_on_its_own_data_and_each_record_names_it(straight, ti
     assert validated.losses == run.losses  # validation never changes a step
     straight_records = read_metrics(folder / "ckpt", kind="validation")
     records = read_metrics(save, kind="validation")
-    assert [r.get("validation_data") for r in records] == ["--split 969,30,1", "--split 969,30,1", blends["C"]]
+    # Without run-level data, a phase's --split documents are its own data's (issue 55), named with it.
+    own = [f"--split 969,30,1 of {blends['A']}", f"--split 969,30,1 of 0.5 {blends['A']} 0.5 {blends['B']}"]
+    assert [r.get("validation_data") for r in records] == [*own, blends["C"]]
     assert [r["mlm_loss"] for r in records[:2]] == [r["mlm_loss"] for r in straight_records[:2]]
     assert records[2]["mlm_loss"] != straight_records[2]["mlm_loss"]
     resumed = tiny("--config", config, *RUN, "--load", save / "iter_0000006", "--save", tmp_path / "resumed")

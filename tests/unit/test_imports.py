@@ -29,7 +29,7 @@ OPTIONAL = ("transformers", "datasets", "huggingface_hub", "matplotlib", "tiktok
             "torch.nn.attention.flex_attention", "accelerate", "seqeval", "sklearn")
 # Imports a module defers into a function although they are not optional: the flag parser's package must import
 # without torch, so pretrain.py --help and a flag error answer in a moment (issue 31, item 10).
-DEFERRED = {"megamlm/config/resolve.py": ("megamlm.data.sidecar",),
+DEFERRED = {"megamlm/config/phase_data.py": ("megamlm.data.sidecar", "megamlm.data.blending"),
             # About 2 s of every run's start-up, for the pipeline layouts only.
             "megamlm/parallel/pipeline.py": ("torch.distributed.pipelining",),
             # The pilot's --help and a bad candidate answer before torch and the data package are imported.
