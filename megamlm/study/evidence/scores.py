@@ -4,7 +4,9 @@ continued-pretraining gains.
 Quantities, each from the fine-tuning results (one file per model, task, LR and seed):
 
 - a model's score on a task family: the mean over the family's tasks of its test mean over fine-tuning seeds at
-  the task's best LR (best mean validation score; ties go to the smaller LR, as ``eval.aggregate.summarize``);
+  the task's best LR (best mean validation score; LRs tied at the best are resolved by the study's tie rule,
+  ``rules.TIE_RULES``: the smaller LR, as ``eval.aggregate.summarize``, the larger, or the mean over the tied
+  LRs' test means);
 - its score at one LR: the same mean at that LR for every task (the LR-sensitivity figure);
 - its *stability loss* on a task: the test score at the best LR (by validation) minus the mean test score at the
   grid's other LRs, in absolute score points (0 = as good everywhere; large = only one LR works), averaged over
@@ -29,7 +31,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from megamlm.eval.aggregate import per_lr
-from megamlm.study.evidence.rules import STABILITY_MIN_LRS
+from megamlm.study.evidence.rules import STABILITY_MIN_LRS, TIE_RULES, TIE_TOLERANCE
 from megamlm.study.evidence.statistics import Sample
 from megamlm.study.planning.arms import Arm, arm_of_run, arms
 from megamlm.study.planning.plan import Plan
@@ -43,16 +45,20 @@ class Scores:
     by_lr: dict[str, dict[str, dict[float, tuple[float, float]]]]
     seeds: dict[tuple[str, str, float], dict[int, float]]
     family_of: dict[str, str]
+    tie_rule: str = "smaller"
+    """How LRs tied at the best validation mean are resolved (``rules.TIE_RULES``)."""
 
     @classmethod
-    def of(cls, results: list[dict]) -> "Scores":
+    def of(cls, results: list[dict], tie_rule: str = "smaller") -> "Scores":
         by_lr: dict = defaultdict(lambda: defaultdict(dict))
         for row in per_lr(list(results)):
             by_lr[row.model][row.task][row.lr] = (row.validation_mean, row.test_mean)
         seeds: dict = defaultdict(dict)
         for r in results:
             seeds[(r["model"], r["task"], r["lr"])][r["seed"]] = r["test"]["score"]
-        return cls(by_lr, seeds, {r["task"]: r["family"] for r in results})
+        if tie_rule not in TIE_RULES:
+            raise ValueError(f"tie rule {tie_rule!r}: use one of {', '.join(TIE_RULES)}")
+        return cls(by_lr, seeds, {r["task"]: r["family"] for r in results}, tie_rule)
 
     @property
     def families(self) -> list[str]:
@@ -65,9 +71,29 @@ class Scores:
     def lrs(self) -> list[float]:
         return sorted({lr for tasks in self.by_lr.values() for lrs in tasks.values() for lr in lrs})
 
-    def best_lr(self, model: str, task: str) -> float | None:
+    def tied_lrs(self, model: str, task: str) -> list[float]:
+        """The LRs whose validation mean is the best (within ``rules.TIE_TOLERANCE``), smallest first."""
         lrs = self.by_lr.get(model, {}).get(task)
-        return max(lrs, key=lambda lr: (lrs[lr][0], -lr)) if lrs else None
+        if not lrs:
+            return []
+        top = max(v[0] for v in lrs.values())
+        return sorted(lr for lr, v in lrs.items() if v[0] >= top - TIE_TOLERANCE)
+
+    def chosen_lrs(self, model: str, task: str) -> list[float]:
+        """The LRs the model's task score is read at under the tie rule: one, or (``mean``) every tied one."""
+        tied = self.tied_lrs(model, task)
+        if self.tie_rule == "mean" or not tied:
+            return tied
+        return [tied[0] if self.tie_rule == "smaller" else tied[-1]]
+
+    def best_lr(self, model: str, task: str) -> float | None:
+        """The best LR under the tie rule (``mean``: the smallest tied one, for display)."""
+        chosen = self.chosen_lrs(model, task)
+        return chosen[0] if chosen else None
+
+    def _test_at_best(self, model: str, task: str) -> float | None:
+        chosen = self.chosen_lrs(model, task)
+        return sum(self.by_lr[model][task][lr][1] for lr in chosen) / len(chosen) if chosen else None
 
     def _family_mean(self, model: str, family: str, value) -> float | None:
         values = [value(model, task) for task in self.tasks(family)]
@@ -75,10 +101,7 @@ class Scores:
 
     def score(self, model: str, family: str) -> float | None:
         """The model's family score: test means at each task's best LR, averaged over the family's tasks."""
-        def at_best(m, task):
-            lr = self.best_lr(m, task)
-            return None if lr is None else self.by_lr[m][task][lr][1]
-        return self._family_mean(model, family, at_best)
+        return self._family_mean(model, family, self._test_at_best)
 
     def score_at(self, model: str, family: str, lr: float) -> float | None:
         def at(m, task):
@@ -91,9 +114,9 @@ class Scores:
         lrs = self.by_lr.get(model, {}).get(task, {})
         if len(lrs) < 2:
             return None
-        best = self.best_lr(model, task)
-        others = [lrs[lr][1] for lr in lrs if lr != best]
-        return lrs[best][1] - sum(others) / len(others)
+        chosen = self.chosen_lrs(model, task)
+        others = [lrs[lr][1] for lr in lrs if lr not in chosen]
+        return self._test_at_best(model, task) - sum(others) / len(others) if others else None
 
     def stability_loss(self, model: str, family: str) -> float | None:
         """Test score at the best LR minus the mean at the grid's other LRs, averaged over the family's tasks."""
@@ -108,9 +131,8 @@ class Scores:
         return {lr: sum(c[lr][0] for c in curves) / len(curves) for lr in sorted(common)}
 
     def task_score(self, model: str, task: str) -> float | None:
-        """The model's test mean over fine-tuning seeds at the task's best LR."""
-        lr = self.best_lr(model, task)
-        return None if lr is None else self.by_lr[model][task][lr][1]
+        """The model's test mean over fine-tuning seeds at the task's best LR (under the tie rule)."""
+        return self._test_at_best(model, task)
 
     def averaged(self, tasks: Collection[str], value: Callable[[str], float | None]) -> float | None:
         """``value`` of each task averaged as the paper averages: over each family's tasks, then over the
@@ -131,10 +153,12 @@ class Scores:
         every task has)."""
         per_task = []
         for task in self.tasks(family):
-            lr = self.best_lr(model, task)
-            if lr is None:
+            chosen = self.chosen_lrs(model, task)
+            if not chosen:
                 return []
-            per_task.append(self.seeds.get((model, task, lr), {}))
+            at = [self.seeds.get((model, task, lr), {}) for lr in chosen]
+            both = set.intersection(*(set(s) for s in at))
+            per_task.append({seed: sum(s[seed] for s in at) / len(at) for seed in both})
         common = sorted(set.intersection(*(set(s) for s in per_task))) if per_task else []
         return [sum(s[seed] for s in per_task) / len(per_task) for seed in common]
 
@@ -195,7 +219,8 @@ def stability(plan: Plan, scores: Scores) -> dict[str, dict[str, list[float]]]:
 def stability_grid(plan: Plan, scores: Scores, compared: Collection[Arm],
                    tasks: list[str]) -> tuple[list[str], list[str]]:
     """(where each compared arm's best LR sits in the grid per task, the (arm, task) whose best is at an edge):
-    an arm's best LR is the one with its final models' highest mean validation score (ties: the smaller LR)."""
+    an arm's best LR is the one with its final models' highest mean validation score (ties: the scores' tie rule;
+    under ``mean`` every tied LR counts, and an edge among them is an edge)."""
     where, edges = [], []
     for arm in sorted(compared, key=lambda x: x.label):
         names = [m for _, m in models_at(plan, arm)]
@@ -204,9 +229,11 @@ def stability_grid(plan: Plan, scores: Scores, compared: Collection[Arm],
             if len(curve) < STABILITY_MIN_LRS:
                 continue
             grid = sorted(curve)
-            best = max(grid, key=lambda lr: (curve[lr], -lr))
-            place = grid.index(best)
-            edge = place in (0, len(grid) - 1)
+            top = max(curve.values())
+            tied = [lr for lr in grid if curve[lr] >= top - TIE_TOLERANCE]
+            chosen = tied if scores.tie_rule == "mean" else [tied[0] if scores.tie_rule == "smaller" else tied[-1]]
+            best, place = chosen[0], grid.index(chosen[0])
+            edge = any(grid.index(lr) in (0, len(grid) - 1) for lr in chosen)
             where.append(f"{arm.label} on {task}: {best:g} ({place + 1} of {len(grid)}"
                          f"{', at the edge' if edge else ''})")
             if edge:

@@ -30,6 +30,7 @@ from megamlm.study.planning.schema import (
     Slurm,
     Study,
     StudyError,
+    TieRule,
     study_arms,
 )
 from megamlm.study.planning.settings import PLANNER_SETTINGS, pretrain_settings
@@ -222,6 +223,7 @@ def _validate_evaluation(e: Evaluation) -> None:
     if e.checkpoint_steps and len(set(e.checkpoint_steps)) != len(e.checkpoint_steps):
         raise StudyError(f"evaluation.checkpoint_steps lists a step twice: {e.checkpoint_steps}")
     _check_choice(e.export_arch, ExportArch, "evaluation.export_arch")
+    _check_choice(e.tie_rule, TieRule, "evaluation.tie_rule")
     if e.retrieval_corpus not in RETRIEVAL_CORPORA:
         raise StudyError(f"evaluation.retrieval_corpus is {e.retrieval_corpus!r}; choose one of "
                          f"{', '.join(RETRIEVAL_CORPORA)}")

@@ -25,6 +25,7 @@ from megamlm.eval.tasks import TaskSettings
 
 ContinuationObjective = Literal["mlm", "clm"]
 ExportArch = Literal["eurobert", "llama", "gemma3_encoder"]
+TieRule = Literal["smaller", "larger", "mean"]
 EVALUATE_OWN_SETTINGS = ("lr", "seed", "eurobert_inputs")
 """Fine-tuning and task settings the study does not take: the grid (lrs, seeds) and the export set them per run."""
 
@@ -142,6 +143,10 @@ class Evaluation:
     informative_margin: float = 1.0
     """Score points by which some arm must beat both its size's random-init model and the task's best trivial
     baseline, on validation scores, for the claims to use the task (megamlm/study/evidence/informative.py)."""
+    tie_rule: TieRule = "smaller"
+    """Fine-tuning LRs tied at the best validation mean: their smaller LR, their larger, or the mean of their test
+    scores; fixed before the run. The report decides each claim under every rule and calls a verdict that changes
+    with the rule fragile (megamlm/study/evidence/rules.py)."""
     data_dir: str | None = None
     """Folder of the local tasks' labelled sets (default: ../shared/data beside the repository)."""
     hf_datasets_dir: str | None = None

@@ -6,6 +6,8 @@ could explain a departure; in a rehearsal, the differences only."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from megamlm.study.evidence.claims import (
     SUPPORTED,
     UNDECIDED,
@@ -16,7 +18,7 @@ from megamlm.study.evidence.claims import (
     smallest_p_of,
     study_claims,
 )
-from megamlm.study.evidence.rules import LEVEL, rules_text
+from megamlm.study.evidence.rules import FRAGILE, LEVEL, TIE_RULES, rules_text
 from megamlm.study.evidence.scores import Scores
 from megamlm.study.evidence.statistics import Sample, p_text
 from megamlm.study.planning.plan import Plan
@@ -72,7 +74,9 @@ def claims_section(plan: Plan, scores: Scores, rehearsal: bool = False,
     """The section answering the study's claims table with the numbers; in a rehearsal, the differences only."""
     table = study_claims(plan)
     evidence = evidence or Evidence()
-    found = claims(plan, scores, validation, table, evidence)
+    by_rule = {rule: claims(plan, dataclasses.replace(scores, tie_rule=rule), validation, table, evidence)
+               for rule in TIE_RULES}
+    found = by_rule[scores.tie_rule]
     if not any(c.described or c.sample is not None or c.untestable for c in found):
         return ""
     if rehearsal:
@@ -85,7 +89,7 @@ def claims_section(plan: Plan, scores: Scores, rehearsal: bool = False,
         head = (rules_text(table.paper, tested, [(c.key, c.margin) for c in found if c.matches], margin) + "\n\n"
                 + _exclusions(evidence, scores))
     lines = [head, ""]
-    for claim in found:
+    for i, claim in enumerate(found):
         title = f"**({claim.key}) {claim.statement}**"
         if claim.absent:
             lines += [f"- {title}: not asked by this study ({claim.absent}).", ""]
@@ -95,7 +99,12 @@ def claims_section(plan: Plan, scores: Scores, rehearsal: bool = False,
             lines += [f"  - {line}" for line in claim.described]
             lines.append("")
             continue
-        lines.append(f"- {title}: {claim.scaled_verdict()}.")
+        verdicts = {rule: by_rule[rule][i].verdict() for rule in TIE_RULES}
+        if len(set(verdicts.values())) > 1:
+            lines.append(f"- {title}: {claim.scale}: **{FRAGILE}**: its verdict changes with the tie rule ("
+                         + "; ".join(f"{rule}: {v}" for rule, v in verdicts.items()) + "), so it is not a finding.")
+        else:
+            lines.append(f"- {title}: {claim.scaled_verdict()}.")
         lines.append(f"  - Test: {_test_line(claim)}.".replace("..", "."))
         if claim.best_lrs:
             lines.append("  - Best LR in the grid (each arm's final models' mean validation score): "
@@ -108,4 +117,25 @@ def claims_section(plan: Plan, scores: Scores, rehearsal: bool = False,
             lines.append(f"  - Not shown to be within {_points(claim.margin)} of the other arms: \"matches\" is not "
                          "established, which is not evidence that it fails.")
         lines.append("")
+    if not rehearsal:
+        lines += [tie_rule_table(found, by_rule, scores.tie_rule), ""]
+    return "\n".join(lines)
+
+
+def tie_rule_table(found: list[Claim], by_rule: dict[str, list[Claim]], chosen: str) -> str:
+    """Each asked claim's verdict and Holm-adjusted p under every tie rule, and whether the verdict holds."""
+    head = ("Tie-rule sensitivity: where a model's fine-tuning LRs tie at the best validation mean, its score is read "
+            f"at the smaller LR, the larger, or the mean over the tied LRs (the study file fixed `{chosen}` before the "
+            "run). A claim whose verdict changes with the rule is *fragile*, not a finding.")
+    lines = [head, "", "| claim | " + " | ".join(TIE_RULES) + " | verdict |", "|---|" + "---|" * (len(TIE_RULES) + 1)]
+    for i, claim in enumerate(found):
+        if claim.absent:
+            continue
+        cells = []
+        for rule in TIE_RULES:
+            c = by_rule[rule][i]
+            cells.append(c.verdict() + (f" (Holm {c.adjusted:.3f})" if c.sample is not None and not c.untestable
+                                        else ""))
+        held = len({by_rule[rule][i].verdict() for rule in TIE_RULES}) == 1
+        lines.append(f"| ({claim.key}) | " + " | ".join(cells) + f" | {'holds' if held else FRAGILE} |")
     return "\n".join(lines)

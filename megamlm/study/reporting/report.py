@@ -269,7 +269,7 @@ def write_report(plan: Plan, path: str | Path | None = None, figures: bool = Tru
     downstream_text, arm_task_scores = (downstream_section(plan, summaries, results, rehearsal) if summaries
                                         else ("", {}))
     tasks = sorted({s.task for s in summaries})
-    scores = Scores.of(results)
+    scores = Scores.of(results, plan.study.evaluation.tie_rule if plan.study.evaluation else "smaller")
     claims_text = (claims_section(plan, scores, rehearsal, validation_values,
                                   None if rehearsal else claim_evidence(plan, results, evaluation_baselines(plan)))
                    if summaries else "")

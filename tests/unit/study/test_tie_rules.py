@@ -1,0 +1,66 @@
+"""LRs tied at the best validation mean: the three tie rules (``rules.TIE_RULES``) by hand, the study file's key,
+and the claims section deciding every claim under each rule, calling a verdict that changes with the rule fragile
+in its line and in the tie-rule table."""
+
+import pytest
+
+from megamlm.study.evidence.scores import Scores
+from megamlm.study.planning.load import load_study
+from megamlm.study.planning.schema import StudyError
+from megamlm.study.reporting.claims_text import claims_section
+from megamlm.study.running.commands import evaluated_models
+from test_evidence import BASELINE, PAPER, STUDY, write_results, write_score
+from small_study import SMALL, write_study
+
+
+def _result(lr, validation, test, seed=0):
+    return {"model": "m", "task": "brown-pos", "lr": lr, "seed": seed, "family": "token classification",
+            "validation": {"score": validation}, "test": {"score": test}}
+
+
+def test_each_tie_rule_by_hand():
+    results = [_result(1e-3, 80.0, 70.0), _result(3e-3, 80.0, 90.0), _result(1e-2, 60.0, 40.0)]
+    smaller, larger, mean = (Scores.of(results, rule) for rule in ("smaller", "larger", "mean"))
+    assert smaller.tied_lrs("m", "brown-pos") == [1e-3, 3e-3]
+    assert smaller.task_score("m", "brown-pos") == 70.0 and smaller.best_lr("m", "brown-pos") == 1e-3
+    assert larger.task_score("m", "brown-pos") == 90.0 and larger.best_lr("m", "brown-pos") == 3e-3
+    assert mean.task_score("m", "brown-pos") == pytest.approx(80.0)
+    # the stability loss: the score at the chosen LR(s) minus the mean at the others
+    assert smaller.task_stability_loss("m", "brown-pos") == pytest.approx(70.0 - (90.0 + 40.0) / 2)
+    assert mean.task_stability_loss("m", "brown-pos") == pytest.approx(80.0 - 40.0)
+    assert mean.finetuning_seeds("m", "token classification") == pytest.approx([80.0])
+    with pytest.raises(ValueError, match="tie rule"):
+        Scores.of(results, "median")
+
+
+def test_the_study_file_fixes_a_tie_rule(tmp_path):
+    study = {**SMALL, **STUDY, "claims": None}
+    data = {**study, "evaluation": {**STUDY["evaluation"], "tie_rule": "larger"}}
+    assert load_study(write_study(tmp_path, data)).evaluation.tie_rule == "larger"
+    assert load_study(write_study(tmp_path, study, "b.yaml")).evaluation.tie_rule == "smaller"
+    bad = {**study, "evaluation": {**STUDY["evaluation"], "tie_rule": "median"}}
+    with pytest.raises(StudyError, match="tie_rule"):
+        load_study(write_study(tmp_path, bad, "c.yaml"))
+
+
+def test_a_verdict_that_changes_with_the_tie_rule_is_called_fragile(small_plan):
+    plan = small_plan(STUDY)
+    scores = write_results(plan, **PAPER)
+    text = claims_section(plan, scores, evidence=BASELINE)
+    assert "Tie-rule sensitivity" in text and "fragile" not in text.split("Tie-rule sensitivity")[1].split("|", 1)[1]
+    # every final MLM model ties its best LR (3e-3) with 1e-2 on validation and scores 40 points less on test there
+    for run in plan.runs:
+        if run.objective == "mlm" and run.continues is None and run.switch_step is None:
+            for model in evaluated_models(plan, run):
+                if model.step == run.train_iters:
+                    for ft_seed in (0, 1):
+                        best = PAPER["final"]["mlm"] - 1.0 + 0.5 * (run.seed - 1) + 0.2 * ft_seed
+                        write_score(plan, model.name, "brown-pos", 1e-2, ft_seed, best, best - 40.0)
+                        write_score(plan, model.name, "rt-sentiment", 1e-2, ft_seed, best, best - 40.0)
+    from test_evidence import _results
+
+    text = claims_section(plan, Scores.of(_results(plan)), evidence=BASELINE)
+    line = next(line for line in text.splitlines() if line.startswith("- **(a)"))
+    assert "**fragile**" in line and "smaller: supported" in line and "larger: contradicted" in line
+    row = next(line for line in text.splitlines() if line.startswith("| (a) |"))
+    assert row.endswith("| fragile |")
