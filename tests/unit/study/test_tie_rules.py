@@ -3,14 +3,14 @@ and the claims section deciding every claim under each rule, calling a verdict t
 in its line and in the tie-rule table."""
 
 import pytest
+from small_study import SMALL, write_study
+from test_evidence import BASELINE, PAPER, STUDY, write_results, write_score
 
 from megamlm.study.evidence.scores import Scores
 from megamlm.study.planning.load import load_study
 from megamlm.study.planning.schema import StudyError
 from megamlm.study.reporting.claims_text import claims_section
 from megamlm.study.running.commands import evaluated_models
-from test_evidence import BASELINE, PAPER, STUDY, write_results, write_score
-from small_study import SMALL, write_study
 
 
 def _result(lr, validation, test, seed=0):
