@@ -1,18 +1,26 @@
-"""The recipes shipped in examples/recipes/ (issue 44 item 8): ModernBERT's, Ettin's and mmBERT's at their sizes for
-GPUs plan on eight ranks with the phases, token counts, RoPE bases, masks and learning rates their comments state;
-their tiny versions (and the three-phase one) run on a CPU as written, scaled by the run's length alone (their
-phases' lengths are fractions of the run), each phase training with its own sequence length, masking and learning
-rate; in full (slow) the loss falls and every phase boundary is checkpointed."""
+"""The recipes shipped in examples/recipes/ (issues 44 item 8 and 54 item 6): ModernBERT's, Ettin's and mmBERT's at
+their sizes for GPUs plan on eight ranks with ModernBERT's block, as many parameters as transformers'
+ModernBertForMaskedLM of their configs, and every value their comments state (phases, token or step counts, RoPE
+bases, masks and their split, batches and ramps, learning rates, optimizer, clipping, sample mode); their tiny
+versions (and the three-phase one) run on a CPU as written, scaled by the run's length alone (their phases' lengths
+are fractions of the run), each phase training with its own sequence length, masking and learning rate; in full
+(slow) the loss falls and every phase boundary is checkpointed."""
 
 import math
+import re
 from pathlib import Path
 
 import pytest
+import torch
 from step_recorder import run_as_written
+from transformers import ModernBertConfig, ModernBertForMaskedLM
 
 from megamlm.cli import main
 from megamlm.config import parse_args
 from megamlm.config.phases import recipe_of
+from megamlm.config.rampup import BatchSizes
+from megamlm.model.transformer import Transformer
+from megamlm.parallel.dry_run import dry_run_model_args
 from megamlm.training.lineage import Segment
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -22,39 +30,129 @@ TINY = ["tiny_three_phase", "tiny_modernbert", "tiny_ettin", "tiny_mmbert"]
 NARROW = ["--hidden-size", "32", "--ffn-hidden-size", "64", "--num-attention-heads", "2", "--num-query-groups", "2"]
 """The tiny recipes' 4 layers (their layer types) at a width that runs in a second a step."""
 
-# (tokens, sequence length, RoPE bases, mask ratio, learning rate at the phase's start, where it ends) per phase,
-# as each file's comment states them (theirs, or megamlm's choice where stated).
+THEIR_BLOCK = dict(num_hidden_layers=22, hidden_size=768, intermediate_size=1152, num_attention_heads=12,
+                   hidden_activation="gelu", norm_eps=1e-5, norm_bias=False, attention_bias=False, mlp_bias=False,
+                   classifier_bias=False, decoder_bias=True, attention_dropout=0.1, mlp_dropout=0.0,
+                   embedding_dropout=0.0, initializer_range=0.02, initializer_cutoff_factor=2.0,
+                   global_attn_every_n_layers=3, local_attention=128, tie_word_embeddings=True)
+"""Their model_config (every base yaml of the three: num_hidden_layers, hidden_size, intermediate_size, heads, gelu,
+norm_kwargs eps 1e-5 / bias false, qkv/out/mlp biases false, head_pred_bias false, decoder_bias (FlexBERT's
+default, true), attn_out_dropout_prob 0.1, init_std 0.02 / init_cutoff_factor 2.0, global_attn_every_n_layers 3,
+sliding_window 128) by the names transformers' ModernBertConfig gives them."""
+BLOCK = dict(mlp_activation="geglu_erf", norm_type="layernorm", norm_bias=False, norm_epsilon=1e-5,
+             embedding_norm=True, prediction_head=True, classifier_bias=False, decoder_bias=True,
+             attention_dropout=0.1, mlp_dropout=0.0, embedding_dropout=0.0, init_method="modernbert",
+             init_method_std=0.02, initializer_cutoff_factor=2.0, tie_word_embeddings=True)
+"""megamlm's flags for their block, as the recipes set them."""
+
+# What each file's comment states, theirs or megamlm's choice where stated: vocabulary, sample mode, optimizer
+# (betas, eps, weight decay in AdamW's convention = their decoupled value / their peak LR), the batch ramp (START,
+# INCREMENT, the tokens it spans) or None, the warmup's steps and the tokens it reaches, validation's mask ratio,
+# and per phase (length: tokens, or steps where the comment gives steps; sequence length; RoPE bases; mask ratio;
+# global batch; the learning rate at the phase's start; where it ends, None: held).
 GPU = {
-    "modernbert_base": [(1.7e12, 1024, (1e4, 1e4), 0.3, 8e-4, None), (250e9, 8192, (1.6e5, 1e4), 0.3, 3e-4, None),
-                        (50e9, 8192, (1.6e5, 1e4), 0.3, 3e-4, 0.0)],
-    "ettin_base": [(1.7e12, 1024, (1e4, 1e4), 0.3, 8e-4, None), (250e9, 8192, (1.6e5, 1e4), 0.3, 8e-4, 4e-4),
-                   (50e9, 8192, (1.6e5, 1.6e5), 0.15, 4e-4, 1.6e-5)],
-    "mmbert_base": [(2.0e12, 1024, (1e4, 1e4), 0.25, 8e-4, None), (600e9, 8192, (1.6e5, 1.6e5), 0.15, 8e-4, None),
-                    (100e9, 8192, (1.6e5, 1.6e5), 0.05, 8e-4, 1.6e-5)],
+    "modernbert_base": dict(
+        vocab=50368, mode="packed_documents", betas=(0.9, 0.98), eps=1e-6, decay=(1e-5, 8e-4), ramp=(96 * 8, 96 * 8,
+        50e9), warmup=(3815, 3e9), eval_mask=0.15, phases=[
+            (("tokens", 1719e9), 1024, (1e4, 1e4), 0.3, 4608, 8e-4, None),
+            (("tokens", 250e9), 8192, (1.6e5, 1e4), 0.3, 576, 3e-4, None),
+            (("tokens", 50e9), 8192, (1.6e5, 1e4), 0.3, 576, 3e-4, 0.001 * 3e-4)]),
+    "ettin_base": dict(
+        vocab=50368, mode="document_per_row", betas=(0.9, 0.98), eps=1e-6, decay=(1e-5, 8e-4), ramp=None,
+        warmup=(1059, 3e9 / (1.7e12 / 600_000)), eval_mask=None, phases=[
+            (("steps", 600_000), 1024, (1e4, 1e4), 0.3, 4608, 8e-4, None),
+            (("steps", 100_000), 7999, (1.6e5, 1.6e5), 0.3, 4608, 8e-4, 0.5 * 8e-4),
+            (("steps", 20_000), 7999, (1.6e5, 1.6e5), 0.15, 4608, 4e-4, 0.04 * 4e-4)]),
+    "mmbert_base": dict(
+        vocab=256000, mode="packed_documents", betas=(0.9, 0.95), eps=1e-8, decay=(8e-5, 8e-4), ramp=(48 * 8, 48 * 8,
+        60e9), warmup=(7630, 3e9), eval_mask=None, phases=[
+            (("tokens", 2.0e12), 1024, (1e4, 1e4), 0.25, 4608, 8e-4, None),
+            (("tokens", 600e9), 8192, (1.6e5, 1.6e5), 0.15, 4608, 8e-4, None),
+            (("tokens", 100e9), 8192, (1.6e5, 1.6e5), 0.05, 4608, 8e-4, 0.02 * 8e-4)]),
 }
 
-PARAMETERS = {"modernbert_base": "149.0M", "ettin_base": "149.0M", "mmbert_base": "306.9M"}
+
+def their_parameters(vocab_size: int) -> int:
+    """Parameters of transformers' ModernBertForMaskedLM built from their config (on the meta device: no memory)."""
+    with torch.device("meta"):
+        model = ModernBertForMaskedLM(ModernBertConfig(vocab_size=vocab_size, **THEIR_BLOCK))
+    return sum(p.numel() for p in model.parameters())
 
 
 @pytest.mark.parametrize("name", sorted(GPU))
-def test_a_gpu_recipe_plans_on_eight_ranks_with_the_phases_it_states(name, capsys, tmp_path):
+def test_a_gpu_recipe_plans_on_eight_ranks_with_their_model(name, capsys, tmp_path):
+    """Their block and parameter count: the count transformers gives their config is the header's and megamlm's
+    model's, to the parameter."""
     pytest.importorskip("optimi", reason='their StableAdamW: pip install "megamlm[optimi]" (in [test])')
-    config = str(RECIPES / f"{name}.yaml")
-    assert main(["--config", config, "--dry-run", "--world-size", "8"]) == 0, capsys.readouterr().err
-    assert f"({PARAMETERS[name]} parameters, 22 layers" in capsys.readouterr().out  # their sizes: 149M, 307M
-    cfg = parse_args(["--config", config, "--save", str(tmp_path / "ckpt")])
-    assert (cfg.model.num_layers, cfg.model.hidden_size, cfg.model.ffn_hidden_size, cfg.model.mlp_activation,
-            cfg.model.layer_types.count("full")) == (22, 768, 1152, "geglu", 8)  # every third layer global
+    config = RECIPES / f"{name}.yaml"
+    assert main(["--config", str(config), "--dry-run", "--world-size", "8"]) == 0, capsys.readouterr().err
+    theirs = their_parameters(GPU[name]["vocab"])
+    assert f"({theirs / 1e6:.1f}M parameters, 22 layers" in capsys.readouterr().out
+    header = config.read_text().splitlines()[0]
+    assert f"({theirs / 1e6:.1f}M" in header, header  # the comment's count is transformers'
+    cfg = parse_args(["--config", str(config), "--save", str(tmp_path / "ckpt")])
+    with torch.device("meta"):
+        assert sum(p.numel() for p in Transformer(dry_run_model_args(cfg)).parameters()) == theirs
+    m = cfg.model
+    assert (m.num_layers, m.hidden_size, m.ffn_hidden_size, m.num_attention_heads, m.num_query_groups) == (
+        22, 768, 1152, 12, 12)
+    assert {key: getattr(m, key) for key in BLOCK} == BLOCK
+    assert m.vocab_size == GPU[name]["vocab"]
+    every = THEIR_BLOCK["global_attn_every_n_layers"]
+    assert m.layer_types.split(",") == ["full" if i % every == 0 else "sliding" for i in range(22)]
+    assert m.sliding_window == THEIR_BLOCK["local_attention"] // 2 + 1  # |i - j| <= 64, flash-attention's (64, 64)
+
+
+@pytest.mark.parametrize("name", sorted(GPU))
+def test_a_gpu_recipe_trains_with_the_settings_its_comment_states(name, tmp_path):
+    stated = GPU[name]
+    cfg = parse_args(["--config", str(RECIPES / f"{name}.yaml"), "--save", str(tmp_path / "ckpt")])
+    t, o = cfg.training, cfg.objective
+    assert cfg.data.sample_mode == stated["mode"]
+    assert (o.mask_replace_prob, o.mask_random_prob, o.mask_keep_prob) == (0.8, 0.1, 0.1)  # their 80/10/10
+    assert t.clip_grad == 0.0 and t.optimizer == "stableadamw"  # no clipping: StableAdamW's update clipping
+    assert (t.adam_beta1, t.adam_beta2, t.adam_eps) == (*stated["betas"], stated["eps"])
+    decoupled, peak = stated["decay"]
+    assert math.isclose(t.weight_decay, decoupled / peak) and t.lr == peak
+    assert cfg.validation.eval_mask_ratio == stated["eval_mask"]
     recipe = recipe_of(cfg)
+    if stated["ramp"] is None:
+        assert t.rampup_batch_size is None  # Ettin: no ramp (bert24 ramps inside its packer only, which is off)
+    else:
+        start, increment, tokens = stated["ramp"]
+        assert tuple(t.rampup_batch_size) == (start, increment, int(tokens / 1024))  # over their tokens at 1,024
+        assert BatchSizes.of(t).distinct() == tuple(range(start, t.global_batch_size + 1, increment))
+    steps, tokens = stated["warmup"]
+    assert t.lr_warmup_iters == steps
+    if stated["ramp"] is None:
+        assert steps == round(tokens)  # in steps of 2.83M tokens (their README's 600k steps for 1.7T)
+    else:  # the first step whose tokens reach theirs
+        assert recipe.tokens_through(steps - 1) < tokens <= recipe.tokens_through(steps)
     schedule = Segment.of_config(cfg).lr_schedule_object()
-    assert len(recipe.phases) == len(GPU[name])
-    for phase, (tokens, length, bases, mask, lr, end) in zip(recipe.phases, GPU[name]):
-        tokens_per_step = max(recipe.batch_size_at(s) for s in (phase.first_step, phase.last_step)) * length
-        assert abs(phase.tokens - tokens) < tokens_per_step, (phase.index, phase.tokens)  # within one step
-        assert (phase.seq_length, phase.rope_bases, phase.mask_ratio) == (length, bases, mask)
-        first = schedule.lr_at(max(phase.first_step, cfg.training.lr_warmup_iters + 1))
+    assert len(recipe.phases) == len(stated["phases"])
+    for phase, ((unit, length), seq, bases, mask, batch, lr, end) in zip(recipe.phases, stated["phases"]):
+        if unit == "steps":
+            assert phase.steps == length
+        else:  # within one step
+            assert abs(phase.tokens - length) < recipe.batch_size_at(phase.last_step) * seq, (phase.index, phase.tokens)
+        assert (phase.seq_length, phase.rope_bases, phase.mask_ratio) == (seq, bases, mask)
+        assert recipe.batch_size_at(phase.last_step) == batch
+        first = schedule.lr_at(max(phase.first_step, t.lr_warmup_iters + 1))
         assert math.isclose(first, lr, rel_tol=0.02), (phase.index, first, lr)  # a decay's first step
-        assert math.isclose(schedule.lr_at(phase.last_step), lr if end is None else end, abs_tol=1e-12)
+        assert math.isclose(schedule.lr_at(phase.last_step), lr if end is None else end, rel_tol=1e-9)
+        if end is not None:
+            assert all(schedule.lr_at(s) > schedule.lr_at(s + 1) for s in (phase.first_step, phase.last_step - 1))
+    assert recipe.batch_size_at(1) == (stated["ramp"] or [t.global_batch_size])[0]
+
+
+def test_the_comments_name_their_figures():
+    """Figures the comments derive are the ones the tests check (ramp steps, warmups, decay conventions)."""
+    text = {name: (RECIPES / f"{name}.yaml").read_text() for name in GPU}
+    assert "every 9,765,625 samples" in text["modernbert_base"] and 48828125 / 5 == 9765625
+    assert "every 5,326,704 samples" in text["mmbert_base"] and int(58593750 / 11) == 5326704
+    for name, peak in (("modernbert_base", 3e-4), ("ettin_base", 4e-4)):  # a later phase's optimizer restart
+        figure = f"1e-5 / {peak:.0e} = {1e-5 / peak:.2g}".replace("e-04", "e-4")
+        assert figure in re.sub(r"\s+", " ", text[name].replace("#", " ")), figure
 
 
 @pytest.mark.parametrize("name", TINY)
@@ -75,8 +173,9 @@ def test_a_tiny_recipe_runs_as_written_scaled_by_its_length(name, austen_books, 
                                                                          "iter_0000008"]
 
 
-def test_ettins_middle_phase_decays_to_the_rate_the_last_starts_from():
+def test_ettins_middle_phase_decays_to_the_rate_the_last_starts_from(austen_books, monkeypatch):
     """tiny_ettin.yaml's LR shape, step by step: held, then 1-sqrt to half, then 1-sqrt from half to --min-lr."""
+    monkeypatch.chdir(austen_books)  # the phases' data is read when the config is
     cfg = parse_args(["--config", str(RECIPES / "tiny_ettin.yaml")])
     table = Segment.of_config(cfg).lr_schedule_object().table(40)
     assert table[19] == 0.003 and table[29] == 0.0015 and table[39] == 6e-5
