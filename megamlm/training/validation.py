@@ -148,8 +148,11 @@ def forward_metrics(pm: ParallelModel, micro_batches: list[Batch], device: torch
     """Forward only, no gradients (validation): (sum of token losses, predicted tokens, top-1 correct predictions
     when ``accuracy``) over the micro-batches of every data-parallel rank; the same numbers on every rank."""
     def measure(hidden: torch.Tensor, targets: torch.Tensor) -> tuple[float, int, int]:
-        loss, predicted = parallel_sparse_lm_loss(hidden, pm.model.lm_head.weight, targets, pm.model.backends.kernels)
-        correct = parallel_top1_correct(hidden, pm.model.lm_head.weight, targets) if accuracy else 0
+        model = pm.model
+        loss, predicted = parallel_sparse_lm_loss(hidden, model.lm_head.weight, targets, model.backends.kernels,
+                                                  prediction_head=model.head, bias=model.lm_head.bias)
+        correct = parallel_top1_correct(hidden, model.lm_head.weight, targets, prediction_head=model.head,
+                                        bias=model.lm_head.bias) if accuracy else 0
         return float(loss), predicted, correct
 
     autocast = autocast_for(device, precision)
@@ -161,8 +164,10 @@ def forward_metrics(pm: ParallelModel, micro_batches: list[Batch], device: torch
             measured = []
             for batch in micro_batches:
                 document_ids = batch.document_ids.to(device) if batch.document_ids is not None else None
+                position_ids = batch.position_ids.to(device) if batch.position_ids is not None else None
                 with autocast():
-                    hidden = pm.parts[0](batch.input_ids.to(device), causal=batch.causal, document_ids=document_ids)
+                    hidden = pm.parts[0](batch.input_ids.to(device), causal=batch.causal, document_ids=document_ids,
+                                         position_ids=position_ids)
                     measured.append(measure(hidden, batch.targets.to(device)))
     sums = torch.tensor([sum(m[i] for m in measured) for i in range(3)], dtype=torch.float64, device=device)
     if pm.mesh is not None:  # the numbers live on the last pipeline stage, repeated on each of its TP ranks
