@@ -1,6 +1,7 @@
 """Import a Hugging Face model (the families megamlm/hf/keymaps.py declares, or a GGUF file) as a megamlm checkpoint.
 
     python tools/convert_from_hf.py --input models/SmolLM2-135M --output ckpt/smollm2
+    python tools/convert_from_hf.py --input models/ModernBERT-base --output ckpt/modernbert --seq-length 1024
     python pretrain.py --init-from ckpt/smollm2 ...      # the flags to use are printed at the end
 
 The checkpoint is at step 0, holds the tokenizer (with a mask token) in `tokenizer/`, and can be

@@ -4,7 +4,9 @@
     python tools/convert_to_hf.py --input runs/clm --output hf/clm --arch llama    # LlamaForCausalLM
 
 --arch qwen2 / mistral / qwen3 / gemma3 export a causal model continued from that family as its own family;
-an encoder continued from Gemma 3 exports by default as a native bidirectional Gemma 3 (--arch gemma3_encoder). The
+an encoder continued from Gemma 3 exports by default as a native bidirectional Gemma 3 (--arch gemma3_encoder), a
+ModernBERT block (an imported ModernBERT, Ettin or mmBERT) as ModernBertForMaskedLM (--arch modernbert, or
+modernbert-decoder for ModernBertDecoderForCausalLM). The
 folder holds config.json (with the model's attention biases, head_dim, RoPE parameters and embedding tying),
 model.safetensors, the tokenizer (with its mask token) and a model card.
 """
@@ -31,9 +33,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--input", required=True, help="megamlm --save folder or one of its iter_NNNNNNN folders")
     parser.add_argument("--output", required=True, help="Hugging Face folder to write")
     parser.add_argument("--arch", default=None, choices=list(EXPORT_ARCHS),
-                        help="eurobert: EuroBertForMaskedLM (encoders; the default except for Gemma 3 models); "
+                        help="eurobert: EuroBertForMaskedLM (the default for Llama-shaped encoders); "
                              "gemma3_encoder: a bidirectional Gemma 3 (Gemma3TextModel; the default for Gemma 3 "
-                             "models); llama, qwen2, mistral, qwen3, gemma3: the causal model of that family")
+                             "models); modernbert: ModernBertForMaskedLM (the default for a ModernBERT block); "
+                             "modernbert-decoder: ModernBertDecoderForCausalLM (Ettin's decoders); llama, qwen2, "
+                             "mistral, qwen3, gemma3: the causal model of that family")
     parser.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="dtype of model.safetensors")
     parser.add_argument("--tokenizer", help="tokenizer.json to ship, when the one the checkpoint records has moved")
     parser.add_argument("--force", action="store_true", help="replace an existing --output folder")

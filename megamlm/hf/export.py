@@ -88,7 +88,9 @@ def export_checkpoint(input_path: str | Path, output: str | Path, arch: str | No
 
     log(f"loaded {record.path}")
     with target as tmp:
-        write_export_tokenizer(tokenizer_json, tmp, ids, record.model_args.vocab_size, record.model_args.max_seq_length)
+        roles = {**ids, "cls_id": ids["bos_id"], "sep_id": ids["eos_id"]} if arch in MODERNBERT_ARCHS else ids
+        write_export_tokenizer(tokenizer_json, tmp, roles, record.model_args.vocab_size,
+                               record.model_args.max_seq_length)
         config.dtype = DTYPES[dtype]
         config.save_pretrained(str(tmp))
         tensors = hf_state_dict(model, keymap, DTYPES[dtype], export_biases(arch, record.model_args))

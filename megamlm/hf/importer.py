@@ -285,6 +285,9 @@ def import_hf(input_path: str | Path, output: str | Path, force: bool = False, m
         ours = load_megamlm_tokenizer(tmp / TOKENIZER_DIR)
         ids = {"bos_id": plan.tokenizer.bos_token_id, "eos_id": plan.tokenizer.eos_token_id,
                "pad_id": plan.tokenizer.pad_token_id, "mask_id": plan.tokenizer.mask_token_id}
+        # A BERT-style tokenizer (ModernBERT's) has [CLS]/[SEP] and no bos/eos: megamlm's tokenizer takes those
+        # as its bos/eos, and so does the record (an export writes them as ModernBERT's bos/cls and eos/sep ids).
+        ids.update({key: getattr(ours, key) for key in ("bos_id", "eos_id") if ids[key] is None})
         if ours.mask_id != ids["mask_id"]:
             raise ConversionError(f"the saved tokenizer gives mask id {ours.mask_id}, transformers gave "
                                   f"{ids['mask_id']}; check the tokenizer files of {plan.source.describe()}")

@@ -54,7 +54,8 @@ def adopt_init_from(cfg: Config) -> Config:
 # the --init-from checkpoint is refused (its weights could not load). Any other model flag given with a value of its
 # own (a --rope-theta for context extension) is kept, and the start says so.
 _TENSOR_FLAGS = (*_CHECKED, "attention_bias", "attention_out_bias", "tie_word_embeddings", "qk_norm",
-                 "sublayer_output_norms")
+                 "sublayer_output_norms", "norm_type", "norm_bias", "embedding_norm", "prediction_head",
+                 "classifier_bias", "decoder_bias", "mlp_bias")
 
 
 def adopt_checkpoint_shape(cfg: Config) -> Config:

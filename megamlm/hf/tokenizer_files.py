@@ -42,13 +42,14 @@ def write_export_tokenizer(tokenizer_json: Path, out_dir: Path, ids: dict, vocab
         raise ConversionError(f"tokenizer {tokenizer_json} has {size} ids but the checkpoint's embedding has "
                               f"{vocab_size} rows; export with the tokenizer the checkpoint was trained with")
     roles = {}
-    for role in ("bos", "eos", "pad", "mask"):
+    for role in ("bos", "eos", "pad", "mask", "cls", "sep"):
         token_id = ids.get(f"{role}_id")
         token = raw.id_to_token(token_id) if token_id is not None else None
         if token_id is not None and token is None:
             raise ConversionError(f"the checkpoint's {role} id {token_id} is not in {tokenizer_json}; "
                                   "export with the tokenizer the checkpoint was trained with")
-        roles[role] = token
+        if token is not None or role not in ("cls", "sep"):  # cls/sep: only exports that name them (ModernBERT)
+            roles[role] = token
     fast = PreTrainedTokenizerFast(
         tokenizer_object=raw, model_max_length=model_max_length,
         **{f"{role}_token": token for role, token in roles.items() if token is not None})

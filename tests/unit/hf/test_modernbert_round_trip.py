@@ -1,0 +1,125 @@
+"""A ModernBERT-family folder through the tools: convert_from_hf.py, pretrain --init-from, convert_to_hf.py --arch
+modernbert / modernbert-decoder, loaded back by transformers, fill-mask and sentence-transformers; import then
+export is bitwise the input; bad inputs are one line with exit status 2."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from helpers import expect_one_line, tool_main, write_dataset
+from modernbert_folders import BIASES, SMALL_WINDOW, save_modernbert, word_tokenizer
+from step_recorder import StepRecorder
+
+from megamlm.cli import load_config
+from megamlm.hf.export import export_checkpoint
+from megamlm.hf.megamlm_checkpoint import load_model, read_record
+from megamlm.hf.modernbert import modernbert_fields
+from megamlm.training.trainer import pretrain
+
+transformers = pytest.importorskip("transformers")
+TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id", "cls_token_id", "sep_token_id")
+
+
+def _auto(decoder: bool):
+    return transformers.AutoModelForCausalLM if decoder else transformers.AutoModelForMaskedLM
+
+
+def _loads_cleanly(folder, decoder: bool):
+    model, info = _auto(decoder).from_pretrained(str(folder), output_loading_info=True)
+    assert not any(info.values()), info  # no missing, unexpected or mismatched weights
+    assert type(model).__name__ == ("ModernBertDecoderForCausalLM" if decoder else "ModernBertForMaskedLM")
+    return model.eval()
+
+
+@pytest.mark.parametrize("kind", ["encoder-released-keys", "encoder", "decoder"])
+def test_import_then_export_is_bitwise_the_input(tmp_path, capsys, kind):
+    from safetensors.torch import load_file
+
+    decoder = kind == "decoder"
+    settings = {**SMALL_WINDOW, **BIASES, "decoder": decoder, "classifier_dropout": 0.1,
+                **({} if decoder else {"classifier_pooling": "mean"})}
+    save_modernbert(tmp_path / "hf", settings, legacy=kind == "encoder-released-keys")
+    assert tool_main("convert_from_hf")(["--input", str(tmp_path / "hf"), "--output", str(tmp_path / "ckpt")]) == 0
+    printed = capsys.readouterr().out
+    for flag in ("--norm-type layernorm", "--norm-bias", "--embedding-norm", "--prediction-head", "--decoder-bias",
+                 "--mlp-bias", "--mlp-activation geglu_erf", f"--sliding-window {4 if decoder else 5}",
+                 "--layer-types full,sliding,sliding,full", "--local-rope-theta 100.0", "--init-method modernbert"):
+        assert flag in printed, printed
+    arch = "modernbert-decoder" if decoder else "modernbert"
+    assert tool_main("convert_to_hf")(["--input", str(tmp_path / "ckpt"), "--output", str(tmp_path / "out"),
+                                       "--arch", arch]) == 0
+    source, exported = (load_file(tmp_path / folder / "model.safetensors") for folder in ("hf", "out"))
+    assert sorted(source) == sorted(exported)
+    for name, tensor in source.items():
+        assert tensor.dtype == exported[name].dtype and torch.equal(tensor, exported[name]), name
+    before = transformers.AutoConfig.from_pretrained(tmp_path / "hf")
+    after = transformers.AutoConfig.from_pretrained(tmp_path / "out")
+    assert modernbert_fields(after) == modernbert_fields(before)
+    for name in (*TOKEN_IDS, "classifier_dropout", *(() if decoder else ("classifier_pooling",))):
+        assert getattr(after, name) == getattr(before, name), name
+    _loads_cleanly(tmp_path / "out", decoder)
+
+
+def _corpus(prefix, documents=60):
+    tokenizer, rng = word_tokenizer(), random.Random(0)
+    words = [w for w in tokenizer.get_vocab() if not w.startswith("[")]
+    texts = [" ".join(rng.choice(words) for _ in range(rng.randint(8, 30))) for _ in range(documents)]
+    write_dataset(prefix, [tokenizer(text)["input_ids"] for text in texts], "int32")
+
+
+@pytest.mark.parametrize("decoder", [False, True], ids=["encoder-mlm", "decoder-clm"])
+def test_init_from_trains_ten_steps_and_exports_what_it_trained(tmp_path, decoder):
+    """pretrain --init-from a ModernBERT (or Ettin decoder) folder adopts the block (window 8 in 32 tokens), trains
+    10 steps, and the export loads in transformers with no weight warning and computes the trained model's logits."""
+    source = save_modernbert(tmp_path / "hf", {**SMALL_WINDOW, "decoder": decoder})
+    _corpus(tmp_path / "words_text_document")
+    cfg = load_config(["--init-from", str(tmp_path / "hf"), "--data-path", str(tmp_path / "words_text_document"),
+                      "--data-cache-path", str(tmp_path / "cache"), "--seq-length", "32",
+                      "--objective", "clm" if decoder else "mlm", "--train-iters", "10", "--micro-batch-size", "2",
+                      "--global-batch-size", "2", "--lr", "1e-3", "--lr-warmup-iters", "0", "--lr-wsd-decay-iters",
+                      "0", "--device", "cpu", "--save", str(tmp_path / "run")])
+    recorder = StepRecorder()
+    pretrain(cfg, on_step=recorder)
+    assert sorted(recorder.losses) == list(range(1, 11)) and all(v == v for v in recorder.losses.values())
+    assert (cfg.model.norm_type, cfg.model.embedding_norm, cfg.model.prediction_head) == ("layernorm", True, True)
+    assert cfg.model.sliding_window == (4 if decoder else 5) and cfg.model.layer_types == "full,sliding,sliding,full"
+    trained = load_model(read_record(tmp_path / "run")).eval()
+    out = export_checkpoint(tmp_path / "run", tmp_path / "out", arch="modernbert-decoder" if decoder else None,
+                            log=lambda *_: None)
+    exported = _loads_cleanly(out, decoder)
+    moved = exported.model.embeddings.tok_embeddings.weight - source.model.embeddings.tok_embeddings.weight
+    assert moved.abs().max() > 0  # trained, not the source
+    ids = torch.randint(5, 35, (2, 32), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        difference = exported(input_ids=ids).logits - trained.logits(trained(ids, causal=decoder))
+    assert difference.abs().max().item() < 1e-5
+    card = (out / "README.md").read_text()
+    assert "Steps: 10" in card and f"Continued pretraining from: {cfg.checkpoint.init_from}" in card
+    if not decoder:
+        assert len(transformers.pipeline("fill-mask", model=str(out))("she [MASK] that")) == 5
+        from sentence_transformers import SentenceTransformer  # a test dependency (pyproject's [test] extra)
+
+        embedder = SentenceTransformer(str(out), device="cpu")
+        assert embedder.get_embedding_dimension() == 32
+        assert embedder.encode(["Elinor said that"]).shape == (1, 32)
+
+
+@pytest.mark.parametrize("field,value", [("hidden_activation", "relu"), ("classifier_activation", "silu"),
+                                         ("sparse_prediction", True)])
+def test_a_folder_megamlm_cannot_hold_is_one_line_exit_2(tmp_path, capsys, field, value):
+    save_modernbert(tmp_path / "hf", {**SMALL_WINDOW, field: value})
+    capsys.readouterr()  # transformers' progress bar of the save
+    status = tool_main("convert_from_hf")(["--input", str(tmp_path / "hf"), "--output", str(tmp_path / "ckpt")])
+    expect_one_line(capsys, status, f"{field}=")
+    assert not (tmp_path / "ckpt").exists()
+
+
+def test_arch_modernbert_on_a_model_without_the_block_names_what_is_missing(tmp_path, capsys, tiny_checkpoint):
+    save_dir, _ = tiny_checkpoint
+    for arch in ("modernbert", "modernbert-decoder"):
+        status = tool_main("convert_to_hf")(["--input", str(save_dir), "--output", str(tmp_path / arch),
+                                             "--arch", arch])
+        expect_one_line(capsys, status, "norm_type layernorm", "embedding_norm", "prediction_head")
+        assert not (tmp_path / arch).exists()
