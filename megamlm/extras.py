@@ -68,6 +68,10 @@ EXTRAS: dict[str, Extra] = {extra.module: extra for extra in (
     Extra("datasets", ("datasets",), "eval"),
     Extra("sklearn", ("scikit-learn",), "eval", submodules=("sklearn.linear_model",)),
     Extra("optimi", ("torch-optimi",), "optimi"),
+    # the experiment trackers of --report-to (training/trackers.py), one extra each
+    Extra("trackio", ("trackio",), "trackio"),
+    Extra("wandb", ("wandb",), "wandb"),
+    Extra("mlflow", ("mlflow-skinny", "mlflow"), "mlflow"),
 )}
 
 ACCELERATORS = ("flash_attn", "transformer_engine", "apex", "torchao", "triton")

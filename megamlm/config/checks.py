@@ -117,9 +117,10 @@ def _check_choices(cfg: Config) -> None:
         for f in dataclasses.fields(cls):
             choices = choices_of(hints[f.name])
             value = getattr(getattr(cfg, section), f.name)
-            if choices is not None and value not in choices and value is not None:
-                raise ConfigError(f"unknown --{f.name.replace('_', '-')} {value!r}; choose one of "
-                                  f"{', '.join(map(str, choices))}")
+            for item in value if isinstance(value, list) else [value]:  # a list of choices checks each
+                if choices is not None and item not in choices and item is not None:
+                    raise ConfigError(f"unknown --{f.name.replace('_', '-')} {item!r}; choose one of "
+                                      f"{', '.join(map(str, choices))}")
 
 
 def _check_alternatives(cfg: Config) -> None:

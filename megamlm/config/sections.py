@@ -48,6 +48,8 @@ DataParallelImpl = Literal["fsdp", "ddp"]
 PipelineSchedule = Literal["1f1b", "interleaved_1f1b"]
 OptimizerImpl = Literal["torch", "apex"]
 CompileMode = Literal["auto", "none", "blocks", "model", "cudagraphs"]
+Tracker = Literal["tensorboard", "trackio", "wandb", "mlflow"]
+"""The experiment trackers --report-to feeds (training/trackers.py)."""
 SampleMode = Literal["windows", "packed_documents", "document_per_row"]
 """How a sample is cut from the data (``--sample-mode``, megamlm/data/documents.py)."""
 
@@ -269,7 +271,18 @@ class LoggingConfig:
     log_interval: int = setting(10, "output")
     """Print a log line every N steps."""
     tensorboard_dir: str | None = setting(None, "output")
-    """Write TensorBoard scalars here (default: none written)."""
+    """Write TensorBoard scalars here (default: none written; --report-to tensorboard writes under --save)."""
+    report_to: list[Tracker] = setting(factory=list, role="output")
+    """Experiment trackers fed from metrics.jsonl's records (configuration and run record at start, every scalar,
+    phase changes, lineage; rank 0), e.g. --report-to trackio wandb (trackio: local, no account). Each is an
+    optional extra; one that fails warns once and the run goes on (default: none)."""
+    tracker_project: str = setting("megamlm", "output")
+    """The trackers' project (wandb, trackio; MLflow's experiment when --tracker-group is unset)."""
+    tracker_group: str | None = setting(None, "output")
+    """The trackers' group of runs (wandb and trackio group, MLflow experiment); a study's runs get the study's
+    name (default: none)."""
+    tracker_run_name: str | None = setting(None, "output")
+    """The run's name in the trackers (default: the --save folder's name)."""
 
 
 @dataclass(frozen=True)

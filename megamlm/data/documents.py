@@ -81,6 +81,25 @@ def _epoch_entry(sizes: np.ndarray, digest: str, seq_length: int, seed: int, mod
     return CacheEntry(description, lambda: build_rows(sizes, seq_length, seed, epoch, mode), valid)
 
 
+def row_tokens(files: CorpusFiles, pieces: list[tuple[int, int, int]]) -> np.ndarray:
+    """A row of ``files.seq_length`` tokens: the (document, offset, length) ``pieces`` one after the other, then
+    padding (token 0)."""
+    out = np.zeros(files.seq_length, dtype=np.int64)
+    filled = 0
+    for document, offset, length in pieces:
+        out[filled:filled + length] = files.read(document, offset, length)
+        filled += length
+    return out
+
+
+def row_document_ids(pieces: list[tuple[int, int, int]], seq_length: int) -> np.ndarray:
+    """Per token of a row of these pieces, the number of its piece (0, 1, ...), then -1 on the padding."""
+    lengths = [length for _, _, length in pieces]
+    ids = np.full(seq_length, PADDING_DOCUMENT, dtype=np.int32)
+    ids[:sum(lengths)] = np.repeat(np.arange(len(lengths), dtype=np.int32), lengths)
+    return ids
+
+
 class DocumentSampleDataset(CorpusFiles):
     """Sample k of a corpus in a document mode (the module docstring): ``seq_length`` tokens, padded.
 
@@ -111,6 +130,12 @@ class DocumentSampleDataset(CorpusFiles):
             self._epoch_starts.append(self._epoch_starts[-1] + len(row_starts) - 1)
         self.num_samples = max(self.num_samples, int(count))
 
+    def epoch_start(self, epoch: int) -> int:
+        """The first sample of ``epoch`` (the epochs before it built)."""
+        while len(self.epochs) < epoch:
+            self.ensure(self._epoch_starts[-1] + 1)
+        return self._epoch_starts[epoch]
+
     def rows_of(self, epoch: int) -> int:
         return self._epoch_starts[epoch + 1] - self._epoch_starts[epoch]
 
@@ -137,20 +162,11 @@ class DocumentSampleDataset(CorpusFiles):
         return [(int(d), 0, min(int(self.sizes[d]), self.seq_length)) for d in documents]
 
     def __getitem__(self, k: int) -> np.ndarray:
-        out = np.zeros(self.seq_length, dtype=np.int64)
-        filled = 0
-        for document, offset, length in self._pieces(k):
-            out[filled:filled + length] = self.read(document, offset, length)
-            filled += length
-        return out
+        return row_tokens(self, self._pieces(k))
 
     def document_ids(self, k: int) -> np.ndarray:
         """Per token of sample k, the number of its document in the row (0, 1, ...); -1 on the padding."""
-        lengths = [length for _, _, length in self._pieces(k)]
-        ids = np.full(self.seq_length, PADDING_DOCUMENT, dtype=np.int32)
-        filled = sum(lengths)
-        ids[:filled] = np.repeat(np.arange(len(lengths), dtype=np.int32), lengths)
-        return ids
+        return row_document_ids(self._pieces(k), self.seq_length)
 
     def sample_documents(self, k: int) -> list[tuple[int, int, int]]:
         """(global document id, offset, length) of each document of sample k, for inspection tools and tests."""
@@ -174,10 +190,13 @@ class DocumentSampleDataset(CorpusFiles):
 
 
 def tokens_through(dataset, end: int) -> int:
-    """The tokens that are not padding in samples [0, end) of a training stream: a DocumentSampleDataset's, or a
-    blend of them (each corpus's samples are its first ones, in order); windows have no padding."""
-    if isinstance(dataset, DocumentSampleDataset):
+    """The tokens that are not padding in samples [0, end) of a training stream: a DocumentSampleDataset's, a blend
+    of them (each corpus's samples are its first ones, in order) or a recipe's segments; windows have no padding."""
+    if hasattr(dataset, "tokens_through"):  # one corpus's rows (DocumentSampleDataset, a recipe's DocumentStream)
         return dataset.tokens_through(end)
+    if hasattr(dataset, "segments"):  # a recipe's segments (phase_streams.RecipeDataset)
+        return sum(tokens_through(part, min(int(end), s.end_sample) - s.first_sample)
+                   for s, part in zip(dataset.segments, dataset.datasets) if s.first_sample < end)
     parts = getattr(dataset, "datasets", None)
     if parts is None or not hasattr(dataset, "dataset_of"):
         return int(end) * int(dataset.seq_length)

@@ -38,6 +38,8 @@ import numpy as np
 
 from megamlm.data.blending import BlendedDataset, load_or_build_blend_index, parse_data_path
 from megamlm.data.build import StreamSpec, build_train_dataset, check_vocab, group_rank_and_barrier, part_of
+from megamlm.data.document_streams import DocumentStream
+from megamlm.data.documents import WINDOWS, sample_dataset
 from megamlm.data.indexed import DataError, IndexedDataset
 from megamlm.data.sample_index import build_sample_index
 from megamlm.data.samples import PackedSampleDataset
@@ -67,17 +69,23 @@ class RecipeStreamSpec:
     cache_dir: str | None = None
     vocab_size: int | None = None
     split: Sequence[float] | None = None
+    sample_mode: str = "windows"
+    """--sample-mode: windows, or a document mode (its streams across segments: ``document_streams.py``)."""
 
 
 class _Corpus:
     """One corpus's files (its --split training part) and how to cut its standard stream at a sequence length."""
 
-    def __init__(self, datasets: list[IndexedDataset], sequences, seed: int, options: dict):
-        self.datasets, self.sequences, self.seed, self.options = datasets, sequences, seed, options
+    def __init__(self, datasets: list[IndexedDataset], sequences, seed: int, options: dict, mode: str = WINDOWS):
+        self.datasets, self.sequences, self.seed, self.options, self.mode = datasets, sequences, seed, options, mode
 
-    def stream_at(self, seq_length: int, num_samples: int) -> PackedSampleDataset:
-        return PackedSampleDataset(self.datasets, seq_length, max(1, num_samples), self.seed,
-                                   sequences=self.sequences, **self.options)
+    def stream_at(self, seq_length: int, num_samples: int):
+        return sample_dataset(self.datasets, seq_length, max(1, num_samples), self.seed, self.mode, self.sequences,
+                              **self.options)
+
+    def start(self, dataset):
+        """The corpus's stream from the first sample of ``dataset`` (its own stream at one sequence length)."""
+        return _StandardStream(self, dataset, 0) if self.mode == WINDOWS else DocumentStream(self, dataset, 0)
 
 
 def _touched(sizes: np.ndarray, order: np.ndarray, seq_length: int, windows: np.ndarray) -> np.ndarray:
@@ -285,8 +293,8 @@ def _corpora(segment: StreamSegment, spec: RecipeStreamSpec, options: dict, chec
         checked.add(dataset.prefix)
     groups = [datasets] if weights is None else [[d] for d in datasets]
     keys = [tuple(prefixes)] if weights is None else [(prefix,) for prefix in prefixes]
-    return weights, [(key, _Corpus(group, part_of(group, spec.split, TRAIN, segment.seq_length), spec.seed, options))
-                     for key, group in zip(keys, groups)]
+    return weights, [(key, _Corpus(group, part_of(group, spec.split, TRAIN, segment.seq_length), spec.seed, options,
+                                   spec.sample_mode)) for key, group in zip(keys, groups)]
 
 
 def build_recipe_dataset(spec: RecipeStreamSpec, group=None, rank: Callable[[], int] | None = None,
@@ -299,7 +307,8 @@ def build_recipe_dataset(spec: RecipeStreamSpec, group=None, rank: Callable[[], 
     if first.first_sample != 0:
         raise DataError(f"the first stream segment starts at sample {first.first_sample}, not 0")
     base = build_train_dataset(StreamSpec(first.data_path, first.seq_length, first.end_sample, spec.seed,
-                                          spec.cache_dir, spec.vocab_size, spec.split), rank=rank, barrier=barrier)
+                                          spec.cache_dir, spec.vocab_size, spec.split, spec.sample_mode), rank=rank,
+                                barrier=barrier)
     if len(spec.segments) == 1:
         return base
     options = dict(cache_dir=spec.cache_dir, rank=rank, barrier=barrier)
@@ -324,7 +333,7 @@ def build_recipe_dataset(spec: RecipeStreamSpec, group=None, rank: Callable[[], 
                 stream, consumed = cursors[key]
                 streams.append(stream.tail_after(consumed, segment.seq_length, need, position))
             else:
-                streams.append(_StandardStream(corpus, corpus.stream_at(segment.seq_length, need), 0))
+                streams.append(corpus.start(corpus.stream_at(segment.seq_length, need)))
             cursors[key] = (streams[-1], need)
         datasets.append(BlendedDataset(streams, owners, numbers, segment.seq_length))
     return RecipeDataset(spec.segments, datasets)
@@ -335,9 +344,9 @@ def _record(cursors: dict, segment: StreamSegment, base, blend) -> None:
     weights, corpora = blend
     if weights is None:
         ((key, corpus),) = corpora
-        cursors[key] = (_StandardStream(corpus, base, 0), segment.end_sample)
+        cursors[key] = (corpus.start(base), segment.end_sample)
         return
     for d, (key, corpus) in enumerate(corpora):
         part = base.datasets[d]
         if part is not None:
-            cursors[key] = (_StandardStream(corpus, part, 0), int(np.count_nonzero(base.dataset_of == d)))
+            cursors[key] = (corpus.start(part), int(np.count_nonzero(base.dataset_of == d)))

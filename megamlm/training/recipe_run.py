@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from megamlm.config import Config
 from megamlm.config.phases import Phase, Recipe
-from megamlm.data import DataError, StreamSpec, build_train_dataset
+from megamlm.data import StreamSpec, build_train_dataset
 from megamlm.data.phase_streams import RecipeStreamSpec, StreamSegment, build_recipe_dataset
 from megamlm.errors import ResumeError
 from megamlm.model.rope import set_rotary_bases
@@ -51,12 +51,8 @@ def recipe_dataset(cfg: Config, recipe: Recipe, data_path: list[str], end_sample
         return build_train_dataset(StreamSpec(only.data_path, only.seq_length, only.end_sample, cfg.training.seed,
                                               cache_dir=cfg.data.data_cache_path, vocab_size=vocab_size,
                                               split=split, sample_mode=cfg.data.sample_mode), group)
-    if cfg.data.sample_mode != "windows":
-        raise DataError(f"--sample-mode {cfg.data.sample_mode} with phases that change the data or the sequence "
-                        "length is not built yet; give the phases one data and one length, or use --sample-mode "
-                        "windows")
     return build_recipe_dataset(RecipeStreamSpec(segments, cfg.training.seed, cfg.data.data_cache_path, vocab_size,
-                                                 split), group)
+                                                 split, cfg.data.sample_mode), group)
 
 
 def phase_masking(base: MaskingSpec, phase: Phase) -> MaskingSpec:

@@ -29,6 +29,8 @@ from megamlm.training.metrics import format_duration, throughput
 from megamlm.training.metrics_file import METRICS_FILE, MetricsFile
 from megamlm.training.nonfinite import NonFiniteGuard
 from megamlm.training.step import StepOutcome, StepResult
+from megamlm.training.tracker_backends import open_trackers
+from megamlm.training.trackers import Trackers, tensorboard_folder
 from megamlm.training.validation import ValidationResult
 
 
@@ -191,6 +193,37 @@ class RunReporter:
         self.tokens_through = None
         """With a document --sample-mode, set by the trainer: the tokens of the stream's samples [0, n) without their
         padding (``data.documents.tokens_through``), which every token count then reads."""
+        self.trackers = Trackers()
+        """The experiment trackers (--report-to, training/trackers.py): each metrics record goes to them too."""
+        self.phase_index: int | None = None
+        """The recipe phase of the last step accounted (a change is an event for the trackers)."""
+        self.objective: str | None = None
+        """The objective of the last step accounted (a change is an event for the trackers)."""
+
+    def open_trackers(self, cfg, record: dict) -> None:
+        """Start the trackers of ``cfg`` (a Config) with the run ``record``; TensorBoard shares this reporter's
+        events folder (--tensorboard-dir, or <save>/tensorboard with --report-to tensorboard alone)."""
+        log_cfg = cfg.logging
+        folder = tensorboard_folder(log_cfg.tensorboard_dir, log_cfg.report_to, cfg.checkpoint.save)
+        if folder and self.tensorboard.writer is None:
+            self.tensorboard = TensorBoardWriter(folder)
+        self.trackers = open_trackers(cfg, record, self.tensorboard.writer)
+
+    def _record(self, kind: str, step: int, **fields) -> None:
+        """One metrics.jsonl record, and the same to the trackers."""
+        self._write(METRICS_FILE, self.metrics.append, kind, step, **fields)
+        self.trackers.record(kind, step, fields)
+
+    def _events(self, s: StepOutcome) -> None:
+        """Phase and objective changes at step ``s``, as the trackers' events."""
+        if self.recipe is not None and len(self.recipe.phases) > 1:
+            phase = self.recipe.phase_at(s.step)
+            if self.phase_index is not None and phase.index != self.phase_index:
+                self.trackers.event(s.step, f"entering {phase.describe()}")
+            self.phase_index = phase.index
+        if self.objective is not None and s.objective != self.objective:
+            self.trackers.event(s.step, f"objective switch before step {s.step}: {self.objective} -> {s.objective}")
+        self.objective = s.objective
 
     def seq_length_at(self, step: int) -> int:
         return self.recipe.phase_at(step).seq_length if self.recipe is not None else self.seq_length
@@ -234,6 +267,8 @@ class RunReporter:
         tokens = global_batch_size * self.seq_length_at(s.step) if self.tokens_through is None else \
             self.tokens_through(s.consumed_samples) - self.tokens_through(s.consumed_samples - global_batch_size)
         self.meter.add(s.loss, s.grad_norm, tokens, s.predicted_tokens)
+        if self.trackers.active:
+            self._events(s)
         now = time.perf_counter()
         if s.step == self.start_step + 1:
             self.marks.append((s.step, now))
@@ -254,26 +289,23 @@ class RunReporter:
             f"tokens {tokens:,} | "
             f"grad-norm {summary.grad_norm:.2f} | {rate.tokens_per_second:.0f} tok/s{mfu}{memory} | "
             f"eta {format_duration(eta)}")
-        self._write("the TensorBoard events", self.tensorboard.scalars, s.step, {
-            "tokens_per_second": rate.tokens_per_second, **({"mfu": rate.mfu} if rate.mfu is not None else {}),
-            **({"peak_memory_mib": rate.peak_memory_mib} if rate.peak_memory_mib is not None else {})})
-        self._write(METRICS_FILE, self.metrics.append, "train", s.step, samples=s.consumed_samples,
-                    tokens=tokens, objective=s.objective, loss=summary.loss, lr=s.lr,
-                    grad_norm=summary.grad_norm, tokens_per_second=rate.tokens_per_second, mfu=rate.mfu,
-                    peak_memory_mib=rate.peak_memory_mib)
+        # TensorBoard gets this record's scalars (train/tokens_per_second, ...) as a tracker (training/trackers.py)
+        self._record("train", s.step, samples=s.consumed_samples, tokens=tokens, objective=s.objective,
+                     loss=summary.loss, lr=s.lr, grad_norm=summary.grad_norm,
+                     tokens_per_second=rate.tokens_per_second, mfu=rate.mfu, peak_memory_mib=rate.peak_memory_mib)
 
     def validation(self, result: ValidationResult, consumed_samples: int) -> None:
         self.meter.start += result.seconds  # tokens/s measures training: the evaluation's time does not count
         log(result.describe())
-        self._write("the TensorBoard events", self.tensorboard.scalars, result.step,
-                    {f"validation/{name}": value for name, value in result.scalars().items()})
-        self._write(METRICS_FILE, self.metrics.append, "validation", result.step, samples=consumed_samples,
-                    tokens=self.tokens_at(result.step, consumed_samples), **result.scalars(),
-                    validation_samples=result.samples,
-                    **result.token_counts(), **({} if result.data is None else {"validation_data": result.data}))
+        self._record("validation", result.step, samples=consumed_samples,
+                     tokens=self.tokens_at(result.step, consumed_samples), **result.scalars(),
+                     validation_samples=result.samples,
+                     **result.token_counts(), **({} if result.data is None else {"validation_data": result.data}))
 
     def close(self) -> None:
-        """Flush and close the TensorBoard events (also after a failed write: what was written stays whole)."""
+        """Close the trackers, then flush and close the TensorBoard events (also after a failed write: what was
+        written stays whole)."""
+        self.trackers.close()
         try:
             self.tensorboard.close()
         except OSError as err:

@@ -27,12 +27,13 @@ from megamlm.config import (
     PipelineSchedule,
     TrainingConfig,
     launch_world_size,
-    objective_phases,
+    objective_stages,
     resolved_shape,
     validation_enabled,
 )
 from megamlm.config.rampup import layout_problem as rampup_layout_problem
 from megamlm.errors import LayoutError, os_error_text
+from megamlm.extras import MissingExtra, installed, missing_message
 from megamlm.hf.hf_source import is_hf_model
 from megamlm.kernels import check_kernel_backend
 from megamlm.launcher_env import world_size_from_env
@@ -43,6 +44,7 @@ from megamlm.model.transformer import Transformer
 from megamlm.parallel.compile import compile_mode_problem, resolve_compile_mode
 from megamlm.parallel.dims import ParallelDims, data_parallel_degrees, layers_per_round
 from megamlm.parallel.float8 import float8_problem, float8_width_problem
+from megamlm.training.trackers import LIBRARY_TRACKERS
 
 
 @dataclass(frozen=True)
@@ -227,6 +229,18 @@ def check_run_files(cfg: Config) -> None:
         raise ConfigError(f"--init-from {c.init_from} is a Hugging Face model that this config has not adopted: "
                           "build the config with megamlm.cli.load_config, which imports it")
     check_tensorboard_dir(tensorboard_dir)
+    check_trackers(cfg)
+
+
+def check_trackers(cfg: Config) -> None:
+    """--report-to: each tracker's library is installed (one line naming its extra otherwise), and TensorBoard has
+    a folder to write in."""
+    report_to = cfg.logging.report_to
+    for name in LIBRARY_TRACKERS:
+        if name in report_to and not installed(name):
+            raise MissingExtra(missing_message(name, f"--report-to {name}"))
+    if "tensorboard" in report_to and not (cfg.logging.tensorboard_dir or cfg.checkpoint.save):
+        raise ConfigError("--report-to tensorboard writes its events under --save (or --tensorboard-dir); pass one")
 
 
 def check_tensorboard_dir(folder: str | None) -> None:
@@ -300,7 +314,7 @@ def backends_for(cfg: Config, device: torch.device) -> Backends:
 
 def check_tokenizer(cfg: Config, tokenizer) -> None:
     """The tokenizer has the mask token the run needs."""
-    if tokenizer.mask_id is None and (objective_phases(cfg.objective.objective) != ("clm",) or validation_enabled(cfg)):
+    if tokenizer.mask_id is None and (objective_stages(cfg.objective.objective) != ("clm",) or validation_enabled(cfg)):
         raise ConfigError(f"tokenizer {tokenizer} has no mask token, which MLM (and validation, which scores MLM "
                           "too) needs; use a tokenizer with one (Llama 3's <|reserved_special_token_0|> is picked "
                           "automatically) or --objective clm without a validation set")

@@ -179,6 +179,7 @@ class Trainer:
                                     t.train_iters, self.result.start_step, self.plan.model_args, self.device,
                                     self.plan.dims.world_size)
         self.reporter.recipe = self.recipe  # tokens per step by phase
+        self.reporter.open_trackers(self.cfg, self.manager.record)  # --report-to (training/trackers.py)
         if self.cfg.data.sample_mode != "windows":  # tokens counted without the rows' padding
             self.reporter.tokens_through = partial(tokens_through, self.loader.dataset)
         self.ledger = StepLedger(self.guard, self.reporter, self.batch_sizes, self.on_step)

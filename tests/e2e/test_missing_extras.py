@@ -84,12 +84,15 @@ def _cases(tmp: Path) -> list[tuple[str, list, str]]:
         ("sklearn", [REPO / "tools/evaluate.py", "--probe", "linear", "--model", "m=m.gguf", "--tasks", "austen-novel",
                      "--output", "probe"], "eval"),
         ("optimi", [REPO / "pretrain.py", "--optimizer", "stableadamw", "--dry-run"], "optimi"),
+        *[(name, [REPO / "pretrain.py", "--report-to", name, "--train-iters", "1"], name)
+          for name in ("trackio", "wandb", "mlflow")],
     ]
 
 
 CASE_IDS = ["gguf-convert_from_hf", "gguf-pretrain", "accelerate-convert_from_hf", "pyarrow-preprocess",
             "zstandard-preprocess", "tiktoken-preprocess", "sentencepiece-preprocess", "datasets-fetch",
-            "torchao-pretrain", "triton-pretrain", "flash_attn-pretrain", "sklearn-probe", "optimi-pretrain"]
+            "torchao-pretrain", "triton-pretrain", "flash_attn-pretrain", "sklearn-probe", "optimi-pretrain",
+            "trackio-pretrain", "wandb-pretrain", "mlflow-pretrain"]
 
 
 @pytest.mark.parametrize("index", range(len(CASE_IDS)), ids=CASE_IDS)

@@ -69,3 +69,29 @@ def test_the_micro_batch_size_does_not_change_a_step(tiny, mode):
 ])
 def test_bad_sample_mode_input_is_one_line(capsys, argv, message):
     expect_one_line(capsys, main(argv), message)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_recipe_that_changes_length_and_data_resumes_inside_each_phase_bitwise(tiny, tmp_path, cache_dir, mode):
+    """Phases at 32 then 64 tokens, the second on a blend: the rows continue each epoch's documents (see
+    data/document_streams.py) and a stop inside each phase resumes to the straight run's losses."""
+    import yaml
+    from helpers import write_dataset
+
+    from megamlm.data import IndexedDataset
+
+    prefix, _ = prepare_embedded_corpus(cache_dir)
+    source = IndexedDataset(prefix)
+    half = write_dataset(tmp_path / "half", (source[i] for i in range(len(source) // 2)), source.dtype)
+    config = tmp_path / "recipe.yaml"
+    config.write_text(yaml.safe_dump({"phases": [
+        {"steps": 3, "seq_length": 32}, {"seq_length": 64, "data_path": ["0.5", prefix, "0.5", half]}]}))
+    run = ["--config", config, "--sample-mode", mode, "--seq-length", "64", "--train-iters", "6"]
+    straight = tiny(*run)
+    first = tiny(*run, "--save", tmp_path / "a", "--exit-interval", "2")
+    second = tiny(*run, "--save", tmp_path / "a", "--exit-interval", "4")
+    third = tiny(*run, "--save", tmp_path / "a")
+    assert sorted(first.losses) == [1, 2] and sorted(second.losses) == [3, 4] and sorted(third.losses) == [5, 6]
+    for part in (first, second, third):
+        for step, loss in part.losses.items():
+            assert loss == straight.losses[step], step  # bitwise on CPU

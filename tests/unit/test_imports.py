@@ -26,7 +26,8 @@ SOURCES = (PACKAGE, ROOT / "tools", ROOT / "benchmarks", ROOT / "pretrain.py")
 # Optional extras (or expensive GPU-only paths) that must never be needed to import megamlm or start a tool.
 OPTIONAL = ("transformers", "datasets", "huggingface_hub", "matplotlib", "tiktoken", "sentencepiece", "zstandard",
             "pyarrow", "flash_attn", "transformer_engine", "apex", "mpi4py", "gguf", "triton", "torchao",
-            "torch.nn.attention.flex_attention", "accelerate", "seqeval", "sklearn")
+            "torch.nn.attention.flex_attention", "accelerate", "seqeval", "sklearn", "trackio", "wandb",
+            "mlflow", "mteb", "sentence_transformers")
 # Imports a module defers into a function although they are not optional: the flag parser's package must import
 # without torch, so pretrain.py --help and a flag error answer in a moment (issue 31, item 10).
 DEFERRED = {"megamlm/config/phase_data.py": ("megamlm.data.sidecar", "megamlm.data.blending"),

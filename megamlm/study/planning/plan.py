@@ -64,7 +64,7 @@ class Plan:
         """The pretrain.py flags of a run, as launched from the planning folder."""
         config_file = self.config_file(run)
         flags = ["--config", str(config_file)] if config_file else settings_flags(run.settings)
-        flags += ["--save", self.save_dir(run)]
+        flags += ["--save", self.save_dir(run), "--tracker-group", self.study.name]  # one group in the trackers
         if run.save_at:
             flags += ["--save-at", ",".join(map(str, run.save_at))]
         if run.parent is not None and run.branch_step:

@@ -1,0 +1,48 @@
+"""A document sample mode across a recipe's segments (data/document_streams.py): the documents are read in each
+epoch's order whatever lengths and data the phases use, each once per epoch, none split."""
+
+import numpy as np
+import pytest
+from helpers import write_dataset
+
+from megamlm.data import IndexedDataset, StreamSpec, build_train_dataset
+from megamlm.data.documents import build_rows, tokens_through
+from megamlm.data.phase_streams import RecipeStreamSpec, StreamSegment, build_recipe_dataset
+
+MODES = ("packed_documents", "document_per_row")
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("lengths", [(32, 16, 32), (16, 48, 48), (32, 32, 8)])
+def test_documents_follow_each_epochs_order_across_lengths(tmp_path, make_documents, mode, lengths):
+    docs = make_documents()
+    prefix = write_dataset(tmp_path / "d", docs)
+    other = write_dataset(tmp_path / "o", make_documents(seed=1))
+    sizes = IndexedDataset(prefix).sequence_lengths.astype(np.int32)
+    bounds = (0, 23, 61, 140)
+    segments = (StreamSegment((prefix,), lengths[0], 0, 23), StreamSegment(("0.5", prefix, "0.5", other), lengths[1],
+                23, 61), StreamSegment((prefix,), lengths[2], 61, 140))
+    dataset = build_recipe_dataset(RecipeStreamSpec(segments, seed=3, sample_mode=mode))
+    mine = [k for k in range(140) if k < 23 or k >= 61 or dataset.datasets[1].dataset_of[k - 23] == 0]
+    read = []
+    for k in mine:
+        segment = next(s for s in range(3) if bounds[s] <= k < bounds[s + 1])
+        pieces = dataset.sample_documents(k)
+        assert sum(length for _, _, length in pieces) <= lengths[segment]
+        assert int(np.count_nonzero(dataset.document_ids(k) >= 0)) == sum(length for _, _, length in pieces)
+        start, tokens = 0, dataset[k]
+        for document, offset, length in pieces:
+            assert offset == 0 and length == min(int(sizes[document]), lengths[segment])  # whole, or cut
+            np.testing.assert_array_equal(tokens[start:start + length], docs[document][:length])
+            start += length
+        read += [document for document, _, _ in pieces]
+        if mode == "document_per_row":
+            assert len(pieces) == 1
+    epochs = np.concatenate([build_rows(sizes, 32, 3, e, mode)[0] for e in range(len(read) // len(docs) + 2)])
+    assert read == epochs[:len(read)].tolist()  # each epoch's documents, in its order, each once
+    first = build_train_dataset(StreamSpec([prefix], lengths[0], 23, seed=3, sample_mode=mode))
+    for k in range(23):  # the first segment is the one-segment stream, bitwise
+        np.testing.assert_array_equal(dataset[k], first[k])
+    real = [int(np.count_nonzero(dataset.document_ids(k) >= 0)) for k in range(140)]
+    assert [tokens_through(dataset, end) for end in (0, 10, 23, 40, 61, 100, 140)] == \
+        [sum(real[:end]) for end in (0, 10, 23, 40, 61, 100, 140)]
