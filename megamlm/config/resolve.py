@@ -15,6 +15,7 @@ from megamlm.config.batches import fit_batch_sizes
 from megamlm.config.checks import validate
 from megamlm.config.flags import given_settings
 from megamlm.config.loader import config_from_settings
+from megamlm.config.model_presets import with_model_preset
 from megamlm.config.phase_data import adopt_sidecar_tokenizer
 from megamlm.config.phases import apply_recipe, check_recipe_against_model, recipe_of
 from megamlm.config.recipes import recipe_file, with_recipe
@@ -51,7 +52,7 @@ def resolve(cfg: Config, adopt: Adopter | None = None, world_size: int | None = 
 def given_config(argv: list[str] | None = None) -> tuple[Config, str | None]:
     """Flags (and an optional YAML file) -> the Config as given with the preset's recipe (recipes.py) filled in
     where a flag is unset, not yet validated, and the note naming what the recipe filled (None when nothing)."""
-    settings, filled = with_recipe(given_settings(argv))
+    settings, filled = with_recipe(with_model_preset(given_settings(argv)))
     cfg = config_from_settings(settings)
     if not filled:
         return cfg, None

@@ -96,7 +96,9 @@ def _model_flag(arg: dataclasses.Field, hint, doc: str) -> tuple[tuple, str]:
 
 def _model_section() -> type:
     entries: list[tuple] = [("model", str, setting("tiny", "shape"))]
-    docs = {"model": "Preset: tiny (CPU demos/tests), 210m, 610m or 1b (the paper's sizes)."}
+    docs = {"model": "Preset: tiny (CPU demos/tests), 210m, 610m or 1b (the paper's sizes), modernbert-base or "
+                     "modernbert-large (ModernBERT's released shapes and block), modernbert-tiny (its block, "
+                     "CPU-sized). A preset's block features fill the flags left at their defaults."}
     hints, arg_docs = get_type_hints(ModelArgs), field_docs(ModelArgs)
     for arg in dataclasses.fields(ModelArgs):
         entry, doc = _model_flag(arg, hints[arg.name], arg_docs.get(arg.name, ""))
@@ -104,6 +106,10 @@ def _model_section() -> type:
         docs[entry[0]] = doc
     entries.append(("make_vocab_size_divisible_by", int, setting(128, "shape")))
     docs["make_vocab_size_divisible_by"] = "Pad the tokenizer's vocabulary up to a multiple of this."
+    entries.append(("global_attn_every_n_layers", int | None, setting(None, "shape")))
+    docs["global_attn_every_n_layers"] = ("A full-attention layer every N layers and sliding-window ones between, "
+                                          "as ModernBERT's global_attn_every_n_layers (layer i full iff i % N == 0): "
+                                          "fills --layer-types (default: --layer-types, or the preset's pattern).")
     cls = dataclasses.make_dataclass("ModelConfig", entries, frozen=True, namespace={"__field_docs__": docs})
     cls.__module__ = __name__
     cls.__doc__ = "The model: a preset, and one flag per ModelArgs field that overrides it."
