@@ -62,17 +62,36 @@ def _table(args, results: list[dict], facts: dict, merged: str, tasks: list[str]
     row("random-init", "bidirectional", "random init of the same shape (baseline)")
     majority = {r["task"]: r["majority"]["test"] for r in results}
     lines.append("| majority class | – | " + " | ".join(f"{majority[t]:.2f}" for t in tasks) + " | – | – | – | – | – |")
+    names = list(dict.fromkeys(b["name"] for rows in facts["baselines"].values() for b in rows))
+    for name in names:
+        found = {t: next((b for b in facts["baselines"].get(t, []) if b["name"] == name), None) for t in tasks}
+        cells = [f"{found[t]['test']:.2f}" if found[t] else "–" for t in tasks]
+        vals = [found[t]["validation"] for t in tasks if found[t]]
+        lines.append(f"| lexical baseline `{name}` (no model) | – | " + " | ".join(cells) + " | – | "
+                     + (f"{sum(vals) / len(vals):.2f}" if len(vals) == len(tasks) else "–") + " | – | – | – |")
     return lines
 
 
-def paired_family(results: list[dict], probe_output: Path, pairs: list[tuple[str, str]], tasks: list[str]
-                  ) -> list[tuple[Paired, float]]:
+def best_lexical(facts: dict) -> dict[str, float]:
+    """Task -> the best lexical baseline's validation score (the informative rule's floor beside random init)."""
+    return {task: max(b["validation"] for b in rows) for task, rows in facts["baselines"].items() if rows}
+
+
+def lexical_lines(facts: dict) -> list[str]:
+    """What each lexical baseline is, as chosen on validation on the probe's examples."""
+    return [f"- `{b['name']}` on {task}: validation {b['validation']:.2f}, test {b['test']:.2f}; {b['description']}."
+            for task, rows in facts["baselines"].items() for b in rows]
+
+
+def paired_family(results: list[dict], probe_output: Path, pairs: list[tuple[str, str]], tasks: list[str],
+                  b_attention: str = "bidirectional") -> list[tuple[Paired, float]]:
     """Each (a, b) on each task, compared on the same test examples (McNemar for accuracy, a paired permutation
-    otherwise), with Holm's adjustment over the whole family."""
+    otherwise), with Holm's adjustment over the whole family; ``b`` read in ``b_attention``."""
     compared = []
     for task in tasks:
         for a, b in pairs:
-            kept = [kept_predictions(probe_output, _cells(results, name)[task]) for name in (a, b)]
+            kept = [kept_predictions(probe_output, _cells(results, name, attention)[task])
+                    for name, attention in ((a, "bidirectional"), (b, b_attention))]
             compared.append(compare_runs(*kept))
     adjusted = holm([c.p_value for c in compared]) if compared else []
     return list(zip(compared, adjusted))
@@ -107,7 +126,8 @@ def _comparisons(args, results: list[dict], tasks: list[str], verdicts: dict[str
     seeds = {adapted(o, s): s for s in args.seeds for o in OBJECTIVES}
     informative_tasks = [t for t in tasks if verdicts.get(t)]
     head = ["Informative tasks, decided on validation before any test score is read (some trained row beats the "
-            "random-init row and the majority class on validation by more than two binomial standard errors): "
+            "random-init row, the majority class and the best lexical baseline on validation by more than two "
+            "binomial standard errors): "
             + ", ".join(f"{t}: {'yes' if verdicts.get(t) else 'no'}" for t in tasks) + ". The comparisons below use "
             "the informative ones only.", ""]
     if not informative_tasks:
@@ -116,6 +136,8 @@ def _comparisons(args, results: list[dict], tasks: list[str], verdicts: dict[str
                             informative_tasks)
     against_source = paired_family(results, probe_output, [(adapted(o, s), "decoder") for s in args.seeds
                                                            for o in OBJECTIVES], informative_tasks)
+    against_causal = paired_family(results, probe_output, [(adapted(o, s), "decoder") for s in args.seeds
+                                                           for o in OBJECTIVES], informative_tasks, "causal")
     floor = 2 / 2 ** len(args.seeds)
     lines = head + [
         "### MNTP against MLM, per adaptation seed", "",
@@ -131,8 +153,22 @@ def _comparisons(args, results: list[dict], tasks: list[str], verdicts: dict[str
         *[f"- **{t}**: {recipe_verdict(recipes, t, 'MNTP', 'MLM')}." for t in informative_tasks], "",
         "### Each adapted model against the untouched decoder (bidirectional)", "",
         "Does adaptation change what a probe reads at all? Same test, Holm over every row of this table.", "",
-        *_paired_lines(against_source, seeds)]
+        *_paired_lines(against_source, seeds), "",
+        "### Each adapted model against the untouched decoder as it is (causal)", "",
+        "Is the adapted encoder better than the decoder read as it was trained (causal attention, the same probe)? "
+        "Same test, Holm over every row of this table; the same rule as for the recipes: adaptation is ahead of "
+        "the causal decoder on a task only where every seed of a recipe is significantly ahead.", "",
+        *_paired_lines(against_causal, seeds), "",
+        *_causal_verdicts(against_causal, informative_tasks)]
     return lines
+
+
+def _causal_verdicts(family: list[tuple[Paired, float]], tasks: list[str]) -> list[str]:
+    """Per task and recipe, the recipe rule's verdict against the causal decoder."""
+    return [f"- **{task}**, {shown}: "
+            + recipe_verdict([(c, p) for c, p in family if c.a.startswith(objective + "-")], task, shown,
+                             "the causal decoder") + "."
+            for task in tasks for objective, shown in OBJECTIVES.items()]
 
 
 REPO = Path(__file__).resolve().parents[2]
@@ -201,8 +237,10 @@ def write_report(args, results: list[dict], facts: dict, stages: list[tuple[str,
         "masked as a run's validation masks them (the same masks for every model, mask ratio 0.4); MLM and MNTP "
         "bidirectional, CLM causal; mean over predicted tokens.", "",
         "## Results", "", *_table(args, results, facts, merged, tasks), "",
+        "Lexical baselines (eval/baselines.py, no model; trained on the probe's train examples and chosen on its "
+        "validation examples as the probe's C is):", "", *lexical_lines(facts), "",
         "## Comparisons on the same test examples", "",
-        *_comparisons(args, results, tasks, informative(results), probe_output), "",
+        *_comparisons(args, results, tasks, informative(results, best_lexical(facts)), probe_output), "",
         "## Wall time of each stage", "",
         "| stage | wall s | CPU s (this process and its children) |", "|---|---|---|",
         *[f"| {name} | {wall:.1f} | {cpu:.1f} |" for name, wall, cpu in stages],

@@ -208,6 +208,18 @@ def probe(rows, args, work: Path) -> list[dict]:
     return run_probe(plan)
 
 
+def lexical_baselines(args) -> dict[str, list[dict]]:
+    """Each probed task's trivial and lexical baselines (eval/baselines.py) on the probe's own examples: learned on
+    its train examples, chosen on its validation examples, scored on its test examples."""
+    from dataclasses import asdict
+
+    from megamlm.eval.baselines import trivial_baselines
+
+    return {spec: [{**asdict(b), "validation": b.validation["score"], "test": b.test["score"]}
+                   for b in trivial_baselines(data) if b.name != "majority"]
+            for spec, data in probe_tasks(args).items()}
+
+
 def merge(better: Path, source: Path, target: Path, weight: float) -> list[str]:
     command = [sys.executable, str(REPO / "tools" / "merge_checkpoints.py"), "--input", str(better), str(source),
                "--weights", f"{weight:g},{1 - weight:g}", "--output", str(target)]
@@ -267,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
             ProbeModel("random-init", ckpt, "bidirectional", True),
             *[ProbeModel(adapted(o, seed), work / adapted(o, seed)) for seed in args.seeds for o in ("mntp", "mlm")]]
     results = stages.run(f"probe ({len(rows)} rows)", probe, rows, args, work)
+    facts["baselines"] = stages.run("lexical baselines", lexical_baselines, args)
     tasks = len(args.tasks.split(","))
     mean_val = {o: sum(r["validation"] for r in results if r["model"] in {adapted(o, s) for s in args.seeds})
                 / (tasks * len(args.seeds)) for o in ("mntp", "mlm")}

@@ -299,9 +299,10 @@ def _metric(data: TaskData, rows: dict[str, SplitRows]) -> str:
     return "span_f1" if metrics.is_bio_tagset(set(rows["train"].labels)) else "accuracy"
 
 
-def informative(results: list[dict]) -> dict[str, bool]:
+def informative(results: list[dict], lexical: dict[str, float] | None = None) -> dict[str, bool]:
     """Per task, decided on validation scores before any test score is read (issue 45): does some trained row's
-    validation score beat both the best random-init row and the majority class on validation by more than two
+    validation score beat the best random-init row, the majority class and (``lexical``: task -> the best lexical
+    baseline's validation score, eval/baselines.py) the best lexical baseline on validation by more than two
     binomial standard errors of that score?"""
     verdicts = {}
     for task in sorted({r["task"] for r in results}):
@@ -310,7 +311,8 @@ def informative(results: list[dict]) -> dict[str, bool]:
         if not trained:
             continue
         best = max(trained, key=lambda r: r["validation"])
-        floor = max([r["validation"] for r in rows if r["random_init"]] + [best["majority"]["validation"]])
+        floor = max([r["validation"] for r in rows if r["random_init"]] + [best["majority"]["validation"]]
+                    + ([lexical[task]] if lexical and task in lexical else []))
         p, n = best["validation"] / 100.0, max(best["rows"]["validation"], 1)
         verdicts[task] = best["validation"] - floor > 200.0 * math.sqrt(max(p * (1 - p), 1e-12) / n)
     return verdicts

@@ -58,12 +58,13 @@ def test_the_pipeline_reports_every_row_and_stage(tmp_path):
                 "bidirectional + MLM, seed 2 (`mlm-s2`) | bidirectional |",
                 "| **MNTP, mean of 2 seeds** | bidirectional |", "| **MLM, mean of 2 seeds** | bidirectional |",
                 "-s1 merged with its source (`", "random init of the same shape (baseline) (`random-init`)",
-                "| majority class |"):
+                "| majority class |", "| lexical baseline `tf-idf+logreg` (no model) |",
+                "| lexical baseline `naive-bayes` (no model) |"):
         assert row in text, row
     results = [line for line in text.splitlines() if line.startswith("| ") and "(`" in line]
     assert len(results) == 8, results
     for stage in ("import", "tokenize", "train mntp-s1", "train mlm-s1", "train mntp-s2", "train mlm-s2",
-                  "probe (7 rows)", "merge", "probe (merged)", "held-out loss", "total"):
+                  "probe (7 rows)", "lexical baselines", "merge", "probe (merged)", "held-out loss", "total"):
         assert f"| {stage} |" in text, stage
     assert "--objective mntp" in text and "Command:\n\n```text\npython examples/decoder_adaptation/run.py" in text
     assert "--weights 0.5,0.5" in text and "16 test (a fixed random subset)" in text
@@ -94,14 +95,16 @@ def test_the_comparison_section_applies_the_rule_over_seeds(tmp_path):
     report = load_tool("adaptation_report", "examples/decoder_adaptation")
     rng = np.random.default_rng(0)
     results = []
-    for name, right in (("mntp-s1", 0.9), ("mlm-s1", 0.6), ("mntp-s2", 0.9), ("mlm-s2", 0.6), ("decoder", 0.6)):
+    for name, right, attention in (("mntp-s1", 0.9, "bidirectional"), ("mlm-s1", 0.6, "bidirectional"),
+                                   ("mntp-s2", 0.9, "bidirectional"), ("mlm-s2", 0.6, "bidirectional"),
+                                   ("decoder", 0.6, "bidirectional"), ("decoder", 0.5, "causal")):
         correct = rng.random(300) < right
-        folder = tmp_path / "probe" / name / "bidirectional"
+        folder = tmp_path / "probe" / name / attention
         folder.mkdir(parents=True)
         kept = {"model": name, "task": "t", "seed": None, "metric": "accuracy",
                 "test": {"aggregate": "mean", "ids": list(range(300)), "parts": [[100.0 * c] for c in correct]}}
         (folder / "t.predictions.json").write_text(json.dumps(kept))
-        results.append({"model": name, "attention": "bidirectional", "task": "t", "random_init": False,
+        results.append({"model": name, "attention": attention, "task": "t", "random_init": False,
                         "predictions_path": "t.predictions.json", "test": 100.0 * correct.mean()})
     args = SimpleNamespace(seeds=[1, 2])
     lines = report._comparisons(args, results, ["t"], {"t": True}, tmp_path)
@@ -109,6 +112,10 @@ def test_the_comparison_section_applies_the_rule_over_seeds(tmp_path):
     assert "| mntp-s1 − mlm-s1 | t | 1 | 300 |" in text and "McNemar exact" in text
     assert "- **t**: MNTP ahead on every seed (each Holm-adjusted p < 0.05)." in text
     assert "cannot go below p = 0.5 two-sided" in text  # two seeds: 2/4
+    # the untouched causal decoder is in the paired tests too: MNTP (90% right) ahead of it (50%) on every seed
+    causal = text.split("### Each adapted model against the untouched decoder as it is (causal)")[1]
+    assert "| mntp-s1 − decoder | t | 1 | 300 |" in causal
+    assert "- **t**, MNTP: MNTP ahead on every seed (each Holm-adjusted p < 0.05)." in causal
     # One seed reversed: no difference shown.
     flipped = tmp_path / "probe" / "mlm-s2" / "bidirectional" / "t.predictions.json"
     kept = json.loads(flipped.read_text())

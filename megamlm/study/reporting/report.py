@@ -54,6 +54,7 @@ from megamlm.study.reporting.figure_data import draw_figures
 from megamlm.study.reporting.lr_grid import lr_grid_section
 from megamlm.study.reporting.paired_text import paired_section
 from megamlm.study.reporting.plateau import plateau_section
+from megamlm.study.reporting.registration import registration_section
 from megamlm.study.reporting.report_target import (
     REPORT_TITLE,
     check_rehearsal_target,
@@ -293,6 +294,7 @@ def write_report(plan: Plan, path: str | Path | None = None, figures: bool = Tru
              f"{study_file}{scale} --run` at its end, or at any time by `python tools/study_report.py {study_file}"
              f"{scale}`. "
              f"{completeness(plan, unfinished, results)}", "",
+             "## What was fixed before the run", "", registration_section(plan),
              "## The plan", "", plan_table(plan, throughput_for(plan.study)), "## Validation", "", validation_text,
              plateau_section(plan, validation_values)]
     parts += [f"![{title}](figures/{p.name})\n" for title, p in images if p.name == "validation.png"]

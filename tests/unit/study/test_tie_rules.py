@@ -64,3 +64,15 @@ def test_a_verdict_that_changes_with_the_tie_rule_is_called_fragile(small_plan):
     assert "**fragile**" in line and "smaller: supported" in line and "larger: contradicted" in line
     row = next(line for line in text.splitlines() if line.startswith("| (a) |"))
     assert row.endswith("| fragile |")
+
+
+def test_the_report_names_the_commit_of_its_study_file(tmp_path):
+    import re
+    from pathlib import Path
+
+    from megamlm.study.reporting.registration import file_commit
+
+    committed = Path(__file__).resolve().parents[3] / "examples" / "studies" / "cpu_miniature.yaml"
+    assert re.match(r"commit [0-9a-f]{40} \(", file_commit(committed))
+    (tmp_path / "study.yaml").write_text("name: x\n")
+    assert file_commit(tmp_path / "study.yaml") in ("not in a git checkout", "not committed")
