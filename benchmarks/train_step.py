@@ -1,10 +1,14 @@
 """Training-step throughput and peak memory: megamlm against Hugging Face transformers, in one run.
 
     python benchmarks/train_step.py --preset cpu --objective mlm --compare hf
+    python benchmarks/train_step.py --preset cpu --block modernbert --compare hf
 
 Both sides train the same configuration (same weights, same batches, the same MLM masks) with AdamW:
 megamlm through the trainer's own ``train_step`` (sparse LM head, fused/chunked kernels where they run),
-transformers through ``EuroBertForMaskedLM`` (MLM) or ``LlamaForCausalLM`` (CLM) with ``labels``.
+transformers through ``EuroBertForMaskedLM`` (MLM) or ``LlamaForCausalLM`` (CLM) with ``labels``; with
+``--block modernbert`` the preset's shape gets ModernBERT's block (``megamlm.model.config.MODERNBERT_BLOCK``: LayerNorm,
+embedding norm, prediction head, erf GeGLU, a global layer every 3 and 128-token windows between) and transformers
+trains ``ModernBertForMaskedLM`` (MLM) or ``ModernBertDecoderForCausalLM`` (CLM).
 Steps alternate between the two after warm-up, so machine noise hits both alike; the figures are
 medians. Peak memory is ``torch.cuda.max_memory_allocated`` on GPU; on CPU it is the peak resident set
 of a child process per side (the same steps, sampled every 2 ms), above the RSS right after the build.
@@ -43,8 +47,16 @@ from megamlm.config import CompileMode  # noqa: E402
 from megamlm.hf.export import hf_state_dict  # noqa: E402
 from megamlm.hf.hf_config import SpecialIds, hf_config_for  # noqa: E402
 from megamlm.hf.keymaps import EXPORT_ARCHS  # noqa: E402
+from megamlm.hf.modernbert import modernbert_hf_config  # noqa: E402
 from megamlm.model.attention_probe import resolve_auto_attention  # noqa: E402
-from megamlm.model.config import PRESETS, AttentionBackend, Backends, ModelArgs  # noqa: E402
+from megamlm.model.config import (  # noqa: E402
+    MODERNBERT_BLOCK,
+    PRESETS,
+    AttentionBackend,
+    Backends,
+    ModelArgs,
+    global_every_layer_types,
+)
 from megamlm.model.transformer import Transformer  # noqa: E402
 from megamlm.objectives import MaskingSpec, ObjectiveSchedule  # noqa: E402
 from megamlm.parallel.dims import ParallelDims  # noqa: E402
@@ -69,6 +81,11 @@ def parse_args(argv=None):
                                 allow_abbrev=False)
     p.add_argument("--preset", default="cpu", choices=sorted(BENCH_PRESETS))
     p.add_argument("--objective", default="mlm", choices=["mlm", "clm"])
+    p.add_argument("--block", default="preset", choices=["preset", "modernbert"],
+                   help="modernbert: the preset's shape with ModernBERT's block, against transformers' ModernBERT")
+    p.add_argument("--hf-sparse-prediction", action="store_true",
+                   help="with --block modernbert: transformers' ModernBERT computes logits at the masked positions "
+                        "only (its sparse_prediction, as ModernBERT trained; its released configs and default: off)")
     p.add_argument("--compare", default="hf", choices=["hf", "none"])
     p.add_argument("--micro-batch-size", type=int, default=None, help="default: 4 on CPU, 8 on GPU")
     p.add_argument("--micro-batch-sizes", default=None,
@@ -105,6 +122,9 @@ def model_args(opts) -> ModelArgs:
     shape = dict(BENCH_PRESETS[opts.preset])
     if opts.seq_length:
         shape["max_seq_length"] = opts.seq_length
+    if opts.block == "modernbert":  # ModernBERT has no grouped-query attention: every head its own keys and values
+        shape.update(MODERNBERT_BLOCK, num_query_groups=shape["num_attention_heads"],
+                     layer_types=global_every_layer_types(shape["num_layers"], 3))
     return ModelArgs(**shape)
 
 
@@ -139,13 +159,23 @@ def build_megamlm(args: ModelArgs, device, opts):
     return pm, build_optimizer(model, 1e-4, 0.1, (0.9, 0.95), 1e-5)
 
 
-def build_hf(args: ModelArgs, device, objective: str, weights_from=None):
+HF_CLASSES = {"eurobert": "EuroBertForMaskedLM", "llama": "LlamaForCausalLM", "modernbert": "ModernBertForMaskedLM",
+              "modernbert-decoder": "ModernBertDecoderForCausalLM"}
+
+
+def build_hf(args: ModelArgs, device, objective: str, weights_from=None, sparse_prediction: bool = False):
     import transformers
 
-    arch = "eurobert" if objective == "mlm" else "llama"
-    config = hf_config_for(arch, args, SpecialIds(bos_id=0, eos_id=1, pad_id=2, mask_id=4))
+    ids = SpecialIds(bos_id=0, eos_id=1, pad_id=2, mask_id=4)
+    if args.prediction_head:
+        arch = "modernbert" if objective == "mlm" else "modernbert-decoder"
+        config = modernbert_hf_config(arch, args, ids)
+        config.sparse_prediction = sparse_prediction
+    else:
+        arch = "eurobert" if objective == "mlm" else "llama"
+        config = hf_config_for(arch, args, ids)
     config._attn_implementation = "sdpa"
-    cls = transformers.EuroBertForMaskedLM if arch == "eurobert" else transformers.LlamaForCausalLM
+    cls = getattr(transformers, HF_CLASSES[arch])
     with torch.device(device):
         model = cls(config)
     if weights_from is not None:
@@ -190,7 +220,9 @@ def child_peak_rss(opts, side: str) -> float:
     cmd = [sys.executable, __file__, "--_child", side, "--preset", opts.preset, "--objective", opts.objective,
            "--steps", str(opts.steps), "--warmup", str(opts.warmup), "--device", "cpu",
            "--micro-batch-size", str(opts.micro_batch_size), "--mask-ratio", str(opts.mask_ratio),
-           "--kernels", opts.kernels, "--attention", opts.attention, "--compile", opts.compile]
+           "--kernels", opts.kernels, "--attention", opts.attention, "--compile", opts.compile, "--block", opts.block]
+    if opts.hf_sparse_prediction:
+        cmd.append("--hf-sparse-prediction")
     if opts.fp8:
         cmd.append("--fp8")
     if opts.seq_length:
@@ -214,7 +246,7 @@ def run_child(opts):
         model, optimizer = build_megamlm(args, device, opts)
         step = megamlm_step
     else:
-        model, optimizer = build_hf(args, device, opts.objective)
+        model, optimizer = build_hf(args, device, opts.objective, sparse_prediction=opts.hf_sparse_prediction)
         step = hf_step
     gc.collect()
     base = _rss_mib()
@@ -347,7 +379,8 @@ def main(argv=None):
     ours, ours_opt = build_megamlm(args, device, opts)
     sides = {"megamlm": (megamlm_step, ours, ours_opt)}
     if opts.compare == "hf":
-        theirs, theirs_opt = build_hf(args, device, opts.objective, weights_from=ours.model)
+        theirs, theirs_opt = build_hf(args, device, opts.objective, weights_from=ours.model,
+                                      sparse_prediction=opts.hf_sparse_prediction)
         sides["hf"] = (hf_step, theirs, theirs_opt)
     runs = []
     for mb in sizes:
@@ -376,7 +409,8 @@ def main(argv=None):
         figures["megamlm_max_micro_batch"] = max_micro_batch(lambda: build_megamlm(args, device, opts),
                                                              megamlm_step, args, opts, device)
         if opts.compare == "hf":
-            figures["hf_max_micro_batch"] = max_micro_batch(lambda: build_hf(args, device, opts.objective),
+            figures["hf_max_micro_batch"] = max_micro_batch(lambda: build_hf(args, device, opts.objective,
+                                                                          sparse_prediction=opts.hf_sparse_prediction),
                                                             hf_step, args, opts, device)
             print(f"largest micro-batch megamlm/hf: {figures['megamlm_max_micro_batch']} / "
                   f"{figures['hf_max_micro_batch']}")

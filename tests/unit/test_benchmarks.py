@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
 
@@ -23,11 +25,14 @@ def test_no_benchmark_script_shadows_an_installed_module():
     assert not shadowing, f"benchmarks/{shadowing[0]} hides the installed module of its name: rename the script"
 
 
-def test_the_comparison_with_transformers_runs(tmp_path):
+@pytest.mark.parametrize("block", ["preset", "modernbert"])
+def test_the_comparison_with_transformers_runs(tmp_path, block):
+    """EuroBertForMaskedLM against the preset's block; ModernBertForMaskedLM against megamlm's ModernBERT block."""
     out = tmp_path / "step.json"
     result = subprocess.run(
         [sys.executable, str(BENCHMARKS / "train_step.py"), "--preset", "tiny", "--compare", "hf", "--device", "cpu",
-         "--steps", "1", "--warmup", "0", "--micro-batch-size", "2", "--seq-length", "32", "--json", str(out)],
+         "--steps", "1", "--warmup", "0", "--micro-batch-size", "2", "--seq-length", "32", "--json", str(out),
+         "--block", block],
         cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-2000:]
     figures = json.loads(out.read_text())
