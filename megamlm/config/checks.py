@@ -43,6 +43,11 @@ from megamlm.extras import installed, missing_message
 from megamlm.model.attention_table import attention_backend_problem
 from megamlm.model.config import LAYER_TYPES, PRESETS
 
+LARGEST_INT = 2**63 - 1
+"""Every count a run keeps (steps, samples, tokens, seeds) is a 64-bit integer in numpy, torch and checkpoints."""
+MAX_TIMEOUT_MINUTES = 525_600
+"""--distributed-timeout-minutes at most a year: torch converts it to a timedelta and to milliseconds."""
+
 
 def validate(cfg: Config) -> None:
     """Every check of the config on its own, before any work starts. Raises ConfigError naming the fix."""
@@ -93,6 +98,10 @@ def _check_numbers(cfg: Config) -> None:
             value = getattr(getattr(cfg, section), f.name)
             if isinstance(value, float) and not math.isfinite(value):
                 raise ConfigError(f"--{f.name.replace('_', '-')} must be a finite number, got {value}")
+            for item in value if isinstance(value, list) else [value]:
+                if isinstance(item, int) and not isinstance(item, bool) and not -LARGEST_INT <= item <= LARGEST_INT:
+                    raise ConfigError(f"--{f.name.replace('_', '-')} {item} is beyond the 64-bit integers it is held "
+                                      f"in (at most {LARGEST_INT:,} either way); give a smaller number")
     for section, name, low, high, low_ok, high_ok in _RANGES:
         value = getattr(getattr(cfg, section), name)
         if value is None:
@@ -227,6 +236,11 @@ def check_training(cfg: Config) -> None:
     for flag, value in (("--micro-batch-size", t.micro_batch_size), ("--global-batch-size", t.global_batch_size)):
         if value is not None and value <= 0:
             raise ConfigError(f"{flag} must be positive, got {value}")
+    tokens = t.train_iters * (t.global_batch_size or 1) * (resolved_shape(cfg.model)["seq_length"] or 1)
+    if tokens > LARGEST_INT:
+        raise ConfigError(f"--train-iters {t.train_iters:,} x --global-batch-size {t.global_batch_size:,} x "
+                          f"--seq-length is {tokens:,} tokens, beyond the 64-bit counts of samples and tokens; "
+                          "shorten the run")
     if t.micro_batch_size and t.global_batch_size and t.global_batch_size % t.micro_batch_size:
         raise ConfigError(f"--global-batch-size {t.global_batch_size} is not divisible by --micro-batch-size "
                           f"{t.micro_batch_size}; pick a global batch that is a multiple of the micro-batch")
@@ -344,9 +358,10 @@ def check_parallel(cfg: Config) -> None:
     p = cfg.parallel
     if p.world_size is not None and p.world_size < 1:
         raise ConfigError(f"--world-size must be positive, got {p.world_size}")
-    if not 0 < p.distributed_timeout_minutes < float("inf"):
-        raise ConfigError(f"--distributed-timeout-minutes must be a positive number of minutes, got "
-                          f"{p.distributed_timeout_minutes}")
+    if not 0 < p.distributed_timeout_minutes <= MAX_TIMEOUT_MINUTES:
+        raise ConfigError(f"--distributed-timeout-minutes must be a positive number of minutes, at most "
+                          f"{MAX_TIMEOUT_MINUTES:,} (a year: torch holds the timeout in milliseconds), got "
+                          f"{p.distributed_timeout_minutes:g}")
     if p.world_size is not None and not p.dry_run:
         raise ConfigError("--world-size only plans a layout with --dry-run; a real run takes its world size from "
                           "the launcher (torchrun, srun or mpirun)")

@@ -178,7 +178,24 @@ def given_settings(argv: list[str] | None = None) -> dict:
         # A one-objective --objective on the command line replaces the YAML's schedule, its switch included (a CLM
         # parent run launched from a CLM-then-MLM config); a switch given on the command line is still refused.
         settings.setdefault("objective", {}).update(switch=None, switch_step=None)
+    _check_run_length(settings, ns)
     return settings
+
+
+def _check_run_length(settings: dict, ns: dict) -> None:
+    """The run's length is given once: --train-iters or --train-tokens (the one on the command line replaces the
+    other given in --config), and --train-tokens is positive; checked here, before the recipe turns tokens into
+    steps, so that the refusal names the flag."""
+    training = settings.get("training", {})
+    iters, tokens = training.get("train_iters"), training.get("train_tokens")
+    if iters is not None and tokens is not None:
+        given = {name for name in ("train_iters", "train_tokens") if f"training.{name}" in ns}
+        if len(given) != 1:
+            raise ConfigError(f"--train-iters {iters} and --train-tokens {tokens} give the run's length two ways; "
+                              "pass one of them")
+        del training["train_tokens" if "train_iters" in given else "train_iters"]
+    if training.get("train_tokens") is not None and training["train_tokens"] <= 0:
+        raise ConfigError(f"--train-tokens must be positive, got {training['train_tokens']}")
 
 
 def _other(pair: list[str], name: str) -> str:

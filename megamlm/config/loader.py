@@ -164,9 +164,40 @@ def yaml_problem(err: yaml.YAMLError) -> str:
     return f"{where}: {problem}"
 
 
+MAX_FILE_BYTES = 1 << 20
+"""The largest YAML file read (config and study files are a few kilobytes)."""
+MAX_EXPANDED_NODES = 100_000
+"""The most values a YAML document may hold once its aliases are expanded: an alias repeats its anchor's whole value,
+so a few lines of nested aliases stand for billions of values (the "billion laughs")."""
+
+
+class AliasExpansionError(yaml.YAMLError):
+    """A document whose aliases expand past ``MAX_EXPANDED_NODES`` values."""
+
+
+def expanded_size(node: yaml.Node, sizes: dict | None = None) -> int:
+    """How many values ``node`` holds with every alias expanded, counted without expanding any (each node once)."""
+    sizes = {} if sizes is None else sizes
+    if id(node) not in sizes:
+        sizes[id(node)] = 0  # a recursive alias (PyYAML allows them) counts once, not forever
+        children = node.value if isinstance(node, (yaml.SequenceNode, yaml.MappingNode)) else []
+        pairs = children if isinstance(node, yaml.MappingNode) else [(child,) for child in children]
+        sizes[id(node)] = 1 + sum(expanded_size(child, sizes) for pair in pairs for child in pair)
+    return sizes[id(node)]
+
+
 def read_yaml(text: str):
-    """YAML text as Python values (safe types only), refusing duplicate keys; raises yaml.YAMLError."""
-    return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+    """YAML text as Python values (safe types only), refusing duplicate keys and aliases that expand past
+    ``MAX_EXPANDED_NODES`` values; raises yaml.YAMLError."""
+    loader = UniqueKeyLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is not None and (size := expanded_size(node)) > MAX_EXPANDED_NODES:
+            raise AliasExpansionError(f"its aliases expand to {size:,} values, more than the {MAX_EXPANDED_NODES:,} a "
+                                 "config may hold; write the values out or use fewer nested aliases")
+        return loader.construct_document(node) if node is not None else None
+    finally:
+        loader.dispose()
 
 
 def yaml_file(path: str | Path, what: str, fix: str):
@@ -174,10 +205,15 @@ def yaml_file(path: str | Path, what: str, fix: str):
     (``config file``, ``study file``) and the problem otherwise, ``fix`` saying what to pass when it is missing."""
     if not Path(path).is_file():
         raise ConfigError(f"{what} {path} not found; {fix}")
+    if (size := Path(path).stat().st_size) > MAX_FILE_BYTES:
+        raise ConfigError(f"{what} {path} is {size:,} bytes, more than the {MAX_FILE_BYTES:,} a {what} may be; "
+                          "pass the YAML file of the settings (not a data file)")
     try:
         return read_yaml(Path(path).read_text(encoding="utf-8"))
     except UnicodeDecodeError as err:
         raise ConfigError(f"{what} {path} is not UTF-8 text (byte {err.start}); pass a YAML file") from None
+    except AliasExpansionError as err:
+        raise ConfigError(f"{what} {path}: {err}") from None
     except yaml.YAMLError as err:
         raise ConfigError(f"{what} {path} is not valid YAML{yaml_problem(err)}; fix that line") from None
 
