@@ -40,9 +40,14 @@ def test_import_then_export_is_bitwise_the_input(tmp_path, capsys, kind):
     decoder = kind == "decoder"
     settings = {**SMALL_WINDOW, **BIASES, "decoder": decoder, "classifier_dropout": 0.1,
                 **({} if decoder else {"classifier_pooling": "mean"})}
-    save_modernbert(tmp_path / "hf", settings, legacy=kind == "encoder-released-keys")
+    source = save_modernbert(tmp_path / "hf", settings, legacy=kind == "encoder-released-keys")
     assert tool_main("convert_from_hf")(["--input", str(tmp_path / "hf"), "--output", str(tmp_path / "ckpt")]) == 0
     printed = capsys.readouterr().out
+    imported = load_model(read_record(tmp_path / "ckpt")).eval()  # the import's logits are transformers'
+    ids = torch.randint(5, 35, (2, 32), generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        difference = imported.logits(imported(ids, causal=decoder)) - source(input_ids=ids).logits
+    assert difference.abs().max().item() < 1e-5
     for flag in ("--norm-type layernorm", "--norm-bias", "--embedding-norm", "--prediction-head", "--decoder-bias",
                  "--mlp-bias", "--mlp-activation geglu_erf", f"--sliding-window {4 if decoder else 5}",
                  "--layer-types full,sliding,sliding,full", "--local-rope-theta 100.0", "--init-method modernbert"):
@@ -69,26 +74,31 @@ def _corpus(prefix, documents=60):
     write_dataset(prefix, [tokenizer(text)["input_ids"] for text in texts], "int32")
 
 
-@pytest.mark.parametrize("decoder", [False, True], ids=["encoder-mlm", "decoder-clm"])
-def test_init_from_trains_ten_steps_and_exports_what_it_trained(tmp_path, decoder):
+@pytest.mark.parametrize("source_kind,objective", [("encoder", "mlm"), ("decoder", "clm"), ("decoder", "mlm")])
+def test_init_from_trains_ten_steps_and_exports_what_it_trained(tmp_path, source_kind, objective):
     """pretrain --init-from a ModernBERT (or Ettin decoder) folder adopts the block (window 8 in 32 tokens), trains
-    10 steps, and the export loads in transformers with no weight warning and computes the trained model's logits."""
-    source = save_modernbert(tmp_path / "hf", {**SMALL_WINDOW, "decoder": decoder})
+    10 steps, and the export loads in transformers with no weight warning and computes the trained model's logits.
+    A decoder continued with MLM (the paper's claim (d) on an Ettin pair) exports as ModernBertForMaskedLM, its
+    causal window W = 4 written as the encoder's local_attention 2(W - 1) = 6."""
+    decoder = objective == "clm"
+    source = save_modernbert(tmp_path / "hf", {**SMALL_WINDOW, "decoder": source_kind == "decoder"})
     _corpus(tmp_path / "words_text_document")
     cfg = load_config(["--init-from", str(tmp_path / "hf"), "--data-path", str(tmp_path / "words_text_document"),
                       "--data-cache-path", str(tmp_path / "cache"), "--seq-length", "32",
-                      "--objective", "clm" if decoder else "mlm", "--train-iters", "10", "--micro-batch-size", "2",
+                      "--objective", objective, "--train-iters", "10", "--micro-batch-size", "2",
                       "--global-batch-size", "2", "--lr", "1e-3", "--lr-warmup-iters", "0", "--lr-wsd-decay-iters",
                       "0", "--device", "cpu", "--save", str(tmp_path / "run")])
     recorder = StepRecorder()
     pretrain(cfg, on_step=recorder)
     assert sorted(recorder.losses) == list(range(1, 11)) and all(v == v for v in recorder.losses.values())
     assert (cfg.model.norm_type, cfg.model.embedding_norm, cfg.model.prediction_head) == ("layernorm", True, True)
-    assert cfg.model.sliding_window == (4 if decoder else 5) and cfg.model.layer_types == "full,sliding,sliding,full"
+    window = 4 if source_kind == "decoder" else 5
+    assert cfg.model.sliding_window == window and cfg.model.layer_types == "full,sliding,sliding,full"
     trained = load_model(read_record(tmp_path / "run")).eval()
     out = export_checkpoint(tmp_path / "run", tmp_path / "out", arch="modernbert-decoder" if decoder else None,
                             log=lambda *_: None)
     exported = _loads_cleanly(out, decoder)
+    assert exported.config.local_attention == (2 * window if decoder else 2 * (window - 1))
     moved = exported.model.embeddings.tok_embeddings.weight - source.model.embeddings.tok_embeddings.weight
     assert moved.abs().max() > 0  # trained, not the source
     ids = torch.randint(5, 35, (2, 32), generator=torch.Generator().manual_seed(3))
@@ -101,9 +111,12 @@ def test_init_from_trains_ten_steps_and_exports_what_it_trained(tmp_path, decode
         assert len(transformers.pipeline("fill-mask", model=str(out))("she [MASK] that")) == 5
         from sentence_transformers import SentenceTransformer  # a test dependency (pyproject's [test] extra)
 
-        embedder = SentenceTransformer(str(out), device="cpu")
-        assert embedder.get_embedding_dimension() == 32
-        assert embedder.encode(["Elinor said that"]).shape == (1, 32)
+        embedder = SentenceTransformer(str(out), device="cpu")  # the hidden states' mean over the tokens
+        embedding = embedder.encode(["Elinor said that"], convert_to_tensor=True)
+        batch = transformers.AutoTokenizer.from_pretrained(str(out))(["Elinor said that"], return_tensors="pt")
+        with torch.no_grad():
+            hidden = transformers.AutoModel.from_pretrained(str(out)).eval()(**batch).last_hidden_state
+        assert embedding.shape == (1, 32) and (embedding - hidden.mean(dim=1)).abs().max() < 1e-5
 
 
 @pytest.mark.parametrize("field,value", [("hidden_activation", "relu"), ("classifier_activation", "silu"),
