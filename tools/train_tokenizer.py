@@ -2,7 +2,8 @@
 
     python tools/train_tokenizer.py --input corpus.jsonl --output tokenizer.json --vocab-size 8192
 
-Special tokens <|bos|> <|eos|> <|pad|> <|mask|> get ids 0-3. Input may be plain or .gz jsonl.
+Special tokens <|bos|> <|eos|> <|pad|> <|mask|> get ids 0-3. Input may be plain or .gz jsonl; --json-keys names the
+fields to learn from, as tools/preprocess_data.py's --json-keys names the fields it tokenizes.
 """
 
 from __future__ import annotations
@@ -18,12 +19,14 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from megamlm.errors import exit_line  # noqa: E402
+from megamlm.errors import UserError, exit_line  # noqa: E402
 
 SPECIAL_TOKENS = ["<|bos|>", "<|eos|>", "<|pad|>", "<|mask|>"]
 
 
-def read_texts(paths: list[str], key: str):
+def read_texts(paths: list[str], keys: str | list[str]):
+    """The text of each ``keys`` field of every record of the jsonl files ``paths``."""
+    keys = [keys] if isinstance(keys, str) else list(keys)
     for path in paths:
         opener = gzip.open if path.endswith(".gz") else open
         with opener(path, "rt", encoding="utf-8") as f:
@@ -31,13 +34,15 @@ def read_texts(paths: list[str], key: str):
                 if not line.strip():
                     continue
                 try:
-                    yield json.loads(line)[key]
-                except (ValueError, KeyError) as error:
-                    raise SystemExit(f"error: {path} line {number} is not JSON with a {key!r} field "
-                                     f"({error})") from error
+                    record = json.loads(line)
+                    texts = [record[key] for key in keys]
+                except (ValueError, KeyError, TypeError) as error:
+                    raise UserError(f"{path} line {number} is not JSON with the field(s) "
+                                     f"{', '.join(keys)} (--json-keys; {error!r})") from None
+                yield from texts
 
 
-def train(paths: list[str], vocab_size: int, key: str = "text", min_frequency: int = 2):
+def train(paths: list[str], vocab_size: int, keys: str | list[str] = "text", min_frequency: int = 2):
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
@@ -48,7 +53,7 @@ def train(paths: list[str], vocab_size: int, key: str = "text", min_frequency: i
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train_from_iterator(read_texts(paths, key), trainer=trainer)
+    tokenizer.train_from_iterator(read_texts(paths, keys), trainer=trainer)
     return tokenizer
 
 
@@ -58,7 +63,9 @@ def main(argv=None) -> int:
     parser.add_argument("--input", nargs="+", required=True, help="jsonl files (plain or .gz)")
     parser.add_argument("--output", required=True, help="tokenizer.json to write")
     parser.add_argument("--vocab-size", type=int, default=8192)
-    parser.add_argument("--json-key", default="text")
+    # --json-key (one field) was this flag's name before; kept as its alias.
+    parser.add_argument("--json-keys", "--json-key", dest="json_keys", nargs="+", default=["text"],
+                        help="fields of each record to learn from (default: text), as preprocess_data.py's")
     parser.add_argument("--min-frequency", type=int, default=2)
     args = parser.parse_args(argv)
     for path in args.input:
@@ -67,13 +74,13 @@ def main(argv=None) -> int:
     if args.vocab_size < 256 + len(SPECIAL_TOKENS):
         parser.error(f"--vocab-size must be at least {256 + len(SPECIAL_TOKENS)} (bytes plus special tokens)")
     try:
-        tokenizer = train(args.input, args.vocab_size, args.json_key, args.min_frequency)
+        tokenizer = train(args.input, args.vocab_size, args.json_keys, args.min_frequency)
         output = Path(args.output)
         output.parent.mkdir(parents=True, exist_ok=True)
         tmp = output.with_name(output.name + ".tmp")
         tokenizer.save(str(tmp))
         os.replace(tmp, output)
-    except OSError as error:
+    except (UserError, OSError) as error:
         return exit_line(error)
     print(f"wrote {output}: {tokenizer.get_vocab_size()} ids", file=sys.stderr)
     return 0

@@ -37,7 +37,7 @@ def own_data(tmp_path_factory):
     tokenizer = folder / "tok" / "tokenizer.json"
     assert tool_main("train_tokenizer")(["--input", str(folder / "code_a.jsonl"), str(folder / "code_b.jsonl"),
                                          "--output", str(tokenizer), "--vocab-size", "400",
-                                         "--json-key", "content"]) == 0
+                                         "--json-keys", "content"]) == 0
     for name in ("code_a", "code_b"):
         assert tool_main("preprocess_data")(["--input", str(folder / f"{name}.jsonl"), "--json-keys", "content",
                                              "--output-prefix", str(folder / "data" / name), "--tokenizer-model",
@@ -135,7 +135,7 @@ def test_phases_made_by_other_tokenizers_are_one_line(own_data, tmp_path, capsys
     folder, _, a, b = own_data
     other = tmp_path / "other.json"
     tool_main("train_tokenizer")(["--input", str(folder / "code_b.jsonl"), "--output", str(other),
-                                  "--vocab-size", "300", "--json-key", "content"])
+                                  "--vocab-size", "300", "--json-keys", "content"])
     assert tool_main("preprocess_data")(["--input", str(folder / "code_b.jsonl"), "--json-keys", "content",
                                          "--output-prefix", str(tmp_path / "c"), "--tokenizer-model", str(other),
                                          "--no-progress"]) == 0
@@ -148,3 +148,19 @@ def test_phases_made_by_other_tokenizers_are_one_line(own_data, tmp_path, capsys
         lines = [line for line in err.splitlines() if line.strip()]
         assert len(lines) == 1 and "phase 3" in err and "phase 1" in err and "--tokenizer-model" in err, err
         assert not (tmp_path / "s").exists()
+
+
+def test_the_data_tools_share_the_json_keys_flag(own_data, tmp_path, capsys):
+    """tools/train_tokenizer.py --json-keys, as tools/preprocess_data.py names it; --json-key, its old name, still
+    works; a field no record has is one line, exit 2, nothing written."""
+    folder = own_data[0]
+    train = tool_main("train_tokenizer")
+    common = ["--input", str(folder / "code_a.jsonl"), "--vocab-size", "300"]
+    assert train([*common, "--output", str(tmp_path / "new.json"), "--json-keys", "content"]) == 0
+    assert train([*common, "--output", str(tmp_path / "old.json"), "--json-key", "content"]) == 0
+    assert (tmp_path / "new.json").read_bytes() == (tmp_path / "old.json").read_bytes()
+    capsys.readouterr()
+    status = train([*common, "--output", str(tmp_path / "none.json"), "--json-keys", "text"])
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.strip().splitlines()) == 1 and "--json-keys" in err, err
+    assert not list(tmp_path.glob("none.json*"))
