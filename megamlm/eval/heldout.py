@@ -39,7 +39,7 @@ def heldout_losses(model: torch.nn.Module, windows: np.ndarray, masking: Masking
                 batch = make_batch(objective, rows, ids, seed, masking)
                 hidden = model(batch.input_ids, causal=batch.causal)
                 loss, predicted = sparse_lm_loss(hidden, model.lm_head.weight, batch.targets, model.backends.kernels,
-                                                 batch.positions)
+                                                 batch.positions, model.head, model.lm_head.bias)
                 totals[objective][0] += float(loss)
                 totals[objective][1] += int(predicted)
     return {objective: total / max(count, 1) for objective, (total, count) in totals.items()}
