@@ -35,7 +35,7 @@ def _objective(value: str) -> str:
 FLAG_TYPES = {"objective": (_objective, "{" + ",".join(OBJECTIVE_PHASES) + "} or a sequence of phases "
                                         "(" + ",".join(PHASE_OBJECTIVES) + ") joined by commas")}
 """Flags whose values a function checks (type, metavar): a str field with more values than a Literal can list."""
-FLAG_VALUE_NAMES = {"rampup_batch_size": ("START", "INCREMENT", "SAMPLES")}
+FLAG_VALUE_NAMES = {"rampup_batch_size": ("START", "INCREMENT", "SAMPLES"), "profile_steps": ("FIRST", "LAST")}
 """List flags of a fixed number of values, each named in --help (Megatron's names)."""
 
 

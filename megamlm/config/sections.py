@@ -289,6 +289,11 @@ class LoggingConfig:
     name (default: none)."""
     tracker_run_name: str | None = setting(None, "output")
     """The run's name in the trackers (default: the --save folder's name)."""
+    profile_steps: list[int] | None = setting(None, "output")
+    """Record a torch.profiler trace of steps FIRST to LAST (e.g. --profile-steps 3 5) under <save>/profile and
+    print a one-screen summary after them: top operators, share of compute and of waiting (default: off)."""
+    profile_all_ranks: bool = setting(False, "output")
+    """With --profile-steps: every rank writes its own trace and summary (default: rank 0 only)."""
 
 
 @dataclass(frozen=True)

@@ -241,6 +241,12 @@ def check_trackers(cfg: Config) -> None:
             raise MissingExtra(missing_message(name, f"--report-to {name}"))
     if "tensorboard" in report_to and not (cfg.logging.tensorboard_dir or cfg.checkpoint.save):
         raise ConfigError("--report-to tensorboard writes its events under --save (or --tensorboard-dir); pass one")
+    steps = cfg.logging.profile_steps
+    if steps is not None and (not isinstance(steps, list) or len(steps) != 2 or not 1 <= steps[0] <= steps[1]):
+        raise ConfigError(f"--profile-steps takes the first and last step to profile, 1 <= FIRST <= LAST (e.g. "
+                          f"--profile-steps 3 5), got {steps}")
+    if steps is not None and not cfg.checkpoint.save:
+        raise ConfigError("--profile-steps writes its trace under --save/profile; pass --save")
 
 
 def check_tensorboard_dir(folder: str | None) -> None:

@@ -54,6 +54,7 @@ from megamlm.training.recipe_run import PhaseTracker, recipe_dataset, recipe_not
 from megamlm.training.reporter import PendingStep, RunReporter, StepLedger
 from megamlm.training.resolved_run import ResolvedRun, backends_on_device, resolve_run
 from megamlm.training.resume import LaunchPlan, StartDecision, TrainProgress, decide_start
+from megamlm.training.run_profiler import RunProfiler
 from megamlm.training.run_record import build_run_record, write_run_record
 from megamlm.training.step import SkipStreak, StepOutcome, StepSetup, skip_streak, train_step
 from megamlm.training.stopping import ExitSignalHandler, StopPolicy, WriteFailure
@@ -188,10 +189,13 @@ class Trainer:
         self.pm.train()
         if self.progress.step < t.train_iters:
             log(first_step_note(self.pm.compile_mode, self.progress.step + 1, t.train_iters))
+        profiler = RunProfiler.of(self.cfg, self.device)  # --profile-steps (training/run_profiler.py)
         while self.progress.step < t.train_iters:
-            self.ledger.add(self.run_step(next(batches)))
+            with profiler.step(self.progress.step + 1):
+                self.ledger.add(self.run_step(next(batches)))
             if self.after_step(self.progress.step):
                 break
+        profiler.close()
         self.reporter.close()
         if self.reporter.failure is not None:  # the last events' flush (the checkpoint is written)
             raise WriteFailure(f"{self.reporter.failure}; the run finished, its checkpoints are whole"
