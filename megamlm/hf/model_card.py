@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from megamlm.config import objective_phases
 from megamlm.hf.hf_config import describe_features
+from megamlm.hf.keymaps import MODERNBERT_ARCHS
 from megamlm.hf.megamlm_checkpoint import CheckpointRecord
+from megamlm.hf.modernbert import modernbert_use
 
 _OBJECTIVE_NAMES = {
     "mlm": "masked language modeling (MLM)",
@@ -23,13 +25,14 @@ MNTP's masked token); MLM predicts a masked token from the output at its own pos
 def head_objectives(objective: str | None, merged_from: list[dict] | None, steps: int = 1,
                     imported_type: str | None = None) -> list[str]:
     """The objectives that last trained the LM head: the last phase of the run, or of each input of a merge. A model
-    without training of its own (an import) has its source's head: a decoder's is CLM's, EuroBERT's MLM's."""
+    without training of its own (an import) has its source's head: a decoder's is CLM's, EuroBERT's and ModernBERT's
+    MLM's."""
     if merged_from:
         return [phase for entry in merged_from
                 for phase in head_objectives(entry.get("objective"), entry.get("merged_from"), entry.get("steps", 0),
                                              entry.get("imported_type"))]
     if not steps:
-        return ["mlm" if imported_type == "eurobert" else "clm"]
+        return ["mlm" if imported_type in ("eurobert", "modernbert") else "clm"]
     return [objective_phases(objective)[-1]] if objective else []
 
 
@@ -214,6 +217,8 @@ def model_card(record: CheckpointRecord, arch_class: str, dtype: str, arch: str 
     lines.append("")
     if arch == "gemma3_encoder":
         lines.append(_gemma3_encoder_use(a.sliding_window if a.has_sliding_layers() else None))
+    if arch in MODERNBERT_ARCHS:
+        lines.append(modernbert_use(arch, a))
     return "\n".join(lines)
 
 

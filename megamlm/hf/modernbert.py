@@ -213,3 +213,34 @@ def kept_settings_of(record, arch: str) -> dict:
     """The kept settings a megamlm checkpoint's import recorded, those the ``arch`` export's config has."""
     kept = ((record.config.get("imported_from") or {}).get("hf_settings") or {})
     return {name: value for name, value in kept.items() if name in KEPT_SETTINGS[arch]}
+
+
+def modernbert_use(arch: str, args: ModelArgs) -> str:
+    """The model card's "Use" section of a ModernBERT-family export: the classes it loads as, and its window."""
+    window = ""
+    if args.has_sliding_layers():
+        reach = (f"attend the last {args.sliding_window} tokens" if arch == DECODER_TYPE
+                 else f"attend |i - j| < {args.sliding_window}")
+        window = (f"\n\nIts sliding-window layers {reach} as megamlm trained them; config.json writes "
+                  f"`local_attention: {_hf_window(arch, args)}`, which transformers' "
+                  f"{'decoder' if arch == DECODER_TYPE else 'encoder'} reads as that same window.")
+    if arch == DECODER_TYPE:
+        return f"""## Use
+
+`ModernBertDecoderForCausalLM` (transformers, no remote code): `pipeline("text-generation", model=path)`.{window}
+"""
+    return f"""## Use
+
+`ModernBertForMaskedLM` (transformers, no remote code):
+
+```python
+from transformers import AutoModel, AutoModelForSequenceClassification, pipeline
+fill = pipeline("fill-mask", model=path)                      # ModernBertForMaskedLM
+encoder = AutoModel.from_pretrained(path)                     # ModernBertModel: hidden states
+classifier = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
+```
+
+sentence-transformers loads it too (`SentenceTransformer(path)`: the mean of the hidden states); loading the
+encoder alone reports the MLM head's tensors (`head.*`, `decoder.bias`) as unexpected, as for any masked-LM
+checkpoint.{window}
+"""

@@ -65,6 +65,9 @@ def test_import_then_export_is_bitwise_the_input(tmp_path, capsys, kind):
     for name in (*TOKEN_IDS, "classifier_dropout", *(() if decoder else ("classifier_pooling",))):
         assert getattr(after, name) == getattr(before, name), name
     _loads_cleanly(tmp_path / "out", decoder)
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "## Use" in card and "`local_attention: 8`" in card
+    assert decoder or "The LM head was last trained by MLM" in card  # the imported encoder's own MLM head
 
 
 def _corpus(prefix, documents=60):
