@@ -276,6 +276,9 @@ class RunReporter:
             "loss": s.loss, f"loss/{s.objective}": s.loss, "lr": s.lr, "grad_norm": s.grad_norm})
         if not self.logs_at(s.step, s.is_switch_step):
             return
+        # The steps this record averages: after a resume the first window starts at the resumed step, not at the
+        # window's start (the steps before it were in the launch before, which recorded none of them).
+        steps = [s.step - len(self.meter.losses) + 1, s.step]
         summary = self.meter.flush()
         rate = throughput(self.model_args, summary.tokens, summary.predicted, s.objective == "clm", summary.seconds,
                           self.device, devices=self.devices)
@@ -290,7 +293,7 @@ class RunReporter:
             f"grad-norm {summary.grad_norm:.2f} | {rate.tokens_per_second:.0f} tok/s{mfu}{memory} | "
             f"eta {format_duration(eta)}")
         # TensorBoard gets this record's scalars (train/tokens_per_second, ...) as a tracker (training/trackers.py)
-        self._record("train", s.step, samples=s.consumed_samples, tokens=tokens, objective=s.objective,
+        self._record("train", s.step, steps=steps, samples=s.consumed_samples, tokens=tokens, objective=s.objective,
                      loss=summary.loss, lr=s.lr, grad_norm=summary.grad_norm,
                      tokens_per_second=rate.tokens_per_second, mfu=rate.mfu, peak_memory_mib=rate.peak_memory_mib)
 
