@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 from helpers import expect_one_line, tool_main, write_dataset
-from modernbert_folders import BIASES, SMALL_WINDOW, save_modernbert, word_tokenizer
+from modernbert_folders import BIASES, RELEASED, SMALL_WINDOW, save_modernbert, word_tokenizer
 from step_recorder import StepRecorder
 
 from megamlm.cli import load_config
@@ -33,10 +33,43 @@ def _loads_cleanly(folder, decoder: bool):
     return model.eval()
 
 
-@pytest.mark.parametrize("kind", ["encoder-released-keys", "encoder", "decoder"])
-def test_import_then_export_is_bitwise_the_input(tmp_path, capsys, kind):
+def _same_model(source, exported):
+    """Assert that every safetensors tensor is bitwise the same (dtype included) and the configs read as the same
+    megamlm model; returns both configs."""
     from safetensors.torch import load_file
 
+    before, after = (load_file(folder / "model.safetensors") for folder in (source, exported))
+    assert sorted(before) == sorted(after)
+    for name, tensor in before.items():
+        assert tensor.dtype == after[name].dtype and torch.equal(tensor, after[name]), name
+    configs = [transformers.AutoConfig.from_pretrained(folder) for folder in (source, exported)]
+    assert modernbert_fields(configs[1]) == modernbert_fields(configs[0])
+    return configs
+
+
+@pytest.mark.parametrize("name", ["mmbert-small", "ettin-decoder"])
+def test_the_released_shapes_round_trip_bitwise(tmp_path, capsys, name):
+    """mmBERT-small's (vocabulary 256,000, RoPE 160k on every layer) and an Ettin decoder's released config files
+    (tiny in width and depth), imported and exported without training."""
+    settings = RELEASED[name]
+    decoder = settings.get("decoder", False)
+    save_modernbert(tmp_path / "hf", settings, legacy=True)
+    assert tool_main("convert_from_hf")(["--input", str(tmp_path / "hf"), "--output", str(tmp_path / "ckpt")]) == 0
+    printed = capsys.readouterr().out
+    for flag in (f"--vocab-size {settings['vocab_size']}", "--rope-theta 160000.0", "--seq-length 8192",
+                 f"--sliding-window {64 if decoder else 65}", "--layer-types full,sliding,sliding,full"):
+        assert flag in printed, printed
+    assert ("--local-rope-theta 10000.0" in printed) == decoder  # mmBERT's local base is its global one
+    arch = "modernbert-decoder" if decoder else "modernbert"
+    assert tool_main("convert_to_hf")(["--input", str(tmp_path / "ckpt"), "--output", str(tmp_path / "out"),
+                                       "--arch", arch]) == 0
+    _, after = _same_model(tmp_path / "hf", tmp_path / "out")
+    assert after.local_attention == 128 and after.layer_types[:3] == ["full_attention", *["sliding_attention"] * 2]
+    _loads_cleanly(tmp_path / "out", decoder)
+
+
+@pytest.mark.parametrize("kind", ["encoder-released-keys", "encoder", "decoder"])
+def test_import_then_export_is_bitwise_the_input(tmp_path, capsys, kind):
     decoder = kind == "decoder"
     settings = {**SMALL_WINDOW, **BIASES, "decoder": decoder, "classifier_dropout": 0.1,
                 **({} if decoder else {"classifier_pooling": "mean"})}
@@ -55,13 +88,7 @@ def test_import_then_export_is_bitwise_the_input(tmp_path, capsys, kind):
     arch = "modernbert-decoder" if decoder else "modernbert"
     assert tool_main("convert_to_hf")(["--input", str(tmp_path / "ckpt"), "--output", str(tmp_path / "out"),
                                        "--arch", arch]) == 0
-    source, exported = (load_file(tmp_path / folder / "model.safetensors") for folder in ("hf", "out"))
-    assert sorted(source) == sorted(exported)
-    for name, tensor in source.items():
-        assert tensor.dtype == exported[name].dtype and torch.equal(tensor, exported[name]), name
-    before = transformers.AutoConfig.from_pretrained(tmp_path / "hf")
-    after = transformers.AutoConfig.from_pretrained(tmp_path / "out")
-    assert modernbert_fields(after) == modernbert_fields(before)
+    before, after = _same_model(tmp_path / "hf", tmp_path / "out")
     for name in (*TOKEN_IDS, "classifier_dropout", *(() if decoder else ("classifier_pooling",))):
         assert getattr(after, name) == getattr(before, name), name
     _loads_cleanly(tmp_path / "out", decoder)
