@@ -7,18 +7,27 @@ from __future__ import annotations
 
 import pytest
 from harness import spawn
-from modernbert_layout_checks import LAYOUTS, check_layouts, save_weights, train
+from modernbert_layout_checks import FOUR_RANK_LAYOUTS, LAYOUTS, check_layouts, save_weights, train
 
 pytestmark = pytest.mark.distributed
 pytest.importorskip("transformers")
 
 
-def test_modernbert_block_trains_alike_in_every_layout(tmp_path):
+def _alike(tmp_path, world: int, layouts: dict) -> None:
     from megamlm.parallel.dims import ParallelDims
 
     weights = str(tmp_path / "weights.pt")
     save_weights(weights)
-    world = 2
-    expected = train(weights, ParallelDims(world_size=1), None, world)  # the global batch as 2 micro-batches
+    expected = train(weights, ParallelDims(world_size=1), None, world)  # the global batch as `world` micro-batches
     assert expected["losses"][-1] < expected["losses"][0]
-    spawn(check_layouts, world, LAYOUTS, weights, expected)
+    spawn(check_layouts, world, layouts, weights, expected)
+
+
+def test_modernbert_block_trains_alike_in_every_layout(tmp_path):
+    _alike(tmp_path, 2, LAYOUTS)
+
+
+@pytest.mark.slow
+def test_modernbert_block_trains_alike_with_tp_and_fsdp_under_a_pipeline(tmp_path):
+    """TP=2 x PP=2 (the head and its replicated gradients on a TP pair of the last stage) and PP=2 x FSDP2 DP=2."""
+    _alike(tmp_path, 4, FOUR_RANK_LAYOUTS)
