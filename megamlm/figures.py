@@ -146,14 +146,17 @@ def run_validation(curves: list[tuple[str, bool, dict]], x_label: str, path: Pat
     return save(fig, path)
 
 
-def run_training_loss(curves: list[tuple[str, tuple[list, list], tuple[int, ...]]], path: Path) -> Path:
-    """Training loss of several runs: ``curves`` is (name, (steps, losses), the run's switch steps)."""
+def run_training_loss(curves: list[tuple[str, tuple[list, list], tuple[tuple[int, str], ...]]], path: Path) -> Path:
+    """Training loss of several runs: ``curves`` is (name, (steps, losses), the run's markers: (step, what changes
+    after it) at each phase boundary or objective switch), each marker a dashed line labelled at the top."""
     fig, ax = figure(figsize=(7, 4))
-    for name, series, switch_steps in curves:
+    for name, series, markers in curves:
         (line,) = ax.plot(*series, label=name)
-        for switch_step in switch_steps:
-            ax.axvline(switch_step, color=line.get_color(), linestyle="--", alpha=0.7)
-    ax.set(xlabel="step", ylabel="training loss", title="training loss (dashed: objective switch)")
+        for step, words in markers:
+            ax.axvline(step, color=line.get_color(), linestyle="--", alpha=0.7)
+            ax.text(step, 1.0, f" {words}", transform=ax.get_xaxis_transform(), rotation=90, va="top", ha="right",
+                    fontsize=7, color=line.get_color())
+    ax.set(xlabel="step", ylabel="training loss", title="training loss (dashed: a phase boundary, what changes)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return save(fig, path)

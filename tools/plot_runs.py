@@ -3,7 +3,8 @@
     python tools/plot_runs.py ckpt/610m/clm_then_mlm_12k ckpt/610m/mlm_12k --output figures/
 
 writes validation_vs_steps.png and validation_vs_tokens.png (validation MLM and CLM loss of every run) and
-training_loss.png (training loss, each run's objective switch dashed) into --output (default: run_plots/).
+training_loss.png (training loss; each phase boundary of a run, or its objective switch, dashed and labelled with
+what changes there: objective, length, data, mask, ...) into --output (default: run_plots/).
 RUN_DIR is a run's --save folder; a branch or continuation of another plotted run is drawn from where it leaves
 that run.
 """

@@ -4,7 +4,9 @@
   branch (``--load`` of another run's checkpoint) or continuation (``--continue-from``) whose parent is plotted too
   is drawn from the parent's point where it leaves the parent (as the study report draws it), a continuation's
   steps after its parent's; a run without validation records is named so in the legend;
-- ``training_loss.png``: the training loss of every run, each run's objective switch marked by a dashed line.
+- ``training_loss.png``: the training loss of every run, each boundary between its recipe's phases (or, without
+  phases, each objective switch) marked by a dashed line labelled with what changed there (objective, length, data,
+  mask, RoPE base, batch, learning rate; ``phase_changes``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,37 @@ class RunMetrics:
     """The lineage event the run started from: kind ``branch`` or ``continue``, ``parent_run``, ``step``."""
     switch_steps: tuple[int, ...] = ()
     """Every objective switch (a schedule of three or more phases has several)."""
+    boundaries: tuple[tuple[int, str], ...] = ()
+    """(last step of a phase, what the next phase changes, in words) of every phase boundary of the run's recipe;
+    its objective switches where it has no recipe of several phases."""
+
+
+PHASE_CHANGES = (("objective", "objective", "{}"), ("seq_length", "length", "{}"), ("data_path", "data", None),
+                 ("mask_ratio", "mask", "{:g}"), ("rope_bases", "RoPE base", None),
+                 ("global_batch_size", "batch", "{}"), ("lr", "LR", "{:g}"), ("lr_decay", "decay", None),
+                 ("valid_data_path", "validation data", None))
+"""(recipe field, its word, how its values are shown or None for the word alone) of what a boundary marker names."""
+
+
+def phase_changes(before: dict, after: dict) -> str:
+    """What phase ``after`` changes from phase ``before`` (run record recipe entries), in words:
+    ``length 128->512, data, mask 0.3->0.15``; ``phase N`` when nothing named changes."""
+    words = []
+    for field, word, shown in PHASE_CHANGES:
+        a, b = before.get(field), after.get(field)
+        if a == b:
+            continue
+        words.append(word if shown is None or a is None or b is None else
+                     f"{word} {shown.format(a)}->{shown.format(b)}")
+    return ", ".join(words) or f"phase {after.get('index', 0) + 1}"
+
+
+def boundaries_of(record: dict, switches: tuple[int, ...]) -> tuple[tuple[int, str], ...]:
+    """The markers of a run: its recipe's phase boundaries with what changes at each, or its objective switches."""
+    recipe = record.get("recipe") or []
+    if len(recipe) > 1:
+        return tuple((a["last_step"], phase_changes(a, b)) for a, b in zip(recipe, recipe[1:]))
+    return tuple((step, "objective") for step in switches)
 
 
 def load_run(folder: str | Path) -> RunMetrics:
@@ -42,7 +75,7 @@ def load_run(folder: str | Path) -> RunMetrics:
     folder = Path(folder)
     records = read_metrics(folder)
     train = [r for r in records if r.get("kind") == "train"]
-    origin = None
+    origin, record = None, {}
     if (folder / RUN_RECORD).is_file():
         record = json.loads((folder / RUN_RECORD).read_text())
         switches = tuple(record.get("switch_steps") or ([record["switch_step"]] if record.get("switch_step") else []))
@@ -50,7 +83,8 @@ def load_run(folder: str | Path) -> RunMetrics:
     else:  # the trainer logs the switch step itself, so the last record of the first objective is the switch
         switches = tuple(a["step"] for a, b in zip(train, train[1:]) if a.get("objective") != b.get("objective"))
     return RunMetrics(folder.name, train, [r for r in records if r.get("kind") == "validation"],
-                      switches[0] if switches else None, folder.resolve(), origin, switches)
+                      switches[0] if switches else None, folder.resolve(), origin, switches,
+                      boundaries_of(record, switches))
 
 
 def validation_curve(run: RunMetrics, runs: list[RunMetrics], x: str, metric: str) -> tuple[list, list]:
@@ -97,8 +131,6 @@ def plot_runs(folders: list[str | Path], output: str | Path) -> list[Path]:
                    {metric: validation_curve(run, runs, x, metric) for metric in ("mlm_loss", "clm_loss")})
                   for run in runs]
         written.append(figures.run_validation(curves, label, output / name))
-    losses = [(run.name, _series(run.train, "step", "loss"),
-               run.switch_steps or ((run.switch_step,) if run.switch_step is not None else ()))
-              for run in runs]
+    losses = [(run.name, _series(run.train, "step", "loss"), run.boundaries) for run in runs]
     written.append(figures.run_training_loss(losses, output / FIGURES[2]))
     return written

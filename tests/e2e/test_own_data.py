@@ -164,3 +164,13 @@ def test_the_data_tools_share_the_json_keys_flag(own_data, tmp_path, capsys):
     err = capsys.readouterr().err
     assert status == 2 and len(err.strip().splitlines()) == 1 and "--json-keys" in err, err
     assert not list(tmp_path.glob("none.json*"))
+
+
+def test_the_plots_mark_each_phase_boundary_with_what_changes(trained, tmp_path):
+    from megamlm.training.run_curves import load_run, plot_runs
+
+    status, log, out = trained
+    assert load_run(out / "ckpt").boundaries == ((4, "length 16->32, data, mask 0.4->0.2"), (8, "data, decay"))
+    pytest.importorskip("matplotlib")
+    written = plot_runs([out / "ckpt"], tmp_path / "fig")
+    assert [p.name for p in written][-1] == "training_loss.png" and written[-1].stat().st_size > 10_000
