@@ -1,12 +1,13 @@
 """A corpus's stream in a document sample mode across a recipe's segments (``phase_streams.py``'s contract).
 
-Rows keep the documents in the epoch's order (``documents.py``), so what an epoch has left after its first r rows
-is simply its documents from row r's first one on. A later segment that reads the corpus again:
+Rows are not shuffled (``documents.py``), so what an epoch has left after its first r rows is the documents of its
+rows r, r+1, ... A later segment that reads the corpus again:
 
 - at the same sequence length, goes on with the corpus's own rows;
-- at another length, packs the epoch's documents not yet read into rows of the new length, in the same order, then
-  reads the corpus's own epochs at the new length from the next epoch on. No document is read twice in an epoch and
-  none is skipped, whatever lengths the phases use; each row is a pure function of the recipe and the seed.
+- at another length, packs the epoch's documents not yet read, in the order they were in, into rows of the new
+  length, then reads the corpus's own epochs at the new length from the next epoch on. No document is read twice
+  in an epoch and none is skipped, whatever lengths the phases use; each row is a pure function of the recipe and
+  the seed.
 """
 
 from __future__ import annotations
@@ -90,7 +91,8 @@ class DocumentStream:
         if left is None:
             tail = DocumentStream(self.corpus, dataset, dataset.epoch_start(epoch))
         else:
-            starts = pack_rows(np.minimum(dataset.sizes[left], seq_length), seq_length, dataset.mode)
-            tail = DocumentStream(self.corpus, dataset, dataset.epoch_start(epoch + 1), (left, starts, epoch))
+            positions, starts = pack_rows(np.minimum(dataset.sizes[left], seq_length), seq_length, dataset.mode)
+            tail = DocumentStream(self.corpus, dataset, dataset.epoch_start(epoch + 1),
+                                  (left[positions], starts, epoch))
         tail.ensure(need)
         return tail

@@ -6,21 +6,21 @@ one is dropped: ModernBERT's and Ettin's loaders truncate every document to the 
 packer sees it (bert24 ``src/text_data.py``: ``truncation=True, max_length=max_seq_len``). Empty documents are
 skipped, as their packer skips them. Then, per mode:
 
-- ``packed_documents``: the documents fill rows of ``seq_length`` tokens in that order; one that does not fit in
-  what is left of a row starts the next row (next fit). ModernBERT's packer puts each sequence in the fullest row of
-  the current batch it still fits (best fit over a buffer), which depends on the batch size; megamlm's rows must
-  not, so they are filled in order;
+- ``packed_documents``: the documents, in that order, are best-fitted into rows of ``seq_length`` tokens over a
+  window of open rows (``pack_rows``), as ModernBERT's packer best-fits them into the rows of a batch; the window
+  is a fixed number of rows, not a batch, so a row never depends on the batch size;
 - ``document_per_row``: each document is a row (Ettin: bert24 with its packer off).
 
 The rest of a row is padding (token 0, document id -1) that no loss, mask or attention sees. Sample k is row
 k - R_0 - ... - R_{e-1} of the epoch e holding it (R_e: the rows of epoch e): a pure function of (document sizes,
-seq_length, seed, mode, k); each epoch covers every non-empty document once. Rows are kept in document order (a
-row's neighbours hold the documents next to it in the epoch's shuffled order), so the rest of an epoch after n rows
-is the epoch's documents from row n's first one on.
+seq_length, seed, mode, k); each epoch covers every non-empty document once. Rows are not shuffled: the epoch's
+order is already random, and the documents an epoch has left after its first n rows are those of rows n, n+1, ...
+(what a later phase at another length packs again, ``document_streams.py``).
 """
 
 from __future__ import annotations
 
+import bisect
 from typing import Callable, Sequence, get_args
 
 import numpy as np
@@ -37,32 +37,55 @@ DOCUMENT_MODES: tuple[str, ...] = tuple(_DOCUMENT_MODES)
 PADDING_DOCUMENT = -1
 """The document id of a row's padding."""
 # Bump when the way the rows are built changes: old cache entries then get new names.
-DOCUMENT_FORMAT_VERSION = 1
+# 2: packed_documents fills rows by best fit over OPEN_ROWS open rows (1: next fit).
+DOCUMENT_FORMAT_VERSION = 2
+OPEN_ROWS = 64
+"""How many rows packed_documents keeps open to best-fit documents into (ModernBERT: the rows of a batch)."""
 ARRAY_NAMES = ("order", "row_starts")
 
 
-def pack_rows(lengths: np.ndarray, seq_length: int, mode: str) -> np.ndarray:
-    """Row starts (positions in ``lengths``, then ``len(lengths)``) of documents of these lengths (each 1 to
-    ``seq_length``) filled in order into rows of ``seq_length`` tokens (``packed_documents``: next fit) or one per
-    row (``document_per_row``)."""
+def pack_rows(lengths: np.ndarray, seq_length: int, mode: str) -> tuple[np.ndarray, np.ndarray]:
+    """(positions, row_starts): documents of these lengths (each 1 to ``seq_length``) into rows of ``seq_length``
+    tokens; row r holds ``positions[row_starts[r]:row_starts[r + 1]]``, positions into ``lengths``.
+
+    ``document_per_row``: one document a row, in order. ``packed_documents``: best fit over a window of open rows,
+    as ModernBERT's packer fits each sequence into the fullest row of its batch that still has room for it; here the
+    window is ``OPEN_ROWS`` rows, not a batch, so the rows do not depend on the batch size. Each document in order
+    goes into the open row with the least room that holds it, or else opens a row (the fullest open row is emitted
+    first when ``OPEN_ROWS`` are open); a row is emitted when full, the rows still open at the end in the order they
+    were opened."""
     if mode == "document_per_row":
-        return np.arange(len(lengths) + 1, dtype=np.int64)
-    starts = [0]
-    used = 0
+        return np.arange(len(lengths), dtype=np.int64), np.arange(len(lengths) + 1, dtype=np.int64)
+    rows: list[list[int]] = []
+    emitted: list[int] = []
+    room: list[tuple[int, int]] = []  # (room left, row) of the open rows, least room first
     for position, length in enumerate(lengths.tolist()):
-        if used + length > seq_length:
-            starts.append(position)
-            used = 0
-        used += length
-    starts.append(len(lengths))
-    return np.asarray(starts, dtype=np.int64)
+        at = bisect.bisect_left(room, (length, -1))
+        if at < len(room):
+            left, row = room.pop(at)
+            rows[row].append(position)
+        else:
+            if len(room) == OPEN_ROWS:
+                emitted.append(room.pop(0)[1])
+            left, row = seq_length, len(rows)
+            rows.append([position])
+        if left > length:
+            bisect.insort(room, (left - length, row))
+        else:
+            emitted.append(row)
+    emitted += sorted(row for _, row in room)
+    ordered = [rows[row] for row in emitted]
+    row_starts = np.concatenate([[0], np.cumsum([len(r) for r in ordered])]).astype(np.int64)
+    return np.asarray([p for r in ordered for p in r], dtype=np.int64), row_starts
 
 
 def build_rows(sizes: np.ndarray, seq_length: int, seed: int, epoch: int, mode: str) -> tuple[np.ndarray, np.ndarray]:
-    """(order: the epoch's non-empty documents in its seeded order, row_starts: where each row starts in it)."""
+    """(order: the epoch's non-empty documents, row by row, row_starts: where each row starts in it); the documents
+    come in the epoch's seeded order."""
     order = build_document_order(len(sizes), seed, epoch)
     order = order[sizes[order] > 0]
-    return order, pack_rows(np.minimum(sizes[order], seq_length), seq_length, mode)
+    positions, row_starts = pack_rows(np.minimum(sizes[order], seq_length), seq_length, mode)
+    return order[positions], row_starts
 
 
 def _epoch_entry(sizes: np.ndarray, digest: str, seq_length: int, seed: int, mode: str, epoch: int) -> CacheEntry:
