@@ -294,8 +294,9 @@ class Trainer:
 
 def pin_batch(batch: Batch) -> Batch:
     document_ids = batch.document_ids.pin_memory() if batch.document_ids is not None else None
+    position_ids = batch.position_ids.pin_memory() if batch.position_ids is not None else None
     return replace(batch, input_ids=batch.input_ids.pin_memory(), targets=batch.targets.pin_memory(),
-                   positions=batch.positions.pin_memory(), document_ids=document_ids)
+                   positions=batch.positions.pin_memory(), document_ids=document_ids, position_ids=position_ids)
 
 
 def build_trainer(cfg: Config, signals: ExitSignalHandler, held: ExitStack,
