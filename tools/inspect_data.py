@@ -20,6 +20,7 @@ import hashlib
 import json
 import sys
 from pathlib import Path
+from typing import get_args
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from megamlm.log import quiet_imports  # noqa: E402
 
 quiet_imports()  # before transformers is imported: known third-party import noise (megamlm/log.py)
 
+from megamlm.config.sections import SampleMode  # noqa: E402
 from megamlm.data import DataError, IndexedDataset, StreamSpec, build_train_dataset, load_tokenizer  # noqa: E402
 from megamlm.data.inspection import dataset_statistics, sample_digest  # noqa: E402
 from megamlm.errors import UserError, exit_line  # noqa: E402
@@ -41,6 +43,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the run's length (train iterations x global batch size): refuse indexes beyond it")
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--cache-dir", default=None, help="the run's index cache folder (built there if absent)")
+    parser.add_argument("--sample-mode", default="windows", choices=get_args(SampleMode),
+                        help="as given to the run: windows of the packed stream, or whole documents (default windows)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,7 +92,8 @@ def check_range(args, first: int, end: int, what: str) -> None:
 
 def run_dataset(args, end: int):
     """The run's stream with (at least) samples [0, end) available; sample k does not depend on `end`."""
-    return build_train_dataset(StreamSpec(args.data_path, args.seq_length, end, args.seed, cache_dir=args.cache_dir))
+    return build_train_dataset(StreamSpec(args.data_path, args.seq_length, end, args.seed, cache_dir=args.cache_dir,
+                                          sample_mode=args.sample_mode))
 
 
 def print_samples(args) -> None:
@@ -99,7 +104,9 @@ def print_samples(args) -> None:
     for k in args.index:
         tokens = dataset[k]
         fingerprint = hashlib.sha256(np.ascontiguousarray(tokens, dtype=np.int64).tobytes()).hexdigest()[:16]
-        print(f"sample {k}: {len(tokens)} tokens, sha256 {fingerprint}")
+        padding = int(np.count_nonzero(dataset.document_ids(k) < 0))
+        print(f"sample {k}: {len(tokens)} tokens{f' ({padding} of them padding)' if padding else ''}, sha256 "
+              f"{fingerprint}")
         pieces = dataset.sample_documents(k)
         print("  documents: " + ", ".join(f"{d}[{o}:{o + n}]" for d, o, n in pieces))
         print(f"  ids: {tokens[:16].tolist()}{' ...' if len(tokens) > 16 else ''}")

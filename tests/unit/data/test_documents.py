@@ -212,3 +212,18 @@ def test_batches_of_whole_documents_never_mask_or_target_padding_and_restart_pos
             assert (targets != IGNORE_INDEX).any()
     windows = make_batch("mlm", tokens, ids, 7, spec)  # without the flag: the windows mode's batch, padding and all
     assert windows.position_ids is None and (windows.targets.numpy()[padding] != IGNORE_INDEX).any()
+
+
+def test_inspect_data_shows_a_document_modes_rows(tmp_path, make_documents, capsys):
+    from helpers import tool_main
+
+    prefix = write_dataset(tmp_path / "d", make_documents())
+    inspect = tool_main("inspect_data")
+    run = ["--data-path", prefix, "--seq-length", "32", "--seed", "9", "--sample-mode", "document_per_row"]
+    ds = DocumentSampleDataset(IndexedDataset(prefix), 32, 10, seed=9, mode="document_per_row")
+    short = next(k for k in range(10) if ds.sample_tokens(k) < 32)
+    assert inspect(["sample", *run, "--index", str(short)]) == 0
+    out = capsys.readouterr().out
+    assert f"sample {short}: 32 tokens ({32 - ds.sample_tokens(short)} of them padding)" in out
+    (document, _, length), = ds.sample_documents(short)
+    assert f"documents: {document}[0:{length}]" in out
