@@ -209,10 +209,16 @@ def kept_settings(config) -> dict:
     return {name: getattr(config, name) for name in names if hasattr(config, name)}
 
 
+EXPORT_DEFAULTS = {ENCODER_TYPE: {"classifier_pooling": "mean"}, DECODER_TYPE: {}}
+"""What an export writes where no import kept a value: the released ModernBERT's mean pooling for its sequence
+classifier (transformers' default is cls)."""
+
+
 def kept_settings_of(record, arch: str) -> dict:
-    """The kept settings a megamlm checkpoint's import recorded, those the ``arch`` export's config has."""
+    """The kept settings a megamlm checkpoint's import recorded, those the ``arch`` export's config has (else
+    EXPORT_DEFAULTS)."""
     kept = ((record.config.get("imported_from") or {}).get("hf_settings") or {})
-    return {name: value for name, value in kept.items() if name in KEPT_SETTINGS[arch]}
+    return {**EXPORT_DEFAULTS[arch], **{name: value for name, value in kept.items() if name in KEPT_SETTINGS[arch]}}
 
 
 def modernbert_use(arch: str, args: ModelArgs) -> str:

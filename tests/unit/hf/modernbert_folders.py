@@ -71,7 +71,9 @@ def hf_config(settings: dict):
 
 def save_modernbert(folder: Path, settings: dict, legacy: bool = False, seed: int = 0):
     """A random ModernBertForMaskedLM (or ModernBertDecoderForCausalLM) of ``settings`` saved with its tokenizer;
-    norms and biases are perturbed so that none is trivial. Returns the model (eval mode)."""
+    norms and biases are perturbed so that none is trivial, and every matrix so that attention is far from uniform
+    (at the init's std 0.02 a window or RoPE base off by one moves the logits by under 1e-5). Returns the model
+    (eval mode)."""
     import transformers
 
     config = hf_config(settings)
@@ -85,6 +87,8 @@ def save_modernbert(folder: Path, settings: dict, legacy: bool = False, seed: in
                 p.uniform_(0.5, 1.5)
             elif name.endswith("bias"):
                 p.normal_(0.0, 0.1)
+            else:
+                p.add_(torch.randn_like(p) * 0.1)
     model.save_pretrained(folder)
     word_tokenizer().save_pretrained(folder)
     if legacy:

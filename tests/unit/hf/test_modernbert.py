@@ -85,6 +85,12 @@ def test_state_dicts_both_ways_and_logits_equal(tmp_path, decoder, biases):
         ours = model.logits(model(ids, causal=decoder))
         theirs = hf_model(input_ids=ids).logits
     assert (ours - theirs).abs().max().item() < 1e-5
+    # The comparison tells windows and RoPE bases apart: one token more of window, or another local base, is far.
+    for change in (dict(sliding_window=args.sliding_window + 1), dict(local_rope_theta=1000.0)):
+        other = Transformer(dataclasses.replace(args, **change)).eval()
+        other.load_state_dict(state, strict=True)
+        with torch.no_grad():
+            assert (other.logits(other(ids, causal=decoder)) - theirs).abs().max().item() > 1e-3, change
 
 
 @pytest.mark.parametrize("name", sorted(RELEASED))
@@ -101,8 +107,12 @@ def test_logits_equal_with_the_released_window(tmp_path, name):
     model.load_state_dict(state, strict=True)
     ids = torch.randint(5, 35, (1, 150), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        difference = (model.logits(model(ids, causal=decoder)) - hf_model(input_ids=ids).logits).abs().max()
-    assert difference.item() < 1e-5
+        theirs = hf_model(input_ids=ids).logits
+        assert (model.logits(model(ids, causal=decoder)) - theirs).abs().max().item() < 1e-5
+    wider = Transformer(dataclasses.replace(args, sliding_window=args.sliding_window + 1)).eval()
+    wider.load_state_dict(state, strict=True)
+    with torch.no_grad():  # a window one token wider is told apart
+        assert (wider.logits(wider(ids, causal=decoder)) - theirs).abs().max().item() > 1e-3
 
 
 @pytest.mark.parametrize("arch", ["modernbert", "modernbert-decoder"])
@@ -159,3 +169,30 @@ def test_an_export_names_what_the_model_lacks():
     block = dataclasses.replace(llama_shaped, norm_type="layernorm", embedding_norm=True, prediction_head=True)
     assert "grouped-query attention" in modernbert_export_problem("modernbert-decoder", block)
     assert modernbert_export_problem("modernbert", dataclasses.replace(block, num_query_groups=4)) is None
+
+
+SCALED = {"linear": {"factor": 4.0},
+          "yarn": {"factor": 4.0, "original_max_position_embeddings": 16},
+          "llama3": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 16}}
+
+
+@pytest.mark.parametrize("kind", sorted(SCALED))
+def test_rope_scaling_of_the_global_layers_is_imported_and_exported(tmp_path, kind):
+    """A ModernBERT whose full-attention layers scale RoPE (the sliding ones plain): megamlm's rope_scaling, logits
+    equal transformers' over 32 tokens (scaled from 16), and the export's config writes it back."""
+    settings = {key: value for key, value in SMALL_WINDOW.items() if not key.endswith("rope_theta")}
+    settings["rope_parameters"] = {"full_attention": {"rope_type": kind, "rope_theta": 1000.0, **SCALED[kind]},
+                                   "sliding_attention": {"rope_type": "default", "rope_theta": 100.0}}
+    hf_model = save_modernbert(tmp_path, settings)
+    fields = modernbert_fields(hf_model.config, max_seq_length=32)
+    assert fields["rope_scaling"].rope_type == kind and fields["local_rope_theta"] == 100.0
+    model = Transformer(ModelArgs(**fields)).eval()
+    state = _translated(hf_model, MODERNBERT)
+    state["lm_head.weight"] = state["embed_tokens.weight"]
+    model.load_state_dict(state, strict=True)
+    ids = torch.randint(5, 35, (2, 32), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        assert (model.logits(model(ids, causal=False)) - hf_model(input_ids=ids).logits).abs().max().item() < 1e-5
+    config = modernbert_hf_config("modernbert", ModelArgs(**fields), IDS)
+    assert modernbert_fields(config, max_seq_length=32) == fields
