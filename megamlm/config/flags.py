@@ -190,6 +190,8 @@ def _check_run_length(settings: dict, ns: dict) -> None:
     iters, tokens = training.get("train_iters"), training.get("train_tokens")
     if iters is not None and tokens is not None:
         given = {name for name in ("train_iters", "train_tokens") if f"training.{name}" in ns}
+        if not given and iters == SECTION_CLASSES["training"]().train_iters:  # a --config file's Config holds every
+            given = {"train_tokens"}                                           # default: its train_iters is one
         if len(given) != 1:
             raise ConfigError(f"--train-iters {iters} and --train-tokens {tokens} give the run's length two ways; "
                               "pass one of them")
