@@ -1,4 +1,5 @@
-"""Hugging Face interop: key maps, export to EuroBERT/Llama folders, import of Llama-family/EuroBERT/GGUF models."""
+"""Hugging Face interop: key maps, export to EuroBERT/ModernBERT/Llama-family folders, import of Llama-family,
+EuroBERT, ModernBERT-family and GGUF models."""
 
 from megamlm.hf.errors import ConversionError
 from megamlm.hf.export import export_checkpoint

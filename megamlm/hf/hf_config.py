@@ -5,7 +5,9 @@ Mistral, Qwen2/Qwen2.5 (q/k/v biases), SmolLM (llama), EuroBERT, Qwen3 (q/k norm
 the text tower of the multimodal ones: q/k norms, four norms per block, GeGLU, scaled embeddings, the query
 pre-attention scalar, sliding-window and full layers with their own RoPE bases). Exported: EuroBERT (the
 encoder), a bidirectional Gemma 3 (the encoder of a Gemma 3 decoder), or the causal Llama, Qwen2, Mistral,
-Qwen3 or Gemma 3 model, each config carrying the biases, head_dim, RoPE parameters and tying.
+Qwen3 or Gemma 3 model, each config carrying the biases, head_dim, RoPE parameters and tying. The ModernBERT
+family (ModernBertForMaskedLM, ModernBertDecoderForCausalLM) is translated both ways by megamlm/hf/modernbert.py,
+to which this module hands it.
 """
 
 from __future__ import annotations
