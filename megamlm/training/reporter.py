@@ -210,7 +210,10 @@ class RunReporter:
         self.trackers = open_trackers(cfg, record, self.tensorboard.writer)
 
     def _record(self, kind: str, step: int, **fields) -> None:
-        """One metrics.jsonl record, and the same to the trackers."""
+        """One metrics.jsonl record, and the same to the trackers; in a recipe of several phases it names the phase
+        (numbered from 1, as the log) that trained ``step``."""
+        if self.recipe is not None and len(self.recipe.phases) > 1:
+            fields = {"phase": self.recipe.phase_at(step).index + 1, **fields}
         self._write(METRICS_FILE, self.metrics.append, kind, step, **fields)
         self.trackers.record(kind, step, fields)
 

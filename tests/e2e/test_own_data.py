@@ -104,7 +104,11 @@ def test_the_record_and_metrics_state_the_recipe_as_it_ran(own_data, trained):
     record = json.loads((out / "ckpt" / "run_record.json").read_text())
     assert [p["tokens"] for p in record["recipe"]] == [4 * 4 * 16, 4 * 4 * 32, 4 * 4 * 32]
     assert [p["data_path"] for p in record["recipe"]] == [[a], ["0.5", a, "0.5", b], [b]]
-    assert read_metrics(out / "ckpt", kind="train")[-1]["tokens"] == 4 * 4 * (16 + 32 + 32)
+    train = read_metrics(out / "ckpt", kind="train")
+    assert train[-1]["tokens"] == 4 * 4 * (16 + 32 + 32)
+    # Each record names the phase (from 1, as the log) that trained its step.
+    assert [(r["step"], r["phase"]) for r in train] == [(2, 1), (4, 1), (6, 2), (8, 2), (10, 3), (12, 3)]
+    assert [r["phase"] for r in read_metrics(out / "ckpt", kind="validation")] == [1, 2, 3]
 
 
 def test_the_model_card_states_tokens_data_and_phases_as_the_log_does(own_data, trained, tmp_path):
