@@ -14,7 +14,9 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <algorithm>
 #include <queue>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -210,7 +212,84 @@ PyObject* group_by_bucket(PyObject*, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+// Best fit of documents (lengths, in order) into rows of seq_length tokens over a window of open_rows open rows,
+// as megamlm/data/documents.py's pack_rows: each document goes into the open row with the least room that holds it
+// (the lowest row number among equals), or opens a row, emitting the fullest open row first when open_rows are open;
+// a row is emitted when full, the rows still open at the end in the order they were opened. Writes positions (the
+// documents row by row, in emission order) and row_starts (R + 1 entries) and returns R.
+PyObject* pack_best_fit(PyObject*, PyObject* args) {
+  PyObject *lengths_obj, *positions_obj, *row_starts_obj;
+  long long seq_length, open_rows;
+  if (!PyArg_ParseTuple(args, "OLLOO", &lengths_obj, &seq_length, &open_rows, &positions_obj, &row_starts_obj))
+    return nullptr;
+  View lengths, positions, row_starts;
+  if (!lengths.acquire(lengths_obj, false, "lengths") || !lengths.expect('i', 8, "lengths")) return nullptr;
+  if (!positions.acquire(positions_obj, true, "positions") || !positions.expect('i', 8, "positions")) return nullptr;
+  if (!row_starts.acquire(row_starts_obj, true, "row_starts") || !row_starts.expect('i', 8, "row_starts"))
+    return nullptr;
+  const Py_ssize_t n = lengths.count();
+  if (positions.count() != n || row_starts.count() != n + 1 || seq_length < 1 || open_rows < 1) {
+    PyErr_SetString(PyExc_ValueError, "positions must hold N and row_starts N + 1 entries; seq_length and open_rows "
+                    "must be positive");
+    return nullptr;
+  }
+  const int64_t* length = static_cast<const int64_t*>(lengths.buffer.buf);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    if (length[i] < 1 || length[i] > seq_length) {
+      PyErr_SetString(PyExc_ValueError, "every length must be between 1 and seq_length");
+      return nullptr;
+    }
+  }
+  int64_t* out = static_cast<int64_t*>(positions.buffer.buf);
+  int64_t* starts = static_cast<int64_t*>(row_starts.buffer.buf);
+  Py_ssize_t emitted_rows = 0;
+  Py_BEGIN_ALLOW_THREADS;
+  std::vector<int64_t> row_of(n);     // the row of each document
+  std::vector<int64_t> rank_of;       // each row's place in the emission order (-1 while open)
+  std::set<std::pair<int64_t, int64_t>> room;  // (room left, row) of the open rows
+  int64_t next_rank = 0;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    auto at = room.lower_bound({length[i], -1});
+    int64_t left, row;
+    if (at != room.end()) {
+      left = at->first;
+      row = at->second;
+      room.erase(at);
+    } else {
+      if (static_cast<long long>(room.size()) == open_rows) {
+        rank_of[room.begin()->second] = next_rank++;
+        room.erase(room.begin());
+      }
+      left = seq_length;
+      row = static_cast<int64_t>(rank_of.size());
+      rank_of.push_back(-1);
+    }
+    row_of[i] = row;
+    if (left > length[i]) {
+      room.insert({left - length[i], row});
+    } else {
+      rank_of[row] = next_rank++;
+    }
+  }
+  std::vector<int64_t> still_open;
+  for (const auto& entry : room) still_open.push_back(entry.second);
+  std::sort(still_open.begin(), still_open.end());
+  for (int64_t row : still_open) rank_of[row] = next_rank++;
+  emitted_rows = static_cast<Py_ssize_t>(rank_of.size());
+  // A stable counting sort of the documents by their row's rank: positions within a row stay in order.
+  std::vector<int64_t> count(emitted_rows + 1, 0);
+  for (Py_ssize_t i = 0; i < n; ++i) ++count[rank_of[row_of[i]] + 1];
+  for (Py_ssize_t r = 0; r < emitted_rows; ++r) count[r + 1] += count[r];
+  for (Py_ssize_t r = 0; r <= emitted_rows; ++r) starts[r] = count[r];
+  for (Py_ssize_t i = 0; i < n; ++i) out[count[rank_of[row_of[i]]]++] = i;
+  Py_END_ALLOW_THREADS;
+  return PyLong_FromSsize_t(emitted_rows);
+}
+
 PyMethodDef methods[] = {
+    {"pack_best_fit", pack_best_fit, METH_VARARGS,
+     "pack_best_fit(lengths int64[N], seq_length, open_rows, positions int64[N], row_starts int64[N + 1]) -> rows: "
+     "megamlm/data/documents.py's pack_rows for packed_documents"},
     {"group_by_bucket", group_by_bucket, METH_VARARGS,
      "group_by_bucket(bucket_of uint16[N], out int32|uint32|int64[N]): numpy.argsort(bucket_of, kind='stable')"},
     {"build_sample_index", build_sample_index, METH_VARARGS,

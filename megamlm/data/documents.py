@@ -26,6 +26,7 @@ from typing import Callable, Sequence, get_args
 import numpy as np
 
 from megamlm.config.sections import SampleMode
+from megamlm.data._helpers_loader import helpers_for
 from megamlm.data.index_cache import CacheEntry, cached_entries, document_sizes_digest, in_range
 from megamlm.data.indexed import DataError, IndexedDataset
 from megamlm.data.sample_index import build_document_order
@@ -44,7 +45,8 @@ OPEN_ROWS = 64
 ARRAY_NAMES = ("order", "row_starts")
 
 
-def pack_rows(lengths: np.ndarray, seq_length: int, mode: str) -> tuple[np.ndarray, np.ndarray]:
+def pack_rows(lengths: np.ndarray, seq_length: int, mode: str,
+              use_cpp: bool | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(positions, row_starts): documents of these lengths (each 1 to ``seq_length``) into rows of ``seq_length``
     tokens; row r holds ``positions[row_starts[r]:row_starts[r + 1]]``, positions into ``lengths``.
 
@@ -53,9 +55,16 @@ def pack_rows(lengths: np.ndarray, seq_length: int, mode: str) -> tuple[np.ndarr
     window is ``OPEN_ROWS`` rows, not a batch, so the rows do not depend on the batch size. Each document in order
     goes into the open row with the least room that holds it, or else opens a row (the fullest open row is emitted
     first when ``OPEN_ROWS`` are open); a row is emitted when full, the rows still open at the end in the order they
-    were opened."""
+    were opened. The C++ helper packs when it is built (``use_cpp``; about 10x faster), else Python: the same rows.
+    """
     if mode == "document_per_row":
         return np.arange(len(lengths), dtype=np.int64), np.arange(len(lengths) + 1, dtype=np.int64)
+    helpers = helpers_for(use_cpp)
+    if helpers is not None and hasattr(helpers, "pack_best_fit"):  # (a helper built before it packs in Python)
+        positions, row_starts = np.empty(len(lengths), dtype=np.int64), np.empty(len(lengths) + 1, dtype=np.int64)
+        rows = helpers.pack_best_fit(np.ascontiguousarray(lengths, dtype=np.int64), int(seq_length), OPEN_ROWS,
+                                     positions, row_starts)
+        return positions, row_starts[:rows + 1].copy()
     rows: list[list[int]] = []
     emitted: list[int] = []
     room: list[tuple[int, int]] = []  # (room left, row) of the open rows, least room first

@@ -143,3 +143,20 @@ def test_group_by_bucket_identical_to_stable_argsort(helpers, dtype):
     np.testing.assert_array_equal(out, np.argsort(bucket_of, kind="stable"))
     with pytest.raises(ValueError, match="as many elements"):
         helpers.group_by_bucket(bucket_of, np.empty(5, dtype=dtype))
+
+
+@pytest.mark.parametrize("seq_length,open_rows", [(8, 64), (128, 64), (1024, 3), (1024, 1)])
+def test_best_fit_packing_identical(with_helpers, monkeypatch, seq_length, open_rows):
+    from megamlm.data.documents import pack_rows
+
+    monkeypatch.setattr("megamlm.data.documents.OPEN_ROWS", open_rows)
+    rng = np.random.default_rng(seq_length + open_rows)
+    for lengths in (rng.integers(1, seq_length + 1, 5000), np.minimum(rng.geometric(3 / seq_length, 5000), seq_length),
+                    np.full(100, seq_length), np.zeros(0, dtype=np.int64)):
+        cpp, python = pack_rows(lengths, seq_length, "packed_documents"), pack_rows(lengths, seq_length,
+                                                                                   "packed_documents", use_cpp=False)
+        for a, b in zip(cpp, python):
+            np.testing.assert_array_equal(a, b)
+            assert a.dtype == b.dtype == np.int64
+    with pytest.raises(ValueError, match="between 1 and seq_length"):
+        with_helpers.pack_best_fit(np.array([3, 9]), 8, 4, np.empty(2, dtype=np.int64), np.empty(3, dtype=np.int64))
