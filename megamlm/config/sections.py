@@ -165,7 +165,8 @@ class DataConfig:
     """How a sample is cut: windows (seq-length tokens of the packed stream, documents split where a window ends),
     packed_documents (ModernBERT's packer: whole documents, cut at seq-length, packed into a row with attention
     and RoPE positions kept inside each; the rest of the row is padding) or document_per_row (Ettin: one document
-    per row, cut at seq-length, padded; tokens are counted without the padding). Validation uses the same mode."""
+    per row, cut at seq-length, padded). Padding is never masked, predicted or counted in the log's tokens and
+    tokens/s (--train-tokens and a phase's tokens still count rows x length). Validation uses the same mode."""
 
 
 @dataclass(frozen=True)
