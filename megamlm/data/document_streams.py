@@ -52,7 +52,7 @@ class DocumentStream:
     def tokens_through(self, end: int) -> int:
         """The tokens of samples [0, end) without padding."""
         lengths = np.minimum(self.dataset.sizes[self.order], self.seq_length) if self.head else np.zeros(0)
-        if end <= self.head:
+        if self.head and end <= self.head:  # a stream that starts at an epoch boundary has no head rows
             return int(lengths[:int(self.row_starts[int(end)])].sum())
         own = end - self.head
         return (int(lengths.sum()) + self.dataset.tokens_through(self.offset + own)
