@@ -13,7 +13,7 @@ STEPS = 3
 ROWS_PER_MICRO, SEQ = 1, 32
 LR, CLIP = 1e-3, 1.0
 LAYOUTS = {"tp2": dict(tp=2), "pp2": dict(pp=2), "fsdp_dp2": dict()}
-FOUR_RANK_LAYOUTS = {"tp2_pp2": dict(tp=2, pp=2), "pp2_fsdp2": dict(pp=2)}
+FOUR_RANK_LAYOUTS = {"tp2_pp2": dict(tp=2, pp=2), "pp2_fsdp2": dict(pp=2), "hsdp_2x2": dict(dp_replicate=2)}
 
 
 def model_args():

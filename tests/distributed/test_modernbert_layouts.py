@@ -1,7 +1,8 @@
 """The ModernBERT block (LayerNorms, embedding norm, prediction head, decoder bias, sliding and global layers with
 their own RoPE bases, packed documents with restarting positions) trains MLM steps under TP=2, PP=2 and FSDP2 DP=2
-with the single-process losses, gradient norm and validation numbers: the prediction head replicated and run on the
-predicted rows, the LM head's bias split with its rows, the embedding norm sequence-parallel on the first stage."""
+(and, in the slow suite, TP x PP, PP x FSDP2 and HSDP on 4 ranks) with the single-process losses, gradient norm and
+validation numbers: the prediction head replicated and run on the predicted rows, the LM head's bias split with its
+rows, the embedding norm sequence-parallel on the first stage."""
 
 from __future__ import annotations
 
@@ -29,5 +30,6 @@ def test_modernbert_block_trains_alike_in_every_layout(tmp_path):
 
 @pytest.mark.slow
 def test_modernbert_block_trains_alike_with_tp_and_fsdp_under_a_pipeline(tmp_path):
-    """TP=2 x PP=2 (the head and its replicated gradients on a TP pair of the last stage) and PP=2 x FSDP2 DP=2."""
+    """TP=2 x PP=2 (the head and its replicated gradients on a TP pair of the last stage), PP=2 x FSDP2 DP=2, and
+    HSDP (2 replicas x 2 shards)."""
     _alike(tmp_path, 4, FOUR_RANK_LAYOUTS)

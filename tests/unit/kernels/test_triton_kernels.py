@@ -213,3 +213,18 @@ def test_realistic_sizes_on_gpu(triton_ops, device):
     torch.testing.assert_close(lk, lr, rtol=1e-4, atol=1e-2)
     torch.testing.assert_close(ghk, ghr, rtol=1e-3, atol=1e-4)
     torch.testing.assert_close(gwk, gwr, rtol=1e-3, atol=1e-4)
+
+
+def test_linear_cross_entropy_adds_the_lm_head_bias(triton_ops, device):
+    """ModernBERT's decoder bias: the Triton path adds it to every chunk's logits and returns its gradient."""
+    h, w, targets = _ce_inputs(device, 13, 24, 50, (3, 7))
+    bias = torch.randn(50, device=device)
+    a = [t.clone().requires_grad_() for t in (h, w, bias)]
+    b = [t.clone().requires_grad_() for t in (h, w, bias)]
+    loss_k = triton_ops["linear_cross_entropy"](a[0], a[1], targets, -100, 5, bias=a[2])
+    loss_r = reference.linear_cross_entropy(b[0], b[1], targets, bias=b[2])
+    torch.testing.assert_close(loss_k, loss_r, atol=1e-4, rtol=1e-5)
+    (loss_k / 3).backward()
+    (loss_r / 3).backward()
+    for got, want in zip(a, b):
+        torch.testing.assert_close(got.grad, want.grad, atol=1e-5, rtol=1e-4)
