@@ -51,7 +51,7 @@ def keys_of(cls) -> list[str]:
 
 
 def _join(where: str, key) -> str:
-    if where == "recipe" and key == "phases":  # named as the file gives it: phases[1].seq_length
+    if where == "recipe" and key == "phases":  # its items are named phase 1, phase 2, ...
         return "phases"
     return f"{where}.{key}" if where else str(key)
 
@@ -131,7 +131,9 @@ def _typed_list(name: str, annotation, value) -> list:
         return [str(v) for v in items]
     if not isinstance(value, list):
         raise ConfigError(f"{name} must be a list (YAML [a, b]), got {value!r}")
-    return [_typed(f"{name}[{i}]", item, v) for i, v in enumerate(value)]
+    # A recipe's phases are numbered from 1, as the log says ("phase 2"); other lists by their index.
+    return [_typed(f"phase {i + 1}" if name == "phases" else f"{name}[{i}]", item, v)
+            for i, v in enumerate(value)]
 
 
 class UniqueKeyLoader(yaml.SafeLoader):

@@ -168,7 +168,7 @@ def phase_items(cfg: Config) -> list[PhaseConfig]:
 
 
 def _name(index: int) -> str:
-    return f"phases[{index}]"
+    return f"phase {index + 1}"
 
 
 def _check_item(index: int, item: PhaseConfig, last: bool) -> None:
@@ -256,7 +256,7 @@ def recipe_of(cfg: Config) -> Recipe:
     first_validated = next((i for i, item in enumerate(items) if item.valid_data_path is not None), None)
     if first_validated and cfg.data.split is None and not cfg.data.valid_data_path:
         raise ConfigError(f"{_name(first_validated)} sets valid_data_path, but the phases before it have no "
-                          "validation data; give the run --valid-data-path (or --split), or set it in phases[0]")
+                          "validation data; give the run --valid-data-path (or --split), or set it in phase 1")
     if t.global_batch_size is None:
         raise ConfigError("the recipe's phases need the global batch size; it is fitted before phases resolve")
     walk = _Walk(BatchSizes.of(t))

@@ -159,7 +159,7 @@ def check_resumed_recipe(saved: list[dict] | None, recipe: Recipe, step: int, li
         # at the same step must start at the same sample (another global batch size or ramp-up would move it).
         for before, now in zip(old, new):
             if before["first_step"] == now["first_step"] and before["first_sample"] != now["first_sample"]:
-                raise ResumeError(f"phases[{now['index']}] starts at sample {now['first_sample']} of the stream in "
+                raise ResumeError(f"phase {now['index'] + 1} starts at sample {now['first_sample']} of the stream in "
                                   f"this launch's recipe and at {before['first_sample']} in the checkpoint's: another "
                                   "global batch size or ramp-up moves a phase's data; keep the checkpoint's "
                                   "--global-batch-size and --rampup-batch-size")
@@ -168,8 +168,8 @@ def check_resumed_recipe(saved: list[dict] | None, recipe: Recipe, step: int, li
         before, now = _phase_at(old, s), _phase_at(new, s)
         field = next((key for key in compared if before[key] != now[key]), None)
         if field is not None:
-            raise ResumeError(f"phases[{now['index']}].{field} is {now[field]!r} in this launch's recipe, but step {s} "
-                              f"(the checkpoint is at step {step}) trained with {before[field]!r}: {fix}")
+            raise ResumeError(f"phase {now['index'] + 1}.{field} is {now[field]!r} in this launch's recipe, but "
+                              f"step {s} (the checkpoint is at step {step}) trained with {before[field]!r}: {fix}")
         s = min(before["last_step"], now["last_step"]) + 1
     if any(p["last_step"] == step for p in new + old):
         later_old = [p for p in old if p["first_step"] > step]
@@ -183,7 +183,7 @@ def check_resumed_recipe(saved: list[dict] | None, recipe: Recipe, step: int, li
     current_old, current_new = _phase_at(old, step + 1), _phase_at(new, step + 1)
     last = current_new is new[-1] and current_old is old[-1]
     if listed and current_old["last_step"] != current_new["last_step"] and not last:
-        raise ResumeError(f"phases[{current_new['index']}] ends at step {current_new['last_step']} in this launch's "
+        raise ResumeError(f"phase {current_new['index'] + 1} ends at step {current_new['last_step']} in this launch's "
                           f"recipe and at {current_old['last_step']} in the checkpoint's, and it has started (the "
                           f"checkpoint is at step {step}): restore its length; only a phase that has not started "
                           "may be made longer")
@@ -194,7 +194,7 @@ def check_resumed_recipe(saved: list[dict] | None, recipe: Recipe, step: int, li
                           f"is at step {step}, inside phase {current_new['index'] + 1}): {fix}")
     notes = []
     for before, now in zip(later_old, later_new):
-        where = f"phases[{now['index']}]"
+        where = f"phase {now['index'] + 1}"
         field = next((key for key in compared if before[key] != now[key]), None)
         if field is not None:
             raise ResumeError(f"{where}.{field} is {before[field]!r} in the checkpoint's recipe and {now[field]!r} "

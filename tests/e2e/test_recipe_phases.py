@@ -110,14 +110,14 @@ def test_a_changed_phase_list_is_refused_on_resume_but_a_later_phase_may_grow(ti
     save = tmp_path / "ckpt"
     tiny("--config", recipe_file(tmp_path, blends), *RUN, "--save", save, "--exit-interval", "5")
     in_progress = [PHASES[0], {**PHASES[1], "mask_ratio": 0.2}, PHASES[2]]
-    with pytest.raises(ResumeError, match=r"phases\[1\]\.mask_ratio is 0\.2 in this launch's recipe, but step 4 "
+    with pytest.raises(ResumeError, match=r"phase 2\.mask_ratio is 0\.2 in this launch's recipe, but step 4 "
                                           r"\(the checkpoint is at step 5\) trained with 0\.15"):
         tiny("--config", recipe_file(tmp_path, blends, in_progress), *RUN, "--save", save)
     not_started = [PHASES[0], PHASES[1], {**PHASES[2], "mask_ratio": 0.1}]
-    with pytest.raises(ResumeError, match=r"phases\[2\]\.mask_ratio is 0\.05 in the checkpoint's recipe and 0\.1 in "
+    with pytest.raises(ResumeError, match=r"phase 3\.mask_ratio is 0\.05 in the checkpoint's recipe and 0\.1 in "
                                           r"this launch's \(the checkpoint is at step 5, inside phase 2\)"):
         tiny("--config", recipe_file(tmp_path, blends, not_started), *RUN, "--save", save)
-    with pytest.raises(ResumeError, match=r"phases\[1\] starts at sample 24 of the stream in this launch's recipe and "
+    with pytest.raises(ResumeError, match=r"phase 2 starts at sample 24 of the stream in this launch's recipe and "
                                           r"at 12 in the checkpoint's: another global batch size"):
         tiny("--config", recipe_file(tmp_path, blends), *RUN, "--save", save, "--global-batch-size", "8")
     capsys.readouterr()
@@ -125,7 +125,7 @@ def test_a_changed_phase_list_is_refused_on_resume_but_a_later_phase_may_grow(ti
                   "--save", save)
     assert longer.last_step == 10
     out = capsys.readouterr().out
-    assert "phases[2] made longer: 4 steps, 7-10 (was 3)" in out
+    assert "phase 3 made longer: 4 steps, 7-10 (was 3)" in out
     assert re.search(r"step 10/10 \| objective mlm \| .* \| tokens 2,176 \|", out)  # 384 + 768 + 4 x 4 x 64
     # At a phase boundary the phases after it may differ: a branch (the decay phase of a WSD-branching ablation).
     branch = tiny("--config", recipe_file(tmp_path, blends, not_started), *RUN, "--load", save / "iter_0000006",
@@ -164,10 +164,10 @@ def test_the_tiny_three_phase_recipe_equals_three_chained_launches_bitwise(auste
 
 
 @pytest.mark.parametrize("phases, argv, message", [
-    ([{"steps": 3, "sequence_length": 32}, {}], [], "unknown key phases[0].sequence_length"),
+    ([{"steps": 3, "sequence_length": 32}, {}], [], "unknown key phase 1.sequence_length"),
     ([{"steps": 3}, {"valid_data_path": ["/nonexistent/valid"]}], [], "/nonexistent/valid"),
     ([{"steps": 3}, {"steps": 3}], [], "the phases' lengths add up to 6 steps, but the run is 9 steps"),
-    ([{"steps": 3, "seq_length": 128}, {}], [], "phases[0].seq_length 128 is beyond the model's 64 positions"),
+    ([{"steps": 3, "seq_length": 128}, {}], [], "phase 1.seq_length 128 is beyond the model's 64 positions"),
 ])
 def test_a_bad_phase_is_one_line_and_exit_2_before_any_work(tmp_path, blends, capsys, phases, argv, message):
     from megamlm.cli import main

@@ -104,7 +104,7 @@ def test_scale_shrinks_the_phases_with_the_budgets(tmp_path):
     ({"phase_arms": [{"budgets": [16], "arms": [{"label": "a", "phases": [{"masking": 0.1}]}]}]},
      "unknown key phase_arms[0].arms[0].phases[0].masking"),
     ({"phase_arms": [{"budgets": [16], "arms": [{"label": "a", "phases": [{}, {"mask_ratio": 1.5}]}]}]},
-     "run tiny-a: phases[1].mask_ratio must be strictly between 0 and 1"),
+     "run tiny-a: phase 2.mask_ratio must be strictly between 0 and 1"),
 ])
 def test_bad_phase_arms_are_one_line(tmp_path, capsys, change, message):
     expect_one_line(capsys, tool_main("plan_study")([str(study_file(tmp_path, **change))]), message)
