@@ -61,38 +61,45 @@ class DocumentStream:
     def ensure(self, count: int) -> None:
         self.dataset.ensure(self.offset + max(0, int(count) - self.head) + 1)
 
-    def _left(self, n: int) -> tuple[np.ndarray, int]:
-        """(the documents its epoch has left after this stream's first ``n`` samples, that epoch), or (None, epoch)
-        at an epoch boundary (nothing left of the epoch before ``epoch``)."""
+    def left_after(self, n: int) -> tuple:
+        """(the documents its epoch has left after this stream's first ``n`` samples, or None at an epoch boundary;
+        that epoch; the corpus's document sizes): ``phase_streams._Stream.left_after``."""
+        sizes = self.dataset.sizes
         if n < self.head:
-            return self.order[int(self.row_starts[n]):], self.epoch
+            return self.order[int(self.row_starts[n]):], self.epoch, sizes
         consumed = self.offset + n - self.head
         self.dataset.ensure(consumed + 1)
         epoch, row = self.dataset.locate(consumed)
         if row == 0:
-            return None, epoch
+            return None, epoch, sizes
         order, row_starts = self.dataset.epochs[epoch]
-        return np.asarray(order[int(row_starts[row]):]), epoch
+        return np.asarray(order[int(row_starts[row]):]), epoch, sizes
+
+    @classmethod
+    def resume(cls, corpus, documents: np.ndarray | None, epoch: int, seq_length: int, need: int) -> DocumentStream:
+        """The corpus's rows at ``seq_length`` from ``documents`` (what ``epoch`` has left, in order; None: from
+        the start of ``epoch``), then from the corpus's own next epoch on, ``need`` samples available."""
+        dataset = corpus.stream_at(seq_length, 1)
+        if documents is None:
+            tail = cls(corpus, dataset, dataset.epoch_start(epoch))
+        else:
+            documents = np.asarray(documents)[dataset.sizes[documents] > 0]
+            positions, starts = pack_rows(np.minimum(dataset.sizes[documents], seq_length), seq_length, dataset.mode)
+            tail = cls(corpus, dataset, dataset.epoch_start(epoch + 1), (documents[positions], starts, epoch))
+        tail.ensure(need)
+        return tail
 
     def tail_after(self, n: int, seq_length: int, need: int, position: int) -> DocumentStream:
         """The stream after its first ``n`` samples, at ``seq_length``, with ``need`` samples available
         (``position``, the segment's place in the recipe, changes nothing here: rows are not shuffled)."""
         n = int(n)
-        if seq_length == self.seq_length:
-            if n < self.head:
-                rest = (self.order[int(self.row_starts[n]):], self.row_starts[n:] - self.row_starts[n], self.epoch)
-                tail = DocumentStream(self.corpus, self.dataset, self.offset, rest)
-            else:
-                tail = DocumentStream(self.corpus, self.dataset, self.offset + n - self.head)
-            tail.ensure(need)
-            return tail
-        left, epoch = self._left(n)
-        dataset = self.corpus.stream_at(seq_length, 1)
-        if left is None:
-            tail = DocumentStream(self.corpus, dataset, dataset.epoch_start(epoch))
+        if seq_length != self.seq_length:
+            documents, epoch, _ = self.left_after(n)
+            return DocumentStream.resume(self.corpus, documents, epoch, seq_length, need)
+        if n < self.head:
+            rest = (self.order[int(self.row_starts[n]):], self.row_starts[n:] - self.row_starts[n], self.epoch)
+            tail = DocumentStream(self.corpus, self.dataset, self.offset, rest)
         else:
-            positions, starts = pack_rows(np.minimum(dataset.sizes[left], seq_length), seq_length, dataset.mode)
-            tail = DocumentStream(self.corpus, dataset, dataset.epoch_start(epoch + 1),
-                                  (left[positions], starts, epoch))
+            tail = DocumentStream(self.corpus, self.dataset, self.offset + n - self.head)
         tail.ensure(need)
         return tail

@@ -58,6 +58,8 @@ class StreamSegment:
     seq_length: int
     first_sample: int
     end_sample: int
+    sample_mode: str | None = None
+    """Its --sample-mode (None: the recipe's, ``RecipeStreamSpec.sample_mode``)."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,11 @@ class _Stream:
         samples available; ``position``: the segment's place in the recipe (it seeds a continued epoch's order)."""
         raise NotImplementedError
 
+    def left_after(self, n: int) -> tuple:
+        """(the documents the epoch holding sample ``n`` has left, none of their tokens read by the first ``n``
+        samples, in the epoch's order, or None at an epoch boundary; that epoch; the corpus's document sizes)."""
+        raise NotImplementedError
+
     def ensure(self, count: int) -> None:
         """Make its first ``count`` samples available (the epochs holding them built)."""
         raise NotImplementedError
@@ -145,13 +152,26 @@ class _StandardStream(_Stream):
             tail = _StandardStream(self.corpus, self.packed, consumed)
             tail.ensure(need)
             return tail
-        epoch, seen = divmod(consumed, self.packed.windows_per_epoch)
+        return continue_from(self.corpus, self.left_after(n), seq_length, need, position)
+
+    def left_after(self, n: int) -> tuple:
+        epoch, seen = divmod(self.offset + int(n), self.packed.windows_per_epoch)
+        if not seen:  # an epoch boundary: the corpus's own epochs go on
+            return None, epoch, self.packed.sizes
         document_order, _, shuffle_index = self.packed.epochs[epoch]
-        if not seen:  # an epoch boundary: the corpus's own epochs at the new length
-            return _continue_at_epoch(self.corpus, seq_length, epoch, need)
         touched = _touched(self.packed.sizes, document_order, self.packed.seq_length, shuffle_index[:seen])
-        return _RemainderStream.build(self.corpus, self.packed.sizes, document_order[~touched], seq_length, epoch,
-                                      need, position)
+        return document_order[~touched], epoch, self.packed.sizes
+
+
+def continue_from(corpus: _Corpus, left: tuple, seq_length: int, need: int, position: int):
+    """The corpus's stream at ``seq_length``, in its mode, from what an epoch has left (``_Stream.left_after``'s):
+    those documents, then the corpus's own epochs from the next one on (at a boundary, from that epoch on)."""
+    documents, epoch, sizes = left
+    if corpus.mode != WINDOWS:
+        return DocumentStream.resume(corpus, documents, epoch, seq_length, need)
+    if documents is None:
+        return _continue_at_epoch(corpus, seq_length, epoch, need)
+    return _RemainderStream.build(corpus, sizes, documents, seq_length, epoch, need, position)
 
 
 def _continue_at_epoch(corpus: _Corpus, seq_length: int, epoch: int, need: int) -> _StandardStream:
@@ -224,16 +244,20 @@ class _RemainderStream(_Stream):
         if seq_length == self.seq_length:
             self.ensure(n + need)
             return _Shifted(self, n)
+        return continue_from(self.corpus, self.left_after(n), seq_length, need, position)
+
+    def left_after(self, n: int) -> tuple:
+        if n >= self.head:
+            return self.rest.left_after(n - self.head)
         touched = _touched(self.sizes, self.order, self.seq_length, self.shuffle[:n])
-        return _RemainderStream.build(self.corpus, self.sizes, self.order[~touched], seq_length, self.epoch, need,
-                                      position)
+        return self.order[~touched], self.epoch, self.sizes
 
 
 class _Shifted(_Stream):
     """A stream after its first ``n`` samples (at the same sequence length)."""
 
     def __init__(self, stream: _Stream, n: int):
-        self.stream, self.n = stream, n
+        self.stream, self.n, self.corpus = stream, n, stream.corpus
         self.windows_per_epoch = stream.windows_per_epoch
 
     def __getitem__(self, m: int) -> np.ndarray:
@@ -250,6 +274,9 @@ class _Shifted(_Stream):
 
     def tail_after(self, m: int, seq_length: int, need: int, position: int) -> _Stream:
         return self.stream.tail_after(self.n + int(m), seq_length, need, position)
+
+    def left_after(self, m: int) -> tuple:
+        return self.stream.left_after(self.n + int(m))
 
 
 class RecipeDataset:
@@ -294,7 +321,7 @@ def _corpora(segment: StreamSegment, spec: RecipeStreamSpec, options: dict, chec
     groups = [datasets] if weights is None else [[d] for d in datasets]
     keys = [tuple(prefixes)] if weights is None else [(prefix,) for prefix in prefixes]
     return weights, [(key, _Corpus(group, part_of(group, spec.split, TRAIN, segment.seq_length), spec.seed, options,
-                                   spec.sample_mode)) for key, group in zip(keys, groups)]
+                                   segment.sample_mode or spec.sample_mode)) for key, group in zip(keys, groups)]
 
 
 def build_recipe_dataset(spec: RecipeStreamSpec, group=None, rank: Callable[[], int] | None = None,
@@ -307,8 +334,8 @@ def build_recipe_dataset(spec: RecipeStreamSpec, group=None, rank: Callable[[], 
     if first.first_sample != 0:
         raise DataError(f"the first stream segment starts at sample {first.first_sample}, not 0")
     base = build_train_dataset(StreamSpec(first.data_path, first.seq_length, first.end_sample, spec.seed,
-                                          spec.cache_dir, spec.vocab_size, spec.split, spec.sample_mode), rank=rank,
-                                barrier=barrier)
+                                          spec.cache_dir, spec.vocab_size, spec.split,
+                                          first.sample_mode or spec.sample_mode), rank=rank, barrier=barrier)
     if len(spec.segments) == 1:
         return base
     options = dict(cache_dir=spec.cache_dir, rank=rank, barrier=barrier)
@@ -331,7 +358,11 @@ def build_recipe_dataset(spec: RecipeStreamSpec, group=None, rank: Callable[[], 
                 continue
             if key in cursors:
                 stream, consumed = cursors[key]
-                streams.append(stream.tail_after(consumed, segment.seq_length, need, position))
+                if stream.corpus.mode == corpus.mode:
+                    streams.append(stream.tail_after(consumed, segment.seq_length, need, position))
+                else:  # another sample mode: what the epoch has left, cut the new way
+                    streams.append(continue_from(corpus, stream.left_after(consumed), segment.seq_length, need,
+                                                 position))
             else:
                 streams.append(corpus.start(corpus.stream_at(segment.seq_length, need)))
             cursors[key] = (streams[-1], need)

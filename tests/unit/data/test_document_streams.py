@@ -52,3 +52,36 @@ def test_documents_follow_each_epochs_order_across_lengths(tmp_path, make_docume
     real = [int(np.count_nonzero(dataset.document_ids(k) >= 0)) for k in range(140)]
     assert [tokens_through(dataset, end) for end in (0, 10, 23, 40, 61, 100, 140)] == \
         [sum(real[:end]) for end in (0, 10, 23, 40, 61, 100, 140)]
+
+
+@pytest.mark.parametrize("modes", [("windows", "packed_documents", "document_per_row", "windows"),
+                                   ("document_per_row", "windows", "packed_documents", "packed_documents"),
+                                   ("packed_documents", "windows", "windows", "document_per_row")])
+def test_a_corpus_changes_sample_mode_between_segments_without_rereading_or_skipping(tmp_path, make_documents, modes):
+    """Each segment cuts what the epoch has left in its own mode: no token is read twice before every document has
+    been read (but those a windows epoch's dropped tail holds), and each segment's samples are of its mode."""
+    docs = make_documents()
+    prefix = write_dataset(tmp_path / "d", docs)
+    bounds, lengths = (0, 9, 20, 31, 120), (32, 16, 24, 16)
+    segments = tuple(StreamSegment((prefix,), length, first, end, mode)
+                     for length, first, end, mode in zip(lengths, bounds, bounds[1:], modes))
+    dataset = build_recipe_dataset(RecipeStreamSpec(segments, seed=5, sample_mode="windows"))
+    read = [np.zeros(len(d), dtype=np.int64) for d in docs]
+    for k in range(bounds[-1]):
+        s = next(i for i in range(4) if bounds[i] <= k < bounds[i + 1])
+        pieces = dataset.sample_documents(k)
+        real = int(np.count_nonzero(dataset.document_ids(k) >= 0))
+        if modes[s] == "windows":
+            assert real == lengths[s] == sum(n for _, _, n in pieces)
+        else:
+            assert all(o == 0 and n == min(len(docs[d]), lengths[s]) for d, o, n in pieces) and real <= lengths[s]
+        if any(read[d][o:o + n].any() for d, o, n in pieces):  # the first token read again: the epoch is over
+            unread = [len(docs[d]) for d in range(len(docs)) if len(docs[d]) and not read[d].any()]
+            assert sum(unread) < max(lengths) and k >= bounds[2]  # after two segments at least
+            break
+        for d, o, n in pieces:
+            read[d][o:o + n] += 1
+    else:
+        raise AssertionError("the run never finished an epoch")
+    np.testing.assert_array_equal(dataset[bounds[-1] - 1], build_recipe_dataset(
+        RecipeStreamSpec(segments, seed=5, sample_mode="windows"))[bounds[-1] - 1])  # a pure function of the recipe
