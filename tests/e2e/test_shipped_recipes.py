@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers import write_dataset
 from step_recorder import run_as_written
 from transformers import ModernBertConfig, ModernBertForMaskedLM
 
@@ -30,6 +31,7 @@ TINY = ["tiny_three_phase", "tiny_modernbert", "tiny_ettin", "tiny_mmbert"]
 NARROW = ["--hidden-size", "32", "--ffn-hidden-size", "64", "--num-attention-heads", "2", "--num-query-groups", "2"]
 """The tiny recipes' 4 layers (their layer types) at a width that runs in a second a step."""
 
+TINY_OF = {f"tiny_{name}": f"{name}_base" for name in ("modernbert", "ettin", "mmbert")}
 THEIR_BLOCK = dict(num_hidden_layers=22, hidden_size=768, intermediate_size=1152, num_attention_heads=12,
                    hidden_activation="gelu", norm_eps=1e-5, norm_bias=False, attention_bias=False, mlp_bias=False,
                    classifier_bias=False, decoder_bias=True, attention_dropout=0.1, mlp_dropout=0.0,
@@ -40,6 +42,7 @@ norm_kwargs eps 1e-5 / bias false, qkv/out/mlp biases false, head_pred_bias fals
 default, true), attn_out_dropout_prob 0.1, init_std 0.02 / init_cutoff_factor 2.0, global_attn_every_n_layers 3,
 sliding_window 128) by the names transformers' ModernBertConfig gives them."""
 BLOCK = dict(mlp_activation="geglu_erf", norm_type="layernorm", norm_bias=False, norm_epsilon=1e-5,
+             attention_bias=False, attention_out_bias=False, mlp_bias=False,
              embedding_norm=True, prediction_head=True, classifier_bias=False, decoder_bias=True,
              attention_dropout=0.1, mlp_dropout=0.0, embedding_dropout=0.0, init_method="modernbert",
              init_method_std=0.02, initializer_cutoff_factor=2.0, tie_word_embeddings=True)
@@ -52,20 +55,20 @@ BLOCK = dict(mlp_activation="geglu_erf", norm_type="layernorm", norm_bias=False,
 # global batch; the learning rate at the phase's start; where it ends, None: held).
 GPU = {
     "modernbert_base": dict(
-        vocab=50368, mode="packed_documents", betas=(0.9, 0.98), eps=1e-6, decay=(1e-5, 8e-4), ramp=(96 * 8, 96 * 8,
-        50e9), warmup=(3815, 3e9), eval_mask=0.15, phases=[
+        vocab=50368, mode="packed_documents", micro=4, betas=(0.9, 0.98), eps=1e-6, decay=(1e-5, 8e-4),
+        ramp=(96 * 8, 96 * 8, 50e9), warmup=(3815, 3e9), eval_mask=0.15, phases=[
             (("tokens", 1719e9), 1024, (1e4, 1e4), 0.3, 4608, 8e-4, None),
             (("tokens", 250e9), 8192, (1.6e5, 1e4), 0.3, 576, 3e-4, None),
             (("tokens", 50e9), 8192, (1.6e5, 1e4), 0.3, 576, 3e-4, 0.001 * 3e-4)]),
     "ettin_base": dict(
-        vocab=50368, mode="document_per_row", betas=(0.9, 0.98), eps=1e-6, decay=(1e-5, 8e-4), ramp=None,
+        vocab=50368, mode="document_per_row", micro=4, betas=(0.9, 0.98), eps=1e-6, decay=(1e-5, 8e-4), ramp=None,
         warmup=(1059, 3e9 / (1.7e12 / 600_000)), eval_mask=None, phases=[
             (("steps", 600_000), 1024, (1e4, 1e4), 0.3, 4608, 8e-4, None),
             (("steps", 100_000), 7999, (1.6e5, 1.6e5), 0.3, 4608, 8e-4, 0.5 * 8e-4),
             (("steps", 20_000), 7999, (1.6e5, 1.6e5), 0.15, 4608, 4e-4, 0.04 * 4e-4)]),
     "mmbert_base": dict(
-        vocab=256000, mode="packed_documents", betas=(0.9, 0.95), eps=1e-8, decay=(8e-5, 8e-4), ramp=(48 * 8, 48 * 8,
-        60e9), warmup=(7630, 3e9), eval_mask=None, phases=[
+        vocab=256000, mode="packed_documents", micro=2, betas=(0.9, 0.95), eps=1e-8, decay=(8e-5, 8e-4),
+        ramp=(48 * 8, 48 * 8, 60e9), warmup=(7630, 3e9), eval_mask=None, phases=[
             (("tokens", 2.0e12), 1024, (1e4, 1e4), 0.25, 4608, 8e-4, None),
             (("tokens", 600e9), 8192, (1.6e5, 1.6e5), 0.15, 4608, 8e-4, None),
             (("tokens", 100e9), 8192, (1.6e5, 1.6e5), 0.05, 4608, 8e-4, 0.02 * 8e-4)]),
@@ -108,7 +111,7 @@ def test_a_gpu_recipe_trains_with_the_settings_its_comment_states(name, tmp_path
     stated = GPU[name]
     cfg = parse_args(["--config", str(RECIPES / f"{name}.yaml"), "--save", str(tmp_path / "ckpt")])
     t, o = cfg.training, cfg.objective
-    assert cfg.data.sample_mode == stated["mode"]
+    assert (cfg.data.sample_mode, t.micro_batch_size) == (stated["mode"], stated["micro"])
     assert (o.mask_replace_prob, o.mask_random_prob, o.mask_keep_prob) == (0.8, 0.1, 0.1)  # their 80/10/10
     assert t.clip_grad == 0.0 and t.optimizer == "stableadamw"  # no clipping: StableAdamW's update clipping
     assert (t.adam_beta1, t.adam_beta2, t.adam_eps) == (*stated["betas"], stated["eps"])
@@ -140,7 +143,8 @@ def test_a_gpu_recipe_trains_with_the_settings_its_comment_states(name, tmp_path
         first = schedule.lr_at(max(phase.first_step, t.lr_warmup_iters + 1))
         assert math.isclose(first, lr, rel_tol=0.02), (phase.index, first, lr)  # a decay's first step
         assert math.isclose(schedule.lr_at(phase.last_step), lr if end is None else end, rel_tol=1e-9)
-        if end is not None:
+        if end is not None:  # one_minus_sqrt, as theirs
+            assert phase.lr_wsd_decay_style == "minus_sqrt"
             assert all(schedule.lr_at(s) > schedule.lr_at(s + 1) for s in (phase.first_step, phase.last_step - 1))
     assert recipe.batch_size_at(1) == (stated["ramp"] or [t.global_batch_size])[0]
 
@@ -150,6 +154,9 @@ def test_the_comments_name_their_figures():
     text = {name: (RECIPES / f"{name}.yaml").read_text() for name in GPU}
     assert "every 9,765,625 samples" in text["modernbert_base"] and 48828125 / 5 == 9765625
     assert "every 5,326,704 samples" in text["mmbert_base"] and int(58593750 / 11) == 5326704
+    assert "37.7M tokens a step" in text["mmbert_base"] and round(4608 * 8192 / 1e5) == 377
+    assert "615 tokens a row" in text["ettin_base"] and round(1.7e12 / 600_000 / 4608) == 615
+    assert "2.83M tokens a step" in text["ettin_base"] and round(1.7e12 / 600_000 / 1e4) == 283
     for name, peak in (("modernbert_base", 3e-4), ("ettin_base", 4e-4)):  # a later phase's optimizer restart
         figure = f"1e-5 / {peak:.0e} = {1e-5 / peak:.2g}".replace("e-04", "e-4")
         assert figure in re.sub(r"\s+", " ", text[name].replace("#", " ")), figure
@@ -171,6 +178,13 @@ def test_a_tiny_recipe_runs_as_written_scaled_by_its_length(name, austen_books, 
     assert [p.seq_length for p in recipe.phases] == [64, 256, 256]
     assert sorted(p.name for p in (tmp_path / "ckpt").glob("iter_*")) == ["iter_0000004", "iter_0000006",
                                                                          "iter_0000008"]
+    if name in TINY_OF:  # the base recipe's block, sample mode, mask split, clipping and ramp, at the CPU's size
+        base = parse_args(["--config", str(RECIPES / f"{TINY_OF[name]}.yaml"), "--save", str(tmp_path / "base")])
+        same = [("model", key) for key in BLOCK if key not in ("norm_epsilon", "init_method_std")] + [
+            ("data", "sample_mode"), ("training", "clip_grad"), *(("objective", f"mask_{kind}_prob")
+                                                                  for kind in ("replace", "random", "keep"))]
+        assert [getattr(getattr(cfg, a), b) for a, b in same] == [getattr(getattr(base, a), b) for a, b in same]
+        assert (cfg.training.rampup_batch_size is None) == (base.training.rampup_batch_size is None)
 
 
 def test_ettins_middle_phase_decays_to_the_rate_the_last_starts_from(austen_books, monkeypatch):
@@ -194,3 +208,62 @@ def test_a_tiny_recipe_in_full(name, austen_books, tmp_path, monkeypatch):
     assert sorted(p.name for p in (tmp_path / "ckpt").glob("iter_*")) == ["iter_0000020", "iter_0000030",
                                                                          "iter_0000040"]
     assert run.losses[40] < run.losses[1] - 1.0
+
+
+# The README's "continue ModernBERT (or an Ettin decoder) on your data": (recipe, the released model it continues
+# (tests/unit/hf/modernbert_folders.py: its config's values at a tiny width), what the recipe sets that the import
+# does not have (their training's attention dropout, Ettin's cross-training RoPE bases and bidirectional window)).
+CONTINUATIONS = {
+    "modernbert_base_continue": ("modernbert-base", dict(attention_dropout=0.1, rope_theta=1.6e5,
+                                                         local_rope_theta=1e4, sliding_window=65)),
+    "ettin_decoder_to_mlm": ("ettin-decoder", dict(attention_dropout=0.1, rope_theta=1.6e5, local_rope_theta=1.6e5,
+                                                   sliding_window=65)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CONTINUATIONS))
+def test_a_released_model_continues_with_its_recipe(name, tmp_path, capsys):
+    """A folder of the released model (transformers' own class), imported as convert_from_hf.py does, plans on 8
+    ranks with the continuation recipe; the recipe's settings win over the import's where it sets them, the block
+    is the model's, and the schedule is theirs (ModernBERT's extension: 5/6 of the run at a constant 3e-4, then
+    1-sqrt to 0.001 x 3e-4; Ettin's decoder -> encoder: 6% warmup to 4e-4, linear over the last 20% to 0.02 x it)."""
+    pytest.importorskip("optimi", reason='their StableAdamW: pip install "megamlm[optimi]" (in [test])')
+    from modernbert_folders import RELEASED, save_modernbert
+
+    from megamlm.hf.importer import import_hf
+    from megamlm.hf.init_from import adopt_init_from
+
+    released, kept = CONTINUATIONS[name]
+    save_modernbert(tmp_path / "hf", RELEASED[released], legacy=True)
+    ckpt = import_hf(tmp_path / "hf", tmp_path / "ckpt", log=lambda *_: None)
+    tokenizer = str(ckpt / "tokenizer" / "tokenizer.json")
+    data = write_dataset(tmp_path / "mine_text_document", [list(range(5, 5 + n)) for n in (40, 7, 300, 12)])
+    argv = ["--init-from", str(ckpt), "--config", str(RECIPES / f"{name}.yaml"), "--data-path", data,
+            "--tokenizer-model", tokenizer, "--save", str(tmp_path / "run")]
+    assert main([*argv, "--dry-run", "--world-size", "8"]) == 0, capsys.readouterr().err
+    cfg = parse_args([*argv, "--dry-run", "--world-size", "8"], adopt=adopt_init_from)
+    m, t, o = cfg.model, cfg.training, cfg.objective
+    assert {key: getattr(m, key) for key in kept} == kept
+    assert (m.vocab_size, m.num_layers, m.norm_type, m.embedding_norm, m.prediction_head, m.decoder_bias,
+            m.mlp_activation) == (RELEASED[released]["vocab_size"], 4, "layernorm", True, True, True, "geglu_erf")
+    assert (o.objective, o.mask_replace_prob, o.mask_random_prob, o.mask_keep_prob) == ("mlm", 0.8, 0.1, 0.1)
+    assert (t.optimizer, t.clip_grad, t.adam_beta1, t.adam_beta2, t.adam_eps) == ("stableadamw", 0.0, 0.9, 0.98, 1e-6)
+    schedule = Segment.of_config(cfg).lr_schedule_object()
+    recipe = recipe_of(cfg)
+    last = recipe.phases[-1].last_step
+    if name == "modernbert_base_continue":
+        assert (cfg.data.sample_mode, o.mask_ratio, t.global_batch_size, m.seq_length) == ("packed_documents", 0.3,
+                                                                                           576, 8192)
+        assert math.isclose(t.weight_decay, 1e-5 / 3e-4, rel_tol=0.01)
+        first = recipe.phases[0]
+        assert first.last_step == round(last * 5 / 6) and first.seq_length == 8192
+        assert {schedule.lr_at(s) for s in range(1, first.last_step + 1, 97)} == {3e-4}
+        assert math.isclose(schedule.lr_at(last), 0.001 * 3e-4, rel_tol=1e-9)
+    else:
+        assert (cfg.data.sample_mode, o.mask_ratio, t.global_batch_size, m.seq_length) == ("document_per_row", 0.15,
+                                                                                           4608, 7999)
+        assert math.isclose(t.weight_decay, 1e-5 / 4e-4)
+        warmup, decay = round(0.06 * last), round(0.2 * last)
+        assert math.isclose(schedule.lr_at(warmup), 4e-4) and schedule.lr_at(warmup - 1) < 0.99 * 4e-4
+        assert schedule.lr_at(last - decay) == 4e-4 > schedule.lr_at(last - decay + 1)
+        assert math.isclose(schedule.lr_at(last), 0.02 * 4e-4, rel_tol=1e-9)
