@@ -127,8 +127,9 @@ def _damaged(path: Path, error: Exception) -> ConversionError:
 
 
 def _hf_name(name: str) -> str:
-    """A base model's tensor names (``embed_tokens.weight``) under the full model's (``model.embed_tokens.weight``)."""
-    if name.startswith(("embed_tokens.", "layers.", "norm.")):
+    """A base model's tensor names (``embed_tokens.weight``; ModernBertModel's ``embeddings.``, ``final_norm.``) under
+    the full model's (``model.embed_tokens.weight``)."""
+    if name.startswith(("embed_tokens.", "layers.", "norm.", "embeddings.", "final_norm.")):
         return f"model.{name}"
     return name
 

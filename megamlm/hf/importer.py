@@ -47,7 +47,7 @@ from megamlm.hf.megamlm_checkpoint import (
     AtomicFolder,
     write_weights_checkpoint,
 )
-from megamlm.hf.modernbert import kept_settings
+from megamlm.hf.modernbert import HEAD_PARTS, fresh_head, is_modernbert, kept_settings
 from megamlm.hf.tokenizer_files import check_mask_token, choose_mask_token
 from megamlm.model.config import ModelArgs, pad_vocab_size
 from megamlm.model.transformer import Transformer
@@ -69,6 +69,8 @@ class ImportPlan:
     source_tokens: int
     """The tokenizer's size before the mask token: rows from here on belong to added tokens."""
     skipped: list[str] | None = None
+    fresh: list[str] | None = None
+    """The MLM head tensors a headless ModernBertModel folder lacked, started fresh (``modernbert.fresh_head``)."""
     """The parts of the checkpoint that were not imported (Gemma 3's vision tower), once the weights are read."""
 
 
@@ -152,6 +154,9 @@ def megamlm_state_dict(hf_tensors: Iterable[tuple[str, torch.Tensor]], plan: Imp
                                   "tie it to the embedding; the weight files are incomplete")
         out["lm_head.weight"] = out["embed_tokens.weight"]
     missing = sorted(set(expected) - set(out))
+    if missing and is_modernbert(plan.config) and all(name.startswith(HEAD_PARTS) for name in missing):
+        out.update(fresh_head(replace(args, vocab_size=plan.config.vocab_size), missing))
+        plan.fresh, missing = missing, []
     if missing:
         raise ConversionError(f"{plan.source.describe()} lacks tensor {plan.keymap.to_hf(missing[0])!r} "
                               f"({len(missing)} missing in all); the weight files are incomplete")
@@ -280,6 +285,9 @@ def import_hf(input_path: str | Path, output: str | Path, force: bool = False, m
     state = megamlm_state_dict(tensors, plan)
     if plan.skipped:
         log(f"skipped the parts megamlm does not import: {', '.join(plan.skipped)} (the text tower was imported)")
+    if plan.fresh:
+        log(f"{plan.source.describe()} holds no MLM head (a ModernBertModel, such as an embedder): "
+            f"{', '.join(plan.fresh)} start as megamlm's ModernBERT init starts them")
     with target as tmp:
         plan.tokenizer.save_pretrained(str(tmp / TOKENIZER_DIR))
         ours = load_megamlm_tokenizer(tmp / TOKENIZER_DIR)

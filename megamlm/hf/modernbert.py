@@ -19,10 +19,14 @@ layers the last W: W = local_attention // 2.
 
 from __future__ import annotations
 
+import torch
+
 from megamlm.hf.config_values import rope_parameters, source_float
 from megamlm.hf.errors import ConversionError
 from megamlm.hf.keymaps import EXPORT_ARCHS
 from megamlm.model.config import ModelArgs
+from megamlm.model.init import init_weights
+from megamlm.model.prediction_head import PredictionHead
 from megamlm.model.rope_scaling import RopeScaling
 
 ENCODER_TYPE = "modernbert"
@@ -250,3 +254,16 @@ sentence-transformers loads it too (`SentenceTransformer(path)`: the mean of the
 encoder alone reports the MLM head's tensors (`head.*`, `decoder.bias`) as unexpected, as for any masked-LM
 checkpoint.{window}
 """
+
+
+HEAD_PARTS = ("head.", "lm_head.bias")
+"""The MLM head's tensors, which a ModernBertModel folder (an embedder built on ModernBERT) does not hold."""
+
+
+def fresh_head(args: ModelArgs, names: list[str], seed: int = 0) -> dict[str, torch.Tensor]:
+    """The MLM head tensors ``names`` as megamlm's ModernBERT init starts them (the prediction head's dense layer a
+    truncated normal, its norm 1 and biases 0, the LM head's bias 0), for an import of a model without its head."""
+    holder = torch.nn.ModuleDict({"head": PredictionHead(args)})
+    init_weights(holder, args, torch.Generator().manual_seed(seed))
+    state = {**holder.state_dict(), "lm_head.bias": torch.zeros(args.vocab_size)}
+    return {name: state[name].detach().clone() for name in names}

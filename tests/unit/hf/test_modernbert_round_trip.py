@@ -166,3 +166,32 @@ def test_arch_modernbert_on_a_model_without_the_block_names_what_is_missing(tmp_
                                              "--arch", arch])
         expect_one_line(capsys, status, "norm_type layernorm", "embedding_norm", "prediction_head")
         assert not (tmp_path / arch).exists()
+
+
+def test_an_embedder_without_the_mlm_head_imports_with_a_fresh_head(tmp_path, capsys):
+    """A ModernBertModel folder (how embedders built on ModernBERT ship: no head.*, no decoder.bias, names without
+    ``model.``) imports with its hidden states kept, the MLM head started by the ModernBERT init, and exports as a
+    ModernBertForMaskedLM whose encoder computes the source's hidden states."""
+    source = save_modernbert(tmp_path / "full", SMALL_WINDOW)
+    encoder = source.model
+    encoder.config.architectures = ["ModernBertModel"]
+    encoder.save_pretrained(tmp_path / "embedder")
+    word_tokenizer().save_pretrained(tmp_path / "embedder")
+    from safetensors import safe_open
+
+    with safe_open(tmp_path / "embedder" / "model.safetensors", framework="pt") as stored:
+        assert "embeddings.tok_embeddings.weight" in stored.keys()  # a base model's names
+    convert = tool_main("convert_from_hf")
+    assert convert(["--input", str(tmp_path / "embedder"), "--output", str(tmp_path / "ckpt")]) == 0
+    assert "holds no MLM head" in capsys.readouterr().out
+    imported = load_model(read_record(tmp_path / "ckpt")).eval()
+    assert torch.equal(imported.head.norm.weight, torch.ones(32))
+    assert torch.equal(imported.lm_head.bias, torch.zeros(64))
+    ids = torch.randint(5, 35, (2, 32), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        assert (imported(ids, causal=False) - encoder(input_ids=ids).last_hidden_state).abs().max() < 1e-5
+    assert tool_main("convert_to_hf")(["--input", str(tmp_path / "ckpt"), "--output", str(tmp_path / "out")]) == 0
+    exported = _loads_cleanly(tmp_path / "out", decoder=False)
+    with torch.no_grad():
+        hidden = exported.model(input_ids=ids).last_hidden_state
+    assert (hidden - encoder(input_ids=ids).last_hidden_state).abs().max() < 1e-5
