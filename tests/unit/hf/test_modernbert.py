@@ -196,3 +196,13 @@ def test_rope_scaling_of_the_global_layers_is_imported_and_exported(tmp_path, ki
         assert (model.logits(model(ids, causal=False)) - hf_model(input_ids=ids).logits).abs().max().item() < 1e-5
     config = modernbert_hf_config("modernbert", ModelArgs(**fields), IDS)
     assert modernbert_fields(config, max_seq_length=32) == fields
+
+
+@pytest.mark.parametrize("arch", ["eurobert", "llama", "gemma3_encoder"])
+def test_another_export_of_the_block_points_to_modernbert(arch):
+    from megamlm.hf.hf_config import default_arch, export_problem
+
+    args = ModelArgs(**modernbert_fields(hf_config(SMALL_WINDOW), max_seq_length=32))
+    assert default_arch(args) == "modernbert"
+    problem = export_problem(arch, args)
+    assert problem is not None and "--arch modernbert" in problem and "\n" not in problem, problem
