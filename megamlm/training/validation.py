@@ -93,8 +93,8 @@ class ValidationSet:
     objectives: tuple[str, ...] = ("mlm", "clm")
     """What every evaluation scores: MLM and CLM always, MNTP where the run trains it."""
     data: str | None = None
-    """The data its samples come from, in words (``--split 969,30,1``, ``--split 80,20,0 of PREFIX``, a
-    --valid-data-path list): named in the start-up log and in every validation record."""
+    """The data its samples come from, in words (``--split 969,30,1 of PREFIX``, a --valid-data-path list): named
+    in the start-up log and in every validation record."""
 
     def describe(self) -> str:
         """``32 held-out samples of DATA``, as the start-up log says it."""
@@ -208,7 +208,7 @@ def load_validation_set(cfg: Config, plan: ResolvedRun, group=None) -> Validatio
     own_data = phases_own_data(cfg) and not cfg.data.valid_data_path
     run_source = _Source(tuple(cfg.data.valid_data_path or plan.data_path), not cfg.data.valid_data_path)
     by_phase = [(phase.last_step, _Source(phase.valid_data_path, False) if phase.valid_data_path else
-                 _Source(phase.data_path, True, True) if own_data else run_source)
+                 _Source(phase.data_path, True) if own_data else run_source)
                 for phase in recipe_of(cfg).phases]
     sets = {source: _validation_set(cfg, plan, source, group) for _, source in by_phase}
     if len(sets) == 1:
@@ -222,14 +222,11 @@ class _Source:
 
     data_path: tuple[str, ...]
     split: bool
-    phase_data: bool = False
-    """A phase's own training data (the run has none): its --split documents are named with the data."""
 
     def describe(self, cfg: Config) -> str:
+        """The data in words: ``--split 969,30,1 of PREFIX`` (its held-out documents), or the list itself."""
         data = " ".join(self.data_path)
-        if not self.split:
-            return data
-        return f"--split {cfg.data.split}" + (f" of {data}" if self.phase_data else "")
+        return f"--split {cfg.data.split} of {data}" if self.split else data
 
 
 def _validation_set(cfg: Config, plan: ResolvedRun, source: _Source, group) -> ValidationSet:
@@ -246,7 +243,7 @@ def _validation_set(cfg: Config, plan: ResolvedRun, source: _Source, group) -> V
     if available < num_samples:
         given = "--valid-data-path" if list(source.data_path) == cfg.data.valid_data_path else \
             "a phase's valid_data_path"
-        where = source.describe(cfg) if run_split else f"{given} {' '.join(source.data_path)}"
+        where = f"--split {cfg.data.split}" if run_split else f"{given} {' '.join(source.data_path)}"
         raise DataError(f"--eval-iters {iters} x --global-batch-size {t.global_batch_size} = {num_samples} "
                         f"validation samples, but the validation set ({where}) holds {available} samples of "
                         f"{seq_length} tokens; lower --eval-iters to at most {available // t.global_batch_size}, or "

@@ -213,7 +213,7 @@ def test_a_phase_validates_on_its_own_data_and_each_record_names_it(straight, ti
     assert validated.losses == run.losses  # validation never changes a step
     straight_records = read_metrics(folder / "ckpt", kind="validation")
     records = read_metrics(save, kind="validation")
-    # Without run-level data, a phase's --split documents are its own data's (issue 55), named with it.
+    # Without run-level data, a phase's --split documents are its own data's (issue 55), each record naming it.
     own = [f"--split 969,30,1 of {blends['A']}", f"--split 969,30,1 of 0.5 {blends['A']} 0.5 {blends['B']}"]
     assert [r.get("validation_data") for r in records] == [*own, blends["C"]]
     assert [r["mlm_loss"] for r in records[:2]] == [r["mlm_loss"] for r in straight_records[:2]]
