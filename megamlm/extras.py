@@ -72,6 +72,9 @@ EXTRAS: dict[str, Extra] = {extra.module: extra for extra in (
     Extra("trackio", ("trackio",), "trackio"),
     Extra("wandb", ("wandb",), "wandb"),
     Extra("mlflow", ("mlflow-skinny", "mlflow"), "mlflow"),
+    # tools/evaluate.py --mteb: the export loaded as a sentence-transformers model, scored by mteb
+    Extra("mteb", ("mteb",), "mteb"),
+    Extra("sentence_transformers", ("sentence-transformers",), "mteb"),
 )}
 
 ACCELERATORS = ("flash_attn", "transformer_engine", "apex", "torchao", "triton")

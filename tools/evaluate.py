@@ -46,6 +46,7 @@ from megamlm.eval.examples import TASK_KINDS  # noqa: E402
 from megamlm.eval.finetune import PRECISIONS, Hyperparameters  # noqa: E402
 from megamlm.eval.heads import POOLINGS  # noqa: E402
 from megamlm.eval.model_source import CHECKPOINT_CHOICES, MODEL_NAME, parse_model_specs, resolve_models  # noqa: E402
+from megamlm.eval.mteb_run import mteb_command  # noqa: E402
 from megamlm.eval.paper_datasets import PAPER_DATASETS, RETRIEVAL_CORPORA  # noqa: E402
 from megamlm.eval.probe_command import PROBE_ONLY_FLAGS, add_probe_flags, given_flags, probe_command  # noqa: E402
 from megamlm.eval.random_init import DEFAULT_NAME, RANDOM_INIT_SEED, random_init_model  # noqa: E402
@@ -95,8 +96,8 @@ def _task_epilog() -> str:
 def build_parser() -> argparse.ArgumentParser:
     hp, ts = Hyperparameters(), TaskSettings()
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=_DefaultOnce,
-                                prog="evaluate.py", usage="%(prog)s --model NAME=PATH --tasks TASKS --output DIR "
-                                                          "[options]",
+                                prog="evaluate.py", usage="%(prog)s --model NAME=PATH (--tasks TASKS | --mteb TASKS) "
+                                                          "--output DIR [options]",
                                 epilog=_task_epilog(), allow_abbrev=False)
     p.add_argument("--model", action="append", required=True,
                    help="NAME=PATH (repeatable or comma-separated); PATH is a Hugging Face folder, a megamlm "
@@ -104,7 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoints", choices=CHECKPOINT_CHOICES, default="all",
                    help="for a run folder given as --model: evaluate every whole checkpoint (models NAME-stepN) "
                         "or only the newest (model NAME)")
-    p.add_argument("--tasks", required=True, help="comma-separated task names or TYPE:PATH folders (listed below)")
+    p.add_argument("--tasks", help="comma-separated task names or TYPE:PATH folders (listed below)")
+    p.add_argument("--mteb", metavar="TASKS",
+                   help="score the models as embedders on mteb's tasks instead (comma-separated mteb names, or the "
+                        "bundled AustenNovelClustering, offline), loaded in sentence-transformers with their model "
+                        "card's pooling; writes OUTPUT/mteb_results.md and mteb's files under OUTPUT/mteb "
+                        "(needs megamlm[mteb])")
     p.add_argument("--output", required=True, type=Path, help="folder for run results, tables and figures")
     p.add_argument("--lrs", type=_floats, default=PAPER_LRS, help="comma-separated learning-rate grid")
     p.add_argument("--seeds", type=_ints, default=PAPER_SEEDS, help="comma-separated seeds")
@@ -192,6 +198,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.probe and args.paired:
             raise PlanError("--paired compares fine-tuned runs' per-example predictions, which the linear probe does "
                             "not keep; drop --paired or --probe")
+        if args.mteb:
+            return mteb_command(args)
+        if not args.tasks:
+            raise PlanError("no task given; pass --tasks (fine-tuning or --probe) or --mteb TASKS")
         if args.probe:
             return probe_command(args, parser)
         given = given_flags(args, parser, PROBE_ONLY_FLAGS)

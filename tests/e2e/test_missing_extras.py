@@ -86,13 +86,15 @@ def _cases(tmp: Path) -> list[tuple[str, list, str]]:
         ("optimi", [REPO / "pretrain.py", "--optimizer", "stableadamw", "--dry-run"], "optimi"),
         *[(name, [REPO / "pretrain.py", "--report-to", name, "--train-iters", "1"], name)
           for name in ("trackio", "wandb", "mlflow")],
+        *[(name, [REPO / "tools/evaluate.py", "--mteb", "AustenNovelClustering", "--model", "m=m.gguf", "--output",
+                  "out"], "mteb") for name in ("mteb", "sentence_transformers")],
     ]
 
 
 CASE_IDS = ["gguf-convert_from_hf", "gguf-pretrain", "accelerate-convert_from_hf", "pyarrow-preprocess",
             "zstandard-preprocess", "tiktoken-preprocess", "sentencepiece-preprocess", "datasets-fetch",
             "torchao-pretrain", "triton-pretrain", "flash_attn-pretrain", "sklearn-probe", "optimi-pretrain",
-            "trackio-pretrain", "wandb-pretrain", "mlflow-pretrain"]
+            "trackio-pretrain", "wandb-pretrain", "mlflow-pretrain", "mteb-evaluate", "sentence_transformers-evaluate"]
 
 
 @pytest.mark.parametrize("index", range(len(CASE_IDS)), ids=CASE_IDS)
