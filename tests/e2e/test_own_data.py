@@ -178,3 +178,21 @@ def test_the_plots_mark_each_phase_boundary_with_what_changes(trained, tmp_path)
     pytest.importorskip("matplotlib")
     written = plot_runs([out / "ckpt"], tmp_path / "fig")
     assert [p.name for p in written][-1] == "training_loss.png" and written[-1].stat().st_size > 10_000
+
+
+def test_a_phase_tokenizer_that_is_not_here_is_one_line_in_the_dry_run_and_the_launch(own_data, tmp_path, capsys):
+    import shutil
+
+    folder, _, a, b = own_data
+    for suffix in (".bin", ".idx", ".megamlm.json"):
+        shutil.copy(a + suffix, tmp_path / f"moved{suffix}")
+    sidecar = json.loads((tmp_path / "moved.megamlm.json").read_text())
+    sidecar["tokenizer"]["path"] = str(tmp_path / "gone" / "tokenizer.json")
+    (tmp_path / "moved.megamlm.json").write_text(json.dumps(sidecar))
+    moved = str(tmp_path / "moved")
+    capsys.readouterr()
+    for launch in (["--dry-run"], ["--save", str(tmp_path / "s")]):
+        assert main([*RUN, "--config", recipe(folder, moved, moved), *launch]) == 2
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and "phase 1's data" in err and "is not here" in err, err
+    assert not (tmp_path / "s").exists()
