@@ -18,7 +18,7 @@ from megamlm.config.derived import (
     SHAPE_FIELDS,
     as_tuple,
     model_features,
-    objective_phases,
+    objective_stages,
     resolved_shape,
     split_weights,
     switch_steps,
@@ -29,7 +29,7 @@ from megamlm.config.derived import (
 from megamlm.config.docs import choices_of
 from megamlm.config.loader import ALTERNATIVES
 from megamlm.config.sections import (
-    OBJECTIVE_PHASES,
+    OBJECTIVE_STAGES,
     PHASE_OBJECTIVES,
     SECTION_CLASSES,
     CheckpointConfig,
@@ -38,6 +38,7 @@ from megamlm.config.sections import (
     ObjectiveConfig,
     PerformanceConfig,
 )
+from megamlm.config.setting_checks import RANGES, masking_problem, setting_problem
 from megamlm.errors import ConfigError
 from megamlm.extras import installed, missing_message
 from megamlm.model.attention_table import attention_backend_problem
@@ -71,28 +72,9 @@ def validate(cfg: Config) -> None:
     check_performance(cfg.performance)
 
 
-# Numeric flags with a range: (section, field, lowest, highest, lowest allowed, highest allowed); None: unbounded.
-_RANGES = (
-    ("model", "vocab_size", 1, None, True, True),
-    ("model", "make_vocab_size_divisible_by", 1, None, True, True),
-    ("model", "rope_theta", 0, None, False, True),
-    ("model", "norm_epsilon", 0, None, False, True),
-    ("model", "init_method_std", 0, None, False, True),
-    ("training", "lr", 0, None, False, True),
-    ("training", "min_lr", 0, None, True, True),
-    ("training", "lr_warmup_iters", 0, None, True, True),
-    ("training", "lr_wsd_decay_iters", 0, None, True, True),
-    ("training", "weight_decay", 0, None, True, True),
-    ("training", "adam_beta1", 0, 1, True, False),
-    ("training", "adam_beta2", 0, 1, True, False),
-    ("training", "adam_eps", 0, None, False, True),
-    ("training", "clip_grad", 0, None, True, True),
-    ("training", "seed", 0, 2**63 - 1, True, True),
-)
-
-
 def _check_numbers(cfg: Config) -> None:
-    """Every number finite, and the ones with a natural range inside it."""
+    """Every number finite, and the ones with a natural range inside it (config/setting_checks.py: a recipe phase's
+    value of the same setting gets the same check)."""
     for section, cls in SECTION_CLASSES.items():
         for f in dataclasses.fields(cls):
             value = getattr(getattr(cfg, section), f.name)
@@ -102,17 +84,10 @@ def _check_numbers(cfg: Config) -> None:
                 if isinstance(item, int) and not isinstance(item, bool) and not -LARGEST_INT <= item <= LARGEST_INT:
                     raise ConfigError(f"--{f.name.replace('_', '-')} {item} is beyond the 64-bit integers it is held "
                                       f"in (at most {LARGEST_INT:,} either way); give a smaller number")
-    for section, name, low, high, low_ok, high_ok in _RANGES:
-        value = getattr(getattr(cfg, section), name)
-        if value is None:
-            continue
-        too_low = low is not None and (value < low if low_ok else value <= low)
-        too_high = high is not None and (value > high if high_ok else value >= high)
-        if too_low or too_high:
-            bounds = " and ".join(part for part in (
-                f"{'>=' if low_ok else '>'} {low}" if low is not None else "",
-                f"{'<=' if high_ok else '<'} {high}" if high is not None else "") if part)
-            raise ConfigError(f"--{name.replace('_', '-')} must be {bounds}, got {value}")
+    for section, name in RANGES:
+        problem = setting_problem(section, name, getattr(getattr(cfg, section), name))
+        if problem:
+            raise ConfigError(problem)
     t = cfg.training
     if t.min_lr > t.lr:
         raise ConfigError(f"--min-lr {t.min_lr} is above the peak --lr {t.lr}; the decay ends at --min-lr, so lower "
@@ -176,19 +151,17 @@ def check_objective(cfg: Config) -> None:
     o = cfg.objective
     check_phases(o.objective)
     check_switches(o, cfg.training.train_iters)
-    if not 0.0 < o.mask_ratio < 1.0:
-        raise ConfigError(f"--mask-ratio must be strictly between 0 and 1, got {o.mask_ratio}")
-    probs = (o.mask_replace_prob, o.mask_random_prob, o.mask_keep_prob)
-    if any(p < 0 for p in probs) or abs(sum(probs) - 1.0) > 1e-6:
-        raise ConfigError(f"--mask-replace-prob/--mask-random-prob/--mask-keep-prob must be >= 0 and sum to 1, "
-                          f"got {probs}")
+    problem = setting_problem("objective", "mask_ratio", o.mask_ratio) or masking_problem(
+        (o.mask_replace_prob, o.mask_random_prob, o.mask_keep_prob))
+    if problem:
+        raise ConfigError(problem)
 
 
 def check_phases(objective: str) -> None:
     """A named objective, or known phases joined by commas with no phase repeated next to itself."""
-    phases = objective_phases(objective)
-    if objective not in OBJECTIVE_PHASES and (not objective or set(phases) - set(PHASE_OBJECTIVES)):
-        raise ConfigError(f"unknown --objective {objective!r}; choose one of {', '.join(OBJECTIVE_PHASES)}, or phases "
+    phases = objective_stages(objective)
+    if objective not in OBJECTIVE_STAGES and (not objective or set(phases) - set(PHASE_OBJECTIVES)):
+        raise ConfigError(f"unknown --objective {objective!r}; choose one of {', '.join(OBJECTIVE_STAGES)}, or phases "
                           f"of {', '.join(PHASE_OBJECTIVES)} joined by commas (e.g. mlm,clm,mlm)")
     for number, (a, b) in enumerate(zip(phases, phases[1:]), start=1):
         if a == b:
@@ -198,7 +171,7 @@ def check_phases(objective: str) -> None:
 
 def check_switches(o: ObjectiveConfig, train_iters: int) -> None:
     """One switch per boundary between phases, strictly increasing and inside the run (no phase left empty)."""
-    phases, fractions, given = objective_phases(o.objective), as_tuple(o.switch), as_tuple(o.switch_step)
+    phases, fractions, given = objective_stages(o.objective), as_tuple(o.switch), as_tuple(o.switch_step)
     flag, values = ("--switch-step", given) if o.switch_step is not None else ("--switch", fractions)
     shown_values = values or ((DEFAULT_SWITCH,) if len(phases) == 2 else ())
     shown = f"{flag} {','.join(map(str, shown_values))}"
@@ -206,7 +179,7 @@ def check_switches(o: ObjectiveConfig, train_iters: int) -> None:
         bad = next(f for f in fractions if not 0.0 < f < 1.0)
         raise ConfigError(f"--switch must be a fraction strictly between 0 and 1, got {bad}")
     if values and len(phases) == 1:
-        two_phase = ", ".join(name for name, named in OBJECTIVE_PHASES.items() if len(named) == 2)
+        two_phase = ", ".join(name for name, named in OBJECTIVE_STAGES.items() if len(named) == 2)
         raise ConfigError(f"{flag} places the objective switch, but --objective {o.objective} has one objective "
                           f"and no switch; drop {flag}, or pick a two-phase objective ({two_phase}) or a phase "
                           "sequence (e.g. mlm,clm,mlm)")

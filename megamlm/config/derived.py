@@ -8,7 +8,7 @@ import json
 
 from megamlm.config.sections import (
     MODEL_FLAG_NAMES,
-    OBJECTIVE_PHASES,
+    OBJECTIVE_STAGES,
     Config,
     DataConfig,
     ModelConfig,
@@ -30,19 +30,20 @@ FEATURE_FIELDS = tuple(f.name for f in dataclasses.fields(ModelArgs)[_FIRST_FEAT
 """ModelArgs' features of imported decoders (the fields after init_method_std), each off by default."""
 
 
-def objective_phases(objective: str) -> tuple[str, ...]:
-    """The phases a --objective trains in order: a named objective's, else the comma-separated phases as given
+def objective_stages(objective: str) -> tuple[str, ...]:
+    """The stages a --objective trains in order (the ObjectiveSchedule's; a recipe's phases are config/phases.py's):
+    a named objective's, else the comma-separated objectives as given
     (checked by ``check_objective``)."""
-    if objective in OBJECTIVE_PHASES:
-        return OBJECTIVE_PHASES[objective]
+    if objective in OBJECTIVE_STAGES:
+        return OBJECTIVE_STAGES[objective]
     return tuple(part.strip() for part in str(objective).split(","))
 
 
-def objective_name(phases: tuple[str, ...]) -> str:
-    """The one name of a phase sequence: the named objective that trains it (``clm,mlm`` is ``clm_then_mlm``), else
-    the phases joined by commas; schedules are stored under it, so that both spellings resume each other."""
-    named = [name for name, named_phases in OBJECTIVE_PHASES.items() if named_phases == tuple(phases)]
-    return named[0] if named else ",".join(phases)
+def objective_name(stages: tuple[str, ...]) -> str:
+    """The one name of a sequence of stages: the named objective that trains it (``clm,mlm`` is ``clm_then_mlm``),
+    else the stages joined by commas; schedules are stored under it, so that both spellings resume each other."""
+    named = [name for name, named_stages in OBJECTIVE_STAGES.items() if named_stages == tuple(stages)]
+    return named[0] if named else ",".join(stages)
 
 
 def as_tuple(value) -> tuple:
@@ -59,20 +60,20 @@ def fraction_step(fraction: float, train_iters: int) -> int:
 
 
 def switch_steps(o: ObjectiveConfig, train_iters: int) -> tuple[int, ...]:
-    """The last step of every phase but the last (none for one objective): --switch-step, else round(--switch x
-    iters) of each fraction; a two-phase schedule without either switches at 0.25. The one place switch steps are
+    """The last step of every stage but the last (none for one objective): --switch-step, else round(--switch x
+    iters) of each fraction; a two-stage schedule without either switches at 0.25. The one place switch steps are
     computed (``check_objective`` checks one per boundary, increasing, inside the run)."""
-    if len(objective_phases(o.objective)) == 1:
+    if len(objective_stages(o.objective)) == 1:
         return ()
     if o.switch_step is not None:
         return as_tuple(o.switch_step)
     if o.switch is None:
-        return (fraction_step(DEFAULT_SWITCH, train_iters),) if len(objective_phases(o.objective)) == 2 else ()
+        return (fraction_step(DEFAULT_SWITCH, train_iters),) if len(objective_stages(o.objective)) == 2 else ()
     return tuple(fraction_step(fraction, train_iters) for fraction in as_tuple(o.switch))
 
 
 def switch_step(o: ObjectiveConfig, train_iters: int) -> int | None:
-    """The first switch step (the switch of a two-phase schedule); None for one objective."""
+    """The first switch step (the switch of a two-stage schedule); None for one objective."""
     steps = switch_steps(o, train_iters)
     return steps[0] if steps else None
 

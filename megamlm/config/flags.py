@@ -7,11 +7,11 @@ import dataclasses
 import functools
 from typing import Any, get_args, get_origin, get_type_hints
 
-from megamlm.config.derived import objective_phases
+from megamlm.config.derived import objective_stages
 from megamlm.config.docs import choices_of, field_docs, scalar_type
 from megamlm.config.loader import ALTERNATIVES, FORMER_SWITCHES, config_from_settings, load_yaml
 from megamlm.config.recipes import BATCH_KEYS, recipe_defaults
-from megamlm.config.sections import OBJECTIVE_PHASES, PHASE_OBJECTIVES, SECTION_CLASSES, Config
+from megamlm.config.sections import OBJECTIVE_STAGES, PHASE_OBJECTIVES, SECTION_CLASSES, Config
 from megamlm.env_args import command_line
 from megamlm.errors import ConfigError, UserError, exit_line
 
@@ -26,13 +26,13 @@ def flag_name(field: str) -> str:
 def _objective(value: str) -> str:
     """--objective: a named objective, or phases joined by commas (``mlm,clm,mlm``); adjacent repeats and the
     switches are checked with the rest of the config."""
-    if value in OBJECTIVE_PHASES or value and not set(objective_phases(value)) - set(PHASE_OBJECTIVES):
+    if value in OBJECTIVE_STAGES or value and not set(objective_stages(value)) - set(PHASE_OBJECTIVES):
         return value
-    raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from {', '.join(OBJECTIVE_PHASES)}, or "
+    raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from {', '.join(OBJECTIVE_STAGES)}, or "
                                      f"phases of {', '.join(PHASE_OBJECTIVES)} joined by commas, e.g. mlm,clm,mlm)")
 
 
-FLAG_TYPES = {"objective": (_objective, "{" + ",".join(OBJECTIVE_PHASES) + "} or a sequence of phases "
+FLAG_TYPES = {"objective": (_objective, "{" + ",".join(OBJECTIVE_STAGES) + "} or a sequence of phases "
                                         "(" + ",".join(PHASE_OBJECTIVES) + ") joined by commas")}
 """Flags whose values a function checks (type, metavar): a str field with more values than a Literal can list."""
 FLAG_VALUE_NAMES = {"rampup_batch_size": ("START", "INCREMENT", "SAMPLES"), "profile_steps": ("FIRST", "LAST")}
@@ -173,7 +173,7 @@ def given_settings(argv: list[str] | None = None) -> dict:
             if section == pair_section and name in pair and f"{section}.{_other(pair, name)}" not in ns:
                 settings[section][_other(pair, name)] = None  # the command line replaces the YAML's
     objective = ns.get("objective.objective")
-    if objective is not None and len(objective_phases(objective)) == 1 and not {"objective.switch",
+    if objective is not None and len(objective_stages(objective)) == 1 and not {"objective.switch",
                                                                                  "objective.switch_step"} & set(ns):
         # A one-objective --objective on the command line replaces the YAML's schedule, its switch included (a CLM
         # parent run launched from a CLM-then-MLM config); a switch given on the command line is still refused.

@@ -17,7 +17,7 @@ from megamlm.config.flags import given_settings
 from megamlm.config.loader import config_from_settings
 from megamlm.config.model_presets import with_model_preset
 from megamlm.config.phase_data import adopt_sidecar_tokenizer
-from megamlm.config.phases import apply_recipe, check_recipe_against_model, recipe_of
+from megamlm.config.recipe_settings import apply_recipe, check_recipe_against_model
 from megamlm.config.recipes import recipe_file, with_recipe
 from megamlm.config.sections import Config
 from megamlm.launcher_env import world_size_from_env
@@ -39,10 +39,12 @@ def resolve(cfg: Config, adopt: Adopter | None = None, world_size: int | None = 
     cfg, tokenizer_note = adopt_sidecar_tokenizer(cfg)
     world_size = world_size or launch_world_size(cfg)
     cfg, note = fit_batch_sizes(cfg, world_size)
-    cfg = apply_recipe(cfg)  # the phases' lengths, objectives and decay into the settings that carry them
+    recipe = None
+    if cfg.recipe.phases or cfg.training.train_tokens is not None or cfg.checkpoint.save_at_tokens:
+        cfg, recipe = apply_recipe(cfg)  # the phases' lengths, objectives and decay into the settings that carry them
     validate(cfg)
     if cfg.recipe.phases:
-        check_recipe_against_model(cfg, recipe_of(cfg), world_size)
+        check_recipe_against_model(cfg, recipe, world_size)
     for line in (tokenizer_note, note):  # after the checks, which can still refuse the launch
         if line:
             log(line)

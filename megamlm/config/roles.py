@@ -70,6 +70,15 @@ def setting(default=dataclasses.MISSING, role: Role | None = None, *, factory=da
     return dataclasses.field(default=default, default_factory=factory, metadata={"role": role, **metadata})
 
 
+def section_class(name: str, entries: list, docs: dict[str, str], module: str, doc: str) -> type:
+    """A frozen config section made from a table (``entries``: (field, type, ``setting(...)``)), with the docstring
+    of each field (``docs``) where the help and the docs read them."""
+    cls = dataclasses.make_dataclass(name, entries, frozen=True, namespace={"__field_docs__": docs})
+    cls.__module__ = module
+    cls.__doc__ = doc
+    return cls
+
+
 def role_of(section: type, name: str) -> Role:
     """The declared role of one field of a config section."""
     return {f.name: f.metadata.get("role") for f in dataclasses.fields(section)}[name]

@@ -21,23 +21,25 @@ from typing import Literal, get_type_hints
 
 from megamlm.config.docs import field_docs
 from megamlm.config.phase_fields import RecipeConfig
-from megamlm.config.roles import setting
+from megamlm.config.roles import section_class, setting
 from megamlm.kernel_backends import KernelBackend
 from megamlm.model.attention_table import ATTENTION_TABLE
 from megamlm.model.config import AttentionBackend, ModelArgs
 
-# The objectives and the phases each trains in order, declared once (the Literal below is built from it).
-OBJECTIVE_PHASES: dict[str, tuple[str, ...]] = {
+# The objectives and the stages each trains in order (the ObjectiveSchedule's), declared once (the Literal below
+# is built from it).
+OBJECTIVE_STAGES: dict[str, tuple[str, ...]] = {
     "mlm": ("mlm",),
     "clm": ("clm",),
     "clm_then_mlm": ("clm", "mlm"),
     "mlm_then_clm": ("mlm", "clm"),
 }
 PHASE_OBJECTIVES = ("mlm", "clm", "mntp")
-"""What one phase of a schedule trains; ``--objective`` also takes them joined by commas (``mlm,clm,mlm``)."""
+"""What one stage of the objective schedule (or one recipe phase) trains; ``--objective`` also takes them joined by
+commas (``mlm,clm,mlm``)."""
 # Every choice flag's values, declared once: the parser offers them, --help lists them, validation checks them.
-Objective = Literal[tuple(OBJECTIVE_PHASES)]
-"""The named objectives (a phase sequence such as ``mlm,clm,mlm`` is a str beside them)."""
+Objective = Literal[tuple(OBJECTIVE_STAGES)]
+"""The named objectives (a sequence of stages such as ``mlm,clm,mlm`` is a str beside them)."""
 LRDecayStyle = Literal["wsd", "cosine", "linear", "constant"]
 WSDDecayStyle = Literal["linear", "cosine", "exponential", "minus_sqrt"]
 """The shape of WSD's final decay, by Megatron's names (``--lr-wsd-decay-style``; minus_sqrt is the 1-sqrt decay)."""
@@ -110,10 +112,8 @@ def _model_section() -> type:
     docs["global_attn_every_n_layers"] = ("A full-attention layer every N layers and sliding-window ones between, "
                                           "as ModernBERT's global_attn_every_n_layers (layer i full iff i % N == 0): "
                                           "fills --layer-types (default: --layer-types, or the preset's pattern).")
-    cls = dataclasses.make_dataclass("ModelConfig", entries, frozen=True, namespace={"__field_docs__": docs})
-    cls.__module__ = __name__
-    cls.__doc__ = "The model: a preset, and one flag per ModelArgs field that overrides it."
-    return cls
+    return section_class("ModelConfig", entries, docs, __name__,
+                         "The model: a preset, and one flag per ModelArgs field that overrides it.")
 
 
 ModelConfig = _model_section()
@@ -122,13 +122,13 @@ ModelConfig = _model_section()
 @dataclass(frozen=True)
 class ObjectiveConfig:
     objective: str = setting("mlm", "objective")
-    """Training objective: mlm, clm, mntp (masked next-token prediction), clm_then_mlm, mlm_then_clm, or phases
-    joined by commas, e.g. mlm,clm,mlm (one switch between each two phases, at --switch or --switch-step)."""
+    """Training objective: mlm, clm, mntp (masked next-token prediction), clm_then_mlm, mlm_then_clm, or stages
+    joined by commas, e.g. mlm,clm,mlm (one switch between each two stages, at --switch or --switch-step)."""
     switch: float | list[float] | None = setting(None, "objective")
-    """Where each phase ends, as fractions of --train-iters (one per switch, increasing: 0.6,0.9); switch step =
-    round(F * iters); default 0.25 for a two-phase schedule unless --switch-step is given."""
+    """Where each stage of the objective ends, as fractions of --train-iters (one per switch, increasing: 0.6,0.9);
+    switch step = round(F * iters); default 0.25 for a two-stage schedule unless --switch-step is given."""
     switch_step: int | list[int] | None = setting(None, "objective")
-    """The last step of each phase but the last, as steps (instead of --switch; increasing: 6000,9000): branches
+    """The last step of each stage but the last, as steps (instead of --switch; increasing: 6000,9000): branches
     never depend on rounding (default: from --switch)."""
     mask_ratio: float = setting(0.4, "masking")
     """MLM: probability that a non-special token is selected for prediction."""

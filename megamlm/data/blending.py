@@ -106,7 +106,26 @@ def load_or_build_blend_index(weights, num_samples, cache_dir=None, rank=None, b
     return owner[:num_samples], number[:num_samples]
 
 
-class BlendedDataset:
+class SampleLocator:
+    """A dataset whose samples are held by other datasets: ``_locate(k)`` says which holds sample k, and where."""
+
+    def _locate(self, k: int):
+        raise NotImplementedError
+
+    def __getitem__(self, k: int) -> np.ndarray:
+        dataset, j = self._locate(int(k))
+        return dataset[j]
+
+    def document_ids(self, k: int) -> np.ndarray:
+        dataset, j = self._locate(int(k))
+        return dataset.document_ids(j)
+
+    def sample_documents(self, k: int):
+        dataset, j = self._locate(int(k))
+        return dataset.sample_documents(j)
+
+
+class BlendedDataset(SampleLocator):
     """Sample k of the blend is sample `sample_in_dataset[k]` of `datasets[dataset_of[k]]`.
 
     Each component is a PackedSampleDataset, whose sample j depends only on its files, the seed
@@ -133,15 +152,3 @@ class BlendedDataset:
         if not 0 <= k < len(self):
             raise IndexError(f"sample {k} out of range for {len(self)} samples")
         return self.datasets[int(self.dataset_of[k])], int(self.sample_in_dataset[k])
-
-    def __getitem__(self, k: int) -> np.ndarray:
-        dataset, j = self._locate(int(k))
-        return dataset[j]
-
-    def document_ids(self, k: int) -> np.ndarray:
-        dataset, j = self._locate(int(k))
-        return dataset.document_ids(j)
-
-    def sample_documents(self, k: int):
-        dataset, j = self._locate(int(k))
-        return dataset.sample_documents(j)

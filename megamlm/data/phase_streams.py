@@ -36,13 +36,13 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from megamlm.data.blending import BlendedDataset, load_or_build_blend_index, parse_data_path
+from megamlm.data.blending import BlendedDataset, SampleLocator, load_or_build_blend_index, parse_data_path
 from megamlm.data.build import StreamSpec, build_train_dataset, check_vocab, group_rank_and_barrier, part_of
 from megamlm.data.document_streams import DocumentStream
 from megamlm.data.documents import WINDOWS, sample_dataset
 from megamlm.data.indexed import DataError, IndexedDataset
 from megamlm.data.sample_index import build_sample_index
-from megamlm.data.samples import PackedSampleDataset
+from megamlm.data.samples import PackedSampleDataset, window_pieces
 from megamlm.data.splits import TRAIN
 
 REMAINDER_ORDER = 2
@@ -207,15 +207,7 @@ class _RemainderStream(_Stream):
     def _pieces(self, n: int):
         """(document among ``sizes``, offset, length) of each piece of head window n."""
         position, offset = (int(v) for v in self.sample_index[int(self.shuffle[n])])
-        remaining = self.seq_length
-        while remaining:
-            document = int(self.order[position])
-            take = min(int(self.sizes[document]) - offset, remaining)
-            if take > 0:
-                yield document, offset, take
-                remaining -= take
-            position += 1
-            offset = 0
+        yield from window_pieces(self.order, self.sizes, position, offset, self.seq_length)
 
     def __getitem__(self, n: int) -> np.ndarray:
         if n >= self.head:
@@ -279,7 +271,7 @@ class _Shifted(_Stream):
         return self.stream.left_after(self.n + int(m))
 
 
-class RecipeDataset:
+class RecipeDataset(SampleLocator):
     """Sample k of a run in segments: sample k - first_sample of the segment holding k."""
 
     def __init__(self, segments: Sequence[StreamSegment], datasets: Sequence):
@@ -294,18 +286,6 @@ class RecipeDataset:
             raise IndexError(f"sample {k} out of range for {len(self)} samples")
         s = bisect.bisect_right(self._starts, int(k)) - 1
         return self.datasets[s], int(k) - self.segments[s].first_sample
-
-    def __getitem__(self, k: int) -> np.ndarray:
-        dataset, j = self._locate(int(k))
-        return dataset[j]
-
-    def document_ids(self, k: int) -> np.ndarray:
-        dataset, j = self._locate(int(k))
-        return dataset.document_ids(j)
-
-    def sample_documents(self, k: int):
-        dataset, j = self._locate(int(k))
-        return dataset.sample_documents(j)
 
 
 def _corpora(segment: StreamSegment, spec: RecipeStreamSpec, options: dict, checked: set):

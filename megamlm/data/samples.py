@@ -11,6 +11,20 @@ from megamlm.data.indexed import DataError, IndexedDataset
 from megamlm.data.sample_index import num_epochs_needed, windows_per_epoch
 
 
+def window_pieces(order: np.ndarray, sizes: np.ndarray, position: int, offset: int, seq_length: int):
+    """(document, offset, length) of each piece of a window of ``seq_length`` tokens that starts ``offset`` tokens
+    into document ``order[position]`` and runs on through the documents in ``order`` (empty documents skipped)."""
+    remaining = seq_length
+    while remaining:
+        document = int(order[position])
+        take = min(int(sizes[document]) - offset, remaining)
+        if take > 0:
+            yield document, offset, take
+            remaining -= take
+        position += 1
+        offset = 0
+
+
 class CorpusFiles:
     """The documents of one corpus: its files (shards concatenated), optionally restricted to the sequences
     ``sequences`` = (first, end) of a ``--split`` part; ``sizes`` are their token counts, ``read`` their tokens."""
@@ -108,15 +122,7 @@ class PackedSampleDataset(CorpusFiles):
         epoch, window = self.locate(k)
         document_order, sample_index, _ = self.epochs[epoch]
         position, offset = (int(v) for v in sample_index[window])
-        remaining = self.seq_length
-        while remaining:
-            document = int(document_order[position])
-            take = min(int(self.sizes[document]) - offset, remaining)
-            if take > 0:
-                yield document, offset, take
-                remaining -= take
-            position += 1
-            offset = 0
+        yield from window_pieces(document_order, self.sizes, position, offset, self.seq_length)
 
     def __getitem__(self, k: int) -> np.ndarray:
         pieces = [self.read(*piece) for piece in self._pieces(int(k))]

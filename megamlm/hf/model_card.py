@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from megamlm.config import objective_phases
+from megamlm.config import objective_stages
 from megamlm.hf.hf_config import describe_features
 from megamlm.hf.keymaps import MODERNBERT_ARCHS
 from megamlm.hf.megamlm_checkpoint import CheckpointRecord
@@ -33,7 +33,7 @@ def head_objectives(objective: str | None, merged_from: list[dict] | None, steps
                                              entry.get("imported_type"))]
     if not steps:
         return ["mlm" if imported_type in ("eurobert", "modernbert") else "clm"]
-    return [objective_phases(objective)[-1]] if objective else []
+    return [objective_stages(objective)[-1]] if objective else []
 
 
 def head_section(objectives: list[str], merge: bool) -> list[str]:
@@ -155,7 +155,7 @@ def phase_lines(recipe: list[dict], consumed: int, run_data: list[str]) -> list[
 def model_card(record: CheckpointRecord, arch_class: str, dtype: str, arch: str | None = None) -> str:
     f = training_facts(record)
     a = record.model_args
-    phases = objective_phases(f["objective"]) if f["objective"] else ()
+    phases = objective_stages(f["objective"]) if f["objective"] else ()
     sequence = ", then ".join(p.upper() for p in phases) if len(phases) > 1 else None  # mntp,mlm or mlm,clm,mlm
     objective = _OBJECTIVE_NAMES.get(f["objective"]) or sequence or f["objective"] or "unknown"
     if len(f["switch_steps"]) > 1:  # three or more phases

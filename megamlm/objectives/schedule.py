@@ -1,30 +1,33 @@
-"""The ObjectiveSchedule: which objective (attention mode + targets + loss) each step trains.
+"""The ObjectiveSchedule: which objective (attention mode + targets + loss) and which masking each step trains.
 
-Steps are numbered 1..train_iters. A schedule is a sequence of phases, each one objective, and a switch step
-between each two: phase k runs steps switch[k-1]+1..switch[k] (a two-phase schedule its first objective on steps
-1..switch_step, its second on the rest). The switch steps are resolved once, by ``megamlm.config.switch_steps``.
+Steps are numbered 1..train_iters. A schedule is a sequence of *stages*, each one objective, and a switch step
+between each two: stage k runs steps switch[k-1]+1..switch[k] (a two-stage schedule its first objective on steps
+1..switch_step, its second on the rest). The switch steps are resolved once, by ``megamlm.config.switch_steps`` (a
+recipe's phases of one objective are one stage, config/recipe_settings.py). "Phase" is a recipe's phase
+(config/phases.py): the schedule is built from the resolved recipe (training/resolved_run.py), each phase's masking
+from its first step on, and is not changed after. Its ``state_dict`` keeps the keys checkpoints have always had.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from megamlm.config import as_tuple, objective_name, objective_phases
+from megamlm.config import as_tuple, objective_name, objective_stages
 from megamlm.errors import ResumeError
 from megamlm.objectives.batch import Batch, make_batch
 from megamlm.objectives.masking import MaskingSpec
 
 
-def phase_switches(phases: tuple[str, ...], switch_step) -> tuple[int, ...]:
-    """The switch steps of a schedule of ``phases``: ``switch_step`` (a step, a list or None), one per boundary."""
-    return as_tuple(switch_step)[:len(phases) - 1]
+def stage_switches(stages: tuple[str, ...], switch_step) -> tuple[int, ...]:
+    """The switch steps of a schedule of ``stages``: ``switch_step`` (a step, a list or None), one per boundary."""
+    return as_tuple(switch_step)[:len(stages) - 1]
 
 
 def objectives_at_steps(objective: str, switch_step, steps) -> np.ndarray:
     """The objective a schedule (``--objective``, its switch step or steps) trains at each 1-based step of
-    ``steps``: phase k up to and including its switch step (the planners read whole runs at once)."""
-    phases = objective_phases(objective)
-    return np.asarray(phases)[np.searchsorted(phase_switches(phases, switch_step), steps, side="left")]
+    ``steps``: stage k up to and including its switch step (the planners read whole runs at once)."""
+    stages = objective_stages(objective)
+    return np.asarray(stages)[np.searchsorted(stage_switches(stages, switch_step), steps, side="left")]
 
 
 def objective_at_step(objective: str, switch_step, step: int) -> str:
@@ -34,43 +37,40 @@ def objective_at_step(objective: str, switch_step, step: int) -> str:
 
 def schedule_state(objective: str, train_iters: int, switch_step) -> dict:
     """An ObjectiveSchedule's state_dict, from its settings: the objective under its one name (``clm,mlm`` is
-    ``clm_then_mlm``), and its switch as before (None for one phase, the step for two) or, for more phases, the
+    ``clm_then_mlm``), and its switch as before (None for one stage, the step for two) or, for more stages, the
     list of steps."""
-    phases = objective_phases(objective)
-    switches = phase_switches(phases, switch_step)
-    stored = None if not switches else switches[0] if len(phases) == 2 else list(switches)
-    return {"objective": objective_name(phases), "train_iters": train_iters, "switch_step": stored}
+    stages = objective_stages(objective)
+    switches = stage_switches(stages, switch_step)
+    stored = None if not switches else switches[0] if len(stages) == 2 else list(switches)
+    return {"objective": objective_name(stages), "train_iters": train_iters, "switch_step": stored}
 
 
 class ObjectiveSchedule:
-    def __init__(self, objective: str, switch_step, train_iters: int, masking: MaskingSpec, seed: int):
-        """``switch_step``: the switch step of a two-phase schedule, or the list of them (``switch_steps``)."""
-        self.phases = objective_phases(objective)
-        self.objective = objective_name(self.phases)
+    def __init__(self, objective: str, switch_step, train_iters: int, masking: MaskingSpec, seed: int,
+                 maskings: tuple = ()):
+        """``switch_step``: the switch step of a two-stage schedule, or the list of them (``switch_steps``);
+        ``maskings``: (first step, masking) of each phase of a recipe, in order (none: ``masking`` throughout)."""
+        self.stages = objective_stages(objective)
+        self.objective = objective_name(self.stages)
         self.train_iters = train_iters
         self.masking = masking
         self.seed = seed
-        self.switch_steps: tuple[int, ...] = phase_switches(self.phases, switch_step)
-        self.phase_maskings: tuple[tuple[int, MaskingSpec], ...] = ()
-        """(first step, masking) of each phase of a recipe that sets its own mask ratio or split
-        (``set_phase_maskings``); steps before the first use ``masking``."""
-
-    def set_phase_maskings(self, maskings) -> None:
-        """The masking of each phase of a recipe from its first step on (megamlm/config/phases.py): the mask of a
-        sample stays a pure function of (seed, sample index, the step's phase)."""
-        self.phase_maskings = tuple((int(first), spec) for first, spec in maskings)
+        self.switch_steps: tuple[int, ...] = stage_switches(self.stages, switch_step)
+        self.maskings: tuple[tuple[int, MaskingSpec], ...] = tuple((int(first), spec) for first, spec in maskings)
+        """(first step, masking) of each phase of a recipe: the mask of a sample is a pure function of (seed, sample
+        index, the step's phase's masking)."""
 
     def masking_at(self, step: int) -> MaskingSpec:
         """The masking of 1-based ``step``: its phase's, else the run's."""
         masking = self.masking
-        for first, spec in self.phase_maskings:
+        for first, spec in self.maskings:
             if step >= first:
                 masking = spec
         return masking
 
     @property
     def switch_step(self) -> int | None:
-        """The first switch (the only one of a two-phase schedule); None for one objective."""
+        """The first switch (the only one of a two-stage schedule); None for one objective."""
         return self.switch_steps[0] if self.switch_steps else None
 
     def objective_at(self, step: int) -> str:
@@ -78,19 +78,19 @@ class ObjectiveSchedule:
         return objective_at_step(self.objective, self.switch_steps, step)
 
     def is_switch_step(self, step: int) -> bool:
-        """True for the last step of every phase but the last (a checkpoint is written after it)."""
+        """True for the last step of every stage but the last (a checkpoint is written after it)."""
         return step in self.switch_steps
 
     def describe(self) -> str:
         if not self.switch_steps:
             return f"objective {self.objective} for all {self.train_iters} steps"
-        if len(self.phases) == 2:
-            first, second = self.phases
+        if len(self.stages) == 2:
+            first, second = self.stages
             return (f"objective {self.objective}: {first} for steps 1-{self.switch_step}, {second} for steps "
                     f"{self.switch_step + 1}-{self.train_iters} (switch step {self.switch_step})")
         ends = (*self.switch_steps, self.train_iters)
-        spans = ", ".join(f"{phase} for steps {start + 1}-{end}"
-                          for phase, start, end in zip(self.phases, (0, *self.switch_steps), ends))
+        spans = ", ".join(f"{stage} for steps {start + 1}-{end}"
+                          for stage, start, end in zip(self.stages, (0, *self.switch_steps), ends))
         return f"objective {self.objective}: {spans} (switch steps {', '.join(map(str, self.switch_steps))})"
 
     def make_batch(self, step: int, tokens: np.ndarray, sample_ids: list[int],

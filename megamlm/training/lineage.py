@@ -26,7 +26,7 @@ import numpy as np
 
 from megamlm.config import SECTION_CLASSES, Config, as_tuple, switch_steps, warmup_iters, wsd_decay_iters
 from megamlm.config.flags import flag_name
-from megamlm.config.phases import learning_rate_pieces_of
+from megamlm.config.phases import Recipe, learning_rate_pieces_of
 from megamlm.config.roles import default_of, fields_with
 from megamlm.objectives.schedule import objective_at_step, objectives_at_steps, schedule_state
 from megamlm.training.optim import LRSchedule
@@ -54,7 +54,7 @@ class Segment:
 
     first_step: int
     objective_schedule: dict
-    """ObjectiveSchedule.state_dict(): objective, train_iters, switch_step (a list for more than two phases)."""
+    """ObjectiveSchedule.state_dict(): objective, train_iters, switch_step (a list for more than two stages)."""
     lr_schedule: dict
     """LRSchedule.state_dict()."""
     optimizer: dict
@@ -69,13 +69,13 @@ class Segment:
                    optimizer_settings(record["config"]), int(training["global_batch_size"]))
 
     @classmethod
-    def of_config(cls, cfg: Config) -> "Segment":
+    def of_config(cls, cfg: Config, recipe: Recipe | None = None) -> "Segment":
         """The settings a launch with ``cfg`` trains with (what ``of_record`` reads from its run record): the one
         place a config's schedules are derived (switch step, warmup and decay lengths), for the run
-        (training/launch.py) and the planners alike."""
+        (training/resolved_run.py, which passes its resolved ``recipe``) and the planners alike."""
         t = cfg.training
         lr = LRSchedule(t.lr, t.min_lr, t.lr_decay_style, warmup_iters(t), wsd_decay_iters(t), t.train_iters,
-                        t.lr_wsd_decay_style, *learning_rate_pieces_of(cfg))
+                        t.lr_wsd_decay_style, *learning_rate_pieces_of(cfg, recipe))
         objective = schedule_state(cfg.objective.objective, t.train_iters, switch_steps(cfg.objective, t.train_iters))
         optimizer = {name: getattr(getattr(cfg, section), name) for section, name in OPTIMIZER_SETTINGS}
         return cls(1, objective, lr.state_dict(), optimizer, t.global_batch_size)

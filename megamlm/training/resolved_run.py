@@ -15,6 +15,7 @@ import torch.distributed as dist
 
 from megamlm.config import Config, model_args_for, split_weights
 from megamlm.config.phase_data import phase_corpora, phases_own_data
+from megamlm.config.phases import Recipe, recipe_of
 from megamlm.data import load_tokenizer, prepare_embedded_corpus
 from megamlm.data.embedded import TOKENIZER_FILE
 from megamlm.data.sidecar import check_dataset_files
@@ -48,6 +49,9 @@ class ResolvedRun:
     segment: Segment
     """The settings its steps get (the schedules above came from it): what a start compares with a checkpoint's
     history (``training/resume.py``)."""
+    recipe: Recipe
+    """The run's phases, resolved here once (config/phases.py): every reader is handed it, and the step asks it
+    what step k is (``Recipe.at``)."""
 
 
 def data_sources(cfg: Config) -> tuple[list[str], str]:
@@ -68,6 +72,15 @@ def masking_spec_for(cfg: Config, tokenizer) -> MaskingSpec:
     return MaskingSpec(mask_ratio=o.mask_ratio, replace_prob=o.mask_replace_prob, random_prob=o.mask_random_prob,
                        keep_prob=o.mask_keep_prob, mask_id=tokenizer.mask_id if tokenizer.mask_id is not None else -1,
                        special_ids=tuple(tokenizer.special_ids), random_vocab_size=tokenizer.vocab_size)
+
+
+def objective_schedule_of(segment: Segment, recipe: Recipe, masking: MaskingSpec, seed: int) -> ObjectiveSchedule:
+    """The ObjectiveSchedule of the run's segment (its objective stages and switches), each recipe phase's masking
+    from its first step on (``masking``: the run's, which a phase's mask fields replace)."""
+    maskings = [(phase.first_step, dataclasses.replace(
+        masking, mask_ratio=phase.mask_ratio, replace_prob=phase.mask_replace_prob,
+        random_prob=phase.mask_random_prob, keep_prob=phase.mask_keep_prob)) for phase in recipe.phases]
+    return ObjectiveSchedule(**segment.objective_schedule, masking=masking, seed=seed, maskings=maskings)
 
 
 def backends_on_device(plan: ResolvedRun, cfg: Config, device: torch.device) -> Backends:
@@ -98,10 +111,10 @@ def resolve_run(cfg: Config) -> ResolvedRun:
     args = model_args_for(cfg, tokenizer.vocab_size)
     check_tokenizer(cfg, tokenizer)
     check_model(cfg, args)
-    segment = Segment.of_config(cfg)  # the schedules, derived from the config in one place
-    schedule = ObjectiveSchedule(**segment.objective_schedule, masking=masking_spec_for(cfg, tokenizer),
-                                 seed=cfg.training.seed)
+    recipe = recipe_of(cfg)  # the recipe, resolved once: everything after reads this one
+    segment = Segment.of_config(cfg, recipe)  # the schedules, derived from the config in one place
+    schedule = objective_schedule_of(segment, recipe, masking_spec_for(cfg, tokenizer), cfg.training.seed)
     return ResolvedRun(model_args=args, data_path=data_path, tokenizer_path=tokenizer_path, tokenizer=tokenizer,
                    objective_schedule=schedule, lr_schedule=segment.lr_schedule_object(), dims=compute.dims,
                    device=compute.device, backends=compute.backends, compile_mode=compute.compile_mode,
-                   split=split_weights(cfg.data), segment=segment)
+                   split=split_weights(cfg.data), segment=segment, recipe=recipe)

@@ -38,7 +38,6 @@ from megamlm.checkpoint.checkpointer import CHECKPOINT_FORMAT, resolve_checkpoin
 from megamlm.checkpoint.saved_run import SavedRun, read_saved_run
 from megamlm.config import MODEL_FLAG_NAMES, SECTION_CLASSES, Config
 from megamlm.config.flags import flag_name
-from megamlm.config.phases import recipe_of
 from megamlm.config.roles import ROLES, default_of, fields_with
 from megamlm.errors import ResumeError
 from megamlm.model.config import shape_record
@@ -242,8 +241,9 @@ def _resume(saved: SavedRun, launch: LaunchPlan) -> StartDecision:
                           f"{cfg.training.train_iters}; raise --train-iters, or branch from an earlier checkpoint")
     history = History.of_checkpoint(saved.train_state, saved.record)
     kind = _compare_history(cfg, history, launch.segment, step, path, notes)
-    # The recipe's phases, stretch by stretch (training/recipe_run.py); a record that predates them has none.
-    recipe = check_resumed_recipe(saved.record.get("recipe"), recipe_of(cfg), step, bool(cfg.recipe.phases),
+    # The recipe's phases, stretch by stretch, by the roles of the phase fields (training/recipe_run.py), from the
+    # two run records as every other setting; a record that predates them has none.
+    recipe = check_resumed_recipe(saved.record.get("recipe"), launch.record["recipe"], step, bool(cfg.recipe.phases),
                                   accepted=("data_path",) if cfg.checkpoint.override_data else ())
     notes += recipe.notes
     if recipe.branch and kind == "resume":  # the same schedules, other phase settings after a phase boundary

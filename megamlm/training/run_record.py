@@ -112,6 +112,13 @@ def data_fingerprint(data_path: list[str]) -> str:
     return digest.hexdigest()[:32]
 
 
+def _recipe(cfg, plan):
+    """The resolved run's recipe; a plan made by hand without one (a planner's or a test's record of a config)
+    resolves it from ``cfg``, as the start-up does."""
+    recipe = getattr(plan, "recipe", None)
+    return recipe if recipe is not None else recipe_of(cfg)
+
+
 def build_run_record(cfg, plan, world_size: int) -> dict:
     """The record of this launch (``cfg``: Config, ``plan``: ResolvedRun)."""
     tok = plan.tokenizer
@@ -120,7 +127,7 @@ def build_run_record(cfg, plan, world_size: int) -> dict:
         "config": cfg.to_dict(), "model_args": plan.model_args.to_dict(),
         "switch_step": plan.objective_schedule.switch_step, "data_path": plan.data_path,
         "switch_steps": list(plan.objective_schedule.switch_steps),
-        "recipe": recipe_of(cfg).to_list(),  # the resolved phases (config/phases.py), compared on resume
+        "recipe": _recipe(cfg, plan).to_list(),  # the resolved phases (config/phases.py), compared on resume
         "schedule": {"objective_schedule": plan.objective_schedule.state_dict(),
                      "lr_schedule": plan.lr_schedule.state_dict()},
         "seq_length": plan.model_args.max_seq_length,

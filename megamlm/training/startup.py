@@ -27,7 +27,7 @@ from megamlm.config import (
     PipelineSchedule,
     TrainingConfig,
     launch_world_size,
-    objective_phases,
+    objective_stages,
     resolved_shape,
     validation_enabled,
 )
@@ -320,7 +320,7 @@ def backends_for(cfg: Config, device: torch.device) -> Backends:
 
 def check_tokenizer(cfg: Config, tokenizer) -> None:
     """The tokenizer has the mask token the run needs."""
-    if tokenizer.mask_id is None and (objective_phases(cfg.objective.objective) != ("clm",) or validation_enabled(cfg)):
+    if tokenizer.mask_id is None and (objective_stages(cfg.objective.objective) != ("clm",) or validation_enabled(cfg)):
         raise ConfigError(f"tokenizer {tokenizer} has no mask token, which MLM (and validation, which scores MLM "
                           "too) needs; use a tokenizer with one (Llama 3's <|reserved_special_token_0|> is picked "
                           "automatically) or --objective clm without a validation set")

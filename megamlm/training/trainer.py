@@ -34,13 +34,14 @@ from megamlm.checkpoint.lock import lock_save_folder
 from megamlm.checkpoint.manager import CheckpointManager, SavePolicy
 from megamlm.checkpoint.saved_run import find_saved_run
 from megamlm.config import BatchSizes, Config, unused_lr_settings
-from megamlm.config.phases import Recipe, recipe_of
+from megamlm.config.phases import Recipe, StepPlan
 from megamlm.data import GlobalBatchSampler, MicroBatchLoader
 from megamlm.data.documents import tokens_through
 from megamlm.extras import detect_optional_extras
 from megamlm.hf.init_from import warn_if_context_shorter
 from megamlm.log import log, rank
 from megamlm.model.config import ModelArgs
+from megamlm.model.rope import set_rotary_bases
 from megamlm.model.transformer import Transformer, count_parameters
 from megamlm.objectives import Batch, ObjectiveSchedule
 from megamlm.parallel.dims import ParallelDims
@@ -50,7 +51,7 @@ from megamlm.parallel.runtime import start_parallel
 from megamlm.training.metrics import format_duration
 from megamlm.training.nonfinite import NonFiniteGuard
 from megamlm.training.optim import LRSchedule, build_optimizer, set_hyperparameters
-from megamlm.training.recipe_run import PhaseTracker, recipe_dataset, recipe_notes, set_masking
+from megamlm.training.recipe_run import recipe_dataset, recipe_notes
 from megamlm.training.reporter import PendingStep, RunReporter, StepLedger
 from megamlm.training.resolved_run import ResolvedRun, backends_on_device, resolve_run
 from megamlm.training.resume import LaunchPlan, StartDecision, TrainProgress, decide_start
@@ -143,19 +144,21 @@ class Trainer:
     reporter: RunReporter | None = field(default=None, init=False)
     ledger: StepLedger | None = field(default=None, init=False)
     """The finished steps the host has not read yet (training/reporter.py)."""
-    recipe: Recipe | None = field(default=None, init=False)
-    """The run's phases (config/phases.py): their masking is the schedule's, their RoPE base ``phases``'."""
-    phases: PhaseTracker | None = field(default=None, init=False)
-    phase_starts: set[int] = field(default_factory=set, init=False)
-    """The steps before which ``phases`` may act: each phase's first step and this launch's."""
+    rope_bases: tuple | None = field(default=None, init=False)
+    """The RoPE bases the model's rotary tables hold (a recipe phase may set others: ``enter_phase``)."""
+    plans: tuple[StepPlan, ...] = field(default=(), init=False)
+    phase_of: array | None = field(default=None, init=False)
+    """What every step is (``Recipe.step_table``): the plan of step k is ``plans[phase_of[k - 1]]``."""
 
-    def __post_init__(self) -> None:
-        self.recipe = recipe_of(self.cfg)
-        set_masking(self.schedule, self.recipe)
+    @property
+    def recipe(self) -> Recipe:
+        """The run's phases, resolved once at start-up (``ResolvedRun.recipe``): the step asks it what it is."""
+        return self.plan.recipe
 
     @property
     def boundaries(self) -> tuple[int, ...]:
-        """Every phase boundary (objective switches and the recipe's): a validation and a checkpoint follow each."""
+        """Every boundary (the objective's switches and the recipe's phases'): a validation and a checkpoint follow
+        each."""
         return tuple(sorted({*self.schedule.switch_steps, *self.recipe.boundaries}))
 
     @property
@@ -172,9 +175,8 @@ class Trainer:
         self.streak = skip_streak(self.guard, self.optimizer, self.device, self.read_on_device)
         self.step_setup = StepSetup.of(self.pm, self.device, t.clip_grad, t.precision)
         self.lrs = self.lr_schedule.table(t.train_iters)
-        self.phases = PhaseTracker(self.recipe, self.pm.model, (self.plan.model_args.rope_theta,
-                                                                self.plan.model_args.local_rope_theta))
-        self.phase_starts = {self.progress.step + 1, *(p.first_step for p in self.recipe.phases)}
+        self.rope_bases = (self.plan.model_args.rope_theta, self.plan.model_args.local_rope_theta)
+        self.plans, self.phase_of = self.recipe.step_table()
         self.batch_sizes = self.recipe.step_sizes()  # the run's ramp-up or global batch, or a phase's own
         self.reporter = RunReporter(self.cfg.checkpoint.save, log_cfg.tensorboard_dir, log_cfg.log_interval,
                                     t.train_iters, self.result.start_step, self.plan.model_args, self.device,
@@ -209,11 +211,10 @@ class Trainer:
         """One optimizer step on the next global batch (``loaded``: this rank's micro-batches from the loader)."""
         schedule = self.schedule
         step = self.progress.step + 1
-        if step in self.phase_starts:  # a phase's RoPE base before its first step (and a launch's first)
-            entered = self.phases.enter(step)
-            if entered:
-                log(entered)
-        objective = schedule.objective_at(step)
+        now = self.plans[self.phase_of[step - 1]]  # what this step is (Recipe.at's): phase, objective, RoPE bases...
+        if step == now.phase.first_step or step == self.result.start_step + 1:
+            self.enter_phase(step, now)
+        objective = now.objective
         whole = self.cfg.data.sample_mode != "windows"  # whole documents: their ids always reach attention
         document_mask = self.cfg.performance.document_mask or whole
         micro_batches = [schedule.make_batch(step, mb["tokens"].numpy(), mb["sample_ids"].tolist(),
@@ -227,6 +228,15 @@ class Trainer:
         self.result.last_step = step
         return PendingStep(result, step, objective, lr, [k for b in micro_batches for k in b.sample_ids],
                            self.progress.consumed_samples, schedule.is_switch_step(step))
+
+    def enter_phase(self, step: int, now: StepPlan) -> None:
+        """Before a phase's first step, and a launch's first: the model's rotary tables at the phase's RoPE bases (on
+        every rank and pipeline stage alike), and the line saying which phase the run is in."""
+        if now.rope_bases != self.rope_bases:
+            set_rotary_bases(self.pm.model, *now.rope_bases)
+            self.rope_bases = now.rope_bases
+        if step > 1:
+            log(f"{'in' if step == self.result.start_step + 1 else 'entering'} {now.phase.describe()}")
 
     def after_step(self, step: int) -> bool:
         """What is due after ``step``: its accounting, the switch, a validation, a checkpoint; True to stop here."""
@@ -328,14 +338,14 @@ def build_trainer(cfg: Config, signals: ExitSignalHandler, held: ExitStack,
     pm = build_parallel_model(cfg, plan, mesh, device)
     optimizer = build_optimizer(pm.model, t.lr, t.weight_decay, (t.adam_beta1, t.adam_beta2), t.adam_eps,
                                 impl=cfg.performance.optimizer_impl, name=t.optimizer)
-    sizes = recipe_of(cfg).step_sizes()  # each step's global batch: the ramp-up's, or a recipe phase's own
+    sizes = plan.recipe.step_sizes()  # each step's global batch: the ramp-up's, or a recipe phase's own
     ramp = sizes[progress.step:] if batch_sizes.rampup is not None or len(set(sizes)) > 1 else None
     sampler = GlobalBatchSampler(total_samples=end_sample, global_batch_size=t.global_batch_size,
                                  micro_batch_size=t.micro_batch_size, dp_rank=pm.dp_rank, dp_size=pm.dp_size,
                                  consumed_samples=progress.consumed_samples, batch_sizes=ramp)
     guard = NonFiniteGuard(t.max_skipped_steps)
     schedule = plan.objective_schedule
-    boundaries = (*schedule.switch_steps, *recipe_of(cfg).boundaries)
+    boundaries = (*schedule.switch_steps, *plan.recipe.boundaries)
     policy = SavePolicy(c.save, t.train_iters, c.save_interval, c.keep_last, pinned_steps(cfg, boundaries))
     manager = CheckpointManager(policy, pm.model, optimizer,
                                 {"progress": progress, "sampler": sampler, "guard": guard,
@@ -360,12 +370,12 @@ def load_data(cfg: Config, plan: ResolvedRun, progress: TrainProgress, batch_siz
     """The validation set, then the training samples up to the run's last; returns (validation, dataset,
     end_sample)."""
     # The run's samples end here; the sample stream itself does not depend on it.
-    end_sample = progress.consumed_samples + sum(recipe_of(cfg).step_sizes()[progress.step:])
+    end_sample = progress.consumed_samples + sum(plan.recipe.step_sizes()[progress.step:])
     group = dist.group.WORLD if plan.dims.is_parallel else None
     vocab_size = plan.model_args.vocab_size
     # The (small) validation set first: its errors come before the training index is built.
     validation = load_validation_set(cfg, plan, group)
-    dataset = recipe_dataset(cfg, recipe_of(cfg), plan.data_path, end_sample, vocab_size, plan.split, group)
+    dataset = recipe_dataset(cfg, plan.recipe, plan.data_path, end_sample, vocab_size, plan.split, group)
     return validation, dataset, end_sample
 
 

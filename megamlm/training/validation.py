@@ -25,11 +25,10 @@ from megamlm.config import (
     Config,
     eval_interval,
     eval_iters,
-    objective_phases,
+    objective_stages,
     validation_enabled,
 )
 from megamlm.config.phase_data import phases_own_data
-from megamlm.config.phases import recipe_of
 from megamlm.data import DataError, GlobalBatchSampler, StreamSpec, build_validation_dataset
 from megamlm.objectives import Batch, MaskingSpec
 from megamlm.objectives.batch import make_batch
@@ -209,7 +208,7 @@ def load_validation_set(cfg: Config, plan: ResolvedRun, group=None) -> Validatio
     run_source = _Source(tuple(cfg.data.valid_data_path or plan.data_path), not cfg.data.valid_data_path)
     by_phase = [(phase.last_step, _Source(phase.valid_data_path, False) if phase.valid_data_path else
                  _Source(phase.data_path, True) if own_data else run_source)
-                for phase in recipe_of(cfg).phases]
+                for phase in plan.recipe.phases]
     sets = {source: _validation_set(cfg, plan, source, group) for _, source in by_phase}
     if len(sets) == 1:
         return next(iter(sets.values()))
@@ -253,5 +252,5 @@ def _validation_set(cfg: Config, plan: ResolvedRun, source: _Source, group) -> V
     whole = cfg.data.sample_mode != "windows"
     return ValidationSet(dataset, num_samples, t.global_batch_size, t.micro_batch_size, t.seed, masking,
                          eval_interval(cfg), cfg.performance.document_mask or whole, whole,
-                         objectives=("mlm", "clm", "mntp") if "mntp" in objective_phases(cfg.objective.objective)
+                         objectives=("mlm", "clm", "mntp") if "mntp" in objective_stages(cfg.objective.objective)
                          else ("mlm", "clm"), data=source.describe(cfg))

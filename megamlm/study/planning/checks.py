@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import get_args
 
 from megamlm import extras
-from megamlm.config import SECTION_CLASSES, ConfigError, objective_phases
+from megamlm.config import SECTION_CLASSES, ConfigError, objective_stages
 from megamlm.config.checks import check_phases, check_switches
 from megamlm.config.sections import ObjectiveConfig
 from megamlm.eval.finetune import Hyperparameters
@@ -188,9 +188,9 @@ def _check_schedule(schedule: Schedule, where: str) -> None:
     if not phases:
         raise StudyError(f"{where}.phases is empty; list the objectives in order, e.g. [mlm, clm, mlm]")
     for phase in phases:
-        if len(objective_phases(phase)) > 1:
-            raise StudyError(f"{where}.phases: {phase} is {len(objective_phases(phase))} phases; list them one by "
-                             f"one ([{', '.join(objective_phases(phase))}]) with their switches")
+        if len(objective_stages(phase)) > 1:
+            raise StudyError(f"{where}.phases: {phase} is {len(objective_stages(phase))} phases; list them one by "
+                             f"one ([{', '.join(objective_stages(phase))}]) with their switches")
     _nonempty_unique(schedule.budgets, f"{where}.budgets")
     _positive(schedule.budgets, f"{where}.budgets")
     if schedule.switches and schedule.switch_steps:

@@ -9,7 +9,7 @@ one size, mask ratio and seed never share a name. The seed is added only when th
 
 from __future__ import annotations
 
-from megamlm.config import objective_phases
+from megamlm.config import objective_stages
 
 
 def steps_label(steps: int) -> str:
@@ -27,7 +27,7 @@ def phases_label(objective: str, train_iters: int, switch_steps: tuple[int, ...]
     """Each phase and the steps it trains: ``clm10k-mlm32k``, ``mlm300-clm150-mlm50``, ``mntp500``."""
     bounds = (0, *switch_steps, train_iters)
     return "-".join(f"{phase}{steps_label(bounds[k + 1] - bounds[k])}"
-                    for k, phase in enumerate(objective_phases(objective)))
+                    for k, phase in enumerate(objective_stages(objective)))
 
 
 def arm_label(objective: str, train_iters: int, switch_steps: tuple[int, ...], mask_ratio: float) -> str:

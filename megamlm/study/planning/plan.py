@@ -21,7 +21,8 @@ from pathlib import Path
 
 from megamlm.config import Config, ConfigError, config_from_settings, given_config, switch_steps, validate
 from megamlm.config.flags import given_settings
-from megamlm.config.phases import check_recipe_against_model, recipe_of
+from megamlm.config.phases import recipe_of
+from megamlm.config.recipe_settings import check_recipe_against_model
 from megamlm.config.recipes import with_recipe
 from megamlm.study.planning.naming import arm_label, continuation_label, run_name
 from megamlm.study.planning.phase_arms import PhaseArmSpec, phase_arm_specs

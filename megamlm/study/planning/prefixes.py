@@ -27,7 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from megamlm.config import PHASE_OBJECTIVES, SECTION_CLASSES, Config, batch_start
-from megamlm.config.phases import Recipe, apply_recipe, recipe_of
+from megamlm.config.phases import Recipe, recipe_of
+from megamlm.config.recipe_settings import apply_recipe
 from megamlm.config.roles import compared_as_values
 from megamlm.errors import ResumeError
 from megamlm.study.planning.runs import Run
@@ -71,7 +72,7 @@ def planned_config(config: Config) -> Config:
     if config.training.global_batch_size is None:
         training = dataclasses.replace(config.training, global_batch_size=batch_start(config.model.model)[1])
         config = dataclasses.replace(config, training=training)
-    return apply_recipe(config) if config.recipe.phases else config
+    return apply_recipe(config)[0] if config.recipe.phases else config
 
 
 def run_schedule(run: Run) -> str:
@@ -108,7 +109,8 @@ _SCHEDULE_SETTINGS = (  # (Phase field, label, its text) of what run_schedule na
 def step_settings(config: Config) -> StepSettings:
     """The (objective, learning rate, phase settings) of every step 1..train_iters, as the trainer computes them."""
     config = planned_config(config)
-    segment, last, recipe = Segment.of_config(config), config.training.train_iters, recipe_of(config)
+    recipe, last = recipe_of(config), config.training.train_iters
+    segment = Segment.of_config(config, recipe)
     phases = phase_settings_by_step(recipe)[:last]
     table = np.empty(last, dtype=[("objective", _OBJECTIVE_DTYPE), ("lr", "f8"),
                                   ("phase", f"U{max(map(len, phases))}")])
@@ -140,7 +142,7 @@ def _resume_accepts(parent: StepSettings, child: StepSettings, step: int) -> boo
     if step == 0 or step >= len(child):
         return True  # a start from scratch; the same steps throughout (``place`` refuses the duplicate)
     try:
-        check_resumed_recipe(parent.recipe.to_list(), child.recipe, step, child.listed)
+        check_resumed_recipe(parent.recipe.to_list(), child.recipe.to_list(), step, child.listed)
     except ResumeError:
         return False
     return True

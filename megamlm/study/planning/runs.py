@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from megamlm.config import Config, batch_start, objective_phases
+from megamlm.config import Config, batch_start, objective_stages
 from megamlm.model.config import PRESETS
 
 
@@ -46,7 +46,7 @@ class Run:
     @property
     def phases(self) -> tuple[str, ...]:
         """The objective of each phase, in order (``("clm", "mlm")`` for clm_then_mlm)."""
-        return objective_phases(self.objective)
+        return objective_stages(self.objective)
 
     @property
     def switch_step(self) -> int | None:
