@@ -221,20 +221,21 @@ class DocumentSampleDataset(CorpusFiles):
                        else 0)
 
 
-def tokens_through(dataset, end: int) -> int:
+def tokens_through(dataset, end: int, seq_length: int | None = None) -> int:
     """The tokens that are not padding in samples [0, end) of a training stream: a DocumentSampleDataset's, a blend
-    of them (each corpus's samples are its first ones, in order) or a recipe's segments; windows have no padding."""
+    of them (each corpus's samples are its first ones, in order) or a recipe's segments; windows (of ``seq_length``
+    tokens, or the dataset's) have no padding."""
     if hasattr(dataset, "tokens_through"):  # one corpus's rows (DocumentSampleDataset, a recipe's DocumentStream)
         return dataset.tokens_through(end)
     if hasattr(dataset, "segments"):  # a recipe's segments (phase_streams.RecipeDataset)
-        return sum(tokens_through(part, min(int(end), s.end_sample) - s.first_sample)
+        return sum(tokens_through(part, min(int(end), s.end_sample) - s.first_sample, s.seq_length)
                    for s, part in zip(dataset.segments, dataset.datasets) if s.first_sample < end)
     parts = getattr(dataset, "datasets", None)
-    if parts is None or not hasattr(dataset, "dataset_of"):
-        return int(end) * int(dataset.seq_length)
+    if parts is None or not hasattr(dataset, "dataset_of"):  # windows: no padding
+        return int(end) * int(seq_length or dataset.seq_length)
     owners = np.asarray(dataset.dataset_of[:int(end)])
-    return sum(tokens_through(part, int(np.count_nonzero(owners == d))) for d, part in enumerate(parts)
-               if part is not None)
+    return sum(tokens_through(part, int(np.count_nonzero(owners == d)), dataset.seq_length)
+               for d, part in enumerate(parts) if part is not None)
 
 
 def sample_dataset(datasets, seq_length: int, num_samples: int, seed: int, mode: str, sequences=None,
