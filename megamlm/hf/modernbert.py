@@ -250,7 +250,7 @@ encoder = AutoModel.from_pretrained(path)                     # ModernBertModel:
 classifier = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
 ```
 
-sentence-transformers loads it too (`SentenceTransformer(path)`: the mean of the hidden states); loading the
+sentence-transformers loads it too (`SentenceTransformer(path)`, mean pooling of the hidden states); loading the
 encoder alone reports the MLM head's tensors (`head.*`, `decoder.bias`) as unexpected, as for any masked-LM
 checkpoint.{window}
 """
