@@ -13,6 +13,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 
+from megamlm.config.derived import SHAPE_FIELDS
+from megamlm.config.sections import MODEL_FLAG_NAMES, ModelConfig
 from megamlm.errors import ConfigError
 from megamlm.model.config import PRESETS, global_every_layer_types
 
@@ -20,8 +22,6 @@ EVERY_N = "global_attn_every_n_layers"
 
 
 def _model_default(key: str):
-    from megamlm.config.sections import ModelConfig
-
     fields = {f.name: f for f in dataclasses.fields(ModelConfig)}
     return fields[key].default if key in fields else dataclasses.MISSING
 
@@ -29,9 +29,6 @@ def _model_default(key: str):
 def with_model_preset(settings: dict, default_preset: str = "tiny") -> dict:
     """``settings`` ({section: {key: value}} as given) with the model preset's features and the layer pattern of
     ``--global-attn-every-n-layers`` filled in (a copy)."""
-    from megamlm.config.derived import SHAPE_FIELDS
-    from megamlm.config.sections import MODEL_FLAG_NAMES
-
     model = dict(settings.get("model") or {})
     preset = PRESETS.get(model.get("model") or default_preset, {})
     every = model.get(EVERY_N)

@@ -95,7 +95,11 @@ def test_decoder_feature_flags_reach_the_model_shape(tmp_path):
                       "32", "--attention-bias", "--tie-word-embeddings",
                       "--rope-scaling", '{"rope_type": "linear", "factor": 4}'])
     off = {"qk_norm": False, "sublayer_output_norms": False, "mlp_activation": "swiglu", "scale_embeddings": False,
-           "query_pre_attn_scalar": None, "sliding_window": None, "layer_types": None, "local_rope_theta": None}
+           "query_pre_attn_scalar": None, "sliding_window": None, "layer_types": None, "local_rope_theta": None,
+           # the ModernBERT block's options, off
+           "norm_type": "rmsnorm", "norm_bias": False, "embedding_norm": False, "prediction_head": False,
+           "classifier_bias": False, "decoder_bias": False, "mlp_bias": False, "attention_dropout": 0.0,
+           "mlp_dropout": 0.0, "embedding_dropout": 0.0, "init_method": "megatron", "initializer_cutoff_factor": 2.0}
     assert model_features(cfg.model) == {"head_dim": 32, "attention_bias": True, "attention_out_bias": False,
                                          "rope_scaling": RopeScaling("linear", factor=4.0), "tie_word_embeddings": True,
                                          **off}
