@@ -84,10 +84,12 @@ def _check_numbers(cfg: Config) -> None:
                 if isinstance(item, int) and not isinstance(item, bool) and not -LARGEST_INT <= item <= LARGEST_INT:
                     raise ConfigError(f"--{f.name.replace('_', '-')} {item} is beyond the 64-bit integers it is held "
                                       f"in (at most {LARGEST_INT:,} either way); give a smaller number")
-    for section, name in RANGES:
-        problem = setting_problem(section, name, getattr(getattr(cfg, section), name))
-        if problem:
-            raise ConfigError(problem)
+    o = cfg.objective
+    problems = (setting_problem(section, name, getattr(getattr(cfg, section), name)) for section, name in RANGES)
+    problem = next((p for p in problems if p), None) or masking_problem(
+        (o.mask_replace_prob, o.mask_random_prob, o.mask_keep_prob))
+    if problem:
+        raise ConfigError(problem)
     t = cfg.training
     if t.min_lr > t.lr:
         raise ConfigError(f"--min-lr {t.min_lr} is above the peak --lr {t.lr}; the decay ends at --min-lr, so lower "
@@ -151,10 +153,7 @@ def check_objective(cfg: Config) -> None:
     o = cfg.objective
     check_phases(o.objective)
     check_switches(o, cfg.training.train_iters)
-    problem = setting_problem("objective", "mask_ratio", o.mask_ratio) or masking_problem(
-        (o.mask_replace_prob, o.mask_random_prob, o.mask_keep_prob))
-    if problem:
-        raise ConfigError(problem)
+    # --mask-ratio and the mask probabilities: _check_numbers (config/setting_checks.py, as a phase's)
 
 
 def check_phases(objective: str) -> None:

@@ -30,7 +30,7 @@ from megamlm.config.phase_fields import PhaseConfig
 from megamlm.config.rampup import BatchSizes
 from megamlm.config.roles import ROLES
 from megamlm.config.sections import Config
-from megamlm.config.setting_checks import MASK_PROBS, check_items, check_masking, phase_name
+from megamlm.config.setting_checks import MASK_PROBS, check_items, masking_problem, phase_name
 from megamlm.errors import ConfigError
 
 ROPE = ("rope_theta", "local_rope_theta")
@@ -230,6 +230,14 @@ def phase_items(cfg: Config) -> list[PhaseConfig]:
             for objective, start, end in zip(objectives, starts, ends)]
 
 
+def _check_masking(index: int, item: PhaseConfig, settings: dict) -> None:
+    """A phase that sets a mask probability: the three it trains with (inherited ones included) as the flags'."""
+    probs = tuple(settings[key] for key in MASK_PROBS)
+    problem = masking_problem(probs) if any(getattr(item, key) is not None for key in MASK_PROBS) else None
+    if problem:
+        raise ConfigError(f"{phase_name(index)} masks with replace/random/keep {probs}: {problem}")
+
+
 _BASE_AS = {"objective": lambda cfg, value: objective_stages(value)[0],
             "seq_length": lambda cfg, value: resolved_shape(cfg.model)["seq_length"],
             "global_batch_size": lambda cfg, value: None}
@@ -297,7 +305,7 @@ def recipe_of(cfg: Config) -> Recipe:
         given = {f.name: getattr(item, f.name) for f in carried_fields(cls)
                  if getattr(item, f.name) is not None}
         settings = {**settings, **{k: tuple(v) if isinstance(v, list) else v for k, v in given.items()}}
-        check_masking(index, item, settings)
+        _check_masking(index, item, settings)
         first_step, first_sample = walk.step + 1, walk.samples[-1]
         shares += item.fraction or 0.0
         walk.until(*_phase_end(item, cfg, walk, shares), settings["seq_length"], settings["global_batch_size"])

@@ -37,6 +37,7 @@ RANGES: dict[tuple[str, str], tuple] = {
     ("training", "adam_eps"): (0, None, False, True),
     ("training", "clip_grad"): (0, None, True, True),
     ("training", "seed"): (0, 2**63 - 1, True, True),
+    ("objective", "mask_ratio"): (0, 1, False, False),
 }
 """Numeric settings with a natural range: (lowest, highest, lowest allowed, highest allowed); None: unbounded."""
 POSITIVE = {("model", "seq_length"), ("training", "global_batch_size")}
@@ -57,7 +58,7 @@ def setting_problem(section: str, name: str, value) -> str | None:
         return f"{flag_of(name)} must be a finite number, got {value}"
     if (section, name) in POSITIVE and value <= 0:
         return f"{flag_of(name)} must be positive, got {value}"
-    if (section, name) == ("objective", "mask_ratio") and not 0.0 < value < 1.0:
+    if (section, name) == ("objective", "mask_ratio") and not 0.0 < value < 1.0:  # the words it always had
         return f"--mask-ratio must be strictly between 0 and 1, got {value}"
     if (section, name) not in RANGES:
         return None
@@ -144,11 +145,3 @@ def _check_item(index: int, item: PhaseConfig, last: bool) -> None:
 def _also(problem: str | None) -> str:
     """The run-level flag's own words about the same value, after a phase's."""
     return f"; {problem}" if problem else ""
-
-
-def check_masking(index: int, item: PhaseConfig, settings: dict) -> None:
-    """A phase that sets a mask probability: the three it trains with (inherited ones included) as the flags'."""
-    probs = tuple(settings[key] for key in MASK_PROBS)
-    problem = masking_problem(probs) if any(getattr(item, key) is not None for key in MASK_PROBS) else None
-    if problem:
-        raise ConfigError(f"{phase_name(index)} masks with replace/random/keep {probs}: {problem}")

@@ -144,26 +144,24 @@ class Trainer:
     reporter: RunReporter | None = field(default=None, init=False)
     ledger: StepLedger | None = field(default=None, init=False)
     """The finished steps the host has not read yet (training/reporter.py)."""
+    recipe: Recipe | None = field(default=None, init=False)
+    """The run's phases, resolved once at start-up (``ResolvedRun.recipe``): the step asks it what it is."""
+    schedule: ObjectiveSchedule | None = field(default=None, init=False)
+    """The resolved run's ObjectiveSchedule, built from the recipe."""
     rope_bases: tuple | None = field(default=None, init=False)
     """The RoPE bases the model's rotary tables hold (a recipe phase may set others: ``enter_phase``)."""
     plans: tuple[StepPlan, ...] = field(default=(), init=False)
     phase_of: array | None = field(default=None, init=False)
     """What every step is (``Recipe.step_table``): the plan of step k is ``plans[phase_of[k - 1]]``."""
 
-    @property
-    def recipe(self) -> Recipe:
-        """The run's phases, resolved once at start-up (``ResolvedRun.recipe``): the step asks it what it is."""
-        return self.plan.recipe
+    def __post_init__(self) -> None:
+        self.recipe, self.schedule = self.plan.recipe, self.plan.objective_schedule
 
     @property
     def boundaries(self) -> tuple[int, ...]:
         """Every boundary (the objective's switches and the recipe's phases'): a validation and a checkpoint follow
         each."""
         return tuple(sorted({*self.schedule.switch_steps, *self.recipe.boundaries}))
-
-    @property
-    def schedule(self) -> ObjectiveSchedule:
-        return self.plan.objective_schedule
 
     @property
     def lr_schedule(self) -> LRSchedule:
