@@ -8,7 +8,8 @@ an encoder continued from Gemma 3 exports by default as a native bidirectional G
 ModernBERT block (an imported ModernBERT, Ettin or mmBERT) as ModernBertForMaskedLM (--arch modernbert, or
 modernbert-decoder for ModernBertDecoderForCausalLM). The
 folder holds config.json (with the model's attention biases, head_dim, RoPE parameters and embedding tying),
-model.safetensors, the tokenizer (with its mask token) and a model card.
+model.safetensors, the tokenizer (with its mask token) and a model card. --sentence-transformers writes an
+encoder's bare model (no MLM head) with sentence-transformers' files instead: SentenceTransformer(path) loads it.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"], help="dtype of model.safetensors")
     parser.add_argument("--tokenizer", help="tokenizer.json to ship, when the one the checkpoint records has moved")
     parser.add_argument("--force", action="store_true", help="replace an existing --output folder")
+    parser.add_argument("--sentence-transformers", action="store_true",
+                        help="write the bare encoder (EuroBertModel, ModernBertModel, Gemma3TextModel: no MLM head) "
+                             "with sentence-transformers' files and the model card's mean pooling, so "
+                             "SentenceTransformer(path) and AutoModel load it with no unexpected weight")
     return parser
 
 
@@ -48,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         export_checkpoint(args.input, args.output, arch=args.arch, dtype=args.dtype, force=args.force,
-                          tokenizer=args.tokenizer)
+                          tokenizer=args.tokenizer, sentence_transformers=args.sentence_transformers)
     except (UserError, OSError) as error:
         return exit_line(error)
     return 0

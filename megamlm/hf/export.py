@@ -27,6 +27,13 @@ from megamlm.hf.keymaps import EXPORT_ARCHS, MODERNBERT_ARCHS, KeyMap
 from megamlm.hf.megamlm_checkpoint import AtomicFolder, load_model, read_record
 from megamlm.hf.model_card import model_card
 from megamlm.hf.modernbert import kept_settings_of, modernbert_hf_config
+from megamlm.hf.sentence_export import (
+    ENCODER_CLASSES,
+    encoder_tensors,
+    sentence_card,
+    sentence_problem,
+    write_sentence_files,
+)
 from megamlm.hf.tokenizer_files import find_tokenizer_json, write_export_tokenizer
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -61,9 +68,11 @@ def _read_checkpoint(folder: Path):
 
 
 def export_checkpoint(input_path: str | Path, output: str | Path, arch: str | None = None, dtype: str = "fp32",
-                      force: bool = False, tokenizer: str | Path | None = None, log=print) -> Path:
+                      force: bool = False, tokenizer: str | Path | None = None, log=print,
+                      sentence_transformers: bool = False) -> Path:
     """Convert; every user error is raised before anything is written. ``arch`` None: the model's encoder export
-    (``default_arch``: EuroBERT, or the bidirectional Gemma 3 for a Gemma 3 decoder)."""
+    (``default_arch``: EuroBERT, or the bidirectional Gemma 3 for a Gemma 3 decoder). ``sentence_transformers``:
+    the bare encoder and sentence-transformers' files instead of the LM (hf/sentence_export.py)."""
     if arch is not None and arch not in EXPORT_ARCHS:
         raise ConversionError(f"unsupported --arch {arch!r}; choose one of {', '.join(EXPORT_ARCHS)}")
     if dtype not in DTYPES:
@@ -72,7 +81,7 @@ def export_checkpoint(input_path: str | Path, output: str | Path, arch: str | No
     target.check()
     record, model = read_newest(input_path, _read_checkpoint)  # retried if --keep-last retires it meanwhile
     arch = arch or default_arch(record.model_args)
-    problem = export_problem(arch, record.model_args)
+    problem = export_problem(arch, record.model_args) or (sentence_transformers and sentence_problem(arch))
     if problem:
         raise ConversionError(problem)
     tokenizer_json = find_tokenizer_json(tokenizer if tokenizer is not None else record.tokenizer_path())
@@ -92,9 +101,19 @@ def export_checkpoint(input_path: str | Path, output: str | Path, arch: str | No
         write_export_tokenizer(tokenizer_json, tmp, roles, record.model_args.vocab_size,
                                record.model_args.max_seq_length)
         config.dtype = DTYPES[dtype]
+        architecture = ENCODER_CLASSES[arch] if sentence_transformers else keymap.architecture
+        config.architectures = [architecture]
         config.save_pretrained(str(tmp))
         tensors = hf_state_dict(model, keymap, DTYPES[dtype], export_biases(arch, record.model_args))
+        if sentence_transformers:
+            tensors = encoder_tensors(tensors)
+            write_sentence_files(tmp, record.model_args.hidden_size, record.model_args.max_seq_length)
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        (tmp / "README.md").write_text(model_card(record, keymap.architecture, dtype, arch))
-    log(f"wrote {keymap.architecture} ({dtype}) to {target.destination}")
+        if sentence_transformers:  # the card of the bare encoder: no MLM head to describe, how to embed
+            card = sentence_card(model_card(record, architecture, dtype), architecture)
+        else:
+            card = model_card(record, architecture, dtype, arch)
+        (tmp / "README.md").write_text(card)
+    log(f"wrote {architecture} ({dtype}{', with sentence-transformers files' if sentence_transformers else ''}) "
+        f"to {target.destination}")
     return target.destination
