@@ -219,28 +219,39 @@ def save_state_checkpoint(save_dir: str | Path, step: int, state: dict, train_st
                                                       indent=1, sort_keys=True))
             (tmp / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True))
             write_marker(tmp, step, world, [".metadata", TRAIN_STATE, CONFIG], {"pinned": pinned})
-            if final.exists():  # the same step saved again: swap in the new one only now it is whole
-                old = final.with_name(final.name + f".trash{os.getpid()}")
-                os.replace(final, old)
-                os.replace(tmp, final)
-                shutil.rmtree(old)
-            else:
-                os.replace(tmp, final)
-            fsync_dir(save_dir)
-            _write_latest(save_dir, step)
+            _publish(tmp, final, save_dir, step)
         except OSError as err:
             error = describe_failure(err)
     if error := ranks.first_error(error):
         raise fail(error)
 
     if rank == 0 and keep_last:
-        try:
-            for folder in retire_old_checkpoints(save_dir, keep_last, step, log=log):
-                log(f"deleted old checkpoint {folder} (--keep-last {keep_last})")
-        except OSError as err:  # a checkpoint that cannot be deleted costs disk space, not the run
-            log(f"warning: could not delete old checkpoints in {save_dir}: {describe_failure(err)}")
+        _retire(save_dir, keep_last, step)
     ranks.barrier()
     return final
+
+
+def _publish(tmp: Path, final: Path, save_dir: Path, step: int) -> None:
+    """Rank 0: the whole checkpoint in ``tmp`` becomes ``final`` (a step saved again is swapped in only now that the
+    new one is whole), then the folder is synced and the latest pointer names it."""
+    if final.exists():
+        old = final.with_name(final.name + f".trash{os.getpid()}")
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, final)
+    fsync_dir(save_dir)
+    _write_latest(save_dir, step)
+
+
+def _retire(save_dir: Path, keep_last: int, step: int) -> None:
+    """Rank 0: --keep-last's pruning; a checkpoint that cannot be deleted costs disk space, not the run."""
+    try:
+        for folder in retire_old_checkpoints(save_dir, keep_last, step, log=log):
+            log(f"deleted old checkpoint {folder} (--keep-last {keep_last})")
+    except OSError as err:
+        log(f"warning: could not delete old checkpoints in {save_dir}: {describe_failure(err)}")
 
 
 def _agreed_problem(folder: Path, deep: bool) -> str | None:
