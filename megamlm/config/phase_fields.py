@@ -29,6 +29,9 @@ _PHASE_FIELDS = (
      "where that phase left it (data/phase_streams.py)."),
     ("seq_length", int, "stream", "carried", "model.seq_length", "The phase's sample length, at most the model's "
      "positions (--seq-length)."),
+    ("sample_mode", str, "stream", "carried", "data.sample_mode", "The phase's --sample-mode: windows, "
+     "packed_documents or document_per_row. A corpus an earlier phase read in another mode starts from the documents "
+     "its epoch has left (data/phase_streams.py)."),
     ("rope_theta", float, "shape", "carried", "model.rope_theta", "The phase's RoPE base (context extension); the "
      "model's rotary tables are rebuilt at the phase's start."),
     ("local_rope_theta", float, "shape", "carried", "model.local_rope_theta", "The sliding-window layers' RoPE base "

@@ -12,7 +12,7 @@ import math
 from typing import get_args
 
 from megamlm.config.phase_fields import PhaseConfig
-from megamlm.config.sections import PHASE_OBJECTIVES, Config, WSDDecayStyle
+from megamlm.config.sections import PHASE_OBJECTIVES, Config, SampleMode, WSDDecayStyle
 from megamlm.errors import ConfigError
 
 RANGES: dict[tuple[str, str], tuple] = {
@@ -122,6 +122,8 @@ def _check_item(index: int, item: PhaseConfig, last: bool) -> None:
                           "its length out: it runs to the end of the run)")
     if item.objective is not None and item.objective not in PHASE_OBJECTIVES:
         raise ConfigError(f"{where}.objective {item.objective!r} is not one of {', '.join(PHASE_OBJECTIVES)}")
+    if item.sample_mode is not None and item.sample_mode not in get_args(SampleMode):
+        raise ConfigError(f"{where}.sample_mode {item.sample_mode!r} is not one of {', '.join(get_args(SampleMode))}")
     styles = get_args(WSDDecayStyle)
     if item.lr_wsd_decay_style is not None and item.lr_wsd_decay_style not in styles:
         raise ConfigError(f"{where}.lr_wsd_decay_style {item.lr_wsd_decay_style!r} is not one of {', '.join(styles)}")

@@ -30,10 +30,12 @@ def stream_segments(recipe: Recipe, default_data: list[str], end_sample: int) ->
     segments: list[StreamSegment] = []
     for phase in recipe.phases:
         data = phase.data_path or tuple(default_data)
-        if segments and (segments[-1].data_path, segments[-1].seq_length) == (data, phase.seq_length):
+        stream = (data, phase.seq_length, phase.sample_mode)
+        if segments and (segments[-1].data_path, segments[-1].seq_length, segments[-1].sample_mode) == stream:
             segments[-1] = dataclasses.replace(segments[-1], end_sample=phase.end_sample)
         else:
-            segments.append(StreamSegment(data, phase.seq_length, phase.first_sample, phase.end_sample))
+            segments.append(StreamSegment(data, phase.seq_length, phase.first_sample, phase.end_sample,
+                                          phase.sample_mode))
     segments[-1] = dataclasses.replace(segments[-1], end_sample=max(segments[-1].end_sample, end_sample))
     return tuple(segments)
 
@@ -47,7 +49,7 @@ def recipe_dataset(cfg: Config, recipe: Recipe, data_path: list[str], end_sample
         (only,) = segments
         return build_train_dataset(StreamSpec(only.data_path, only.seq_length, only.end_sample, cfg.training.seed,
                                               cache_dir=cfg.data.data_cache_path, vocab_size=vocab_size,
-                                              split=split, sample_mode=cfg.data.sample_mode), group)
+                                              split=split, sample_mode=only.sample_mode), group)
     return build_recipe_dataset(RecipeStreamSpec(segments, cfg.training.seed, cfg.data.data_cache_path, vocab_size,
                                                  split, cfg.data.sample_mode), group)
 

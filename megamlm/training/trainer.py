@@ -181,7 +181,7 @@ class Trainer:
                                     self.plan.dims.world_size)
         self.reporter.recipe = self.recipe  # tokens per step by phase
         self.reporter.open_trackers(self.cfg, self.manager.record)  # --report-to (training/trackers.py)
-        if self.cfg.data.sample_mode != "windows":  # tokens counted without the rows' padding
+        if any(p.sample_mode != "windows" for p in self.recipe.phases):  # tokens counted without rows' padding
             self.reporter.tokens_through = partial(tokens_through, self.loader.dataset)
         self.ledger = StepLedger(self.guard, self.reporter, self.batch_sizes, self.on_step)
         run_start = time.perf_counter()
@@ -213,7 +213,7 @@ class Trainer:
         if step == now.phase.first_step or step == self.result.start_step + 1:
             self.enter_phase(step, now)
         objective = now.objective
-        whole = self.cfg.data.sample_mode != "windows"  # whole documents: their ids always reach attention
+        whole = now.phase.sample_mode != "windows"  # whole documents: their ids always reach attention
         document_mask = self.cfg.performance.document_mask or whole
         micro_batches = [schedule.make_batch(step, mb["tokens"].numpy(), mb["sample_ids"].tolist(),
                                              mb["document_ids"].numpy() if document_mask else None, whole)

@@ -8,6 +8,7 @@ from helpers import expect_one_line
 from megamlm.cli import main
 from megamlm.data import StreamSpec, build_train_dataset, prepare_embedded_corpus
 from megamlm.data.documents import tokens_through
+from megamlm.data.phase_streams import RecipeStreamSpec, StreamSegment, build_recipe_dataset
 from megamlm.training.metrics_file import read_metrics
 
 MODES = ("packed_documents", "document_per_row")
@@ -96,3 +97,33 @@ def test_a_recipe_that_changes_length_and_data_resumes_inside_each_phase_bitwise
     for part in (first, second, third):
         for step, loss in part.losses.items():
             assert loss == straight.losses[step], step  # bitwise on CPU
+
+
+def test_the_sample_mode_is_a_phase_setting_and_a_stop_inside_each_phase_resumes_bitwise(tiny, tmp_path, cache_dir):
+    """Windows at 32 tokens, then packed documents at 64, then one document per row: each phase's rows are of its
+    mode (padding only where documents are whole), the token count follows, and resumes are exact."""
+    import yaml
+
+    config = tmp_path / "recipe.yaml"
+    config.write_text(yaml.safe_dump({"phases": [
+        {"steps": 2, "seq_length": 32}, {"steps": 2, "seq_length": 64, "sample_mode": "packed_documents"},
+        {"sample_mode": "document_per_row"}]}))
+    run = ["--config", config, "--seq-length", "64", "--train-iters", "6", "--log-interval", "1"]
+    straight = tiny(*run, "--save", tmp_path / "s")
+    first = tiny(*run, "--save", tmp_path / "a", "--exit-interval", "3")
+    second = tiny(*run, "--save", tmp_path / "a")
+    assert sorted(first.losses) == [1, 2, 3] and sorted(second.losses) == [4, 5, 6]
+    for part in (first, second):
+        for step, loss in part.losses.items():
+            assert loss == straight.losses[step], step  # bitwise on CPU
+    prefix, _ = prepare_embedded_corpus(cache_dir)
+    segments = (StreamSegment((prefix,), 32, 0, 8, "windows"), StreamSegment((prefix,), 64, 8, 16, "packed_documents"),
+                StreamSegment((prefix,), 64, 16, 24, "document_per_row"))
+    stream = build_recipe_dataset(RecipeStreamSpec(segments, seed=1234))
+    real = [int(np.count_nonzero(stream.document_ids(k) >= 0)) for k in range(24)]
+    tokens = {r["step"]: r["tokens"] for r in read_metrics(tmp_path / "s", "train")}
+    assert tokens[2] == 2 * GBS * 32 and tokens[6] == sum(real)  # windows: every token; documents: no padding
+    assert [len(stream.sample_documents(k)) == 1 for k in range(16, 24)] == [True] * 8  # a row per document
+    with pytest.raises(Exception, match="phase 2.sample_mode 'rows' is not one of"):
+        config.write_text(yaml.safe_dump({"phases": [{"steps": 2}, {"sample_mode": "rows"}]}))
+        tiny(*run)
