@@ -119,8 +119,11 @@ def check_recipe_against_model(cfg: Config, recipe: Recipe, world_size: int = 1)
         if phase.seq_length % tp:
             raise ConfigError(f"{where}.seq_length {phase.seq_length} is not divisible by --tensor-model-parallel-size "
                               f"{tp} (sequence parallelism splits it evenly); pick a multiple of {tp}")
-    streams = {(phase.data_path, phase.seq_length) for phase in recipe.phases}
+        if phase.sample_mode != "windows" and phase.seq_length < 2:
+            raise ConfigError(f"{where}.seq_length {phase.seq_length}: its sample mode {phase.sample_mode} needs rows "
+                              "of at least 2 tokens; lengthen the phase's rows")
+    streams = {(phase.data_path, phase.seq_length, phase.sample_mode) for phase in recipe.phases}
     if cfg.checkpoint.continue_from and len(streams) > 1:
         raise ConfigError("--continue-from with phases that change the data or the sequence length is not built yet "
                           "(each phase reads its samples by position from the run's step 1); start the recipe with "
-                          "--init-from, or give its phases one data and one length")
+                          "--init-from, or give its phases one data, one length and one sample mode")

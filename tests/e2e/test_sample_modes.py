@@ -127,3 +127,12 @@ def test_the_sample_mode_is_a_phase_setting_and_a_stop_inside_each_phase_resumes
     with pytest.raises(Exception, match="phase 2.sample_mode 'rows' is not one of"):
         config.write_text(yaml.safe_dump({"phases": [{"steps": 2}, {"sample_mode": "rows"}]}))
         tiny(*run)
+
+
+def test_a_document_phase_of_one_token_rows_is_one_line(capsys, tmp_path):
+    import yaml
+
+    config = tmp_path / "recipe.yaml"
+    config.write_text(yaml.safe_dump({"phases": [{"steps": 2}, {"seq_length": 1, "sample_mode": "packed_documents"}]}))
+    expect_one_line(capsys, main(["--config", str(config), "--train-iters", "4"]),
+                    "phase 2.seq_length 1: its sample mode packed_documents needs rows of at least 2 tokens")
