@@ -61,8 +61,13 @@ class MetricsFile:
 
     def __init__(self, save_dir: str | Path | None, start_step: int):
         self.path = Path(save_dir) / METRICS_FILE if save_dir and rank() == 0 else None
+        self.dropped_through = start_step
+        """The last step of the records dropped (an earlier launch ran past the checkpoint this one starts from):
+        the trackers got those records already (training/trackers.py)."""
         if self.path is not None and self.path.exists():
-            kept = [r for r in read_metrics(self.path) if int(r.get("step", 0)) <= start_step]
+            records = read_metrics(self.path)
+            kept = [r for r in records if int(r.get("step", 0)) <= start_step]
+            self.dropped_through = max([start_step, *(int(r.get("step", 0)) for r in records)])
             tmp = self.path.with_name(self.path.name + f".tmp{os.getpid()}")
             try:
                 tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))

@@ -145,11 +145,13 @@ def _tensorboard_thread_errors_in_one_line() -> None:
 class TensorBoardWriter:
     """TensorBoard scalars when a folder is given (rank 0 only); a no-op otherwise."""
 
-    def __init__(self, log_dir: str | None):
+    def __init__(self, log_dir: str | None, start_step: int = 0):
         self.writer = None
         if log_dir and rank() == 0:
             _tensorboard_thread_errors_in_one_line()
-            self.writer = SummaryWriter(log_dir=log_dir)
+            # a resume writes on in the same folder; TensorBoard drops what an earlier launch wrote past the
+            # checkpoint it resumes (steps > start_step), so that each step is there once
+            self.writer = SummaryWriter(log_dir=log_dir, purge_step=start_step + 1 if start_step else None)
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
         if self.writer is not None:
@@ -179,7 +181,7 @@ class RunReporter:
         self.model_args, self.device, self.devices = model_args, device, devices
         self.seq_length = model_args.max_seq_length
         self.meter = IntervalMeter()
-        self.tensorboard = TensorBoardWriter(tensorboard_dir)
+        self.tensorboard = TensorBoardWriter(tensorboard_dir, start_step)
         self.metrics = MetricsFile(save_dir, start_step)
         self.run_start = time.perf_counter()
         self.failure: str | None = None
@@ -206,8 +208,9 @@ class RunReporter:
         log_cfg = cfg.logging
         folder = tensorboard_folder(log_cfg.tensorboard_dir, log_cfg.report_to, cfg.checkpoint.save)
         if folder and self.tensorboard.writer is None:
-            self.tensorboard = TensorBoardWriter(folder)
-        self.trackers = open_trackers(cfg, record, self.tensorboard.writer)
+            self.tensorboard = TensorBoardWriter(folder, self.start_step)
+        self.trackers = open_trackers(cfg, record, self.tensorboard.writer, self.start_step,
+                                      self.metrics.dropped_through)
 
     def _record(self, kind: str, step: int, **fields) -> None:
         """One metrics.jsonl record, and the same to the trackers; in a recipe of several phases it names the phase

@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 import os
 import time
+import uuid
 from pathlib import Path
 
 from megamlm.extras import require
 from megamlm.log import log, rank
-from megamlm.training.trackers import TrackedRun, Trackers, flatten, tracker_names
+from megamlm.training.trackers import TrackedRun, Trackers, flatten, read_tracker_ids, tracker_names
 
 MLFLOW_BATCH = 100
 """Parameters and metrics per MLflow request (its limits: 100 parameters, 1,000 metrics)."""
@@ -26,15 +27,20 @@ class TensorBoardTracker:
     """The run record as text and the records' scalars in the reporter's TensorBoard events (or its own folder)."""
 
     name = "tensorboard"
+    rewinds = True
+    """Its resumed folder drops what followed the checkpoint (``purge_step``): it gets those steps again."""
 
     def __init__(self, writer=None):
         self.writer = writer
         """The reporter's SummaryWriter (training/reporter.py), which writes the per-step scalars too."""
 
     def start(self, run: TrackedRun) -> None:
+        """A resumed run writes on in its folder: the reporter's writer purges what followed the checkpoint."""
         if self.writer is None:
             raise RuntimeError("no TensorBoard folder: pass --tensorboard-dir or --save")
-        self.writer.add_text("run_record", "```\n" + json.dumps(run.record, indent=2, sort_keys=True) + "\n```", 0)
+        self.ids = {"log_dir": str(self.writer.log_dir)}
+        text = "```\n" + json.dumps(run.record, indent=2, sort_keys=True) + "\n```"
+        self.writer.add_text("run_record", text, run.start_step if run.previous else 0)
         if run.parent:
             self.writer.add_text("lineage/parent_run", run.parent, 0)
 
@@ -57,9 +63,13 @@ class TrackioTracker:
     def start(self, run: TrackedRun) -> None:
         trackio = require("trackio", "--report-to trackio")
         self.trackio = trackio
-        self.run = trackio.init(project=run.project, name=run.name, group=run.group,
-                                config={**run.record, "parent_run": run.parent}, embed=False,
-                                auto_log_cpu=False, auto_log_gpu=False)
+        earlier = run.previous.get(self.name, {})
+        parent = run.parent_ids(self.name)
+        self.run = trackio.init(project=earlier.get("project", run.project), name=earlier.get("name", run.name),
+                                group=run.group, resume="allow" if earlier else "never",
+                                config={**run.record, "parent_run": run.parent, "parent_trackio_run": parent or None},
+                                embed=False, auto_log_cpu=False, auto_log_gpu=False)
+        self.ids = {"project": earlier.get("project", run.project), "name": self.run.name}
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
         self.run.log(values, step=step)
@@ -78,14 +88,21 @@ class WandbTracker:
 
     def start(self, run: TrackedRun) -> None:
         wandb = require("wandb", "--report-to wandb")
-        folder = None if os.environ.get("WANDB_DIR") or run.folder is None else str(run.folder)
+        # WANDB_DIR as it is now (wandb reads its environment once per process, at its first run)
+        folder = os.environ.get("WANDB_DIR") or (None if run.folder is None else str(run.folder))
         if folder is not None:
             os.makedirs(folder, exist_ok=True)
-        notes = f"from {run.parent}" if run.parent else None
-        # console="off": the run's own log lines stay as they are (wandb would wrap stdout)
-        self.run = wandb.init(project=run.project, name=run.name, group=run.group, job_type="pretrain",
-                              config=run.record, notes=notes, dir=folder,
+        parent = run.parent_ids(self.name).get("id")
+        notes = f"from {run.parent}" + (f" (wandb run {parent})" if parent else "") if run.parent else None
+        earlier = run.previous.get(self.name, {})
+        # console="off": the run's own log lines stay as they are (wandb would wrap stdout); a resume continues the
+        # run of that id (offline, wandb starts a folder of the same id, which `wandb sync` adds to that run)
+        self.run = wandb.init(project=earlier.get("project", run.project), name=run.name, group=run.group,
+                              job_type="pretrain", config=run.record, notes=notes, dir=folder,
+                              id=earlier.get("id") or uuid.uuid4().hex[:8], resume="allow",
+                              allow_val_change=bool(earlier),
                               settings=wandb.Settings(console="off", silent=True, x_disable_stats=True))
+        self.ids = {"id": self.run.id, "project": earlier.get("project", run.project)}
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
         self.run.log(values, step=step)
@@ -109,17 +126,38 @@ class MlflowTracker:
 
         self.entities = mlflow.entities
         self.client = client = mlflow.MlflowClient()
-        name = run.group or run.project
-        experiment = client.get_experiment_by_name(name)
-        experiment_id = experiment.experiment_id if experiment else client.create_experiment(name)
-        tags = {"megamlm.group": run.group, "megamlm.parent_run": run.parent}
-        self.run_id = client.create_run(experiment_id, run_name=run.name,
-                                        tags={k: v for k, v in tags.items() if v}).info.run_id
+        logged = self._continue(run.previous.get(self.name, {}).get("run_id"), run.start_step)
+        if self.run_id is None:
+            name = run.group or run.project
+            experiment = client.get_experiment_by_name(name)
+            experiment_id = experiment.experiment_id if experiment else client.create_experiment(name)
+            parent_id = run.parent_ids(self.name).get("run_id")
+            tags = {"megamlm.group": run.group, "megamlm.parent_run": run.parent, "megamlm.parent_run_id": parent_id}
+            self.run_id = client.create_run(experiment_id, run_name=run.name,
+                                            tags={k: v for k, v in tags.items() if v}).info.run_id
+        self.ids = {"run_id": self.run_id}
         params = [Param(key, str(value)[:6000]) for key, value in
-                  flatten({**run.record["config"], "model_args": run.record.get("model_args", {})}).items()]
+                  flatten({**run.record["config"], "model_args": run.record.get("model_args", {})}).items()
+                  if key not in logged]  # MLflow's parameters are set once: a resume adds the new ones
         for first in range(0, len(params), MLFLOW_BATCH):
             client.log_batch(self.run_id, params=params[first:first + MLFLOW_BATCH])
         client.log_dict(self.run_id, run.record, "run_record.json")
+
+    def _continue(self, run_id: str | None, start_step: int) -> dict:
+        """Reopen the run ``run_id`` of this run's earlier launch (``self.run_id``; None when there is none or the
+        store no longer has it); its parameters."""
+        self.run_id = None
+        if run_id is None:
+            return {}
+        try:
+            earlier = self.client.get_run(run_id)
+        except Exception:  # another store (MLFLOW_TRACKING_URI changed) or a deleted run: a new run
+            log(f"mlflow: run {run_id} of this run's earlier launch is not in this store; starting a new one")
+            return {}
+        self.run_id = run_id
+        self.client.update_run(run_id, status="RUNNING")
+        self.client.set_tag(run_id, f"megamlm.resumed_after_step_{start_step:07d}", "resumed from its checkpoint")
+        return dict(earlier.data.params)
 
     def scalars(self, step: int, values: dict[str, float]) -> None:
         now = int(time.time() * 1000)
@@ -138,16 +176,20 @@ BACKENDS = {"tensorboard": TensorBoardTracker, "trackio": TrackioTracker, "wandb
 """The class of each --report-to value."""
 
 
-def open_trackers(cfg, record: dict, tensorboard_writer=None) -> Trackers:
+def open_trackers(cfg, record: dict, tensorboard_writer=None, start_step: int = 0, sent_through: int = 0) -> Trackers:
     """Open and start the trackers of ``cfg`` (a Config) on rank 0 (none elsewhere). ``tensorboard_writer``: the
-    reporter's SummaryWriter, which the TensorBoard tracker shares (one events folder)."""
+    reporter's SummaryWriter, which the TensorBoard tracker shares (one events folder); ``start_step``: the step
+    the launch starts after; ``sent_through``: the last step an earlier launch of the run recorded."""
     log_cfg, save = cfg.logging, cfg.checkpoint.save
     names = tracker_names(log_cfg.report_to, log_cfg.tensorboard_dir)
     if rank() != 0 or not names:
         return Trackers()
+    # a launch that starts from a checkpoint of its own --save folder continues the tracker runs it names
+    previous = read_tracker_ids(save) if start_step > 0 else {}
     run = TrackedRun(name=log_cfg.tracker_run_name or (Path(save).resolve().name if save else "megamlm"),
                      project=log_cfg.tracker_project, group=log_cfg.tracker_group, record=record,
-                     folder=Path(save) if save else None)
+                     folder=Path(save) if save else None, start_step=start_step, previous=previous,
+                     sent_through=max(start_step, sent_through) if previous else start_step)
     trackers = Trackers([BACKENDS[name](tensorboard_writer) if name == "tensorboard" else BACKENDS[name]()
                          for name in names])
     trackers.start(run)

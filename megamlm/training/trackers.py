@@ -9,6 +9,15 @@
   fields and nulls (a non-finite number, an unknown MFU) are left out, as a reader of the file skips them;
 - events at the step they happen: an objective switch and the entry into a recipe phase, as one line of text.
 
+A run keeps its tracker runs across launches: each tracker's run id is stored in ``<save>/trackers.json`` (written
+to a temporary name, then renamed), and a launch that resumes its own run (started from a checkpoint, with that
+file in its --save folder) continues those tracker runs (wandb's id with ``resume="allow"``, MLflow's run id,
+trackio's ``resume="allow"``, TensorBoard's folder with ``purge_step`` past the checkpoint's step). Steps an earlier
+launch ran past its last checkpoint are in those runs already: TensorBoard drops them and gets them again, the others
+keep them and get the steps after (each step is there once; metrics.jsonl holds the resumed launch's). A branch (a run
+started from another run's checkpoint into another --save folder) is a new tracker run that names its parent, and
+the parent's tracker run ids where that folder holds them.
+
 Trackers run on rank 0 only. One that raises (no network, a bad key, a full disk) warns once, in one line naming it
 and the error, and gets nothing more; the run goes on. Each tracker's library is an optional extra, imported only
 when the tracker opens (training/tracker_backends.py, which opens them: ``open_trackers``).
@@ -16,11 +25,16 @@ when the tracker opens (training/tracker_backends.py, which opens them: ``open_t
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from megamlm.checkpoint.integrity import write_json_durably
 from megamlm.log import log
+
+TRACKER_IDS = "trackers.json"
+"""The file of a --save folder that names its tracker runs: ``{tracker: {its ids}}``."""
 
 LIBRARY_TRACKERS = ("trackio", "wandb", "mlflow")
 """The trackers whose library is an optional extra (megamlm/extras.py names each under its own name)."""
@@ -39,12 +53,39 @@ class TrackedRun:
     """The run record (training/run_record.py) with its lineage."""
     folder: Path | None
     """The --save folder: local stores without a setting of their own go under it (TensorBoard's events)."""
+    start_step: int = 0
+    """The step this launch starts after (the checkpoint's; 0 for a new run)."""
+    previous: dict = field(default_factory=dict)
+    """The tracker runs of this run's earlier launches (``{tracker: ids}``), which a resume continues; empty for a
+    new run or a branch."""
+    sent_through: int = 0
+    """The last step an earlier launch sent the tracker runs this one continues (past ``start_step`` when it ran on
+    after its last checkpoint): a tracker that cannot drop those steps keeps them and gets the steps after it."""
 
     @property
     def parent(self) -> str | None:
         """The run this one branched, continued or was initialised from (the lineage's last event), if any."""
         lineage = self.record.get("lineage") or []
         return str(lineage[-1].get("parent_run")) if lineage and lineage[-1].get("parent_run") else None
+
+    def parent_ids(self, tracker: str) -> dict:
+        """The parent run's ids in ``tracker`` (from its folder's trackers.json), or {}."""
+        return read_tracker_ids(self.parent).get(tracker, {}) if self.parent else {}
+
+
+def read_tracker_ids(folder: str | Path | None) -> dict:
+    """The tracker runs a --save folder names (``{}`` when it names none, or its file cannot be read)."""
+    path = Path(folder) / TRACKER_IDS if folder else None
+    try:
+        return json.loads(path.read_text()) if path and path.is_file() else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def write_tracker_ids(folder: Path, ids: dict) -> None:
+    """Name the run's tracker runs in ``folder`` (rank 0), whole or not at all (temporary name, then renamed)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json_durably(folder / TRACKER_IDS, ids)
 
 
 def record_scalars(kind: str, fields: dict) -> dict[str, float]:
@@ -69,6 +110,8 @@ class Trackers:
 
     def __init__(self, trackers: list | None = None):
         self.active = list(trackers or [])
+        self.sent_through = 0
+        """Steps up to this one reach only the trackers that rewind (``TrackedRun.sent_through``)."""
 
     def _each(self, doing: str, call) -> None:
         for tracker in list(self.active):
@@ -81,15 +124,25 @@ class Trackers:
                     "nothing more and the run goes on (metrics.jsonl has every record)")
 
     def start(self, run: TrackedRun) -> None:
+        """Start (or continue) each tracker's run; the --save folder then names them all."""
+        self.sent_through = run.sent_through
         self._each("to start", lambda t: t.start(run))
+        ids = {t.name: t.ids for t in self.active if getattr(t, "ids", None)}
+        if run.folder is not None and ids:
+            write_tracker_ids(run.folder, {**run.previous, **ids})
 
     def record(self, kind: str, step: int, fields: dict) -> None:
         scalars = record_scalars(kind, fields)
         if scalars:
-            self._each(f"at step {step}", lambda t: t.scalars(step, scalars))
+            self._each(f"at step {step}", lambda t: self._sends(t, step) and t.scalars(step, scalars))
 
     def event(self, step: int, text: str) -> None:
-        self._each(f"at step {step}", lambda t: t.event(step, text))
+        self._each(f"at step {step}", lambda t: self._sends(t, step) and t.event(step, text))
+
+    def _sends(self, tracker, step: int) -> bool:
+        """Whether ``tracker`` gets ``step``: not a step its run holds already from an earlier launch (so each step is
+        there once), unless it drops those on resuming (TensorBoard)."""
+        return step > self.sent_through or getattr(tracker, "rewinds", False)
 
     def close(self) -> None:
         self._each("to close", lambda t: t.close())

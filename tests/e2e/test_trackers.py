@@ -4,6 +4,7 @@ run. Nothing reaches the network: each library's offline and telemetry-off switc
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -158,3 +159,80 @@ def test_a_tracker_that_raises_warns_once_and_the_run_goes_on(tiny, tmp_path, of
 
     logs = {row["step"] for row in SQLiteStorage.get_logs(tmp_path.name, "run")}
     assert {5, 10, 15, 20} <= logs  # the others went on
+
+
+def wandb_runs(folder: Path) -> dict[str, dict]:
+    """{run id: scalars by (step, name)} over every offline folder under ``folder`` (a resumed offline run is a
+    second folder of the same id, which ``wandb sync`` adds to that run)."""
+    runs: dict[str, dict] = {}
+    for run_file in sorted(folder.glob("wandb/offline-run-*/run-*.wandb")):
+        records = wandb_records(run_file)
+        (run_id,) = {r.run.run_id for r in records if r.WhichOneof("record_type") == "run"}
+        scalars = runs.setdefault(run_id, {})
+        for record in records:
+            if record.WhichOneof("record_type") == "history":
+                for item in record.history.item:
+                    key = item.key or "/".join(item.nested_key)
+                    if not key.startswith("_"):
+                        assert (record.history.step.num, key) not in scalars, (run_id, key, record.history.step.num)
+                        scalars[(record.history.step.num, key)] = json.loads(item.value_json)
+    return runs
+
+
+def once_each(pairs: list, who: str) -> list[int]:
+    """The steps of ``train/loss`` in ``pairs`` [(step, name)], each there once."""
+    steps = [step for step, name in pairs if name == "train/loss"]
+    assert len(steps) == len(set(steps)), f"{who} repeats steps: {sorted(steps)}"
+    return sorted(steps)
+
+
+def test_a_resumed_run_continues_its_tracker_runs_and_a_branch_names_its_parent(tiny, tmp_path, offline_stores):
+    from mlflow import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from trackio.sqlite_storage import SQLiteStorage
+
+    run_dir, project = tmp_path / "run", tmp_path.name
+    trackers = ["--report-to", "trackio", "wandb", "mlflow", "tensorboard", "--tracker-project", project]
+    flags = [*RUN, "--log-interval", "1", *trackers]
+    # stops after step 12 with checkpoints at 10 and 12; step 12's checkpoint removed (a crash after step 12 was
+    # logged, before its checkpoint was whole), so the relaunch resumes from step 10: steps 11-12 are in the tracker
+    # runs already
+    tiny(*flags, "--save", run_dir, "--save-at", "10", "--exit-interval", "12")
+    first = json.loads((run_dir / "trackers.json").read_text())
+    shutil.rmtree(run_dir / "iter_0000012")
+    resumed = tiny(*flags, "--load", run_dir, "--save", run_dir)
+    assert resumed.start == "resume" and resumed.start_step == 10 and resumed.last_step == 20
+    assert json.loads((run_dir / "trackers.json").read_text()) == first  # the same tracker runs
+    every = list(range(1, 21))
+    assert once_each(list(expected_scalars(run_dir)), "metrics.jsonl") == every
+    losses = {key: v for key, v in expected_scalars(run_dir).items() if key[1] == "train/loss"}  # bitwise on CPU
+
+    assert SQLiteStorage.get_runs(project) == ["run"]
+    logs = SQLiteStorage.get_logs(project, "run")
+    assert once_each([(row["step"], k) for row in logs for k in row], "trackio") == every
+    assert_same({(row["step"], "train/loss"): row["train/loss"] for row in logs if "train/loss" in row}, losses,
+                "trackio")
+    (scalars,) = wandb_runs(offline_stores["wandb"]).values()  # one run id over both launches
+    assert once_each(list(scalars), "wandb") == every
+    assert_same(scalars, losses, "wandb")
+    client = MlflowClient()
+    experiment = client.get_experiment_by_name(project).experiment_id
+    (mlflow_run,) = client.search_runs([experiment])
+    assert mlflow_run.info.status == "FINISHED"
+    assert once_each([(m.step, "train/loss") for m in client.get_metric_history(mlflow_run.info.run_id,
+                                                                                "train/loss")], "mlflow") == every
+    events = EventAccumulator(str(run_dir / "tensorboard"), size_guidance={"scalars": 0})
+    events.Reload()
+    assert once_each([(e.step, "train/loss") for e in events.Scalars("train/loss")], "tensorboard") == every
+    assert_same({(e.step, "train/loss"): e.value for e in events.Scalars("train/loss")}, losses, "tensorboard")
+
+    branch_dir = tmp_path / "branch"
+    tiny(*flags, "--load", run_dir / "iter_0000010", "--save", branch_dir)
+    branch = json.loads((branch_dir / "trackers.json").read_text())
+    assert branch["mlflow"]["run_id"] != first["mlflow"]["run_id"] and branch["wandb"]["id"] != first["wandb"]["id"]
+    (child,) = [r for r in client.search_runs([experiment]) if r.info.run_name == "branch"]
+    assert child.data.tags["megamlm.parent_run_id"] == first["mlflow"]["run_id"]
+    assert child.data.tags["megamlm.parent_run"] == str(run_dir)
+    assert sorted(SQLiteStorage.get_runs(project)) == ["branch", "run"]
+    assert SQLiteStorage.get_run_config(project, "branch")["parent_trackio_run"]["name"] == "run"
+    assert set(wandb_runs(offline_stores["wandb"])) == {first["wandb"]["id"], branch["wandb"]["id"]}
