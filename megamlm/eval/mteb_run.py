@@ -53,9 +53,13 @@ def encoder_folder(export: Path, folder: Path) -> Path:
 
 
 def sentence_transformer(export: Path, folder: Path, device: str = "cpu"):
-    """The export as a sentence-transformers model: its encoder, then the card's pooling."""
+    """The export as a sentence-transformers model: its encoder, then the card's pooling (a folder of
+    ``convert_to_hf.py --sentence-transformers`` as it is: its bare encoder and its own pooling)."""
     require("sentence_transformers", "--mteb")
     from sentence_transformers import SentenceTransformer
+
+    if (Path(export) / "modules.json").is_file():
+        return SentenceTransformer(str(export), device=device)
     from sentence_transformers.base.modules.transformer import Transformer
     from sentence_transformers.sentence_transformer.modules import Pooling
 

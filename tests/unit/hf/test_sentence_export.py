@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import TINY, random_model, write_checkpoint
 
-from megamlm.eval.mteb_run import card_pooling
+from megamlm.eval.mteb_run import card_pooling, sentence_transformer
 from megamlm.hf.errors import ConversionError
 from megamlm.hf.export import export_checkpoint
 from megamlm.hf.sentence_export import SENTENCE_POOLING
@@ -58,6 +58,17 @@ def test_loads_with_nothing_missing_or_unexpected(exports):
         assert "UNEXPECTED" not in logged and "MISSING" not in logged and "LOAD REPORT" not in logged, logged
     logged = _load_report(lambda: sentence_transformers.SentenceTransformer(str(full), device="cpu"))
     assert "UNEXPECTED" in logged  # the capture sees the report: the full export's MLM head is unexpected there
+
+
+def test_evaluate_mteb_reads_the_folder_as_it_is(exports, tmp_path):
+    """tools/evaluate.py --mteb given a --sentence-transformers export loads it whole (no encoder folder of its own)
+    and embeds as the export does."""
+    _, bare, _ = exports
+    logged = _load_report(lambda: sentence_transformer(bare, tmp_path / "encoder"))
+    assert "LOAD REPORT" not in logged and not (tmp_path / "encoder").exists()
+    model = sentence_transformer(bare, tmp_path / "encoder")
+    direct = sentence_transformers.SentenceTransformer(str(bare), device="cpu")
+    assert torch.equal(model.encode(TEXTS, convert_to_tensor=True), direct.encode(TEXTS, convert_to_tensor=True))
 
 
 def test_embeddings_equal_the_full_exports_base_model(exports):
