@@ -1,6 +1,7 @@
 """convert_to_hf.py --sentence-transformers: the bare encoder and sentence-transformers' files, for the EuroBERT
 block and the ModernBERT block (preset modernbert-tiny): SentenceTransformer(path) and AutoModel load it with nothing
-missing or unexpected (transformers' load report says nothing) and embed as the full export's base model does."""
+missing or unexpected (transformers' load report says nothing) and embed as the full export's base model does; a
+Gemma 3 encoder's as Gemma3TextModel."""
 
 import io
 import json
@@ -9,10 +10,12 @@ import logging
 import pytest
 import torch
 from conftest import TINY, random_model, write_checkpoint
+from decoder_families import QK_NORM_FAMILIES, build, word_ids
 
 from megamlm.eval.mteb_run import card_pooling, sentence_transformer
 from megamlm.hf.errors import ConversionError
 from megamlm.hf.export import export_checkpoint
+from megamlm.hf.importer import import_hf
 from megamlm.hf.sentence_export import SENTENCE_POOLING
 from megamlm.model.config import PRESETS, ModelArgs
 
@@ -101,3 +104,21 @@ def test_a_causal_export_is_refused_before_anything_is_written(tiny_checkpoint, 
     with pytest.raises(ConversionError, match="--arch llama is a causal LM"):
         export_checkpoint(save_dir, tmp_path / "out", arch="llama", sentence_transformers=True)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_gemma3_encoder_exports_its_bare_text_model(tmp_path):
+    """A Gemma 3 model's encoder export (a bidirectional Gemma 3) as Gemma3TextModel: nothing missing or unexpected,
+    the hidden states of the full export's base model."""
+    family = QK_NORM_FAMILIES["gemma3"]
+    build(family, tmp_path / "hf")
+    import_hf(tmp_path / "hf", tmp_path / "ckpt", log=lambda *_: None)
+    full = export_checkpoint(tmp_path / "ckpt", tmp_path / "full", log=lambda *_: None)
+    bare = export_checkpoint(tmp_path / "ckpt", tmp_path / "st", log=lambda *_: None, sentence_transformers=True)
+    model, info = transformers.AutoModel.from_pretrained(str(bare), output_loading_info=True)
+    assert type(model).__name__ == "Gemma3TextModel" and not any(info.values()), info
+    assert "LOAD REPORT" not in _load_report(lambda: sentence_transformers.SentenceTransformer(str(bare),
+                                                                                            device="cpu"))
+    ids = word_ids(family, 1, 12, seed=1)
+    with torch.no_grad():
+        base = transformers.AutoModel.from_pretrained(str(full)).eval()(input_ids=ids).last_hidden_state
+        assert torch.equal(model.eval()(input_ids=ids).last_hidden_state, base)
