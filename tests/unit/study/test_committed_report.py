@@ -1,5 +1,7 @@
 """The committed CPU-miniature report (examples/paper_recipe/RESULTS.md, with its figures) is the real run of the
-committed study file (examples/studies/cpu_miniature.yaml) under issue 45's rules: not a rehearsal, every run
+committed study file it names (examples/studies/cpu_miniature.yaml, or the confirmatory run of
+confirmatory_miniature.yaml, which also names the commit of its study file, its seeds and its verdicts under every
+tie rule: issue 56) under issue 45's rules: not a rehearsal, every run
 finished, the plan the study file makes today, every arm at five pretraining seeds, a grid of three or more LRs with
 every model's score at each printed, tasks marked informative on validation, the paper's figures, a verdict on each
 claim (a)-(e) that carries its scale (tokens, size, seeds) and a measured time within the 90 minutes the miniature
@@ -20,16 +22,27 @@ from megamlm.study.planning.table import plan_table
 from megamlm.study.running.commands import all_evaluated_models
 
 REPO = Path(__file__).resolve().parents[3]
-STUDY = REPO / "examples" / "studies" / "cpu_miniature.yaml"
+STUDIES = REPO / "examples" / "studies"
 RESULTS = REPO / "examples" / "paper_recipe" / "RESULTS.md"
 VERDICTS = (SUPPORTED, CONTRADICTED, UNDECIDED, NO_TASK)
+CONFIRMATORY = "confirmatory_miniature"
+"""The study whose report is a confirmatory run (issue 56): its study file, tasks, rules and tie rule committed
+before it, with pretraining seeds no study file had used."""
+MINUTES = {"cpu_miniature": 90.0, CONFIRMATORY: 150.0}
+"""The wall time each study's README promises on 2 cores."""
+
+
+def _study_name(report: str) -> str:
+    found = re.match(r"# Study `(\w+)`: report\n", report)
+    assert found and found.group(1) in MINUTES, "a rehearsal's report, or another study's"
+    return found.group(1)
 
 
 def test_the_committed_report_is_the_real_run_of_the_committed_study():
-    study = load_study(STUDY)
-    plan = build_plan(study)
     report = RESULTS.read_text()
-    assert report.startswith("# Study `cpu_miniature`: report\n"), "a rehearsal's report, or another study's"
+    name = _study_name(report)
+    study = load_study(STUDIES / f"{name}.yaml")
+    plan = build_plan(study)
     assert f"{len(plan.runs)} of {len(plan.runs)} runs have finished." in report
     assert plan_table(plan, throughput_for(study)) in report, (
         "the study file plans other runs than the report's: rerun the study (examples/studies/README.md)")
@@ -37,7 +50,8 @@ def test_the_committed_report_is_the_real_run_of_the_committed_study():
     e = study.evaluation
     # Issue 45: five pretraining seeds for every arm (the claims' unit), a grid of 3 LRs or more (the stability
     # claim), the four families; every model's score at every LR printed.
-    assert min(len(arm.seeds) for arm in study_arms(study)) >= 5 and len(e.lrs) >= 3 and len(e.tasks) == 4
+    assert min(len(arm.seeds) for arm in study_arms(study)) >= 5 and len(e.lrs) >= 3
+    assert len(e.tasks) == 4 or name == CONFIRMATORY
     per_lr = report.split("### Scores per learning rate")[1].split("\n### ")[0].split("\n## ")[0]
     assert len([line for line in per_lr.splitlines() if line.startswith("| tiny-")]) == \
         len(e.tasks) * len(all_evaluated_models(plan))
@@ -46,8 +60,9 @@ def test_the_committed_report_is_the_real_run_of_the_committed_study():
     rows = [line for line in per_model.splitlines() if line.startswith("| tiny-")]
     assert len(rows) == len(e.tasks) * len(all_evaluated_models(plan))
     assert all(line.endswith(f"| {grid}/{grid} |") for line in rows)  # every LR x seed
-    for family in ("sequence classification", "token classification", "question answering",
-                   "information retrieval"):
+    families = {"sequence classification"} if name == CONFIRMATORY else {
+        "sequence classification", "token classification", "question answering", "information retrieval"}
+    for family in families:
         assert f"#### {family}" in report
 
     # Baselines beside the arms for every task: the random-init model (its own fine-tuning seeds) and at least one
@@ -77,7 +92,7 @@ def test_the_committed_report_is_the_real_run_of_the_committed_study():
     early = {"score_vs_steps.png"} if e.checkpoint_steps else set()  # claim (b)'s, where early checkpoints are asked
     assert {"validation.png", "lr_sensitivity.png", "lr_stability.png", "continuation_gain.png",
             "score_vs_clm_fraction.png", *early} <= set(figures)
-    assert all((RESULTS.parent / "figures" / name).is_file() for name in figures)
+    assert all((RESULTS.parent / "figures" / figure).is_file() for figure in figures)
 
     claims = report.split("## The paper's claims")[1].split("\n## ")[0]
     for key in "abcde":  # each verdict with its scale, but a claim the study does not ask
@@ -87,7 +102,27 @@ def test_the_committed_report_is_the_real_run_of_the_committed_study():
         scale, verdict = found.groups()
         assert scale or verdict.startswith("not asked by this study"), (key, verdict)
         assert (verdict in VERDICTS or re.fullmatch(r"not testable with \d+ seeds?", verdict)
-                or verdict.startswith(("not asked by this study", "not testable (best LR at the grid's edge"))), (
+                or verdict.startswith(("not asked by this study", "not testable (best LR at the grid's edge",
+                                       "**fragile**: its verdict changes with the tie rule"))), (
             key, verdict)
     total = re.search(r"^\| total \| ([\d.]+) \|$", report, re.M)
-    assert total and float(total.group(1)) <= 90.0
+    assert total and float(total.group(1)) <= MINUTES[name]
+    if name == CONFIRMATORY:
+        _fixed_before_the_run(report, study)
+
+
+def _fixed_before_the_run(report: str, study) -> None:
+    """Issue 56: the report names the commit of its study file, which is still the file's last commit (the study
+    file unchanged since the run), its seeds, and every claim's verdict under each tie rule."""
+    from megamlm.study.evidence.rules import TIE_RULES
+    from megamlm.study.reporting.registration import file_commit
+
+    fixed = report.split("## What was fixed before the run")[1].split("\n## ")[0]
+    commit = file_commit(STUDIES / f"{CONFIRMATORY}.yaml")
+    assert commit.startswith("commit ") and "uncommitted" not in commit
+    assert f"Study file `{CONFIRMATORY}.yaml`: {commit}." in fixed, "the study file changed after its run"
+    assert "Pretraining seeds: 11, 12, 13, 14, 15." in fixed and f"`{study.evaluation.tie_rule}`" in fixed
+    table = report.split("Tie-rule sensitivity")[1]
+    assert "| claim | " + " | ".join(TIE_RULES) + " | verdict |" in table
+    for key in "acde":
+        assert re.search(rf"^\| \({key}\) \|.*\| (holds|fragile) \|$", table, re.M), key
