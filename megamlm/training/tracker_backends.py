@@ -17,7 +17,14 @@ from pathlib import Path
 
 from megamlm.extras import require
 from megamlm.log import log, rank
-from megamlm.training.trackers import TrackedRun, Trackers, flatten, read_tracker_ids, tracker_names
+from megamlm.training.trackers import (
+    TrackedRun,
+    Trackers,
+    continues_its_run,
+    flatten,
+    read_tracker_ids,
+    tracker_names,
+)
 
 MLFLOW_BATCH = 100
 """Parameters and metrics per MLflow request (its limits: 100 parameters, 1,000 metrics)."""
@@ -184,8 +191,7 @@ def open_trackers(cfg, record: dict, tensorboard_writer=None, start_step: int = 
     names = tracker_names(log_cfg.report_to, log_cfg.tensorboard_dir)
     if rank() != 0 or not names:
         return Trackers()
-    # a launch that starts from a checkpoint of its own --save folder continues the tracker runs it names
-    previous = read_tracker_ids(save) if start_step > 0 else {}
+    previous = read_tracker_ids(save) if continues_its_run(record, save, start_step) else {}
     run = TrackedRun(name=log_cfg.tracker_run_name or (Path(save).resolve().name if save else "megamlm"),
                      project=log_cfg.tracker_project, group=log_cfg.tracker_group, record=record,
                      folder=Path(save) if save else None, start_step=start_step, previous=previous,

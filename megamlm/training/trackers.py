@@ -82,6 +82,17 @@ def read_tracker_ids(folder: str | Path | None) -> dict:
         return {}
 
 
+def continues_its_run(record: dict, save: str | None, start_step: int) -> bool:
+    """Whether a launch continues the tracker runs its --save folder names: it starts from a checkpoint of that
+    folder (step ``start_step`` > 0) and does not branch there (a branch at this step within the folder, its
+    schedule changed, is a new tracker run naming the earlier one as its parent)."""
+    if not save or start_step <= 0:
+        return False
+    last = (record.get("lineage") or [{}])[-1]
+    here = bool(last.get("parent_run")) and Path(last["parent_run"]).resolve() == Path(save).resolve()
+    return not (last.get("kind") == "branch" and here and last.get("step") == start_step)
+
+
 def write_tracker_ids(folder: Path, ids: dict) -> None:
     """Name the run's tracker runs in ``folder`` (rank 0), whole or not at all (temporary name, then renamed)."""
     folder.mkdir(parents=True, exist_ok=True)
