@@ -7,6 +7,7 @@ from megamlm.hf.hf_config import describe_features
 from megamlm.hf.keymaps import MODERNBERT_ARCHS
 from megamlm.hf.megamlm_checkpoint import CheckpointRecord
 from megamlm.hf.modernbert import modernbert_use
+from megamlm.hf.sentence_export import SENTENCE_POOLING
 
 _OBJECTIVE_NAMES = {
     "mlm": "masked language modeling (MLM)",
@@ -127,7 +128,7 @@ encoder = AutoModel.from_pretrained(path)                      # Gemma3TextModel
 classifier = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
 ```
 
-sentence-transformers loads it too (`SentenceTransformer(path)`, mean pooling).{reach}
+sentence-transformers loads it too (`SentenceTransformer(path)`, {SENTENCE_POOLING} pooling).{reach}
 """
 
 

@@ -24,6 +24,7 @@ import torch
 from megamlm.hf.config_values import rope_parameters, source_float
 from megamlm.hf.errors import ConversionError
 from megamlm.hf.keymaps import EXPORT_ARCHS
+from megamlm.hf.sentence_export import SENTENCE_POOLING
 from megamlm.model.config import ModelArgs
 from megamlm.model.init import init_weights
 from megamlm.model.prediction_head import PredictionHead
@@ -250,9 +251,10 @@ encoder = AutoModel.from_pretrained(path)                     # ModernBertModel:
 classifier = AutoModelForSequenceClassification.from_pretrained(path, num_labels=2)
 ```
 
-sentence-transformers loads it too (`SentenceTransformer(path)`, mean pooling of the hidden states); loading the
-encoder alone reports the MLM head's tensors (`head.*`, `decoder.bias`) as unexpected, as for any masked-LM
-checkpoint.{window}
+sentence-transformers loads it too (`SentenceTransformer(path)`, {SENTENCE_POOLING} pooling of the hidden states);
+loading the encoder alone reports the MLM head's tensors (`head.*`, `decoder.bias`) as unexpected, as for any
+masked-LM checkpoint (`convert_to_hf.py --sentence-transformers` writes the encoder alone, which loads without
+them).{window}
 """
 
 
