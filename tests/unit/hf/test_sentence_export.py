@@ -11,6 +11,7 @@ import pytest
 import torch
 from conftest import TINY, random_model, write_checkpoint
 from decoder_families import QK_NORM_FAMILIES, build, word_ids
+from helpers import expect_one_line, tool_main
 
 from megamlm.eval.mteb_run import card_pooling, sentence_transformer
 from megamlm.hf.errors import ConversionError
@@ -99,11 +100,18 @@ def test_files_and_card_state_the_same_pooling(exports):
     assert "library_name: sentence-transformers" in card and "fill-mask" not in card
 
 
-def test_a_causal_export_is_refused_before_anything_is_written(tiny_checkpoint, tmp_path):
+def test_the_flag_and_a_causal_export_refused_in_one_line_before_anything_is_written(tiny_checkpoint, tmp_path,
+                                                                                     capsys):
     save_dir, _ = tiny_checkpoint
-    with pytest.raises(ConversionError, match="--arch llama is a causal LM"):
-        export_checkpoint(save_dir, tmp_path / "out", arch="llama", sentence_transformers=True)
+    convert = tool_main("convert_to_hf")
+    assert convert(["--input", str(save_dir), "--output", str(tmp_path / "st"), "--sentence-transformers"]) == 0
+    assert "EuroBertModel" in capsys.readouterr().out and (tmp_path / "st" / "modules.json").is_file()
+    status = convert(["--input", str(save_dir), "--output", str(tmp_path / "out"), "--sentence-transformers",
+                      "--arch", "llama"])
+    expect_one_line(capsys, status, "--arch llama is a causal LM", "eurobert")
     assert not (tmp_path / "out").exists()
+    with pytest.raises(ConversionError, match="--arch qwen2 is a causal LM"):
+        export_checkpoint(save_dir, tmp_path / "out", arch="qwen2", sentence_transformers=True)
 
 
 def test_a_gemma3_encoder_exports_its_bare_text_model(tmp_path):
