@@ -65,6 +65,7 @@ The reader's files
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import re
@@ -558,7 +559,8 @@ def check_part(words: list[str], command: Command, root: Path, env: dict) -> str
         parse_only(script, args, what)
         return "parsed"
     if script and script.endswith(("pretrain.py", "run_local.sh")):  # the documented values of the scaled flags
-        parse_only("pretrain.py", args, what)
+        with contextlib.chdir(root):  # where the command runs: a recipe's phases name their data relative to it
+            parse_only("pretrain.py", args, what)
     if script == "pretrain.py" and is_phases_recipe(root, option(args, "--config")):
         env = {**env, "MEGAMLM_PRETRAIN_ARGS": RECIPE_SCALE}
     result = run([*(f"{k}={v}" for k, v in extra_env.items()), *words], root, env)  # rule 7
