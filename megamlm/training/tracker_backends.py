@@ -160,6 +160,7 @@ class MlflowTracker:
             earlier = self.client.get_run(run_id)
         except Exception:  # another store (MLFLOW_TRACKING_URI changed) or a deleted run: a new run
             log(f"mlflow: run {run_id} of this run's earlier launch is not in this store; starting a new one")
+            self.started_anew = True
             return {}
         self.run_id = run_id
         self.client.update_run(run_id, status="RUNNING")

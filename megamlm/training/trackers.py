@@ -122,7 +122,9 @@ class Trackers:
     def __init__(self, trackers: list | None = None):
         self.active = list(trackers or [])
         self.sent_through = 0
-        """Steps up to this one reach only the trackers that rewind (``TrackedRun.sent_through``)."""
+        """Steps up to this one reach only the trackers that rewind or start a run (``TrackedRun.sent_through``)."""
+        self.continued: set[str] = set()
+        """The trackers that continue a run of an earlier launch."""
 
     def _each(self, doing: str, call) -> None:
         for tracker in list(self.active):
@@ -138,6 +140,8 @@ class Trackers:
         """Start (or continue) each tracker's run; the --save folder then names them all."""
         self.sent_through = run.sent_through
         self._each("to start", lambda t: t.start(run))
+        # a tracker whose earlier run is gone (started_anew) gets every step of its new run
+        self.continued = {t.name for t in self.active if t.name in run.previous and not getattr(t, "started_anew", 0)}
         ids = {t.name: t.ids for t in self.active if getattr(t, "ids", None)}
         if run.folder is not None and ids:
             write_tracker_ids(run.folder, {**run.previous, **ids})
@@ -153,7 +157,7 @@ class Trackers:
     def _sends(self, tracker, step: int) -> bool:
         """Whether ``tracker`` gets ``step``: not a step its run holds already from an earlier launch (so each step is
         there once), unless it drops those on resuming (TensorBoard)."""
-        return step > self.sent_through or getattr(tracker, "rewinds", False)
+        return step > self.sent_through or tracker.name not in self.continued or getattr(tracker, "rewinds", False)
 
     def close(self) -> None:
         self._each("to close", lambda t: t.close())

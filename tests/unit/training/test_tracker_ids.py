@@ -34,3 +34,31 @@ def test_the_metrics_file_says_which_steps_an_earlier_launch_ran_past_its_checkp
     resumed = MetricsFile(tmp_path, 10)  # crashed after step 12, resumed from step 10's checkpoint
     assert resumed.dropped_through == 12 and [r["step"] for r in read_metrics(tmp_path)] == list(range(1, 11))
     assert MetricsFile(tmp_path, 10).dropped_through == 10 and MetricsFile(tmp_path / "new", 0).dropped_through == 0
+
+
+class Recording:
+    """A tracker that records the steps it gets."""
+
+    def __init__(self, name: str, rewinds: bool = False, started_anew: bool = False):
+        self.name, self.rewinds, self.started_anew, self.steps = name, rewinds, started_anew, []
+
+    def start(self, run) -> None:
+        self.ids = {"id": self.name}
+
+    def scalars(self, step: int, values: dict) -> None:
+        self.steps.append(step)
+
+
+def test_steps_an_earlier_launch_sent_reach_only_the_trackers_that_need_them(tmp_path):
+    from megamlm.training.trackers import Trackers
+
+    kept, tensorboard, added, gone = (Recording("kept"), Recording("tensorboard", rewinds=True), Recording("added"),
+                                      Recording("gone", started_anew=True))
+    trackers = Trackers([kept, tensorboard, added, gone])
+    previous = {"kept": {"id": "k"}, "tensorboard": {"log_dir": "x"}, "gone": {"id": "old"}}
+    trackers.start(TrackedRun("r", "p", None, {}, tmp_path, start_step=10, previous=previous, sent_through=12))
+    for step in range(11, 15):
+        trackers.record("train", step, {"loss": 1.0})
+    assert kept.steps == [13, 14]  # its run holds 11-12 from the launch that crashed after step 12
+    assert tensorboard.steps == added.steps == gone.steps == [11, 12, 13, 14]
+    assert read_tracker_ids(tmp_path)["gone"] == {"id": "gone"} and read_tracker_ids(tmp_path)["added"]
