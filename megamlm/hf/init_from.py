@@ -33,10 +33,32 @@ _CHECKED = (*(name for name in SHAPE_FIELDS if name not in _KEPT), "head_dim")
 
 
 def apply_shape(cfg: Config, args: ModelArgs, source) -> Config:
-    """``cfg`` building ``args`` (the shape of the --init-from model); a contradicting flag is refused."""
-    adopted = {name: value for name, value in model_section_values(args).items() if name not in _KEPT}
-    check_adopted_shape(cfg.model, {name: adopted[name] for name in _CHECKED}, source)
-    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, **adopted))
+    """``cfg`` building ``args`` (the shape of the Hugging Face --init-from model): a contradicting shape or tensor
+    flag is refused, every other model flag left at its default takes the model's value, and one given with a value
+    of its own (a recipe's --local-rope-theta or dropout) is kept, as for a megamlm checkpoint."""
+    saved = model_section_values(args)
+    check_adopted_shape(cfg.model, {name: saved[name] for name in _CHECKED}, source)
+    check_init_from_checkpoint(cfg.model, saved, _TENSOR_FLAGS, source)
+    cfg, kept = _adopt(cfg, saved)
+    if kept:
+        log(f"--init-from {source}: kept as given: {', '.join(kept)}")
+    return cfg
+
+
+def _adopt(cfg: Config, saved: dict) -> tuple[Config, list[str]]:
+    """``cfg`` with every model flag left at its default set to the --init-from model's value (``saved``), and the
+    flags given with a value of their own that differs from it, kept (as ``--flag value (the model has ...)``)."""
+    defaults = type(cfg.model)()
+    adopted, kept = {}, []
+    for name, value in saved.items():
+        given = getattr(cfg.model, name)
+        if name in _KEPT or given == value:
+            continue
+        if given == getattr(defaults, name):
+            adopted[name] = value
+        else:  # not a tensor flag (checked before): a deliberate value, such as a --rope-theta for context extension
+            kept.append(f"--{name.replace('_', '-')} {given} (the checkpoint has {value})")
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, **adopted)), kept
 
 
 def adopt_init_from(cfg: Config) -> Config:
@@ -72,17 +94,7 @@ def adopt_checkpoint_shape(cfg: Config) -> Config:
     args = ModelArgs(**config["model_args"])
     saved = model_section_values(args)
     check_init_from_checkpoint(cfg.model, saved, _TENSOR_FLAGS, ckpt)
-    defaults = type(cfg.model)()
-    adopted, kept = {}, []
-    for name, value in saved.items():
-        given = getattr(cfg.model, name)
-        if name in _KEPT or given == value:
-            continue
-        if given == getattr(defaults, name):
-            adopted[name] = value
-        else:  # not a tensor flag (checked above): a deliberate value, such as a --rope-theta for context extension
-            kept.append(f"--{name.replace('_', '-')} {given} (the checkpoint has {value})")
-    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, **adopted))
+    cfg, kept = _adopt(cfg, saved)
     tokenizer = None if cfg.data.tokenizer_model else _checkpoint_tokenizer(ckpt, config)
     if tokenizer is not None:
         cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, tokenizer_model=str(tokenizer)))

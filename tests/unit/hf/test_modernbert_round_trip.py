@@ -195,3 +195,22 @@ def test_an_embedder_without_the_mlm_head_imports_with_a_fresh_head(tmp_path, ca
     with torch.no_grad():
         hidden = exported.model(input_ids=ids).last_hidden_state
     assert (hidden - encoder(input_ids=ids).last_hidden_state).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_init_from_keeps_the_settings_a_recipe_gives(tmp_path, dry_run):
+    """A recipe's own values for settings that do not decide the tensors (an Ettin phase's local RoPE base, their
+    attention dropout) are kept over the imported model's, as for a megamlm checkpoint; the ones it leaves out are
+    the model's; a given tensor setting that contradicts the model is refused in one line."""
+    save_modernbert(tmp_path / "hf", SMALL_WINDOW)
+    _corpus(tmp_path / "words_text_document")
+    flags = ["--init-from", str(tmp_path / "hf"), "--data-path", str(tmp_path / "words_text_document"),
+             "--data-cache-path", str(tmp_path / "cache"), "--seq-length", "32", "--device", "cpu",
+             "--local-rope-theta", "160000", "--attention-dropout", "0.1"] + (["--dry-run"] if dry_run else [])
+    cfg = load_config(flags)
+    assert (cfg.model.local_rope_theta, cfg.model.attention_dropout) == (160_000.0, 0.1)
+    assert (cfg.model.norm_type, cfg.model.sliding_window, cfg.model.prediction_head) == ("layernorm", 5, True)
+    from megamlm.config import ConfigError
+
+    with pytest.raises(ConfigError, match="--mlp-bias True contradicts the --init-from"):
+        load_config(flags + ["--mlp-bias"])
