@@ -9,7 +9,6 @@ import logging
 
 import pytest
 import torch
-from conftest import TINY, random_model, write_checkpoint
 from decoder_families import QK_NORM_FAMILIES, build, word_ids
 from helpers import expect_one_line, tool_main
 
@@ -23,16 +22,18 @@ from megamlm.model.config import PRESETS, ModelArgs
 transformers = pytest.importorskip("transformers")
 sentence_transformers = pytest.importorskip("sentence_transformers")
 
-BLOCKS = {"eurobert": TINY, "modernbert": ModelArgs(**{**PRESETS["modernbert-tiny"], "vocab_size": 8192,
+# The EuroBERT block is the hf tests' TINY (the kit fixture's: a test module imports no conftest, which one the suite
+# reaches first under --import-mode=importlib depends on what else it collects).
+BLOCKS = {"eurobert": None, "modernbert": ModelArgs(**{**PRESETS["modernbert-tiny"], "vocab_size": 8192,
                                                        "max_seq_length": 64})}
 TEXTS = ["Elinor said that she would go", "a short one"]
 
 
 @pytest.fixture(scope="module", params=sorted(BLOCKS))
-def exports(request, tmp_path_factory):
+def exports(request, tmp_path_factory, kit):
     """(full export, sentence-transformers export, the block's name) of one tiny checkpoint."""
     root = tmp_path_factory.mktemp(request.param)
-    write_checkpoint(root / "ckpt", random_model(BLOCKS[request.param]))
+    kit.write_checkpoint(root / "ckpt", kit.random_model(BLOCKS[request.param] or kit.TINY))
     full = export_checkpoint(root / "ckpt", root / "full", log=lambda *_: None)
     bare = export_checkpoint(root / "ckpt", root / "st", log=lambda *_: None, sentence_transformers=True)
     return full, bare, request.param
