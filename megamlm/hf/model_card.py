@@ -153,9 +153,11 @@ def phase_lines(recipe: list[dict], consumed: int, run_data: list[str]) -> list[
     return ["- Phases:", *lines]
 
 
-def model_card(record: CheckpointRecord, arch_class: str, dtype: str, arch: str | None = None) -> str:
-    f = training_facts(record)
-    a = record.model_args
+def training_lines(f: dict) -> list[str]:
+    """The card's "Training" lines: the objective schedule, steps, tokens, data and phases of ``training_facts``
+    (a merge's inputs' training where the checkpoint is a merge)."""
+    if f["merged_from"]:  # a merge trained nothing itself: its inputs' training, not the first input's run
+        return merge_lines(f["merged_from"])
     phases = objective_stages(f["objective"]) if f["objective"] else ()
     sequence = ", then ".join(p.upper() for p in phases) if len(phases) > 1 else None  # mntp,mlm or mlm,clm,mlm
     objective = _OBJECTIVE_NAMES.get(f["objective"]) or sequence or f["objective"] or "unknown"
@@ -168,19 +170,21 @@ def model_card(record: CheckpointRecord, arch_class: str, dtype: str, arch: str 
     else:
         schedule = objective
     data = ", ".join(f["data_path"]) or "none recorded"
-    if f["merged_from"]:  # a merge trained nothing itself: its inputs' training, not the first input's run
-        training = merge_lines(f["merged_from"])
-    else:
-        training = [
-            f"- Objective schedule: {schedule}",
-            f"- Switch step: {f['switch_step'] if f['switch_step'] is not None else 'none (single objective)'}"
-            if len(f["switch_steps"]) <= 1 else f"- Switch steps: {', '.join(map(str, f['switch_steps']))}",
-            f"- Steps: {f['steps']}",
-            f"- Tokens seen: {f['tokens_seen']:,} ({f['consumed_samples']:,} samples x "
-            + (f"{f['seq_length']} tokens)" if len(f["recipe"]) < 2 else "each phase's sequence length)"),
-            f"- Data: {data}",
-            *phase_lines(f["recipe"], f["consumed_samples"], f["data_path"]),
-        ]
+    return [
+        f"- Objective schedule: {schedule}",
+        f"- Switch step: {f['switch_step'] if f['switch_step'] is not None else 'none (single objective)'}"
+        if len(f["switch_steps"]) <= 1 else f"- Switch steps: {', '.join(map(str, f['switch_steps']))}",
+        f"- Steps: {f['steps']}",
+        f"- Tokens seen: {f['tokens_seen']:,} ({f['consumed_samples']:,} samples x "
+        + (f"{f['seq_length']} tokens)" if len(f["recipe"]) < 2 else "each phase's sequence length)"),
+        f"- Data: {data}",
+        *phase_lines(f["recipe"], f["consumed_samples"], f["data_path"]),
+    ]
+
+
+def model_card(record: CheckpointRecord, arch_class: str, dtype: str, arch: str | None = None) -> str:
+    f = training_facts(record)
+    a = record.model_args
     lines = [
         "---",
         "library_name: transformers",
@@ -195,7 +199,7 @@ def model_card(record: CheckpointRecord, arch_class: str, dtype: str, arch: str 
         "",
         "## Training",
         "",
-        *training,
+        *training_lines(f),
     ]
     if f["init_from"] and not f["merged_from"]:
         lines.append(f"- Continued pretraining from: {f['init_from']} (weights only; fresh optimizer and schedule)")

@@ -5,7 +5,9 @@
   any work;
 - no function takes more than 8 parameters (a parameter object says more than a long list);
 - no compatibility re-exports: a module imports from megamlm only what it uses (a package's ``__init__.py``, its
-  face, aside), so every name is imported from the module that defines it.
+  face, aside), so every name is imported from the module that defines it;
+- few long functions and long files (issue 55): at most ``MAX_LONG_FUNCTIONS`` functions over ``LONG_FUNCTION``
+  lines and ``MAX_LONG_FILES`` files over ``LONG_FILE`` lines; a new one means splitting another into named steps.
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ CONFIG_ERROR_HOMES = ("config/", "training/startup.py")
 """Where the ``SETTINGS_ERRORS`` may be raised, relative to megamlm/."""
 SETTINGS_ERRORS = ("ConfigError", "LayoutError")
 """The errors about a run's settings (megamlm/errors.py)."""
+LONG_FUNCTION, MAX_LONG_FUNCTIONS = 60, 4
+"""A function longer than this many lines (``def`` to its last line), and how many such megamlm/ may have."""
+LONG_FILE, MAX_LONG_FILES = 400, 2
+"""A file longer than this many lines, and how many such megamlm/ may have."""
 ENTRY_POINTS: frozenset[str] = frozenset()
 """``module:function`` of entry points whose keyword-only options do not count (none needs it yet)."""
 # The receiver of a method, and autograd's context of a torch.autograd.Function, are not arguments a caller passes.
@@ -49,6 +55,12 @@ def long_signatures(tree: ast.AST, module: str) -> list[str]:
             if count > MAX_PARAMETERS:
                 found.append(f"{module}:{node.lineno} {node.name} takes {count} parameters")
     return found
+
+
+def long_functions(tree: ast.AST, module: str) -> list[str]:
+    return [f"{module}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)"
+            for node in ast.walk(tree) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.end_lineno - node.lineno + 1 > LONG_FUNCTION]
 
 
 def config_error_raises(tree: ast.AST, module: str) -> list[str]:
@@ -107,6 +119,25 @@ def test_the_re_export_rule_finds_kept_unused_imports():
 def test_no_function_takes_more_than_eight_parameters():
     found = [line for module, tree in _modules() for line in long_signatures(tree, module)]
     assert not found, f"pass a parameter object instead of a long list: {found}"
+
+
+def test_few_functions_are_long():
+    found = [line for module, tree in _modules() for line in long_functions(tree, module)]
+    assert len(found) <= MAX_LONG_FUNCTIONS, (f"{len(found)} functions over {LONG_FUNCTION} lines (at most "
+                                              f"{MAX_LONG_FUNCTIONS}): split one into named steps: {found}")
+
+
+def test_few_files_are_long():
+    found = [f"{path.relative_to(PACKAGE).as_posix()} ({n} lines)" for path in sorted(PACKAGE.rglob("*.py"))
+             if (n := len(path.read_text().splitlines())) > LONG_FILE]
+    assert len(found) <= MAX_LONG_FILES, (f"{len(found)} files over {LONG_FILE} lines (at most {MAX_LONG_FILES}): "
+                                          f"move a cohesive piece of one into its own module: {found}")
+
+
+def test_the_long_function_rule_counts_from_def_to_last_line():
+    body = "".join(f"    x{i} = {i}\n" for i in range(LONG_FUNCTION - 1))
+    assert long_functions(ast.parse(f"def f():\n{body}"), "m") == []
+    assert long_functions(ast.parse(f"def f():\n{body}    y = 0\n"), "m") == [f"m:1 f ({LONG_FUNCTION + 1} lines)"]
 
 
 @pytest.mark.parametrize("source,flagged", [
