@@ -151,54 +151,54 @@ def check_model(cfg: Config) -> None:
 
 def check_objective(cfg: Config) -> None:
     o = cfg.objective
-    check_phases(o.objective)
+    check_stages(o.objective)
     check_switches(o, cfg.training.train_iters)
     # --mask-ratio and the mask probabilities: _check_numbers (config/setting_checks.py, as a phase's)
 
 
-def check_phases(objective: str) -> None:
-    """A named objective, or known phases joined by commas with no phase repeated next to itself."""
-    phases = objective_stages(objective)
-    if objective not in OBJECTIVE_STAGES and (not objective or set(phases) - set(PHASE_OBJECTIVES)):
-        raise ConfigError(f"unknown --objective {objective!r}; choose one of {', '.join(OBJECTIVE_STAGES)}, or phases "
+def check_stages(objective: str) -> None:
+    """A named objective, or known stages joined by commas with no stage repeated next to itself."""
+    stages = objective_stages(objective)
+    if objective not in OBJECTIVE_STAGES and (not objective or set(stages) - set(PHASE_OBJECTIVES)):
+        raise ConfigError(f"unknown --objective {objective!r}; choose one of {', '.join(OBJECTIVE_STAGES)}, or stages "
                           f"of {', '.join(PHASE_OBJECTIVES)} joined by commas (e.g. mlm,clm,mlm)")
-    for number, (a, b) in enumerate(zip(phases, phases[1:]), start=1):
+    for number, (a, b) in enumerate(zip(stages, stages[1:]), start=1):
         if a == b:
-            raise ConfigError(f"--objective {objective} trains {a} in phases {number} and {number + 1} next to each "
-                              f"other; make them one phase (drop that phase and its switch)")
+            raise ConfigError(f"--objective {objective} trains {a} in stages {number} and {number + 1} next to each "
+                              f"other; make them one stage (drop that stage and its switch)")
 
 
 def check_switches(o: ObjectiveConfig, train_iters: int) -> None:
-    """One switch per boundary between phases, strictly increasing and inside the run (no phase left empty)."""
-    phases, fractions, given = objective_stages(o.objective), as_tuple(o.switch), as_tuple(o.switch_step)
+    """One switch per boundary between stages, strictly increasing and inside the run (no stage left empty)."""
+    stages, fractions, given = objective_stages(o.objective), as_tuple(o.switch), as_tuple(o.switch_step)
     flag, values = ("--switch-step", given) if o.switch_step is not None else ("--switch", fractions)
-    shown_values = values or ((DEFAULT_SWITCH,) if len(phases) == 2 else ())
+    shown_values = values or ((DEFAULT_SWITCH,) if len(stages) == 2 else ())
     shown = f"{flag} {','.join(map(str, shown_values))}"
     if any(not 0.0 < f < 1.0 for f in fractions):
         bad = next(f for f in fractions if not 0.0 < f < 1.0)
         raise ConfigError(f"--switch must be a fraction strictly between 0 and 1, got {bad}")
-    if values and len(phases) == 1:
-        two_phase = ", ".join(name for name, named in OBJECTIVE_STAGES.items() if len(named) == 2)
+    if values and len(stages) == 1:
+        two_stage = ", ".join(name for name, named in OBJECTIVE_STAGES.items() if len(named) == 2)
         raise ConfigError(f"{flag} places the objective switch, but --objective {o.objective} has one objective "
-                          f"and no switch; drop {flag}, or pick a two-phase objective ({two_phase}) or a phase "
+                          f"and no switch; drop {flag}, or pick a two-stage objective ({two_stage}) or a stage "
                           "sequence (e.g. mlm,clm,mlm)")
-    needed = len(phases) - 1
+    needed = len(stages) - 1
     if needed > 1 and len(values) != needed or needed == 1 and len(values) > 1:
-        raise ConfigError(f"--objective {o.objective} has {len(phases)} phases, so {needed} switch"
+        raise ConfigError(f"--objective {o.objective} has {len(stages)} stages, so {needed} switch"
                           f"{'es' if needed > 1 else ''}, but {flag} gives {len(values)}; give one per boundary "
                           f"(e.g. --switch {','.join(str(round((k + 1) / (needed + 1), 2)) for k in range(needed))})")
     if any(b <= a for a, b in zip(values, values[1:])):
-        raise ConfigError(f"{shown} is not strictly increasing; give each phase's end after the one before it")
+        raise ConfigError(f"{shown} is not strictly increasing; give each stage's end after the one before it")
     steps = switch_steps(o, train_iters)
     if any(b <= a for a, b in zip(steps, steps[1:])):
         raise ConfigError(f"{shown} with --train-iters {train_iters} puts two switches at steps "
-                          f"{','.join(map(str, steps))}, leaving a phase empty; raise --train-iters or spread the "
+                          f"{','.join(map(str, steps))}, leaving a stage empty; raise --train-iters or spread the "
                           "switches")
     for step in steps:
         if not 0 < step < train_iters:
             where = "the switch" if len(steps) == 1 else "a switch"
             raise ConfigError(f"{shown} with --train-iters {train_iters} puts {where} at step {step}, leaving one "
-                              "phase empty; raise --train-iters or move the switch")
+                              "stage empty; raise --train-iters or move the switch")
 
 
 def check_training(cfg: Config) -> None:

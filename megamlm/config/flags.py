@@ -24,15 +24,15 @@ def flag_name(field: str) -> str:
 
 
 def _objective(value: str) -> str:
-    """--objective: a named objective, or phases joined by commas (``mlm,clm,mlm``); adjacent repeats and the
+    """--objective: a named objective, or stages joined by commas (``mlm,clm,mlm``); adjacent repeats and the
     switches are checked with the rest of the config."""
     if value in OBJECTIVE_STAGES or value and not set(objective_stages(value)) - set(PHASE_OBJECTIVES):
         return value
     raise argparse.ArgumentTypeError(f"invalid choice: {value!r} (choose from {', '.join(OBJECTIVE_STAGES)}, or "
-                                     f"phases of {', '.join(PHASE_OBJECTIVES)} joined by commas, e.g. mlm,clm,mlm)")
+                                     f"stages of {', '.join(PHASE_OBJECTIVES)} joined by commas, e.g. mlm,clm,mlm)")
 
 
-FLAG_TYPES = {"objective": (_objective, "{" + ",".join(OBJECTIVE_STAGES) + "} or a sequence of phases "
+FLAG_TYPES = {"objective": (_objective, "{" + ",".join(OBJECTIVE_STAGES) + "} or a sequence of stages "
                                         "(" + ",".join(PHASE_OBJECTIVES) + ") joined by commas")}
 """Flags whose values a function checks (type, metavar): a str field with more values than a Literal can list."""
 FLAG_VALUE_NAMES = {"rampup_batch_size": ("START", "INCREMENT", "SAMPLES"), "profile_steps": ("FIRST", "LAST")}

@@ -158,13 +158,13 @@ def training_lines(f: dict) -> list[str]:
     (a merge's inputs' training where the checkpoint is a merge)."""
     if f["merged_from"]:  # a merge trained nothing itself: its inputs' training, not the first input's run
         return merge_lines(f["merged_from"])
-    phases = objective_stages(f["objective"]) if f["objective"] else ()
-    sequence = ", then ".join(p.upper() for p in phases) if len(phases) > 1 else None  # mntp,mlm or mlm,clm,mlm
+    stages = objective_stages(f["objective"]) if f["objective"] else ()
+    sequence = ", then ".join(p.upper() for p in stages) if len(stages) > 1 else None  # mntp,mlm or mlm,clm,mlm
     objective = _OBJECTIVE_NAMES.get(f["objective"]) or sequence or f["objective"] or "unknown"
-    if len(f["switch_steps"]) > 1:  # three or more phases
+    if len(f["switch_steps"]) > 1:  # three or more objective stages
         steps = ", ".join(map(str, f["switch_steps"]))
         schedule = f"{objective}, switching after steps {steps} of {f['train_iters']}"
-    elif len(phases) == 2:
+    elif len(stages) == 2:
         given = f" (--switch {f['switch']})" if f["switch"] is not None else ""
         schedule = f"{objective}, switching after step {f['switch_step']} of {f['train_iters']}{given}"
     else:

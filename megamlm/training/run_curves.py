@@ -36,7 +36,7 @@ class RunMetrics:
     origin: dict | None = None
     """The lineage event the run started from: kind ``branch`` or ``continue``, ``parent_run``, ``step``."""
     switch_steps: tuple[int, ...] = ()
-    """Every objective switch (a schedule of three or more phases has several)."""
+    """Every objective switch (a schedule of three or more stages has several)."""
     boundaries: tuple[tuple[int, str], ...] = ()
     """(last step of a phase, what the next phase changes, in words) of every phase boundary of the run's recipe;
     its objective switches where it has no recipe of several phases."""

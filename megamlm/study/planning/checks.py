@@ -11,7 +11,7 @@ from typing import get_args
 
 from megamlm import extras
 from megamlm.config import SECTION_CLASSES, ConfigError, objective_stages
-from megamlm.config.checks import check_phases, check_switches
+from megamlm.config.checks import check_stages, check_switches
 from megamlm.config.sections import ObjectiveConfig
 from megamlm.eval.finetune import Hyperparameters
 from megamlm.eval.local_data import DATA_DIR_ENV, TASK_FILES, default_data_dir
@@ -204,7 +204,7 @@ def _check_schedule(schedule: Schedule, where: str) -> None:
     objective = ",".join(phases)
     for budget in schedule.budgets:
         try:
-            check_phases(objective)
+            check_stages(objective)
             check_switches(ObjectiveConfig(objective, schedule.switches or None, schedule.switch_steps or None),
                            budget)
         except ConfigError as err:
