@@ -17,7 +17,7 @@ VALIDATION = ["--split", "969,30,1", "--eval-interval", "100", "--eval-iters", "
 
 
 @pytest.fixture(scope="module")
-def straight(tiny, tmp_path_factory):
+def straight(tiny, tmp_path_factory, module_one_thread):  # the chained runs it is compared with take one thread
     save = tmp_path_factory.mktemp("detour") / "straight"
     return save, tiny(*DETOUR, "--save", save, "--keep-last", "1", *VALIDATION)  # keeps the pinned boundaries
 
