@@ -54,6 +54,8 @@ Tracker = Literal["tensorboard", "trackio", "wandb", "mlflow"]
 """The experiment trackers --report-to feeds (training/trackers.py)."""
 SampleMode = Literal["windows", "packed_documents", "document_per_row"]
 """How a sample is cut from the data (``--sample-mode``, megamlm/data/documents.py)."""
+EvalSamples = Literal["run", "phase"]
+"""Whose sequence length, masking and sample mode validation scores at (``--eval-samples``)."""
 
 # ---- the model section: the preset, then one flag per ModelArgs field ---------------------------------------------
 
@@ -307,6 +309,10 @@ class ValidationConfig:
     eval_mask_ratio: float | None = setting(None, "evaluation")
     """MLM mask ratio of the validation masks; default --mask-ratio (arms of a study that compare mask ratios
     should share one)."""
+    eval_samples: EvalSamples = setting("run", "evaluation")
+    """run: every validation at --seq-length and the run's masking and --sample-mode (the same samples throughout);
+    phase: each phase's at its own length, masking and sample mode, as a stage launched alone evaluates (a context
+    extension at 8,192 scores 8,192-token samples). Records name the length and masking (``validation_plan``)."""
 
 
 @dataclass(frozen=True)

@@ -309,7 +309,7 @@ class RunReporter:
         self._record("validation", result.step, samples=consumed_samples,
                      tokens=self.tokens_at(result.step, consumed_samples), **result.scalars(),
                      validation_samples=result.samples,
-                     **result.token_counts(), **({} if result.data is None else {"validation_data": result.data}))
+                     **result.token_counts(), **result.setting())
 
     def close(self) -> None:
         """Close the trackers, then flush and close the TensorBoard events (also after a failed write: what was

@@ -8,7 +8,8 @@ parallel layout: bidirectional on the MLM-masked sample (MLM loss, MLM top-1 acc
 and causal on the sample itself (CLM loss); a run that trains MNTP also scores it (bidirectional, the same masks,
 each masked token scored from the position before it). Validation sample k is masked as sample id ``2**62 + k`` with the
 run's seed, a random stream no training sample uses, so two runs with the same seed, data, split, batch size and
-``--eval-mask-ratio`` are scored on identical tokens.
+``--eval-mask-ratio`` are scored on identical tokens. Which data, sample length, masking and sample mode each phase
+of a recipe is scored at is decided once, in ``validation_plan`` (``--eval-samples run`` or ``phase``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,15 @@ from megamlm.training.resolved_run import ResolvedRun
 
 VALIDATION_MASK_ID_BASE = 1 << 62
 """Validation sample k draws its mask from the stream of sample id VALIDATION_MASK_ID_BASE + k."""
+MASKING_KEYS = ("mask_ratio", "replace_prob", "random_prob", "keep_prob")
+"""The masking a validation record names (``validation_masking``)."""
+
+
+def _at(seq_length: int | None, masking: MaskingSpec | None) -> str:
+    """`` (128 tokens, mask 0.4)``: the setting a validation scored at, in words."""
+    if seq_length is None:
+        return ""
+    return f" ({seq_length} tokens" + ("" if masking is None else f", mask {masking.mask_ratio:g}") + ")"
 
 
 @dataclass
@@ -59,6 +69,22 @@ class ValidationResult:
     mntp_tokens: int | None = None
     data: str | None = None
     """The validation data scored, in words (``ValidationSet.data``)."""
+    seq_length: int | None = None
+    """The length of the samples scored (``validation_plan``)."""
+    masking: MaskingSpec | None = None
+    """The MLM/MNTP masking they were scored with."""
+    sample_mode: str | None = None
+
+    def setting(self) -> dict:
+        """The metrics record's names of what was scored: scores compare only between records that agree on them."""
+        named = {} if self.data is None else {"validation_data": self.data}
+        if self.seq_length is not None:
+            named["validation_seq_length"] = self.seq_length
+        if self.masking is not None:
+            named["validation_masking"] = {key: getattr(self.masking, key) for key in MASKING_KEYS}
+        if self.sample_mode is not None:
+            named["validation_sample_mode"] = self.sample_mode
+        return named
 
     def scalars(self) -> dict[str, float]:
         scalars = {"mlm_loss": self.mlm_loss, "mlm_accuracy": self.mlm_accuracy, "clm_loss": self.clm_loss}
@@ -72,7 +98,8 @@ class ValidationResult:
         mntp = "" if self.mntp_loss is None else f" | mntp loss {self.mntp_loss:.4f}"
         return (f"validation at step {self.step} | mlm loss {self.mlm_loss:.4f} | mlm accuracy "
                 f"{self.mlm_accuracy:.4f} | clm loss {self.clm_loss:.4f}{mntp} | {self.samples} samples"
-                f"{'' if self.data is None else ' of ' + self.data} | {self.seconds:.1f} s")
+                f"{'' if self.data is None else ' of ' + self.data}{_at(self.seq_length, self.masking)} | "
+                f"{self.seconds:.1f} s")
 
 
 @dataclass
@@ -94,10 +121,14 @@ class ValidationSet:
     data: str | None = None
     """The data its samples come from, in words (``--split 969,30,1 of PREFIX``, a --valid-data-path list): named
     in the start-up log and in every validation record."""
+    seq_length: int | None = None
+    """The samples' length (``validation_plan``: the run's, or with --eval-samples phase the phase's)."""
+    sample_mode: str | None = None
 
     def describe(self) -> str:
-        """``32 held-out samples of DATA``, as the start-up log says it."""
-        return f"{self.num_samples} held-out samples" + (f" of {self.data}" if self.data else "")
+        """``32 held-out samples of DATA (128 tokens, mask 0.4)``, as the start-up log says it."""
+        return (f"{self.num_samples} held-out samples" + (f" of {self.data}" if self.data else "")
+                + _at(self.seq_length, self.masking))
 
     def due(self, step: int, last_step: int, switch_steps) -> bool:
         """Evaluate after ``step``: every ``interval`` steps, at every objective switch (``switch_steps``: one step
@@ -135,7 +166,8 @@ class ValidationSet:
         (mlm_loss, mlm_tokens, correct), (clm_loss, clm_tokens, _) = totals["mlm"], totals["clm"]
         result = ValidationResult(step, mlm_loss / max(mlm_tokens, 1), correct / max(mlm_tokens, 1),
                                   clm_loss / max(clm_tokens, 1), self.num_samples, int(mlm_tokens), int(clm_tokens),
-                                  time.perf_counter() - start, data=self.data)
+                                  time.perf_counter() - start, data=self.data, seq_length=self.seq_length,
+                                  masking=self.masking, sample_mode=self.sample_mode)
         if "mntp" in totals:
             mntp_loss, mntp_tokens, _ = totals["mntp"]
             result.mntp_loss, result.mntp_tokens = mntp_loss / max(mntp_tokens, 1), int(mntp_tokens)
@@ -198,21 +230,16 @@ class PhaseValidation:
 
 
 def load_validation_set(cfg: Config, plan: ResolvedRun, group=None) -> ValidationSet | PhaseValidation | None:
-    """The run's validation set (None without --split or --valid-data-path), or one per validation data of its
-    recipe's phases; a DataError, before any work, when one cannot hold ``--eval-iters`` global batches in one
-    pass. Without run-level data, a phase's ``--split`` documents are those of the data it trains on
-    (config/phase_data.py): nothing is held out of a corpus the run does not read."""
+    """The run's validation set (None without --split or --valid-data-path), or one per setting its recipe's phases
+    validate at (``validation_plan``); a DataError, before any work, when one cannot hold ``--eval-iters`` global
+    batches in one pass."""
     if not validation_enabled(cfg):
         return None
-    own_data = phases_own_data(cfg) and not cfg.data.valid_data_path
-    run_source = _Source(tuple(cfg.data.valid_data_path or plan.data_path), not cfg.data.valid_data_path)
-    by_phase = [(phase.last_step, _Source(phase.valid_data_path, False) if phase.valid_data_path else
-                 _Source(phase.data_path, True) if own_data else run_source)
-                for phase in plan.recipe.phases]
-    sets = {source: _validation_set(cfg, plan, source, group) for _, source in by_phase}
+    by_phase = validation_plan(cfg, plan)
+    sets = {scored: _validation_set(cfg, plan, scored, group) for _, scored in by_phase}
     if len(sets) == 1:
         return next(iter(sets.values()))
-    return PhaseValidation(tuple((last, sets[source], sets[source].data) for last, source in by_phase))
+    return PhaseValidation(tuple((last, sets[scored], sets[scored].data) for last, scored in by_phase))
 
 
 @dataclass(frozen=True)
@@ -228,16 +255,53 @@ class _Source:
         return f"--split {cfg.data.split} of {data}" if self.split else data
 
 
-def _validation_set(cfg: Config, plan: ResolvedRun, source: _Source, group) -> ValidationSet:
-    t, v = cfg.training, cfg.validation
-    seq_length, vocab_size = plan.model_args.max_seq_length, plan.model_args.vocab_size
-    iters, masking = eval_iters(cfg), plan.objective_schedule.masking
+@dataclass(frozen=True)
+class Scored:
+    """What the validations of one phase score: data, sample length, masking and sample mode."""
+
+    source: _Source
+    seq_length: int
+    masking: MaskingSpec
+    sample_mode: str
+
+
+def validation_plan(cfg: Config, plan: ResolvedRun) -> tuple[tuple[int, Scored], ...]:
+    """(last step, what its validations score) of each phase: the one place that decides it.
+
+    - Data: the phase's ``valid_data_path``, else the run's --valid-data-path, else the ``--split`` documents of the
+      run's data or, without run-level data, of the phase's own (config/phase_data.py: nothing is held out of a
+      corpus the run does not read).
+    - Length, masking and sample mode (``--eval-samples``): ``run`` (the default) scores every phase at --seq-length
+      (the model's positions), the run's masking and --sample-mode, so every validation of a run, and of every arm of
+      a study, scores the same samples; ``phase`` scores each phase at its own sequence length, masking and sample
+      mode, as a stage launched on its own would (Megatron's context extension is a launch at the new --seq-length,
+      ModernBERT's a config whose evaluation runs at its max_seq_len). --eval-mask-ratio sets the ratio either way.
+    """
+    own_data = phases_own_data(cfg) and not cfg.data.valid_data_path
+    run_source = _Source(tuple(cfg.data.valid_data_path or plan.data_path), not cfg.data.valid_data_path)
+    per_phase = cfg.validation.eval_samples == "phase"
+    out = []
+    for phase in plan.recipe.phases:
+        source = (_Source(phase.valid_data_path, False) if phase.valid_data_path else
+                  _Source(phase.data_path, True) if own_data else run_source)
+        masking = plan.objective_schedule.masking_at(phase.first_step) if per_phase else plan.objective_schedule.masking
+        if cfg.validation.eval_mask_ratio is not None:
+            masking = dataclasses.replace(masking, mask_ratio=cfg.validation.eval_mask_ratio)
+        out.append((phase.last_step, Scored(source, phase.seq_length if per_phase else plan.model_args.max_seq_length,
+                                            masking, phase.sample_mode if per_phase else cfg.data.sample_mode)))
+    return tuple(out)
+
+
+def _validation_set(cfg: Config, plan: ResolvedRun, scored: Scored, group) -> ValidationSet:
+    t, source, seq_length = cfg.training, scored.source, scored.seq_length
+    iters = eval_iters(cfg)
     num_samples = iters * t.global_batch_size
     run_split = cfg.data.split is not None and source.split  # the --split documents
     dataset = build_validation_dataset(StreamSpec(list(source.data_path), seq_length, num_samples, t.seed,
-                                                  cache_dir=cfg.data.data_cache_path, vocab_size=vocab_size,
+                                                  cache_dir=cfg.data.data_cache_path,
+                                                  vocab_size=plan.model_args.vocab_size,
                                                   split=plan.split if run_split else None,
-                                                  sample_mode=cfg.data.sample_mode), group)
+                                                  sample_mode=scored.sample_mode), group)
     available = dataset.first_pass_samples()
     if available < num_samples:
         given = "--valid-data-path" if list(source.data_path) == cfg.data.valid_data_path else \
@@ -247,10 +311,9 @@ def _validation_set(cfg: Config, plan: ResolvedRun, source: _Source, group) -> V
                         f"validation samples, but the validation set ({where}) holds {available} samples of "
                         f"{seq_length} tokens; lower --eval-iters to at most {available // t.global_batch_size}, or "
                         "give validation more documents")
-    if v.eval_mask_ratio is not None:
-        masking = dataclasses.replace(masking, mask_ratio=v.eval_mask_ratio)
-    whole = cfg.data.sample_mode != "windows"
-    return ValidationSet(dataset, num_samples, t.global_batch_size, t.micro_batch_size, t.seed, masking,
+    whole = scored.sample_mode != "windows"
+    return ValidationSet(dataset, num_samples, t.global_batch_size, t.micro_batch_size, t.seed, scored.masking,
                          eval_interval(cfg), cfg.performance.document_mask or whole, whole,
                          objectives=("mlm", "clm", "mntp") if "mntp" in objective_stages(cfg.objective.objective)
-                         else ("mlm", "clm"), data=source.describe(cfg))
+                         else ("mlm", "clm"), data=source.describe(cfg), seq_length=seq_length,
+                         sample_mode=scored.sample_mode)

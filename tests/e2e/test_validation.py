@@ -126,3 +126,26 @@ def test_plot_runs_draws_the_figures_of_two_runs(tiny, tmp_path):
         png = (tmp_path / "fig" / name).read_bytes()
         assert png.startswith(b"\x89PNG") and len(png) > 10_000, name
     assert tool.main([str(tmp_path / "nothing"), "--output", str(tmp_path / "fig")]) == 2
+
+
+def test_eval_samples_phase_scores_each_phase_at_its_own_length_and_masking(tiny, tmp_path):
+    """A context extension (64 then 128 tokens): with --eval-samples phase, phase 2's validations score 128-token
+    samples at its mask ratio; by default every validation scores the run's --seq-length and masking; each record
+    names the length and masking it scored with, and validation never changes a step."""
+    import yaml
+
+    config = tmp_path / "recipe.yaml"
+    config.write_text(yaml.safe_dump({"phases": [{"steps": 3, "seq_length": 64, "mask_ratio": 0.3},
+                                                 {"seq_length": 128, "mask_ratio": 0.15}]}))
+    run = ["--config", config, "--seq-length", "128", "--train-iters", "6", "--split", "969,30,1",
+           "--eval-interval", "100", "--eval-iters", "1"]
+    per_run = tiny(*run, "--save", tmp_path / "run")
+    per_phase = tiny(*run, "--eval-samples", "phase", "--save", tmp_path / "phase")
+    assert per_phase.losses == per_run.losses
+    by_phase, by_run = (read_metrics(tmp_path / name, kind="validation") for name in ("phase", "run"))
+    assert [(r["step"], r["validation_seq_length"], r["clm_tokens"], r["validation_masking"]["mask_ratio"])
+            for r in by_phase] == [(3, 64, 4 * 63, 0.3), (6, 128, 4 * 127, 0.15)]
+    assert [(r["step"], r["validation_seq_length"], r["clm_tokens"], r["validation_masking"]["mask_ratio"])
+            for r in by_run] == [(3, 128, 4 * 127, 0.4), (6, 128, 4 * 127, 0.4)]
+    assert all(r["validation_sample_mode"] == "windows" for r in by_phase + by_run)
+    assert by_phase[1]["mlm_loss"] != by_run[1]["mlm_loss"]  # another mask ratio on the same model
