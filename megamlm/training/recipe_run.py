@@ -4,12 +4,12 @@ with a launch's.
 
 - The stream: the phases grouped into segments of one data and sequence length (``stream_segments``), read as
   ``data/phase_streams.py`` promises; a run of one segment reads ``build_train_dataset``'s stream as before.
-- On resume (rows of ``training/resume.py``'s comparison, ``check_resumed_recipe``), the checkpoint's phases and the
-  launch's, as their run records keep them: the phases that have started must agree in every compared setting (the
-  inherited phase fields whose role refuses or notes a difference, ``compared_phase_fields``: the same roles as the
-  run-level settings, declared beside the phase fields), and so must those after them, except a phase that has not
-  started may be longer (logged) or, at a checkpoint on a phase boundary of either recipe, differ (a branch there,
-  logged). The study planner shares a prefix by the same settings, step by step (``phase_settings_by_step``).
+- On resume, the phase rows of ``training/resume.py``'s comparison (``recipe_start``; their fields and roles declared
+  beside the phase fields) are compared here, from the checkpoint's and the launch's run records: the phases that
+  have started must agree in every compared setting, and so must those after them (``phase_differences``), except
+  that a phase that has not started may be longer (logged) or, at a checkpoint on a phase boundary of either recipe,
+  differ (a branch there, logged; ``phase_layout``). The study planner shares a prefix by the same settings, step by
+  step (``phase_settings_by_step``), and asks the resume's own check where.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def _as_phase_dict(phase: dict, compared: tuple[str, ...]) -> dict:
 def phase_settings_by_step(recipe: Recipe) -> list[str]:
     """The compared phase settings (``compared_phase_fields``) of every step 1..last, one text per step (equal
     texts: the same settings), as the study planner compares two runs' steps (study/planning/prefixes.py): the
-    values ``check_resumed_recipe`` compares, from the same phase dicts."""
+    values a resume compares (``phase_differences``), from the same phase dicts."""
     compared, texts = compared_phase_fields(), []
     for phase in recipe.phases:
         settings = _as_phase_dict(phase.to_dict(), compared)
@@ -86,42 +86,61 @@ def _phase_at(phases: list[dict], step: int) -> dict:
 
 
 class RecipeStart(NamedTuple):
-    """What ``check_resumed_recipe`` allows: the notes to log, and whether the phases after the checkpoint differ
-    (a branch at a phase boundary)."""
+    """What the recipe's layout allows a start at a step (``phase_layout``): the notes to log, and whether the phases
+    after the checkpoint differ (a branch at a phase boundary)."""
 
     notes: list[str]
     branch: bool = False
 
 
-_FIX = "restore it, or branch at a phase boundary (--load the checkpoint written at the end of a phase)"
+class PhaseDifference(NamedTuple):
+    """A phase setting that differs between a checkpoint's recipe and a launch's where they must agree (a row of
+    training/resume.py's comparison): the sentence naming the phase, field, values and step, and the field's role."""
+
+    sentence: str
+    role: str
 
 
-def check_resumed_recipe(saved: list[dict] | None, launch: list[dict], step: int, listed: bool = True,
-                         accepted: tuple[str, ...] = ()) -> RecipeStart:
-    """The checkpoint's phases (``saved``: its run record's ``recipe``) against this launch's (``launch``: its
-    record's), for a start at ``step``: one ResumeError line naming the phase and field that differ, or the notes
-    of what is allowed.
+FIX = "restore it, or branch at a phase boundary (--load the checkpoint written at the end of a phase)"
 
-    Every step up to ``step`` must have trained with the same phase settings (the history). Where either recipe
-    ends a phase at ``step`` (a phase boundary), the phases after it may differ: a branch there, as at an objective
-    switch (the study planner branches exactly there). Inside a phase, the phase goes on as it was and so do the
-    phases after it, except that a phase that has not started may be made longer (logged). The lengths are compared
-    for a ``phases:`` list only (``listed``): the objective-only form's phases are placed by --switch and
-    --train-iters, whose changes the history decides. A checkpoint written before phases were recorded is not
-    compared. ``accepted``: phase settings the launch accepts changed (``data_path`` under --override-data)."""
-    if saved is None:
-        return RecipeStart([])
-    compared = tuple(key for key in compared_phase_fields() if key not in accepted)
-    old, new = ([_as_phase_dict(p, compared) for p in phases] for phases in (saved, launch))
-    _check_first_samples(old, new)
-    s = 1
-    while s <= step:  # the history: every step done trained with the same settings (one stretch at a time)
+
+def as_phase_dicts(saved: list[dict], launch: list[dict], compared: tuple[str, ...]) -> tuple[list[dict], list[dict]]:
+    """Both recipes as run records keep them, with a compared field a record predates read as ``_as_phase_dict``
+    says."""
+    return [_as_phase_dict(p, compared) for p in saved], [_as_phase_dict(p, compared) for p in launch]
+
+
+def phase_differences(old: list[dict], new: list[dict], step: int, rows: tuple[tuple[str, str], ...]
+                      ) -> list[PhaseDifference]:
+    """The compared phase settings (``rows``: (field, role), from the roles declared beside the phase fields) that
+    differ for a start at ``step``: every step done must have trained with the same settings (the history, one
+    stretch at a time); inside a phase, the phases after it must be as they were (at a phase boundary they may
+    differ: ``phase_layout``'s branch)."""
+    s, found = 1, []
+    while s <= step:
         before, now = _phase_at(old, s), _phase_at(new, s)
-        field = next((key for key in compared if before[key] != now[key]), None)
-        if field is not None:
-            raise ResumeError(f"phase {now['index'] + 1}.{field} is {now[field]!r} in this launch's recipe, but "
-                              f"step {s} (the checkpoint is at step {step}) trained with {before[field]!r}: {_FIX}")
+        found += [PhaseDifference(f"phase {now['index'] + 1}.{key} is {now[key]!r} in this launch's recipe, but step "
+                                  f"{s} (the checkpoint is at step {step}) trained with {before[key]!r}", role)
+                  for key, role in rows if before[key] != now[key]]
         s = min(before["last_step"], now["last_step"]) + 1
+    if any(p["last_step"] == step for p in new + old):
+        return found
+    inside = f"the checkpoint is at step {step}, inside phase {_phase_at(new, step + 1)['index'] + 1}"
+    later = zip(*([p for p in phases if p["first_step"] > step] for phases in (old, new)))
+    return found + [PhaseDifference(f"phase {now['index'] + 1}.{key} is {before[key]!r} in the checkpoint's recipe "
+                                    f"and {now[key]!r} in this launch's ({inside})", role)
+                    for before, now in later for key, role in rows if before[key] != now[key]]
+
+
+def phase_layout(old: list[dict], new: list[dict], step: int, compared: tuple[str, ...], listed: bool = True
+                 ) -> RecipeStart:
+    """Where the phases lie, for a start at ``step`` whose compared settings agree (``phase_differences``): a phase
+    that starts at the same step starts at the same sample; where either recipe ends a phase at ``step`` (a phase
+    boundary), the phases after it may differ (a branch there, as at an objective switch); inside a phase, that
+    phase keeps its length and a phase that has not started may only be made longer (logged). Lengths are compared
+    for a ``phases:`` list only (``listed``): the objective-only form's phases are placed by --switch and
+    --train-iters, whose changes the history decides."""
+    _check_first_samples(old, new)
     later_old, later_new = ([p for p in phases if p["first_step"] > step] for phases in (old, new))
     if any(p["last_step"] == step for p in new + old):
         def settings(phases):
@@ -130,7 +149,7 @@ def check_resumed_recipe(saved: list[dict] | None, launch: list[dict], step: int
             return RecipeStart([f"branch after step {step}, a phase boundary: the phases after it are this "
                                 "launch's"], branch=True)
         return RecipeStart([])
-    return RecipeStart(_later_phases(old, new, later_old, later_new, step, compared, listed))
+    return RecipeStart(_later_phases(old, new, later_old, later_new, step, listed))
 
 
 def _check_first_samples(old: list[dict], new: list[dict]) -> None:
@@ -146,9 +165,9 @@ def _check_first_samples(old: list[dict], new: list[dict]) -> None:
                               "and --rampup-batch-size")
 
 
-def _later_phases(old, new, later_old, later_new, step: int, compared: tuple[str, ...], listed: bool) -> list[str]:
-    """A start inside a phase: that phase and the ones after it as they were, except a phase not started yet may
-    be made longer (the notes saying so)."""
+def _later_phases(old, new, later_old, later_new, step: int, listed: bool) -> list[str]:
+    """A start inside a phase: that phase keeps its length, and a phase not started yet may be made longer (the
+    notes saying so)."""
     current_old, current_new = _phase_at(old, step + 1), _phase_at(new, step + 1)
     inside = f"the checkpoint is at step {step}, inside phase {current_new['index'] + 1}"
     last = current_new is new[-1] and current_old is old[-1]
@@ -159,18 +178,14 @@ def _later_phases(old, new, later_old, later_new, step: int, compared: tuple[str
                           "may be made longer")
     if len(later_old) != len(later_new) and listed:
         raise ResumeError(f"the checkpoint's recipe has {len(old)} phases and this launch's {len(new)} ({inside}): "
-                          f"{_FIX}")
+                          f"{FIX}")
     notes = []
     for before, now in zip(later_old, later_new):
         where = f"phase {now['index'] + 1}"
-        field = next((key for key in compared if before[key] != now[key]), None)
-        if field is not None:
-            raise ResumeError(f"{where}.{field} is {before[field]!r} in the checkpoint's recipe and {now[field]!r} "
-                              f"in this launch's ({inside}): {_FIX}")
         old_steps, new_steps = before["last_step"] - before["first_step"], now["last_step"] - now["first_step"]
         if listed and new_steps < old_steps:
             raise ResumeError(f"{where} is {new_steps + 1} steps in this launch's recipe and {old_steps + 1} in the "
-                              f"checkpoint's: a phase that has not started may only be made longer; {_FIX}")
+                              f"checkpoint's: a phase that has not started may only be made longer; {FIX}")
         if listed and new_steps > old_steps:
             notes.append(f"{where} made longer: {new_steps + 1} steps, {now['first_step']}-{now['last_step']} (was "
                          f"{old_steps + 1})")

@@ -36,9 +36,10 @@ from typing import Literal
 
 from megamlm.checkpoint.checkpointer import CHECKPOINT_FORMAT, resolve_checkpoint
 from megamlm.checkpoint.saved_run import SavedRun, read_saved_run
-from megamlm.config import MODEL_FLAG_NAMES, SECTION_CLASSES, Config
+from megamlm.config import MODEL_FLAG_NAMES, SECTION_CLASSES, Config, phase_fields
 from megamlm.config.flags import flag_name
-from megamlm.config.roles import ROLES, default_of, fields_with
+from megamlm.config.phases import compared_phase_fields
+from megamlm.config.roles import ROLES, default_of, fields_with, role_of
 from megamlm.errors import ResumeError
 from megamlm.model.config import shape_record
 from megamlm.training.lineage import (
@@ -50,7 +51,7 @@ from megamlm.training.lineage import (
     describe_changes,
     lineage_event,
 )
-from megamlm.training.recipe_run import check_resumed_recipe
+from megamlm.training.recipe_run import FIX, RecipeStart, as_phase_dicts, phase_differences, phase_layout
 
 RECORDED_AS: dict[tuple[str, str], tuple[tuple[tuple[str, ...], str], ...]] = {
     ("data", "data_path"): ((("data_fingerprint",), "--data-path"),),
@@ -78,6 +79,32 @@ _SETTINGS = tuple(
     for section, name in fields_with(SECTION_CLASSES, *ROLES) if section != "model")
 """(role, resume rule, default, [(record path, how it is named)]) of every setting but the model section's
 (compared as the resolved shape), in declaration order: the comparison's table, built once from the roles."""
+
+
+def phase_rows(accepted: tuple[str, ...] = ()) -> tuple[tuple[str, str], ...]:
+    """(phase field, role) of every phase setting a resume compares, phase by phase (``recipe_start``): the table's
+    phase rows, the inherited phase fields whose declared role (config/phase_fields.py) refuses or notes a
+    difference, read from the declarations at each start as ``_SETTINGS`` reads the sections'. ``accepted``: fields
+    this launch accepts changed (``data_path`` under --override-data)."""
+    declared = phase_fields.PhaseConfig
+    return tuple((name, role_of(declared, name)) for name in compared_phase_fields(declared) if name not in accepted)
+
+
+def recipe_start(saved: list[dict] | None, launch: list[dict], step: int, listed: bool = True,
+                 accepted: tuple[str, ...] = ()) -> RecipeStart:
+    """The phase rows of the comparison, for a start at ``step`` from a checkpoint whose run record keeps the
+    phases ``saved`` (None: a record that predates them, not compared): one ResumeError line naming the phase and
+    field that differ (``recipe_run.phase_differences``: every row refuses inside the phases a start continues),
+    else what the phases' layout allows (``recipe_run.phase_layout``: lengths, first samples, a branch at a phase
+    boundary)."""
+    if saved is None:
+        return RecipeStart([])
+    rows = phase_rows(accepted)
+    old, new = as_phase_dicts(saved, launch, tuple(name for name, _ in rows))
+    differences = phase_differences(old, new, step, rows)
+    if differences:
+        raise ResumeError(f"{differences[0].sentence}: {FIX}")
+    return phase_layout(old, new, step, tuple(name for name, _ in rows), listed)
 
 StartKind = Literal["fresh", "init", "continue", "resume", "branch", "override"]
 Difference = tuple[str, object, object, str]
@@ -241,10 +268,10 @@ def _resume(saved: SavedRun, launch: LaunchPlan) -> StartDecision:
                           f"{cfg.training.train_iters}; raise --train-iters, or branch from an earlier checkpoint")
     history = History.of_checkpoint(saved.train_state, saved.record)
     kind = _compare_history(cfg, history, launch.segment, step, path, notes)
-    # The recipe's phases, stretch by stretch, by the roles of the phase fields (training/recipe_run.py), from the
-    # two run records as every other setting; a record that predates them has none.
-    recipe = check_resumed_recipe(saved.record.get("recipe"), launch.record["recipe"], step, bool(cfg.recipe.phases),
-                                  accepted=("data_path",) if cfg.checkpoint.override_data else ())
+    # The table's phase rows: the recipe's phases, stretch by stretch, by the roles declared beside the phase fields,
+    # from the two run records as every other setting; a record that predates them has none.
+    recipe = recipe_start(saved.record.get("recipe"), launch.record["recipe"], step, bool(cfg.recipe.phases),
+                          accepted=("data_path",) if cfg.checkpoint.override_data else ())
     notes += recipe.notes
     if recipe.branch and kind == "resume":  # the same schedules, other phase settings after a phase boundary
         kind = "branch"

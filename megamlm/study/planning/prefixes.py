@@ -7,8 +7,8 @@ recipe phase settings: data, sequence length, RoPE base, masking and batch (the 
 ``step_settings``; the phase settings are ``training/recipe_run.py``'s ``PHASE_SETTINGS``): then the checkpoint of
 one at step k *is* the other's at step k (the trainer checks exactly this: ``training/resume.py``,
 ``training/lineage.py``). Where the phases differ after k, a resume accepts the branch at a phase boundary (or
-inside a phase whose later phases agree); ``shared_steps`` asks the resume's own check (``check_resumed_recipe``)
-and otherwise branches at the last phase boundary before k, so that every planned branch is one the trainer takes.
+inside a phase whose later phases agree); ``shared_steps`` asks the resume's own check (``recipe_start``) and
+otherwise branches at the last phase boundary before k, so that every planned branch is one the trainer takes.
 A WSD ablation whose arms share a stable phase and differ in their decay phase's mask rate, data or objective thus
 trains the stable phase once, its decays branching at the decay's first step. ``place`` attaches each run, in the
 order given, to the placed run it shares the most steps with, whatever the phases: a CLM-then-MLM arm branches from
@@ -34,7 +34,8 @@ from megamlm.errors import ResumeError
 from megamlm.study.planning.runs import Run
 from megamlm.study.planning.schema import StudyError
 from megamlm.training.lineage import Segment
-from megamlm.training.recipe_run import check_resumed_recipe, phase_settings_by_step
+from megamlm.training.recipe_run import phase_settings_by_step
+from megamlm.training.resume import recipe_start
 
 _VALUES = compared_as_values(SECTION_CLASSES)
 """(section, field) of the settings two runs must share as values (the others are ignored, or compared per step)."""
@@ -122,7 +123,7 @@ def step_settings(config: Config) -> StepSettings:
 def shared_steps(parent: StepSettings, child: StepSettings) -> int:
     """How many first steps of ``parent`` the ``child`` (a run of the same stream) can branch from: the steps both
     train alike (the same objective, exactly the same learning rate and the same phase settings at every step;
-    ``History.first_difference`` and ``check_resumed_recipe`` agree), where a resume of the child from the parent's
+    ``History.first_difference`` and ``recipe_start`` agree), where a resume of the child from the parent's
     checkpoint there is accepted; else at the last phase boundary before (the steps up to it agree)."""
     a, b = parent.table, child.table
     n = min(len(a), len(b))
@@ -142,7 +143,7 @@ def _resume_accepts(parent: StepSettings, child: StepSettings, step: int) -> boo
     if step == 0 or step >= len(child):
         return True  # a start from scratch; the same steps throughout (``place`` refuses the duplicate)
     try:
-        check_resumed_recipe(parent.recipe.to_list(), child.recipe.to_list(), step, child.listed)
+        recipe_start(parent.recipe.to_list(), child.recipe.to_list(), step, child.listed)
     except ResumeError:
         return False
     return True
