@@ -101,8 +101,8 @@ def recipe_start(saved: list[dict] | None, launch: list[dict], step: int, listed
         return RecipeStart([])
     rows = phase_rows(accepted)
     old, new = as_phase_dicts(saved, launch, tuple(name for name, _ in rows))
-    differences = phase_differences(old, new, step, rows)
-    if differences:
+    differences = sorted(phase_differences(old, new, step, rows), key=lambda d: _ROLE_ORDER.index(d.role))
+    if differences:  # the first by role, as settings_differences orders them (shape, stream, masking, ...)
         raise ResumeError(f"{differences[0].sentence}: {FIX}")
     return phase_layout(old, new, step, tuple(name for name, _ in rows), listed)
 

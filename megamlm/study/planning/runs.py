@@ -50,7 +50,7 @@ class Run:
 
     @property
     def switch_step(self) -> int | None:
-        """The first switch step (the switch of a two-phase run); None for one phase."""
+        """The first switch step (the switch of a two-stage run); None for one stage."""
         return self.switch_steps[0] if self.switch_steps else None
 
     def phase_spans(self) -> list[tuple[str, int, int]]:
