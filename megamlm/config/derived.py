@@ -16,7 +16,7 @@ from megamlm.config.sections import (
     TrainingConfig,
 )
 from megamlm.errors import ConfigError
-from megamlm.model.config import PRESETS, ModelArgs, pad_vocab_size
+from megamlm.model.config import PRESETS, ModelArgs, global_every_layer_types, pad_vocab_size
 from megamlm.model.rope_scaling import RopeScaling
 
 DEFAULT_SWITCH = 0.25
@@ -169,7 +169,10 @@ def model_args_values(m: ModelConfig) -> dict:
     for f in dataclasses.fields(ModelArgs):
         flag = MODEL_FLAG_NAMES.get(f.name, f.name)
         values[f.name] = shape[flag] if flag in shape else getattr(m, flag)
-    return {**values, **model_features(m)}
+    features = model_features(m)
+    if features["layer_types"] is None and m.global_attn_every_n_layers:  # a config built without the flag parser
+        features["layer_types"] = global_every_layer_types(values["num_layers"], m.global_attn_every_n_layers)
+    return {**values, **features}
 
 
 def model_section_values(args: ModelArgs) -> dict:

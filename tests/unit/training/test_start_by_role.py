@@ -60,6 +60,9 @@ ALTERNATIVES = {
     ("model", "sliding_window"): 16,
     ("model", "layer_types"): "full,full,full,full",
     ("model", "make_vocab_size_divisible_by"): 384,
+    ("model", "global_attn_every_n_layers"): 1,  # every layer global: the layer pattern full,full,full,full
+    ("logging", "tracker_project"): "another-project",
+    ("logging", "profile_steps"): [2, 3],
     ("objective", "objective"): "mlm_then_clm",  # switch 0.25 x 8 = step 2: differs before step 4
     ("objective", "switch_step"): 6,  # with the base's one objective: nothing to switch, the same steps
     ("objective", "switch"): 0.75,
