@@ -3,7 +3,8 @@
 - ``validation_vs_steps.png`` and ``validation_vs_tokens.png``: validation MLM loss and CLM loss of every run; a
   branch (``--load`` of another run's checkpoint) or continuation (``--continue-from``) whose parent is plotted too
   is drawn from the parent's point where it leaves the parent (as the study report draws it), a continuation's
-  steps after its parent's; a run without validation records is named so in the legend;
+  steps after its parent's; a run without validation records is named so in the legend; a line breaks where the
+  validation setting changes (another data, length or masking: ``VALIDATION_SETTING``), whose scores do not compare;
 - ``training_loss.png``: the training loss of every run, each boundary between its recipe's phases (or, without
   phases, each objective switch) marked by a dashed line labelled with what changed there (objective, length, data,
   mask, RoPE base, batch, learning rate; ``phase_changes``).
@@ -12,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +22,8 @@ from megamlm.training.metrics_file import MetricsError, read_metrics
 from megamlm.training.run_record import RUN_RECORD
 
 FIGURES = ("validation_vs_steps.png", "validation_vs_tokens.png", "training_loss.png")
+VALIDATION_SETTING = ("validation_data", "validation_seq_length", "validation_masking", "validation_sample_mode")
+"""What a validation record names of what it scored (training/validation.py): scores compare only where it agrees."""
 
 
 DEFAULT_OUTPUT = "run_plots"
@@ -114,8 +118,16 @@ def legend_name(run: RunMetrics) -> str:
 
 
 def _series(records: list[dict], x: str, y: str) -> tuple[list, list]:
-    points = [(r[x], r[y]) for r in records if r.get(x) is not None and r.get(y) is not None]
-    return [p[0] for p in points], [p[1] for p in points]
+    """The points of ``y`` against ``x``, a NaN between two records of different validation settings (the line
+    breaks there)."""
+    xs, ys, setting = [], [], None
+    for r in records:
+        if r.get(x) is None or r.get(y) is None:
+            continue
+        if setting is not None and [r.get(key) for key in VALIDATION_SETTING] != setting:
+            xs, ys = [*xs, r[x]], [*ys, math.nan]
+        xs, ys, setting = [*xs, r[x]], [*ys, r[y]], [r.get(key) for key in VALIDATION_SETTING]
+    return xs, ys
 
 
 def plot_runs(folders: list[str | Path], output: str | Path) -> list[Path]:

@@ -41,6 +41,20 @@ def test_branches_and_continuations_start_where_they_leave_their_parent(tmp_path
     assert legend_name(runs[3]) == "quiet (no validation)" and legend_name(runs[0]) == "clm"
 
 
+
+def test_a_curve_breaks_where_the_validation_setting_changes(tmp_path):
+    """--eval-samples phase: phase 2's scores at 128 tokens are not joined to phase 1's at 64."""
+    folder = _run(tmp_path / "run", [(3, 100, 6.0), (6, 200, 5.0), (9, 300, 4.0)])
+    lines = (folder / "metrics.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    for r, length in zip([r for r in records if r["kind"] == "validation"], (64, 128, 128)):
+        r["validation_seq_length"] = length
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    run = load_run(folder)
+    xs, ys = validation_curve(run, [run], "step", "mlm_loss")
+    assert xs == [3, 6, 6, 9] and ys[0] == 6.0 and ys[1] != ys[1] and ys[2:] == [5.0, 4.0]
+
+
 def test_the_figures_go_to_the_named_default_folder_printed_at_the_end(tmp_path, capsys, monkeypatch):
     pytest.importorskip("matplotlib")
     parent = _run(tmp_path / "clm", [(2, 100, 6.0), (4, 200, 5.0)])
