@@ -152,7 +152,7 @@ def _resume_accepts(parent: StepSettings, child: StepSettings, step: int) -> boo
 def placement_order(run: Run) -> tuple:
     """Longest runs first; at equal length one phase before several, CLM first, later switches first; the seeds of
     an arm side by side (runs of different seeds never branch from each other, and a study run in this order has
-    every seed of its first arms early); then the objective's name (MLM before MNTP, phase sequences in order)."""
+    every seed of its first arms early); then the objective's name (MLM before MNTP, stage sequences in order)."""
     return (run.size, run.mask_ratio, -run.train_iters, bool(run.switch_steps), run.objective != "clm",
             tuple(-s for s in run.switch_steps), run.seed, run.objective)
 
