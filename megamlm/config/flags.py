@@ -10,7 +10,7 @@ from typing import Any, get_args, get_origin, get_type_hints
 from megamlm.config.derived import objective_stages
 from megamlm.config.docs import choices_of, field_docs, scalar_type
 from megamlm.config.loader import ALTERNATIVES, FORMER_SWITCHES, config_from_settings, load_yaml
-from megamlm.config.recipes import BATCH_KEYS, recipe_defaults
+from megamlm.config.recipes import BATCH_KEYS, RECIPE_DEFAULTS
 from megamlm.config.sections import OBJECTIVE_STAGES, PHASE_OBJECTIVES, SECTION_CLASSES, Config
 from megamlm.env_args import command_line
 from megamlm.errors import ConfigError, UserError, exit_line
@@ -80,7 +80,7 @@ def help_text(f: dataclasses.Field, doc: str, section: str = "") -> str:
     recipe sets instead is named with where it comes from."""
     default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
     # the batch sizes' and the sequence length's own docs already say what the presets use
-    by_preset = {} if f.name in BATCH_KEYS or section == "model" else recipe_defaults(section, f.name)
+    by_preset = {} if f.name in BATCH_KEYS or section == "model" else RECIPE_DEFAULTS.get((section, f.name), {})
     if "default" not in doc and default not in (None, []):
         doc = f"{doc} (default: {default}{'; ' + _recipe_note(by_preset) if by_preset else ''})"
     elif by_preset:
@@ -173,8 +173,8 @@ def given_settings(argv: list[str] | None = None) -> dict:
             if section == pair_section and name in pair and f"{section}.{_other(pair, name)}" not in ns:
                 settings[section][_other(pair, name)] = None  # the command line replaces the YAML's
     objective = ns.get("objective.objective")
-    if objective is not None and len(objective_stages(objective)) == 1 and not {"objective.switch",
-                                                                                 "objective.switch_step"} & set(ns):
+    if objective is not None and not {"objective.switch", "objective.switch_step"} & set(ns) and \
+            len(objective_stages(objective)) == 1:
         # A one-objective --objective on the command line replaces the YAML's schedule, its switch included (a CLM
         # parent run launched from a CLM-then-MLM config); a switch given on the command line is still refused.
         settings.setdefault("objective", {}).update(switch=None, switch_step=None)

@@ -19,6 +19,13 @@ from megamlm.errors import ConfigError
 from megamlm.model.config import PRESETS, global_every_layer_types
 
 EVERY_N = "global_attn_every_n_layers"
+DEFAULT_PRESET = "tiny"
+"""The preset of a launch that names none (``--model``'s default)."""
+FEATURES: dict[str, dict] = {name: {key: value for key, value in preset.items()
+                                    if MODEL_FLAG_NAMES.get(key, key) not in SHAPE_FIELDS}
+                             for name, preset in PRESETS.items()}
+"""Preset -> the model flags it fills in beyond its shape (the shape is read from ``PRESETS`` where it is needed,
+config/derived.py): empty for the plain presets (tiny)."""
 
 
 def _model_default(key: str):
@@ -26,7 +33,7 @@ def _model_default(key: str):
     return fields[key].default if key in fields else dataclasses.MISSING
 
 
-def with_model_preset(settings: dict, default_preset: str = "tiny") -> dict:
+def with_model_preset(settings: dict, default_preset: str = DEFAULT_PRESET) -> dict:
     """``settings`` ({section: {key: value}} as given) with the model preset's features and the layer pattern of
     ``--global-attn-every-n-layers`` filled in (a copy)."""
     model = dict(settings.get("model") or {})
@@ -40,8 +47,8 @@ def with_model_preset(settings: dict, default_preset: str = "tiny") -> dict:
             raise ConfigError(f"--global-attn-every-n-layers must be a whole number of at least 1, got {every!r}")
         layers = model.get("num_layers") or preset.get("num_layers")
         model["layer_types"] = global_every_layer_types(layers, every)
-    for key, value in preset.items():
-        if MODEL_FLAG_NAMES.get(key, key) in SHAPE_FIELDS or model.get(key, _model_default(key)) != _model_default(key):
+    for key, value in FEATURES.get(model.get("model") or default_preset, {}).items():
+        if model.get(key, _model_default(key)) != _model_default(key):
             continue
         if key == "layer_types" and model.get("num_layers") not in (None, preset["num_layers"]):
             value = global_every_layer_types(model["num_layers"], _period(value))  # the preset's pattern, resized

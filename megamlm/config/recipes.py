@@ -54,11 +54,19 @@ def _section_default(section: str, key: str):
     return fields[key].default if key in fields else dataclasses.MISSING
 
 
-def recipe_defaults(section: str, key: str) -> dict[str, object]:
-    """{preset: value} of the recipes that set ``section.key`` to something other than the section's default
-    (for --help)."""
-    return {preset: recipe[section][key] for preset, recipe in RECIPES.items()
-            if key in recipe.get(section, {}) and recipe[section][key] != _section_default(section, key)}
+def _recipe_defaults() -> dict[tuple[str, str], dict[str, object]]:
+    by_setting: dict[tuple[str, str], dict[str, object]] = {}
+    for preset, recipe in RECIPES.items():
+        for section, values in recipe.items():
+            for key, value in values.items():
+                if value != _section_default(section, key):
+                    by_setting.setdefault((section, key), {})[preset] = value
+    return by_setting
+
+
+RECIPE_DEFAULTS = _recipe_defaults()
+"""(section, key) -> {preset: value} of the recipes that set it to something other than the section's default
+(for --help)."""
 
 
 def with_recipe(settings: dict, default_preset: str = "tiny") -> tuple[dict, list[str]]:

@@ -15,16 +15,17 @@ from megamlm.config.batches import fit_batch_sizes
 from megamlm.config.checks import validate
 from megamlm.config.flags import given_settings
 from megamlm.config.loader import config_from_settings
-from megamlm.config.model_presets import with_model_preset
+from megamlm.config.model_presets import DEFAULT_PRESET, EVERY_N, FEATURES, with_model_preset
 from megamlm.config.phase_data import adopt_sidecar_tokenizer
 from megamlm.config.recipe_settings import apply_recipe, check_recipe_against_model
-from megamlm.config.recipes import recipe_file, with_recipe
+from megamlm.config.recipes import RECIPES, recipe_file, with_recipe
 from megamlm.config.sections import Config
 from megamlm.launcher_env import world_size_from_env
 from megamlm.log import log
 
 Adopter = Callable[[Config], Config]
-"""Fills values in from outside the config (a Hugging Face model's shape); returns a replaced Config."""
+"""Fills values in from the --init-from model (a Hugging Face model's shape); returns a replaced Config. Called
+only when --init-from is given."""
 
 
 def launch_world_size(cfg: Config) -> int:
@@ -34,9 +35,11 @@ def launch_world_size(cfg: Config) -> int:
 
 def resolve(cfg: Config, adopt: Adopter | None = None, world_size: int | None = None) -> Config:
     """``cfg`` completed for this launch and validated; raises ConfigError naming the fix."""
-    if adopt is not None:
+    if adopt is not None and cfg.checkpoint.init_from:
         cfg = adopt(cfg)
-    cfg, tokenizer_note = adopt_sidecar_tokenizer(cfg)
+    tokenizer_note = None
+    if cfg.data.data_path or cfg.recipe.phases:  # the bundled corpus's tokenizer is the default one
+        cfg, tokenizer_note = adopt_sidecar_tokenizer(cfg)
     world_size = world_size or launch_world_size(cfg)
     cfg, note = fit_batch_sizes(cfg, world_size)
     recipe = None
@@ -54,7 +57,12 @@ def resolve(cfg: Config, adopt: Adopter | None = None, world_size: int | None = 
 def given_config(argv: list[str] | None = None) -> tuple[Config, str | None]:
     """Flags (and an optional YAML file) -> the Config as given with the preset's recipe (recipes.py) filled in
     where a flag is unset, not yet validated, and the note naming what the recipe filled (None when nothing)."""
-    settings, filled = with_recipe(with_model_preset(given_settings(argv)))
+    settings = given_settings(argv)
+    model = settings.get("model") or {}
+    preset = model.get("model") or DEFAULT_PRESET
+    if FEATURES.get(preset) or model.get(EVERY_N) is not None:  # features to fill in, or a layer pattern to expand
+        settings = with_model_preset(settings)
+    settings, filled = with_recipe(settings) if preset in RECIPES else (settings, [])
     cfg = config_from_settings(settings)
     if not filled:
         return cfg, None

@@ -14,8 +14,9 @@ import numpy as np
 import torch.distributed as dist
 
 from megamlm.data.blending import BlendedDataset, load_or_build_blend_index, parse_data_path
-from megamlm.data.documents import WINDOWS, sample_dataset
+from megamlm.data.documents import WINDOWS, DocumentSampleDataset
 from megamlm.data.indexed import DataError, IndexedDataset
+from megamlm.data.samples import PackedSampleDataset
 from megamlm.data.splits import PART_NAMES, TRAIN, VALIDATION, part_sequences
 
 # Token files up to this size are scanned in full for the vocabulary check; larger ones are
@@ -141,3 +142,12 @@ def part_of(corpus: list[IndexedDataset], split, part: int, seq_length: int) -> 
                         f"of {names} holds {end - first} sequences and {held} tokens, fewer than one sample of "
                         f"{seq_length} tokens; give that part a larger share of --split, or use --valid-data-path")
     return first, end
+
+
+def sample_dataset(datasets, seq_length: int, num_samples: int, seed: int, mode: str, sequences=None,
+                   **cache: str | Callable | None):
+    """One corpus's samples in ``mode``: windows of the packed stream (PackedSampleDataset, bitwise what it always
+    was) or whole documents (DocumentSampleDataset)."""
+    if mode == WINDOWS:
+        return PackedSampleDataset(datasets, seq_length, num_samples, seed, sequences=sequences, **cache)
+    return DocumentSampleDataset(datasets, seq_length, num_samples, seed, mode, sequences, **cache)

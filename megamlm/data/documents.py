@@ -21,7 +21,7 @@ order is already random, and the documents an epoch has left after its first n r
 from __future__ import annotations
 
 import bisect
-from typing import Callable, Sequence, get_args
+from typing import Sequence, get_args
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from megamlm.data._helpers_loader import helpers_for
 from megamlm.data.index_cache import CacheEntry, cached_entries, document_sizes_digest, in_range
 from megamlm.data.indexed import DataError, IndexedDataset
 from megamlm.data.sample_index import build_document_order
-from megamlm.data.samples import CorpusFiles, PackedSampleDataset
+from megamlm.data.samples import CorpusFiles
 
 WINDOWS, *_DOCUMENT_MODES = get_args(SampleMode)
 DOCUMENT_MODES: tuple[str, ...] = tuple(_DOCUMENT_MODES)
@@ -236,12 +236,3 @@ def tokens_through(dataset, end: int, seq_length: int | None = None) -> int:
     owners = np.asarray(dataset.dataset_of[:int(end)])
     return sum(tokens_through(part, int(np.count_nonzero(owners == d)), dataset.seq_length)
                for d, part in enumerate(parts) if part is not None)
-
-
-def sample_dataset(datasets, seq_length: int, num_samples: int, seed: int, mode: str, sequences=None,
-                   **cache: str | Callable | None):
-    """One corpus's samples in ``mode``: windows of the packed stream (PackedSampleDataset, bitwise what it always
-    was) or whole documents (DocumentSampleDataset)."""
-    if mode == WINDOWS:
-        return PackedSampleDataset(datasets, seq_length, num_samples, seed, sequences=sequences, **cache)
-    return DocumentSampleDataset(datasets, seq_length, num_samples, seed, mode, sequences, **cache)

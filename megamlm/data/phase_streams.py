@@ -37,9 +37,16 @@ from typing import Callable, Sequence
 import numpy as np
 
 from megamlm.data.blending import BlendedDataset, SampleLocator, load_or_build_blend_index, parse_data_path
-from megamlm.data.build import StreamSpec, build_train_dataset, check_vocab, group_rank_and_barrier, part_of
+from megamlm.data.build import (
+    StreamSpec,
+    build_train_dataset,
+    check_vocab,
+    group_rank_and_barrier,
+    part_of,
+    sample_dataset,
+)
 from megamlm.data.document_streams import DocumentStream
-from megamlm.data.documents import WINDOWS, sample_dataset
+from megamlm.data.documents import WINDOWS
 from megamlm.data.indexed import DataError, IndexedDataset
 from megamlm.data.sample_index import build_sample_index
 from megamlm.data.samples import PackedSampleDataset, window_pieces

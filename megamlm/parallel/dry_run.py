@@ -13,6 +13,8 @@ pipeline rank; TP and FSDP shares are then divided out. Memory is an estimate, p
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from megamlm.config import Config, model_args_for, resolved_shape
@@ -121,3 +123,31 @@ def dry_run_report(cfg: Config, dims: ParallelDims) -> str:
                      f"{row['parameters_per_rank'] / 1e6:>11.1f}M {row['state_gib']:>17.2f}G "
                      f"{row['activations_gib']:>11.2f}G {row['head_gib']:>7.2f}G {row['total_gib']:>8.2f}G")
     return "\n".join(lines)
+
+
+def device_memory_bytes(device: torch.device) -> int | None:
+    """The memory one rank may use: the GPU's, or on CPU the host's shared by the ranks of this node."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    try:
+        host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+    ranks_here = os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or "1"
+    return host // max(1, int(ranks_here))
+
+
+def memory_note(cfg: Config, dims: ParallelDims, args: ModelArgs, device: torch.device) -> str:
+    """One line with the estimated peak memory per device; a warning when it exceeds what the device has."""
+    available = device_memory_bytes(device)
+    rows = rank_estimates(cfg, dims, args)
+    worst = max(rows, key=lambda row: row["total_gib"])
+    where = f" (pipeline rank {worst['pp_rank']})" if dims.pp > 1 else ""
+    estimate = (f"estimated memory per device: {worst['total_gib']:.2f} GiB{where} = weights, gradients and AdamW "
+                f"{worst['state_gib']:.2f} + activations {worst['activations_gib']:.2f} + LM head "
+                f"{worst['head_gib']:.2f} (an estimate, as --dry-run prints)")
+    if available is None or worst["total_gib"] * GIB <= available:
+        return estimate
+    what = "the GPU" if device.type == "cuda" else "this rank's share of the host memory"
+    return (f"warning: {estimate} exceeds the {available / GIB:.2f} GiB of {what}: the run may run out of memory; "
+            "lower --micro-batch-size, add --recompute, or spread the model wider (--tp, --pp, more FSDP ranks)")

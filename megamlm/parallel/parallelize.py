@@ -100,7 +100,7 @@ def parallelize(model: Transformer, dims: ParallelDims, mesh: DeviceMesh | None,
     ``compile`` is a ``--compile`` mode (``auto`` resolved here for ``device`` and ``dims``, see
     ``megamlm.parallel.compile``); ``fp8`` trains the blocks' linear layers in float8 (``megamlm.parallel.float8``).
     """
-    compile_mode = resolve_compile_mode(compile, device, dims)
+    compile_mode = compile if compile == "none" else resolve_compile_mode(compile, device, dims)
     stage_ids: list[int] = []
     if dims.pp > 1:
         stage_ids = rank_stages(mesh["pp"].get_local_rank(), dims.pp, dims.stages_per_rank)
@@ -111,7 +111,8 @@ def parallelize(model: Transformer, dims: ParallelDims, mesh: DeviceMesh | None,
         apply_tp(model, tp_mesh)
     if recompute:
         apply_recompute(model)
-    apply_compile(model, compile_mode)
+    if compile_mode != "none":
+        apply_compile(model, compile_mode)
 
     parts: list[nn.Module] = [model]
     if dims.pp > 1:
@@ -131,6 +132,7 @@ def parallelize(model: Transformer, dims: ParallelDims, mesh: DeviceMesh | None,
             parts = [apply_ddp(part, dp_group) for part in parts]
         if dims.pp > 1:  # FSDP sharded the last stage's LM head; its kept embedding module takes that parameter
             retie(model, source="lm_head")
+    # a tied embedding's two copies only need a group of their own where pipeline stages hold them apart
+    tied_group = embedding_group(model, mesh, dims.pp) if dims.pp > 1 else None
     return ParallelModel(model=model, parts=parts, dims=dims, mesh=mesh, stage_ids=stage_ids,
-                         embedding_group=embedding_group(model, mesh, dims.pp), compile_mode=compile_mode,
-                         float8_linears=float8_linears)
+                         embedding_group=tied_group, compile_mode=compile_mode, float8_linears=float8_linears)

@@ -74,12 +74,12 @@ class Segment:
         place a config's schedules are derived (switch step, warmup and decay lengths), for the run
         (training/resolved_run.py, which passes its resolved ``recipe``) and the planners alike."""
         t = cfg.training
+        optimizer = {name: getattr(getattr(cfg, section), name) for section, name in OPTIMIZER_SETTINGS}
         pieces = learning_rate_pieces_of(cfg, recipe) if cfg.recipe.phases else ((), ())  # phases shape the LR
         lr = LRSchedule(t.lr, t.min_lr, t.lr_decay_style, warmup_iters(t), wsd_decay_iters(t), t.train_iters,
-                        t.lr_wsd_decay_style, *pieces)
+                        t.lr_wsd_decay_style, *pieces).state_dict()
         objective = schedule_state(cfg.objective.objective, t.train_iters, switch_steps(cfg.objective, t.train_iters))
-        optimizer = {name: getattr(getattr(cfg, section), name) for section, name in OPTIMIZER_SETTINGS}
-        return cls(1, objective, lr.state_dict(), optimizer, t.global_batch_size)
+        return cls(1, objective, lr, optimizer, t.global_batch_size)
 
     def starting_at(self, first_step: int) -> "Segment":
         return Segment(first_step, self.objective_schedule, self.lr_schedule, self.optimizer, self.global_batch_size)

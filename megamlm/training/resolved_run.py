@@ -58,7 +58,7 @@ def data_sources(cfg: Config) -> tuple[list[str], str]:
     """(data_path, tokenizer path); no --data-path means the phases' own data where they name it (every dataset
     they read, config/phase_data.py), else the bundled Austen corpus, tokenized with --tokenizer-model when given
     (cached per tokenizer) and with the bundled tokenizer otherwise."""
-    if phases_own_data(cfg):
+    if cfg.recipe.phases and phases_own_data(cfg):  # phases that name their own data
         return phase_corpora(cfg), cfg.data.tokenizer_model or str(TOKENIZER_FILE)  # data without a sidecar
     if not cfg.data.data_path:
         tokenizer_file = cfg.data.tokenizer_model or TOKENIZER_FILE
@@ -85,11 +85,11 @@ def objective_schedule_of(segment: Segment, recipe: Recipe, masking: MaskingSpec
 
 def backends_on_device(plan: ResolvedRun, cfg: Config, device: torch.device) -> Backends:
     """``plan.backends`` with ``--attention-backend auto`` measured on this rank's ``device``; every rank takes
-    rank 0's choice, so the whole job computes attention the same way."""
+    rank 0's choice, so the whole job computes attention the same way (callers with a named backend keep it)."""
     backends = resolve_auto_attention(plan.backends, device, plan.model_args, cfg.training.micro_batch_size,
                                       plan.dims.tp, cfg.performance.document_mask,
                                       torch.bfloat16 if uses_bf16(device, cfg.training.precision) else torch.float32)
-    if backends.attention == "auto" and dist.is_available() and dist.is_initialized():
+    if dist.is_available() and dist.is_initialized():
         choice = [backends.auto_attention]
         dist.broadcast_object_list(choice, src=0)
         backends = dataclasses.replace(backends, auto_attention=tuple(choice[0]))

@@ -121,20 +121,25 @@ def _recipe(cfg, plan):
 
 def build_run_record(cfg, plan, world_size: int) -> dict:
     """The record of this launch (``cfg``: Config, ``plan``: ResolvedRun)."""
-    tok = plan.tokenizer
+    tok, objectives = plan.tokenizer, plan.objective_schedule
+    # What this module finds out itself first, then what each part of the run says of itself (one part at a time).
+    recipe, fingerprint = _recipe(cfg, plan), data_fingerprint(plan.data_path)
+    software, arithmetic_, git = software_versions(), arithmetic(plan.device), git_state()
+    config, model_args, phases = cfg.to_dict(), plan.model_args.to_dict(), recipe.to_list()
+    switch_step, switch_steps, objective_schedule = (objectives.switch_step, list(objectives.switch_steps),
+                                                     objectives.state_dict())
     return {
         "megamlm_version": megamlm.__version__, "checkpoint_format": CHECKPOINT_FORMAT,
-        "config": cfg.to_dict(), "model_args": plan.model_args.to_dict(),
-        "switch_step": plan.objective_schedule.switch_step, "data_path": plan.data_path,
-        "switch_steps": list(plan.objective_schedule.switch_steps),
-        "recipe": _recipe(cfg, plan).to_list(),  # the resolved phases (config/phases.py), compared on resume
-        "schedule": {"objective_schedule": plan.objective_schedule.state_dict(),
-                     "lr_schedule": plan.lr_schedule.state_dict()},
+        "config": config, "model_args": model_args,
+        "switch_step": switch_step, "data_path": plan.data_path,
+        "switch_steps": switch_steps,
+        "recipe": phases,  # the resolved phases (config/phases.py), compared on resume
+        "schedule": {"objective_schedule": objective_schedule, "lr_schedule": plan.lr_schedule.state_dict()},
         "seq_length": plan.model_args.max_seq_length,
         "tokenizer": {"path": str(plan.tokenizer_path), "vocab_size": tok.vocab_size, "bos_id": tok.bos_id,
                       "eos_id": tok.eos_id, "pad_id": tok.pad_id, "mask_id": tok.mask_id},
-        "data_fingerprint": data_fingerprint(plan.data_path),
-        "software": software_versions(), "arithmetic": arithmetic(plan.device), "git": git_state(),
+        "data_fingerprint": fingerprint,
+        "software": software, "arithmetic": arithmetic_, "git": git,
         "world_size": world_size,
         "host": socket.gethostname(), "launched_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

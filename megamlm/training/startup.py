@@ -41,7 +41,7 @@ from megamlm.model.attention_backends import check_attention_backend
 from megamlm.model.attention_table import attention_backend_problem
 from megamlm.model.config import Backends, ModelArgs
 from megamlm.model.transformer import Transformer
-from megamlm.parallel.compile import compile_mode_problem, resolve_compile_mode
+from megamlm.parallel.compile import MEASURED_BEST, compile_mode_problem, resolve_compile_mode
 from megamlm.parallel.dims import ParallelDims, data_parallel_degrees, layers_per_round
 from megamlm.parallel.float8 import float8_problem, float8_width_problem
 from megamlm.training.trackers import LIBRARY_TRACKERS
@@ -192,9 +192,9 @@ def check_pipeline(parallel: ParallelConfig, num_layers: int) -> None:
             f"lower --num-layers-per-virtual-stage or use --pipeline-schedule 1f1b")
 
 
-def check_micro_batches(parallel: ParallelConfig, training: TrainingConfig, dp: int) -> None:
-    """The global batch splits into micro-batches over the data-parallel ranks, enough of them for the pipeline; so
-    does every batch of a ramp-up (config/rampup.py), the smallest first."""
+def check_rampup_micro_batches(parallel: ParallelConfig, training: TrainingConfig, dp: int) -> None:
+    """Every batch of a ramp-up (config/rampup.py) splits into micro-batches over the data-parallel ranks, enough of
+    them for the pipeline, the smallest first."""
     pp, micro, global_ = parallel.pipeline_model_parallel_size, training.micro_batch_size, training.global_batch_size
     sizes = BatchSizes.of(training)
     if problem := rampup_layout_problem(sizes, micro, dp):
@@ -205,10 +205,18 @@ def check_micro_batches(parallel: ParallelConfig, training: TrainingConfig, dp: 
                           f"rank, and --rampup-batch-size starts at global {smallest} = "
                           f"{smallest // (micro * dp)} micro-batches of {micro} x DP {dp}; raise its START or lower "
                           "--micro-batch-size")
-    if sizes.rampup is not None and pp > 1 and parallel.pipeline_schedule == "interleaved_1f1b" and any(
+    if pp > 1 and parallel.pipeline_schedule == "interleaved_1f1b" and any(
             (size // (micro * dp)) % pp for size in sizes.distinct()):
         raise LayoutError(f"interleaved 1F1B runs micro-batches in rounds of PP={pp}: make --rampup-batch-size's "
                           f"START and INCREMENT multiples of micro {micro} x DP {dp} x PP {pp}")
+
+
+def check_micro_batches(parallel: ParallelConfig, training: TrainingConfig, dp: int) -> None:
+    """The global batch splits into micro-batches over the data-parallel ranks, enough of them for the pipeline; so
+    does every batch of a ramp-up (``check_rampup_micro_batches``), checked first."""
+    pp, micro, global_ = parallel.pipeline_model_parallel_size, training.micro_batch_size, training.global_batch_size
+    if training.rampup_batch_size is not None:
+        check_rampup_micro_batches(parallel, training, dp)
     if global_ % (micro * dp):
         raise LayoutError(f"--global-batch-size {global_} is not divisible by --micro-batch-size "
                           f"{micro} x data-parallel size {dp}; use a multiple of {micro * dp}")
@@ -280,6 +288,8 @@ def resolve_device(choice: str) -> torch.device:
 
 def check_compile(mode: str, device: torch.device, dims: ParallelDims) -> str:
     """``--compile mode`` resolved for ``device`` and ``dims``, refused where it cannot run."""
+    if mode == "none" or mode == "auto" and MEASURED_BEST.get(device.type, "none") == "none":
+        return "none"  # eager: asked for, or measured fastest on this device (CPU)
     if problem := compile_mode_problem(mode, device, dims):
         raise ConfigError(problem)
     return resolve_compile_mode(mode, device, dims)
@@ -313,7 +323,8 @@ def backends_for(cfg: Config, device: torch.device) -> Backends:
                           "TRITON_INTERPRET=1 to run the kernels in Triton's interpreter (slow, for tests)")
     try:
         return Backends(attention=check_attention_backend(perf.attention_backend),
-                        kernels=check_kernel_backend(perf.kernel_backend))
+                        kernels=perf.kernel_backend if perf.kernel_backend == "auto" else
+                        check_kernel_backend(perf.kernel_backend))
     except (ValueError, RuntimeError, ImportError) as err:
         raise ConfigError(str(err)) from None
 

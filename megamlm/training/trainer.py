@@ -16,7 +16,6 @@ not wait for the steps, reading their numbers at log lines (training/reporter.py
 
 from __future__ import annotations
 
-import os
 import time
 from array import array
 from contextlib import ExitStack
@@ -34,18 +33,17 @@ from megamlm.checkpoint.lock import lock_save_folder
 from megamlm.checkpoint.manager import CheckpointManager, SavePolicy
 from megamlm.checkpoint.saved_run import find_saved_run
 from megamlm.config import BatchSizes, Config, unused_lr_settings
+from megamlm.config.derived import validation_enabled
 from megamlm.config.phases import Recipe, StepPlan
 from megamlm.data import GlobalBatchSampler, MicroBatchLoader
 from megamlm.data.documents import tokens_through
 from megamlm.extras import detect_optional_extras
 from megamlm.hf.init_from import warn_if_context_shorter
 from megamlm.log import log, rank
-from megamlm.model.config import ModelArgs
 from megamlm.model.rope import set_rotary_bases
 from megamlm.model.transformer import Transformer, count_parameters
 from megamlm.objectives import Batch, ObjectiveSchedule
-from megamlm.parallel.dims import ParallelDims
-from megamlm.parallel.dry_run import GIB, rank_estimates
+from megamlm.parallel.dry_run import memory_note
 from megamlm.parallel.parallelize import ParallelModel, parallelize
 from megamlm.parallel.runtime import start_parallel
 from megamlm.training.metrics import format_duration
@@ -317,7 +315,8 @@ def build_trainer(cfg: Config, signals: ExitSignalHandler, held: ExitStack,
     started = time.monotonic() if started is None else started
     t, c = cfg.training, cfg.checkpoint
     plan = resolve_run(cfg)  # the start-up checks (training/startup.py)
-    mesh, device = start_parallel(plan.dims, plan.device, cfg.parallel.distributed_timeout_minutes)
+    mesh, device = (start_parallel(plan.dims, plan.device, cfg.parallel.distributed_timeout_minutes)
+                    if plan.dims.is_parallel else (None, plan.device))
     launch = LaunchPlan(cfg, build_run_record(cfg, plan, plan.dims.world_size), plan.segment)
     # One run per --save folder: an existing folder is locked before its checkpoints are read, a new one only before
     # the first write, so that a refused launch leaves nothing behind.
@@ -325,19 +324,19 @@ def build_trainer(cfg: Config, signals: ExitSignalHandler, held: ExitStack,
     if save_exists:
         held.enter_context(lock_save_folder(c.save))
     # The checkpoint this launch starts from, read once; every difference from it is honoured or refused here.
-    start = decide_start(find_saved_run(c), launch)
+    may_resume = save_exists or c.load or c.continue_from or c.init_from  # a checkpoint this launch could start from
+    start = decide_start(find_saved_run(c) if may_resume else None, launch)
     record = {**launch.record, "lineage": start.lineage}
     for note in start.notes:
         log(note)
 
     progress = start.progress()
-    batch_sizes = BatchSizes.of(t)
-    validation, dataset, end_sample = load_data(cfg, plan, progress, batch_sizes)
+    validation, dataset, end_sample = load_data(cfg, plan, progress)
     pm = build_parallel_model(cfg, plan, mesh, device)
     optimizer = build_optimizer(pm.model, t.lr, t.weight_decay, (t.adam_beta1, t.adam_beta2), t.adam_eps,
                                 impl=cfg.performance.optimizer_impl, name=t.optimizer)
     sizes = plan.recipe.step_sizes()  # each step's global batch: the ramp-up's, or a recipe phase's own
-    ramp = sizes[progress.step:] if batch_sizes.rampup is not None or len(set(sizes)) > 1 else None
+    ramp = sizes[progress.step:] if t.rampup_batch_size is not None or len(set(sizes)) > 1 else None
     sampler = GlobalBatchSampler(total_samples=end_sample, global_batch_size=t.global_batch_size,
                                  micro_batch_size=t.micro_batch_size, dp_rank=pm.dp_rank, dp_size=pm.dp_size,
                                  consumed_samples=progress.consumed_samples, batch_sizes=ramp)
@@ -364,7 +363,7 @@ def build_trainer(cfg: Config, signals: ExitSignalHandler, held: ExitStack,
                    on_step, read_on_device)
 
 
-def load_data(cfg: Config, plan: ResolvedRun, progress: TrainProgress, batch_sizes: BatchSizes):
+def load_data(cfg: Config, plan: ResolvedRun, progress: TrainProgress):
     """The validation set, then the training samples up to the run's last; returns (validation, dataset,
     end_sample)."""
     # The run's samples end here; the sample stream itself does not depend on it.
@@ -372,14 +371,14 @@ def load_data(cfg: Config, plan: ResolvedRun, progress: TrainProgress, batch_siz
     group = dist.group.WORLD if plan.dims.is_parallel else None
     vocab_size = plan.model_args.vocab_size
     # The (small) validation set first: its errors come before the training index is built.
-    validation = load_validation_set(cfg, plan, group)
+    validation = load_validation_set(cfg, plan, group) if validation_enabled(cfg) else None
     dataset = recipe_dataset(cfg, plan.recipe, plan.data_path, end_sample, vocab_size, plan.split, group)
     return validation, dataset, end_sample
 
 
 def build_parallel_model(cfg: Config, plan: ResolvedRun, mesh, device: torch.device) -> ParallelModel:
     """The full model from the run's seed (the same weights on every rank), then this rank's share of it."""
-    backends = backends_on_device(plan, cfg, device)
+    backends = backends_on_device(plan, cfg, device) if plan.backends.attention == "auto" else plan.backends
     if backends.attention == "auto":
         log(f"attention auto: {backends.auto_attention[0]} for bidirectional, {backends.auto_attention[1]} for causal "
             "(fastest measured on this device)")
@@ -432,9 +431,9 @@ def announce(trainer: Trainer) -> None:
     for line in recipe_notes(trainer.recipe):
         log(line)
     unused = unused_lr_settings(cfg.training)
-    log(trainer.lr_schedule.describe() + (f" ({unused})" if unused else ""))
-    if ramp := BatchSizes.of(cfg.training).describe():
-        log(ramp)
+    log(plan.lr_schedule.describe() + (f" ({unused})" if unused else ""))
+    if cfg.training.rampup_batch_size is not None:
+        log(BatchSizes.of(cfg.training).describe())
     phase_data = any(phase.data_path for phase in trainer.recipe.phases)
     data = "each phase's (above)" if phase_data else ", ".join(plan.data_path)
     log(f"data: {data} | samples {trainer.progress.consumed_samples}-{trainer.end_sample - 1} "
@@ -462,34 +461,6 @@ def describe_performance(cfg: Config) -> str:
     return (f"kernels {perf.kernel_backend} | attention {perf.attention_backend}"
             f"{' with document masks' if perf.document_mask else ''}"
             f" | compile {perf.compile}{' | fp8 linears' if perf.fp8 else ''} | optional extras: {extras}")
-
-
-def device_memory_bytes(device: torch.device) -> int | None:
-    """The memory one rank may use: the GPU's, or on CPU the host's shared by the ranks of this node."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).total_memory
-    try:
-        host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-    ranks_here = os.environ.get("LOCAL_WORLD_SIZE") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE") or "1"
-    return host // max(1, int(ranks_here))
-
-
-def memory_note(cfg: Config, dims: ParallelDims, args: ModelArgs, device: torch.device) -> str:
-    """One line with the estimated peak memory per device; a warning when it exceeds what the device has."""
-    rows = rank_estimates(cfg, dims, args)
-    worst = max(rows, key=lambda row: row["total_gib"])
-    where = f" (pipeline rank {worst['pp_rank']})" if dims.pp > 1 else ""
-    estimate = (f"estimated memory per device: {worst['total_gib']:.2f} GiB{where} = weights, gradients and AdamW "
-                f"{worst['state_gib']:.2f} + activations {worst['activations_gib']:.2f} + LM head "
-                f"{worst['head_gib']:.2f} (an estimate, as --dry-run prints)")
-    available = device_memory_bytes(device)
-    if available is None or worst["total_gib"] * GIB <= available:
-        return estimate
-    what = "the GPU" if device.type == "cuda" else "this rank's share of the host memory"
-    return (f"warning: {estimate} exceeds the {available / GIB:.2f} GiB of {what}: the run may run out of memory; "
-            "lower --micro-batch-size, add --recompute, or spread the model wider (--tp, --pp, more FSDP ranks)")
 
 
 def first_step_note(compile_mode: str, step: int, train_iters: int) -> str:

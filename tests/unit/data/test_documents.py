@@ -5,7 +5,8 @@ import pytest
 from helpers import write_dataset
 
 from megamlm.data import DataError, IndexedDataset, StreamSpec, build_train_dataset, build_validation_dataset
-from megamlm.data.documents import DocumentSampleDataset, build_rows, pack_rows, sample_dataset
+from megamlm.data.build import sample_dataset
+from megamlm.data.documents import DocumentSampleDataset, build_rows, pack_rows
 from megamlm.data.samples import PackedSampleDataset
 
 MODES = ("packed_documents", "document_per_row")

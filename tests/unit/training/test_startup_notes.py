@@ -3,10 +3,10 @@
 import torch
 
 from megamlm.config import parse_args
-from megamlm.parallel.dry_run import GIB, dry_run_model_args, rank_estimates
-from megamlm.training import trainer
+from megamlm.parallel import dry_run
+from megamlm.parallel.dry_run import GIB, dry_run_model_args, memory_note, rank_estimates
 from megamlm.training.startup import dims_from_config
-from megamlm.training.trainer import first_step_note, memory_note
+from megamlm.training.trainer import first_step_note
 
 
 def planned(*argv):
@@ -18,14 +18,14 @@ def planned(*argv):
 def test_the_estimate_is_the_dry_runs_worst_pipeline_rank(monkeypatch):
     cfg, dims, args = planned("--model", "610m", "--pp", "4", "--tp", "2")
     worst = max(row["total_gib"] for row in rank_estimates(cfg, dims, args))
-    monkeypatch.setattr(trainer, "device_memory_bytes", lambda device: 1000 * GIB)
+    monkeypatch.setattr(dry_run, "device_memory_bytes", lambda device: 1000 * GIB)
     note = memory_note(cfg, dims, args, torch.device("cpu"))
     assert note.startswith(f"estimated memory per device: {worst:.2f} GiB (pipeline rank ") and "warning" not in note
 
 
 def test_a_layout_that_does_not_fit_the_device_is_warned_with_the_fixes(monkeypatch):
     cfg, dims, args = planned("--model", "1b")
-    monkeypatch.setattr(trainer, "device_memory_bytes", lambda device: 2 * GIB)
+    monkeypatch.setattr(dry_run, "device_memory_bytes", lambda device: 2 * GIB)
     note = memory_note(cfg, dims, args, torch.device("cpu"))
     assert note.startswith("warning: estimated memory per device: ") and "exceeds the 2.00 GiB of this rank's share " \
                                                                          "of the host memory" in note
@@ -34,9 +34,9 @@ def test_a_layout_that_does_not_fit_the_device_is_warned_with_the_fixes(monkeypa
 
 def test_host_memory_is_shared_by_the_ranks_of_a_node(monkeypatch):
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
-    whole = trainer.device_memory_bytes(torch.device("cpu"))
+    whole = dry_run.device_memory_bytes(torch.device("cpu"))
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
-    assert trainer.device_memory_bytes(torch.device("cpu")) == whole // 4
+    assert dry_run.device_memory_bytes(torch.device("cpu")) == whole // 4
 
 
 def test_the_first_step_note_says_when_compilation_runs():
