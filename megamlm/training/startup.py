@@ -37,7 +37,6 @@ from megamlm.extras import MissingExtra, installed, missing_message
 from megamlm.hf.hf_source import is_hf_model
 from megamlm.kernels import check_kernel_backend
 from megamlm.launcher_env import world_size_from_env
-from megamlm.model.attention_backends import check_attention_backend
 from megamlm.model.attention_table import attention_backend_problem
 from megamlm.model.config import Backends, ModelArgs
 from megamlm.model.transformer import Transformer
@@ -322,7 +321,8 @@ def backends_for(cfg: Config, device: torch.device) -> Backends:
                           f"{device.type}; use --kernel-backend auto (chunked LM-head loss on CPU), or set "
                           "TRITON_INTERPRET=1 to run the kernels in Triton's interpreter (slow, for tests)")
     try:
-        return Backends(attention=check_attention_backend(perf.attention_backend),
+        # the attention backend's name and package were checked with the config (config/checks.check_performance)
+        return Backends(attention=perf.attention_backend,
                         kernels=perf.kernel_backend if perf.kernel_backend == "auto" else
                         check_kernel_backend(perf.kernel_backend))
     except (ValueError, RuntimeError, ImportError) as err:

@@ -89,7 +89,9 @@ def pretrain(cfg: Config, on_step: Callable[[StepOutcome], None] | None = None,
     """
     started = time.monotonic()  # --exit-duration-in-mins counts from here: setup included, the process's age not
     with ExitSignalHandler() as signals, ExitStack() as held:
-        trainer = build_trainer(cfg, signals, held, on_step, read_on_device, started)
+        t = cfg.training
+        stop = StopPolicy(signals, t.exit_interval, t.exit_duration_in_mins, started)
+        trainer = build_trainer(cfg, stop, held, on_step, read_on_device)
         if trainer.progress.step >= cfg.training.train_iters:  # a finished run relaunched: nothing to do
             log(complete_note(trainer.progress.step, cfg.training.train_iters))
             return trainer.result
@@ -305,14 +307,13 @@ def pin_batch(batch: Batch) -> Batch:
                    positions=batch.positions.pin_memory(), document_ids=document_ids, position_ids=position_ids)
 
 
-def build_trainer(cfg: Config, signals: ExitSignalHandler, held: ExitStack,
+def build_trainer(cfg: Config, stop: StopPolicy, held: ExitStack,
                   on_step: Callable[[StepOutcome], None] | None = None,
-                  read_on_device: bool | None = None, started: float | None = None) -> Trainer:
+                  read_on_device: bool | None = None) -> Trainer:
     """Resolve the run and check the checkpoint it starts from (every user error surfaces here, before any work),
     then build this rank's share of the model, data and optimizer and restore what the run takes from the
-    checkpoint. ``held`` keeps the --save folder locked for the run; ``started`` (``time.monotonic()``, default
-    now) is when the run started, for --exit-duration-in-mins."""
-    started = time.monotonic() if started is None else started
+    checkpoint. ``held`` keeps the --save folder locked for the run; ``stop`` (the stop signals and --exit-*
+    limits, counted from the launch) ends it early."""
     t, c = cfg.training, cfg.checkpoint
     plan = resolve_run(cfg)  # the start-up checks (training/startup.py)
     mesh, device = (start_parallel(plan.dims, plan.device, cfg.parallel.distributed_timeout_minutes)
@@ -358,9 +359,8 @@ def build_trainer(cfg: Config, signals: ExitSignalHandler, held: ExitStack,
                        resumed_from=start.path if start.restores_state else None, start=start.kind,
                        switch_steps=schedule.switch_steps)
     loader = MicroBatchLoader(dataset, sampler, num_workers=cfg.data.num_workers, pin_memory=device.type == "cuda")
-    return Trainer(cfg, plan, pm, optimizer, loader, progress, guard, manager, validation,
-                   StopPolicy(signals, t.exit_interval, t.exit_duration_in_mins, started), device, result, end_sample,
-                   on_step, read_on_device)
+    return Trainer(cfg, plan, pm, optimizer, loader, progress, guard, manager, validation, stop, device, result,
+                   end_sample, on_step, read_on_device)
 
 
 def load_data(cfg: Config, plan: ResolvedRun, progress: TrainProgress):
