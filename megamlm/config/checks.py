@@ -13,19 +13,7 @@ import math
 from typing import get_type_hints
 
 from megamlm.config import rampup
-from megamlm.config.derived import (
-    DEFAULT_SWITCH,
-    SHAPE_FIELDS,
-    as_tuple,
-    model_features,
-    objective_stages,
-    resolved_shape,
-    split_weights,
-    switch_steps,
-    validation_enabled,
-    warmup_iters,
-    wsd_decay_iters,
-)
+from megamlm.config.derived import DEFAULT_SWITCH, SHAPE_FIELDS, DerivedValues, Switches, objective_stages
 from megamlm.config.docs import choices_of
 from megamlm.config.loader import ALTERNATIVES
 from megamlm.config.sections import (
@@ -51,23 +39,27 @@ MAX_TIMEOUT_MINUTES = 525_600
 
 
 def validate(cfg: Config) -> None:
-    """Every check of the config on its own, before any work starts. Raises ConfigError naming the fix."""
+    """Every check of the config on its own, before any work starts. Raises ConfigError naming the fix. What the
+    checks read that is computed from the settings (the shape, the switch steps, ...) is computed once, when the
+    numbers and choices it is computed from are checked, and handed to them (``DerivedValues``)."""
     _check_numbers(cfg)
     if cfg.model.model not in PRESETS:
         raise ConfigError(f"unknown --model {cfg.model.model!r}; choose one of {', '.join(PRESETS)}")
     _check_choices(cfg)
-    check_model(cfg)
+    values = DerivedValues.of(cfg)
+    check_model(cfg.model, values.shape)
     _check_alternatives(cfg)
-    check_objective(cfg)
-    check_training(cfg)
+    check_stages(cfg.objective.objective)
+    check_switches(cfg.objective, values.switches)
+    check_training(cfg, values)
     if cfg.logging.log_interval <= 0:
         raise ConfigError("--log-interval must be positive")
     check_checkpoint(cfg)
     check_stopping(cfg)
     if cfg.data.num_workers < 0:
         raise ConfigError("--num-workers must be >= 0")
-    check_sample_mode(cfg)
-    check_validation(cfg)
+    check_sample_mode(cfg, values.shape["seq_length"])
+    check_validation(cfg, values)
     check_parallel(cfg)
     check_performance(cfg.performance)
 
@@ -117,9 +109,8 @@ def _check_alternatives(cfg: Config) -> None:
                               "two ways; pass one of them")
 
 
-def check_model(cfg: Config) -> None:
-    m = cfg.model
-    shape = resolved_shape(m)
+def check_model(m: ModelConfig, shape: dict) -> None:
+    """The model section against its resolved ``shape`` (``--rope-scaling`` is parsed with it: DerivedValues)."""
     if shape["num_attention_heads"] % shape["num_query_groups"]:
         raise ConfigError(
             f"--num-attention-heads {shape['num_attention_heads']} is not divisible by --num-query-groups "
@@ -130,10 +121,6 @@ def check_model(cfg: Config) -> None:
     head_dim = m.head_dim if m.head_dim is not None else shape["hidden_size"] // shape["num_attention_heads"]
     if head_dim <= 0 or head_dim % 2:
         raise ConfigError(f"the head dimension ({head_dim}) must be positive and even for rotary embeddings")
-    try:
-        model_features(m)
-    except ValueError as err:  # json.JSONDecodeError is a ValueError too
-        raise ConfigError(f"--rope-scaling {m.rope_scaling!r}: {err}") from None
     for name in SHAPE_FIELDS:
         if name != "vocab_size" and shape[name] <= 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {shape[name]}")
@@ -149,13 +136,6 @@ def check_model(cfg: Config) -> None:
         raise ConfigError(f"--sliding-window must be at least 1, got {m.sliding_window}")
 
 
-def check_objective(cfg: Config) -> None:
-    o = cfg.objective
-    check_stages(o.objective)
-    check_switches(o, cfg.training.train_iters)
-    # --mask-ratio and the mask probabilities: _check_numbers (config/setting_checks.py, as a phase's)
-
-
 def check_stages(objective: str) -> None:
     """A named objective, or known stages joined by commas with no stage repeated next to itself."""
     stages = objective_stages(objective)
@@ -168,9 +148,10 @@ def check_stages(objective: str) -> None:
                               f"other; make them one stage (drop that stage and its switch)")
 
 
-def check_switches(o: ObjectiveConfig, train_iters: int) -> None:
+def check_switches(o: ObjectiveConfig, switches: Switches) -> None:
     """One switch per boundary between stages, strictly increasing and inside the run (no stage left empty)."""
-    stages, fractions, given = objective_stages(o.objective), as_tuple(o.switch), as_tuple(o.switch_step)
+    stages, fractions, given = switches.stages, switches.fractions, switches.given_steps
+    steps, train_iters = switches.steps, switches.train_iters
     flag, values = ("--switch-step", given) if o.switch_step is not None else ("--switch", fractions)
     shown_values = values or ((DEFAULT_SWITCH,) if len(stages) == 2 else ())
     shown = f"{flag} {','.join(map(str, shown_values))}"
@@ -189,7 +170,6 @@ def check_switches(o: ObjectiveConfig, train_iters: int) -> None:
                           f"(e.g. --switch {','.join(str(round((k + 1) / (needed + 1), 2)) for k in range(needed))})")
     if any(b <= a for a, b in zip(values, values[1:])):
         raise ConfigError(f"{shown} is not strictly increasing; give each stage's end after the one before it")
-    steps = switch_steps(o, train_iters)
     if any(b <= a for a, b in zip(steps, steps[1:])):
         raise ConfigError(f"{shown} with --train-iters {train_iters} puts two switches at steps "
                           f"{','.join(map(str, steps))}, leaving a stage empty; raise --train-iters or spread the "
@@ -201,14 +181,14 @@ def check_switches(o: ObjectiveConfig, train_iters: int) -> None:
                               "stage empty; raise --train-iters or move the switch")
 
 
-def check_training(cfg: Config) -> None:
+def check_training(cfg: Config, values: DerivedValues) -> None:
     t = cfg.training
     if t.train_iters <= 0:
         raise ConfigError(f"--train-iters must be positive, got {t.train_iters}")
     for flag, value in (("--micro-batch-size", t.micro_batch_size), ("--global-batch-size", t.global_batch_size)):
         if value is not None and value <= 0:
             raise ConfigError(f"{flag} must be positive, got {value}")
-    tokens = t.train_iters * (t.global_batch_size or 1) * (resolved_shape(cfg.model)["seq_length"] or 1)
+    tokens = t.train_iters * (t.global_batch_size or 1) * (values.shape["seq_length"] or 1)
     if tokens > LARGEST_INT:
         raise ConfigError(f"--train-iters {t.train_iters:,} x --global-batch-size {t.global_batch_size:,} x "
                           f"--seq-length is {tokens:,} tokens, beyond the 64-bit counts of samples and tokens; "
@@ -226,7 +206,7 @@ def check_training(cfg: Config) -> None:
     if t.lr_decay_style == "constant" and t.min_lr > 0:
         raise ConfigError(f"--min-lr {t.min_lr} is where the learning rate decays to, but --lr-decay-style constant "
                           "never decays; drop --min-lr, or pick wsd, cosine or linear")
-    warmup, decay = warmup_iters(t), wsd_decay_iters(t)
+    warmup, decay = values.warmup_iters, values.wsd_decay_iters
     if warmup + (decay if t.lr_decay_style == "wsd" else 0) > t.train_iters:
         raise ConfigError(f"warmup ({warmup}) plus decay ({decay}) steps exceed --train-iters {t.train_iters}; "
                           "lower --lr-warmup-iters / --lr-wsd-decay-iters, or give them as fractions of the run "
@@ -298,20 +278,19 @@ def check_stopping(cfg: Config) -> None:
         raise ConfigError("--exit-interval / --exit-duration-in-mins stop the run with a checkpoint: pass --save DIR")
 
 
-def check_sample_mode(cfg: Config) -> None:
+def check_sample_mode(cfg: Config, seq_length: int) -> None:
     """A document mode (--sample-mode other than windows) needs rows of at least 2 tokens: a row of one holds one
     token of one document, which no objective can score (nothing to predict it from)."""
-    seq_length = resolved_shape(cfg.model)["seq_length"]
     if cfg.data.sample_mode != "windows" and seq_length < 2:
         raise ConfigError(f"--sample-mode {cfg.data.sample_mode} needs --seq-length of at least 2 tokens, got "
                           f"{seq_length}; raise --seq-length (or use --sample-mode windows)")
 
 
-def check_validation(cfg: Config) -> None:
+def check_validation(cfg: Config, values: DerivedValues) -> None:
     d, v = cfg.data, cfg.validation
     if d.split is not None and d.valid_data_path:
         raise ConfigError("--split and --valid-data-path both give a validation set; pass one of them")
-    weights = split_weights(d)
+    weights = values.split_weights
     if weights is not None and weights[1] == 0:
         raise ConfigError(f"--split {d.split} leaves no validation documents; give the second weight a share "
                           "(e.g. 969,30,1), or drop --split")
@@ -321,7 +300,7 @@ def check_validation(cfg: Config) -> None:
         value = getattr(v, name)
         if value is not None and value <= 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {value}")
-        if value is not None and not validation_enabled(cfg):
+        if value is not None and not values.validation:
             raise ConfigError(f"--{name.replace('_', '-')} needs a validation set: pass --split (e.g. 969,30,1) or "
                               "--valid-data-path")
 

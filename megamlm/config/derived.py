@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import dataclass
 
 from megamlm.config.sections import (
     MODEL_FLAG_NAMES,
@@ -76,6 +77,26 @@ def switch_step(o: ObjectiveConfig, train_iters: int) -> int | None:
     """The first switch step (the switch of a two-stage schedule); None for one objective."""
     steps = switch_steps(o, train_iters)
     return steps[0] if steps else None
+
+
+@dataclass(frozen=True)
+class Switches:
+    """An objective schedule's stages and its switches, as given and as steps, for a run of ``train_iters`` steps:
+    what ``check_switches`` decides on (a run's from its config, a study arm's from its schedule)."""
+
+    stages: tuple[str, ...]
+    fractions: tuple[float, ...]
+    """--switch's fractions as given."""
+    given_steps: tuple[int, ...]
+    """--switch-step's steps as given."""
+    steps: tuple[int, ...]
+    """The switch steps the run takes (``switch_steps``)."""
+    train_iters: int
+
+    @classmethod
+    def of(cls, o: ObjectiveConfig, train_iters: int) -> Switches:
+        return cls(objective_stages(o.objective), as_tuple(o.switch), as_tuple(o.switch_step),
+                   switch_steps(o, train_iters), train_iters)
 
 
 def _steps(iters: int | None, fraction: float | None, train_iters: int) -> int:
@@ -193,3 +214,29 @@ def model_args_for(cfg: Config, tokenizer_vocab_size: int) -> ModelArgs:
                           f"pass the tokenizer the model was made for (--tokenizer-model, with data tokenized by it), "
                           f"or grow the model with --vocab-size {pad_vocab_size(tokenizer_vocab_size, 128)}")
     return ModelArgs(**{**values, "vocab_size": vocab})
+
+
+@dataclass(frozen=True)
+class DerivedValues:
+    """The values computed from a Config that its checks (config/checks.py) decide on, computed together before
+    they run (on settings whose numbers and choices are checked): each check is handed what it reads."""
+
+    shape: dict
+    """``resolved_shape``: the preset's shape with the explicit flags applied."""
+    switches: Switches
+    warmup_iters: int
+    wsd_decay_iters: int
+    split_weights: tuple[float, float, float] | None
+    validation: bool
+    """Whether the run has a validation set (``validation_enabled``)."""
+
+    @classmethod
+    def of(cls, cfg: Config) -> DerivedValues:
+        """The values of ``cfg``; raises ConfigError for a --rope-scaling or --split that does not parse."""
+        try:
+            model_features(cfg.model)
+        except ValueError as err:  # json.JSONDecodeError is a ValueError too
+            raise ConfigError(f"--rope-scaling {cfg.model.rope_scaling!r}: {err}") from None
+        t = cfg.training
+        return cls(resolved_shape(cfg.model), Switches.of(cfg.objective, t.train_iters), warmup_iters(t),
+                   wsd_decay_iters(t), split_weights(cfg.data), validation_enabled(cfg))

@@ -12,6 +12,7 @@ from typing import get_args
 from megamlm import extras
 from megamlm.config import SECTION_CLASSES, ConfigError, objective_stages
 from megamlm.config.checks import check_stages, check_switches
+from megamlm.config.derived import Switches
 from megamlm.config.sections import ObjectiveConfig
 from megamlm.eval.finetune import Hyperparameters
 from megamlm.eval.local_data import DATA_DIR_ENV, TASK_FILES, default_data_dir
@@ -205,8 +206,8 @@ def _check_schedule(schedule: Schedule, where: str) -> None:
     for budget in schedule.budgets:
         try:
             check_stages(objective)
-            check_switches(ObjectiveConfig(objective, schedule.switches or None, schedule.switch_steps or None),
-                           budget)
+            arm = ObjectiveConfig(objective, schedule.switches or None, schedule.switch_steps or None)
+            check_switches(arm, Switches.of(arm, budget))
         except ConfigError as err:
             raise StudyError(f"{where} (phases [{', '.join(phases)}], budget {budget}): {err}") from None
 
