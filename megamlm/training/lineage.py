@@ -87,6 +87,13 @@ class Segment:
     def same_settings(self, other: "Segment") -> bool:
         return {**asdict(self), "first_step": 0} == {**asdict(other), "first_step": 0}
 
+    def schedule_changes(self, launch: "Segment") -> str:
+        """'--lr is 0.003 in the checkpoint and 0.001 here; ...' for every schedule setting ``launch`` changes
+        (--train-iters, part of both schedules, once); '' when its schedules are these."""
+        changes = [describe_changes(self.objective_schedule, launch.objective_schedule, OBJECTIVE_FLAGS),
+                   describe_changes(self.lr_schedule, launch.lr_schedule, LR_FLAGS)]
+        return "; ".join(dict.fromkeys(c for part in changes for c in part.split("; ") if c))
+
     def objective_at(self, step: int) -> str:
         return objective_at_step(self.objective_schedule["objective"], self.objective_schedule["switch_step"], step)
 
@@ -104,6 +111,22 @@ class Segment:
 
     def lr_schedule_object(self) -> LRSchedule:
         return LRSchedule(**self.lr_schedule)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A launch's schedule against a checkpoint's history at the checkpoint's step, everything a resume decides on
+    (training/resume.py), compared in one pass (``History.compared_at``)."""
+
+    last: Segment
+    """The checkpoint's segment at its step: the schedules and optimizer it was training with."""
+    difference: str | None
+    """Where training steps 1..step with the launch's settings would differ from the history (``first_difference``),
+    or None."""
+    changes: str
+    """How the launch's schedules differ from ``last``'s ('' when they are the same)."""
+    continued: History
+    """The history continued with the launch's settings from the next step (``continued_at``)."""
 
 
 @dataclass
@@ -148,6 +171,11 @@ class History:
             return (f"the learning rate of step {first + at} is {trained} in the checkpoint's history and {planned} "
                     f"here ({describe_changes(segment.lr_schedule, launch.lr_schedule, LR_FLAGS)})")
         return None
+
+    def compared_at(self, step: int, launch: Segment) -> Comparison:
+        last = self.segment_at(step)
+        return Comparison(last, self.first_difference(launch, step), last.schedule_changes(launch),
+                          self.continued_at(step, launch))
 
     def state_dict(self) -> dict:
         return {"segments": [asdict(s) for s in self.segments]}

@@ -43,12 +43,10 @@ from megamlm.config.roles import ROLES, default_of, fields_with, role_of
 from megamlm.errors import ResumeError
 from megamlm.model.config import shape_record
 from megamlm.training.lineage import (
-    LR_FLAGS,
-    OBJECTIVE_FLAGS,
     OPTIMIZER_DEFAULTS,
+    Comparison,
     History,
     Segment,
-    describe_changes,
     lineage_event,
 )
 from megamlm.training.recipe_run import FIX, RecipeStart, as_phase_dicts, phase_differences, phase_layout
@@ -100,11 +98,12 @@ def recipe_start(saved: list[dict] | None, launch: list[dict], step: int, listed
     if saved is None:
         return RecipeStart([])
     rows = phase_rows(accepted)
-    old, new = as_phase_dicts(saved, launch, tuple(name for name, _ in rows))
+    names = tuple(name for name, _ in rows)
+    old, new = as_phase_dicts(saved, launch, names)
     differences = sorted(phase_differences(old, new, step, rows), key=lambda d: _ROLE_ORDER.index(d.role))
     if differences:  # the first by role, as settings_differences orders them (shape, stream, masking, ...)
         raise ResumeError(f"{differences[0].sentence}: {FIX}")
-    return phase_layout(old, new, step, tuple(name for name, _ in rows), listed)
+    return phase_layout(old, new, step, names, listed)
 
 StartKind = Literal["fresh", "init", "continue", "resume", "branch", "override"]
 Difference = tuple[str, object, object, str]
@@ -266,8 +265,8 @@ def _resume(saved: SavedRun, launch: LaunchPlan) -> StartDecision:
     if cfg.training.train_iters < step:
         raise ResumeError(f"cannot resume {path}: it is at step {step}, past --train-iters "
                           f"{cfg.training.train_iters}; raise --train-iters, or branch from an earlier checkpoint")
-    history = History.of_checkpoint(saved.train_state, saved.record)
-    kind = _compare_history(cfg, history, launch.segment, step, path, notes)
+    compared = History.of_checkpoint(saved.train_state, saved.record).compared_at(step, launch.segment)
+    kind = _compare_history(cfg, compared, launch.segment, step, path, notes)
     # The table's phase rows: the recipe's phases, stretch by stretch, by the roles declared beside the phase fields,
     # from the two run records as every other setting; a record that predates them has none.
     recipe = recipe_start(saved.record.get("recipe"), launch.record["recipe"], step, bool(cfg.recipe.phases),
@@ -280,7 +279,7 @@ def _resume(saved: SavedRun, launch: LaunchPlan) -> StartDecision:
     same_run = cfg.checkpoint.save and path.parent.resolve() == Path(cfg.checkpoint.save).resolve()
     if kind != "resume" or notes or not same_run:
         lineage.append(lineage_event(kind, path, step, saved.consumed_samples, notes))
-    return StartDecision(kind, history.continued_at(step, launch.segment), saved, lineage, notes)
+    return StartDecision(kind, compared.continued, saved, lineage, notes)
 
 
 def _check_stream(cfg: Config, refused: list[Difference], saved: dict, launch: dict, path: Path) -> list[str]:
@@ -328,17 +327,16 @@ def _arithmetic_notes(saved: dict, record: dict) -> list[str]:
             "those of a run that never stopped (same torch, processor and thread count reproduce it bitwise)"]
 
 
-def _compare_history(cfg: Config, history: History, launch: Segment, step: int, path: Path,
+def _compare_history(cfg: Config, compared: Comparison, launch: Segment, step: int, path: Path,
                      notes: list[str]) -> StartKind:
     """resume (the same schedule), branch (another schedule that agrees up to ``step``) or override; a
     ResumeError for a history that disagrees without --override-schedule."""
-    last = history.segment_at(step)
-    difference = history.first_difference(launch, step)
+    last, difference = compared.last, compared.difference
     if difference is None:
         if last.objective_schedule == launch.objective_schedule and last.lr_schedule == launch.lr_schedule:
             return "resume"
         notes.append(f"branching from {path}: its history of steps 1-{step} agrees with this launch's schedule, "
-                     f"which differs after step {step} ({_schedule_changes(last, launch)})")
+                     f"which differs after step {step} ({compared.changes})")
         return "branch"
     if not cfg.checkpoint.override_schedule:
         raise ResumeError(f"cannot resume {path}: its history disagrees with this launch's schedule: {difference}; "
@@ -355,12 +353,6 @@ def _compare_history(cfg: Config, history: History, launch: Segment, step: int, 
                           "left to train; raise --train-iters")
     notes.append(f"--override-schedule: {difference}; this launch's values win from step {step + 1}")
     return "override"
-
-
-def _schedule_changes(last: Segment, launch: Segment) -> str:
-    changes = [describe_changes(last.objective_schedule, launch.objective_schedule, OBJECTIVE_FLAGS),
-               describe_changes(last.lr_schedule, launch.lr_schedule, LR_FLAGS)]
-    return "; ".join(dict.fromkeys(c for part in changes for c in part.split("; ") if c))  # --train-iters once
 
 
 def _continue(saved: SavedRun, launch: LaunchPlan) -> StartDecision:
