@@ -133,25 +133,38 @@ class _Stream:
         raise NotImplementedError
 
 
-class _StandardStream(_Stream):
+class _Offset(_Stream):
+    """Samples ``offset``, ``offset + 1``, ... of ``source`` (the corpus's packed samples, or another stream) as
+    this stream's 0, 1, ..."""
+
+    source: PackedSampleDataset | _Stream
+    offset: int
+
+    def __getitem__(self, n: int) -> np.ndarray:
+        return self.source[self.offset + int(n)]
+
+    def document_ids(self, n: int) -> np.ndarray:
+        return self.source.document_ids(self.offset + int(n))
+
+    def sample_documents(self, n: int):
+        return self.source.sample_documents(self.offset + int(n))
+
+
+class _StandardStream(_Offset):
     """Samples ``offset``, ``offset + 1``, ... of the corpus's own stream at one sequence length."""
 
     def __init__(self, corpus: _Corpus, packed: PackedSampleDataset, offset: int):
-        self.corpus, self.packed, self.offset = corpus, packed, offset
+        self.corpus, self.source, self.offset = corpus, packed, offset
         self.windows_per_epoch = packed.windows_per_epoch
 
-    def __getitem__(self, n: int) -> np.ndarray:
-        return self.packed[self.offset + int(n)]
-
-    def document_ids(self, n: int) -> np.ndarray:
-        return self.packed.document_ids(self.offset + int(n))
-
-    def sample_documents(self, n: int):
-        return self.packed.sample_documents(self.offset + int(n))
+    @property
+    def packed(self) -> PackedSampleDataset:
+        """The corpus's samples at this length (its epochs built as far as ``ensure`` asked)."""
+        return self.source
 
     def ensure(self, count: int) -> None:
         if self.offset + count > len(self.packed):
-            self.packed = self.corpus.stream_at(self.packed.seq_length, self.offset + count)
+            self.source = self.corpus.stream_at(self.packed.seq_length, self.offset + count)
 
     def tail_after(self, n: int, seq_length: int, need: int, position: int) -> _Stream:
         consumed = self.offset + int(n)
@@ -252,30 +265,21 @@ class _RemainderStream(_Stream):
         return self.order[~touched], self.epoch, self.sizes
 
 
-class _Shifted(_Stream):
+class _Shifted(_Offset):
     """A stream after its first ``n`` samples (at the same sequence length)."""
 
     def __init__(self, stream: _Stream, n: int):
-        self.stream, self.n, self.corpus = stream, n, stream.corpus
+        self.source, self.offset, self.corpus = stream, n, stream.corpus
         self.windows_per_epoch = stream.windows_per_epoch
 
-    def __getitem__(self, m: int) -> np.ndarray:
-        return self.stream[self.n + int(m)]
-
-    def document_ids(self, m: int) -> np.ndarray:
-        return self.stream.document_ids(self.n + int(m))
-
-    def sample_documents(self, m: int):
-        return self.stream.sample_documents(self.n + int(m))
-
     def ensure(self, count: int) -> None:
-        self.stream.ensure(self.n + count)
+        self.source.ensure(self.offset + count)
 
     def tail_after(self, m: int, seq_length: int, need: int, position: int) -> _Stream:
-        return self.stream.tail_after(self.n + int(m), seq_length, need, position)
+        return self.source.tail_after(self.offset + int(m), seq_length, need, position)
 
     def left_after(self, m: int) -> tuple:
-        return self.stream.left_after(self.n + int(m))
+        return self.source.left_after(self.offset + int(m))
 
 
 class RecipeDataset(SampleLocator):

@@ -43,6 +43,14 @@ class Run:
     def is_continuation(self) -> bool:
         return self.continues is not None
 
+    def origin(self, scratch: str, branch: str, continued: str) -> str:
+        """Where this run starts, in a caller's words: ``scratch`` (from step 0), ``branch`` (a parent's checkpoint
+        at ``branch_step``) or ``continued`` (a finished parent), the last two formatted with ``{parent}`` and
+        ``{step}``."""
+        if self.parent is None:
+            return scratch
+        return (branch if self.branch_step else continued).format(parent=self.parent, step=self.branch_step)
+
     @property
     def phases(self) -> tuple[str, ...]:
         """The objective of each phase, in order (``("clm", "mlm")`` for clm_then_mlm)."""

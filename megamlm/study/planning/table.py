@@ -32,12 +32,7 @@ def plan_table(plan: Plan, throughput: Throughput) -> str:
               + " starts from | schedule | trains steps | tokens | GPU-hours | "
               "kept checkpoints |", "|---|" + ("---|" if marked else "") + "---|---|---:|---:|---:|---|"]
     for run in plan.runs:
-        if run.parent is None:
-            start = "scratch"
-        elif run.branch_step:
-            start = f"{run.parent} @ {run.branch_step:,}"
-        else:
-            start = f"{run.parent} (continued)"
+        start = run.origin("scratch", "{parent} @ {step:,}", "{parent} (continued)")
         cost = run_cost(run, throughput)
         first = run.branch_step + 1
         trained = f"{first:,}-{run.train_iters:,}" if run.steps_trained else "none"

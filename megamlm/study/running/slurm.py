@@ -140,12 +140,8 @@ def _repo_from(workdir: Path) -> str:
 
 def pretrain_script(plan: Plan, run: Run, workdir: Path) -> str:
     s = plan.study.slurm
-    if run.parent is None:
-        origin = "from scratch"
-    elif run.branch_step:
-        origin = f"from {run.parent} at step {run.branch_step:,} (--load)"
-    else:
-        origin = f"continuing the finished {run.parent} (--continue-from)"
+    origin = run.origin("from scratch", "from {parent} at step {step:,} (--load)",
+                        "continuing the finished {parent} (--continue-from)")
     save = plan.save_dir(run)
     layout = [] if s.gpus_per_node else [
         "# A CPU partition: ranks from the allocation's CPUs (pretrain_nvidia.sbatch, CPUS_PER_RANK), --device cpu.",
