@@ -179,7 +179,7 @@ def _document_attention_bench(device, leaf, batch, seq, heads, head_dim, quick) 
     mask = ab.dense_document_mask(document_ids, causal=False)  # built once, as attention() caches it
 
     def dense(q, k, v):
-        return ab._sdpa(q, k, v, attn_mask=mask, causal=False)
+        return ab.sdpa(q, k, v, attn_mask=mask, causal=False)
 
     def flex(q, k, v):
         return ab.attention(q, k, v, causal=False, document_ids=document_ids, backend="flex")

@@ -90,7 +90,7 @@ def attention(
                              "tensor; use backend 'sdpa'")
         if document_ids is None:
             with sdpa_kernel(getattr(SDPBackend, spec.sdpa_kernel)):
-                return _sdpa(q, k, v, attn_mask=None, causal=causal, scale=scale)
+                return sdpa(q, k, v, attn_mask=None, causal=causal, scale=scale)
         # With documents every SDPA variant takes the block-mask path below (a dense mask rules out both kernels).
     if spec.implementation == "flex":
         if q.device.type != "cuda" or q.shape[-1] < FLEX_MIN_HEAD_DIM:
@@ -102,8 +102,8 @@ def attention(
     if document_ids is not None and q.device.type == "cuda" and q.shape[-1] >= FLEX_MIN_HEAD_DIM:
         return _flex_attention(q, k, v, causal, document_ids, scale)
     if document_ids is None:
-        return _sdpa(q, k, v, attn_mask=None, causal=causal, scale=scale)
-    return _sdpa(q, k, v, attn_mask=_cached("dense", document_ids, causal, dense_document_mask), causal=False,
+        return sdpa(q, k, v, attn_mask=None, causal=causal, scale=scale)
+    return sdpa(q, k, v, attn_mask=_cached("dense", document_ids, causal, dense_document_mask), causal=False,
                  scale=scale)
 
 
@@ -118,7 +118,7 @@ def _windowed(q, k, v, causal, document_ids, backend: str, window: int, scale):
         return _flex_attention(q, k, v, causal, document_ids, scale, window)
     if backend != "sdpa":
         _note_window_fallback(backend)
-    return _sdpa(q, k, v, attn_mask=window_mask(q.shape[1], window, causal, document_ids, q.device), causal=False,
+    return sdpa(q, k, v, attn_mask=window_mask(q.shape[1], window, causal, document_ids, q.device), causal=False,
                  scale=scale)
 
 
@@ -184,7 +184,9 @@ def _cached(kind: str, document_ids: torch.Tensor, causal: bool, build):
     return value
 
 
-def _sdpa(q, k, v, attn_mask, causal, scale=None):
+def sdpa(q, k, v, attn_mask, causal, scale=None, dropout_p: float = 0.0):
+    """torch's scaled_dot_product_attention, (batch, seq, heads, dim) in and out; ``dropout_p`` drops attention
+    probabilities (torch's RNG), for a model trained with attention dropout."""
     q, k, v = (t.transpose(1, 2) for t in (q, k, v))
     grouped = k.shape[1] != q.shape[1]
     if grouped and attn_mask is not None:
@@ -193,7 +195,7 @@ def _sdpa(q, k, v, attn_mask, causal, scale=None):
         k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
         grouped = False
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=causal, enable_gqa=grouped,
-                                         scale=scale)
+                                         scale=scale, dropout_p=dropout_p)
     return out.transpose(1, 2)
 
 

@@ -1,16 +1,14 @@
 """Attention with dropout on its probabilities (ModernBERT's ``attention_dropout``), for training only.
 
 The attention backends compute without dropout; a model with ``attention_dropout > 0`` in train mode takes this
-path instead: softmax attention written out, with the masks of the sdpa backend (causal, documents, window) and
-torch's dropout (its RNG), as transformers' eager attention does.
+path instead: torch's SDPA with ``dropout_p`` over the dense mask of the sdpa backend (causal, documents, window).
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from megamlm.model.attention_backends import dense_document_mask, window_mask
+from megamlm.model.attention_backends import dense_document_mask, sdpa, window_mask
 
 
 def attention_mask(seq: int, causal: bool, document_ids: torch.Tensor | None, window: int | None,
@@ -27,13 +25,5 @@ def attention_mask(seq: int, causal: bool, document_ids: torch.Tensor | None, wi
 
 def dropout_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
                       scale: float | None, p: float) -> torch.Tensor:
-    """(batch, seq, heads, dim) in and out; probabilities dropped with probability ``p`` (torch's RNG)."""
-    q, k, v = (t.transpose(1, 2) for t in (q, k, v))
-    if k.shape[1] != q.shape[1]:
-        repeat = q.shape[1] // k.shape[1]
-        k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
-    scores = (q @ k.transpose(-1, -2)) * (scale if scale is not None else q.shape[-1] ** -0.5)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    probs = F.dropout(torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype), p=p, training=True)
-    return (probs @ v).transpose(1, 2)
+    """(batch, seq, heads, dim) in and out; probabilities dropped with probability ``p`` (torch's SDPA and RNG)."""
+    return sdpa(q, k, v, attn_mask=mask, causal=False, scale=scale, dropout_p=p)

@@ -16,7 +16,7 @@ class AttentionBackendSpec:
     """One attention backend: how it computes, where it runs, what it needs."""
 
     implementation: Literal["sdpa", "flex", "flash"]
-    """The function that computes it: SDPA (``_sdpa``), FlexAttention or flash-attn."""
+    """The function that computes it: SDPA (``sdpa``), FlexAttention or flash-attn."""
     gpu_only: bool
     """Runs on a CUDA/ROCm GPU only."""
     package: str | None = None
