@@ -32,7 +32,6 @@ from dataclasses import dataclass
 
 from megamlm.eval.aggregate import per_lr
 from megamlm.study.evidence.rules import STABILITY_MIN_LRS, TIE_RULES, TIE_TOLERANCE
-from megamlm.study.evidence.statistics import Sample
 from megamlm.study.planning.arms import Arm, arm_of_run, arms
 from megamlm.study.planning.plan import Plan
 from megamlm.study.running.commands import evaluated_models
@@ -177,18 +176,6 @@ def evaluated_steps_of(plan: Plan, arm: Arm) -> list[int]:
     return sorted({m.step for run in arm.runs for m in evaluated_models(plan, run)})
 
 
-def family_samples(plan: Plan, scores: Scores, arm: Arm, step: int | None = None) -> dict[str, Sample]:
-    """The arm's score per family at ``step`` (None: final), one value per pretraining seed; with a single
-    pretraining seed, also that model's fine-tuning seeds."""
-    out = {}
-    models = models_at(plan, arm, step)
-    for family in scores.families:
-        values = [v for v in (scores.score(m, family) for _, m in models) if v is not None]
-        if not values:
-            continue
-        finetuning = scores.finetuning_seeds(models[0][1], family) if len(models) == 1 else []
-        out[family] = Sample(values, finetuning)
-    return out
 
 
 def lr_curves(plan: Plan, scores: Scores) -> dict[str, dict[str, dict[float, list[float]]]]:

@@ -267,8 +267,3 @@ def _check_branches(plan: Plan) -> None:
         if difference is not None or stream_key(parent) != stream_key(run):
             raise AssertionError(f"planned branch {parent.name} -> {run.name} at {run.branch_step}: {difference}")
 
-
-def independent_steps(run: Run) -> int:
-    """Steps the run would train without branching: all of them (a continuation starts from its parent anyway)."""
-    return run.train_iters
-
