@@ -21,8 +21,9 @@ def _csv(rows: list) -> str:
         fields = [f.name for f in dataclasses.fields(rows[0])]
         writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
         writer.writeheader()
-        for row in rows:
-            writer.writerow(dataclasses.asdict(row))
+        for row in rows:  # a tuple of LRs as "0.001 0.003"
+            writer.writerow({k: " ".join(f"{x:g}" for x in v) if isinstance(v, tuple) else v
+                             for k, v in dataclasses.asdict(row).items()})
     return buffer.getvalue()
 
 
@@ -44,7 +45,8 @@ def markdown_table(summaries: list[TaskSummary], baselines: list[BaselineRow] = 
                          f"{s.test:.2f} (no training) | – | – |")
             continue
         runs = f"{s.runs}/{s.planned_runs}" + (f", {s.diverged_runs} diverged" if s.diverged_runs else "")
-        lines.append(f"| {s.model} | {s.family} | {s.task} | {s.metric} | {s.best_lr:g} | {s.validation_mean:.2f} | "
+        best = " and ".join(f"{lr:g}" for lr in s.chosen_lrs) or f"{s.best_lr:g}"  # several: the mean over them
+        lines.append(f"| {s.model} | {s.family} | {s.task} | {s.metric} | {best} | {s.validation_mean:.2f} | "
                      f"{mean_and_interval(s.test_mean, s.test_ci, s.seeds)} | {s.seeds} | {runs} |")
     families = family_averages(summaries)
     if families:

@@ -5,8 +5,8 @@ Quantities, each from the fine-tuning results (one file per model, task, LR and 
 
 - a model's score on a task family: the mean over the family's tasks of its test mean over fine-tuning seeds at
   the task's best LR (best mean validation score; LRs tied at the best are resolved by the study's tie rule,
-  ``rules.TIE_RULES``: the smaller LR, as ``eval.aggregate.summarize``, the larger, or the mean over the tied
-  LRs' test means);
+  ``eval.aggregate.TIE_RULES``: the smaller LR, the larger, or the mean over the tied LRs' test means, as the
+  report's tables read them, ``eval.aggregate.summarize``);
 - its score at one LR: the same mean at that LR for every task (the LR-sensitivity figure);
 - its *stability loss* on a task: the test score at the best LR (by validation) minus the mean test score at the
   grid's other LRs, in absolute score points (0 = as good everywhere; large = only one LR works), averaged over
@@ -30,8 +30,8 @@ from collections import defaultdict
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from megamlm.eval.aggregate import per_lr
-from megamlm.study.evidence.rules import STABILITY_MIN_LRS, TIE_RULES, TIE_TOLERANCE
+from megamlm.eval.aggregate import TIE_RULES, choose_lrs, per_lr, tied_at_best
+from megamlm.study.evidence.rules import STABILITY_MIN_LRS
 from megamlm.study.planning.arms import Arm, arm_of_run, arms
 from megamlm.study.planning.plan import Plan
 from megamlm.study.running.commands import evaluated_models
@@ -45,7 +45,7 @@ class Scores:
     seeds: dict[tuple[str, str, float], dict[int, float]]
     family_of: dict[str, str]
     tie_rule: str = "smaller"
-    """How LRs tied at the best validation mean are resolved (``rules.TIE_RULES``)."""
+    """How LRs tied at the best validation mean are resolved (``eval.aggregate.TIE_RULES``)."""
 
     @classmethod
     def of(cls, results: list[dict], tie_rule: str = "smaller") -> "Scores":
@@ -71,19 +71,15 @@ class Scores:
         return sorted({lr for tasks in self.by_lr.values() for lrs in tasks.values() for lr in lrs})
 
     def tied_lrs(self, model: str, task: str) -> list[float]:
-        """The LRs whose validation mean is the best (within ``rules.TIE_TOLERANCE``), smallest first."""
-        lrs = self.by_lr.get(model, {}).get(task)
-        if not lrs:
-            return []
-        top = max(v[0] for v in lrs.values())
-        return sorted(lr for lr, v in lrs.items() if v[0] >= top - TIE_TOLERANCE)
+        """The LRs whose validation mean is the best (within ``aggregate.TIE_TOLERANCE``), smallest first."""
+        return tied_at_best(self._validation(model, task))
 
     def chosen_lrs(self, model: str, task: str) -> list[float]:
         """The LRs the model's task score is read at under the tie rule: one, or (``mean``) every tied one."""
-        tied = self.tied_lrs(model, task)
-        if self.tie_rule == "mean" or not tied:
-            return tied
-        return [tied[0] if self.tie_rule == "smaller" else tied[-1]]
+        return choose_lrs(self._validation(model, task), self.tie_rule)
+
+    def _validation(self, model: str, task: str) -> dict[float, float]:
+        return {lr: v[0] for lr, v in self.by_lr.get(model, {}).get(task, {}).items()}
 
     def best_lr(self, model: str, task: str) -> float | None:
         """The best LR under the tie rule (``mean``: the smallest tied one, for display)."""
@@ -216,9 +212,7 @@ def stability_grid(plan: Plan, scores: Scores, compared: Collection[Arm],
             if len(curve) < STABILITY_MIN_LRS:
                 continue
             grid = sorted(curve)
-            top = max(curve.values())
-            tied = [lr for lr in grid if curve[lr] >= top - TIE_TOLERANCE]
-            chosen = tied if scores.tie_rule == "mean" else [tied[0] if scores.tie_rule == "smaller" else tied[-1]]
+            chosen = choose_lrs(curve, scores.tie_rule)
             best, place = chosen[0], grid.index(chosen[0])
             edge = any(grid.index(lr) in (0, len(grid) - 1) for lr in chosen)
             where.append(f"{arm.label} on {task}: {best:g} ({place + 1} of {len(grid)}"

@@ -19,13 +19,13 @@ from megamlm.config import field_docs, fraction_step, objective_name
 from megamlm.config.loader import keys_of
 from megamlm.config.phase_fields import PhaseConfig
 from megamlm.errors import UserError
+from megamlm.eval.aggregate import TieRule
 from megamlm.eval.finetune import Hyperparameters
 from megamlm.eval.runner import PAPER_LRS, PAPER_SEEDS
 from megamlm.eval.tasks import TaskSettings
 
 ContinuationObjective = Literal["mlm", "clm"]
 ExportArch = Literal["eurobert", "llama", "gemma3_encoder"]
-TieRule = Literal["smaller", "larger", "mean"]
 EVALUATE_OWN_SETTINGS = ("lr", "seed", "eurobert_inputs")
 """Fine-tuning and task settings the study does not take: the grid (lrs, seeds) and the export set them per run."""
 

@@ -35,7 +35,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from megamlm import figures as figs  # `figures` is write_report's flag
-from megamlm.eval.aggregate import TaskSummary, collect, summarize
+from megamlm.eval.aggregate import TaskSummary, collect, seed_scores_at, summarize
 from megamlm.eval.baseline_store import BaselineRow, read_baselines
 from megamlm.eval.metrics import mean_confidence_interval
 from megamlm.eval.registry import task_display_name
@@ -141,17 +141,18 @@ def evaluation_results(plan: Plan) -> list[dict]:
 def evaluation_summaries(plan: Plan, results: list[dict] | None = None) -> list[TaskSummary]:
     if plan.study.evaluation is None:
         return []
-    return summarize(evaluation_results(plan) if results is None else results, evaluation_keys(plan))
+    return summarize(evaluation_results(plan) if results is None else results, evaluation_keys(plan),
+                     plan.study.evaluation.tie_rule)
 
 
 def finetuning_scores(results: list[dict], summaries: list[TaskSummary]) -> dict[tuple[str, str], list[float]]:
-    """(model, task) -> its test scores over fine-tuning seeds at its selected LR."""
-    best = {(s.model, s.task): s.best_lr for s in summaries}
-    scores: dict[tuple[str, str], list[float]] = defaultdict(list)
+    """(model, task) -> its test scores over fine-tuning seeds at the LRs the tie rule selected (under ``mean``
+    each seed's score averaged over the tied LRs)."""
+    runs: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in results:
-        if best.get((r["model"], r["task"])) == r["lr"]:
-            scores[(r["model"], r["task"])].append(r["test"]["score"])
-    return scores
+        runs[(r["model"], r["task"])].append(r)
+    return {(s.model, s.task): list(seed_scores_at(runs[(s.model, s.task)], list(s.chosen_lrs)).values())
+            for s in summaries if runs[(s.model, s.task)]}
 
 
 def family_tables(summaries: list[TaskSummary], baselines: list[BaselineRow] = ()) -> str:
@@ -300,7 +301,10 @@ def write_report(plan: Plan, path: str | Path | None = None, figures: bool = Tru
     parts += [f"![{title}](figures/{p.name})\n" for title, p in images if p.name == "validation.png"]
     if summaries:
         parts += ["## Downstream", "", downstream_text, "### Per model, one table per task family", "",
-                  "Best LR on validation, test mean ± 95% CI over fine-tuning seeds; each size's random-init model "
+                  f"Best LR on validation (LRs tied there resolved by the study's tie rule, "
+                  f"`{plan.study.evaluation.tie_rule}`; under `mean` every tied LR is listed and each fine-tuning "
+                  "seed's score is averaged over them), test mean ± 95% CI over fine-tuning seeds; each size's "
+                  "random-init model "
                   "(`random-init-SIZE`) and the trivial baselines (`baseline:NAME`, no training) beside the models:",
                   "", family_tables(summaries, evaluation_baselines(plan)),
                   "### Informative tasks", "", informative_section(plan, results, rehearsal)]

@@ -6,16 +6,19 @@ import pytest
 from small_study import SMALL, write_study
 from test_evidence import BASELINE, PAPER, STUDY, write_results, write_score
 
+from megamlm.eval.aggregate import TIE_TOLERANCE, summarize
+from megamlm.eval.report import markdown_table
 from megamlm.study.evidence.scores import Scores
 from megamlm.study.planning.load import load_study
 from megamlm.study.planning.schema import StudyError
 from megamlm.study.reporting.claims_text import claims_section
+from megamlm.study.reporting.report import finetuning_scores
 from megamlm.study.running.commands import evaluated_models
 
 
 def _result(lr, validation, test, seed=0):
     return {"model": "m", "task": "brown-pos", "lr": lr, "seed": seed, "family": "token classification",
-            "validation": {"score": validation}, "test": {"score": test}}
+            "metric": "accuracy", "validation": {"score": validation}, "test": {"score": test}}
 
 
 def test_each_tie_rule_by_hand():
@@ -31,6 +34,28 @@ def test_each_tie_rule_by_hand():
     assert mean.finetuning_seeds("m", "token classification") == pytest.approx([80.0])
     with pytest.raises(ValueError, match="tie rule"):
         Scores.of(results, "median")
+
+
+def test_the_report_tables_read_each_model_at_the_lrs_its_claims_read():
+    """The per-model table, the per-arm table and the baselines' rows (``summarize``, ``finetuning_scores``) follow the
+    tie rule the claims follow: a table at the smaller LR beside a claim at the larger would print one score and
+    test another."""
+    results = [_result(1e-3, 80.0, 70.0), _result(3e-3, 80.0, 90.0), _result(1e-2, 60.0, 40.0),
+               _result(1e-3, 80.0, 72.0, seed=1), _result(3e-3, 80.0, 96.0, seed=1), _result(1e-2, 61.0, 40.0, seed=1)]
+    for rule, lrs, per_seed in (("smaller", (1e-3,), [70.0, 72.0]), ("larger", (3e-3,), [90.0, 96.0]),
+                                ("mean", (1e-3, 3e-3), [80.0, 84.0])):
+        [summary] = summarize(results, [], rule)
+        assert summary.chosen_lrs == lrs and summary.best_lr == lrs[0] and summary.seeds == 2, rule
+        assert summary.test_mean == pytest.approx(Scores.of(results, rule).task_score("m", "brown-pos")), rule
+        assert summary.test_mean == pytest.approx(sum(per_seed) / 2), rule
+        assert finetuning_scores(results, [summary])[("m", "brown-pos")] == pytest.approx(per_seed), rule
+    assert "| 0.001 and 0.003 |" in markdown_table(summarize(results, [], "mean"))
+    assert "| 0.003 |" in markdown_table(summarize(results, [], "larger"))
+    # within the tolerance is a tie, as for the claims; beyond it is not
+    near = [_result(1e-3, 80.0, 70.0), _result(3e-3, 80.0 - TIE_TOLERANCE / 2, 90.0)]
+    assert summarize(near, [], "larger")[0].chosen_lrs == (3e-3,)
+    apart = [_result(1e-3, 80.0, 70.0), _result(3e-3, 80.0 - 1e-6, 90.0)]
+    assert summarize(apart, [], "larger")[0].chosen_lrs == (1e-3,)
 
 
 def test_the_study_file_fixes_a_tie_rule(tmp_path):
