@@ -121,7 +121,15 @@ def _fixed_before_the_run(report: str, study) -> None:
     commit = file_commit(STUDIES / f"{CONFIRMATORY}.yaml")
     assert commit.startswith("commit ") and "uncommitted" not in commit
     assert f"Study file `{CONFIRMATORY}.yaml`: {commit}." in fixed, "the study file changed after its run"
+    rules = file_commit(study.resolve(study.claims))  # the claims table: the claims, their margins and settings
+    assert rules.startswith("commit ") and "uncommitted" not in rules
+    assert f"Claims table `{Path(study.claims).name}`: {rules}." in fixed, "the claims table changed after the run"
     assert "Pretraining seeds: 11, 12, 13, 14, 15." in fixed and f"`{study.evaluation.tie_rule}`" in fixed
+    # new seeds: no other study file beside it pretrains at any of them (the same seed, the same initial weights)
+    others = [f for f in STUDIES.glob("*.yaml") if f.stem != CONFIRMATORY and "\nname:" in f.read_text()]
+    assert len(others) >= 5  # the paper's, the first miniature, the pilot, ... (a recipe, wsd_trunk.yaml, is not one)
+    for other in others:
+        assert not {s for arm in study_arms(load_study(other)) for s in arm.seeds} & {11, 12, 13, 14, 15}, other.name
     table = report.split("Tie-rule sensitivity")[1]
     assert "| claim | " + " | ".join(TIE_RULES) + " | verdict |" in table
     for key in "acde":
