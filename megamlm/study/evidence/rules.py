@@ -5,19 +5,16 @@ their thresholds from here; ``reporting/claims_text.py`` prints ``rules_text`` a
 
 from __future__ import annotations
 
-from megamlm.eval.aggregate import TIE_RULES, TIE_TOLERANCE
 from megamlm.eval.metrics import SIGNIFICANCE
 
 LEVEL = SIGNIFICANCE
 """Holm-adjusted p below this: significant."""
 STABILITY_MIN_LRS = 3
 """The stability claim needs a fine-tuning LR grid of at least this many LRs, its best LR inside the grid."""
-# TIE_RULES (declared in eval/aggregate.py with TIE_TOLERANCE, which every table and claim reads): the reasonable
-# ways to resolve fine-tuning LRs tied at the best validation mean: the smaller LR, the larger, or the mean of the
-# tied LRs' test scores. The study file fixes one (``evaluation.tie_rule``) before its run; the report decides every
-# claim under each, and a verdict that changes with the rule is *fragile*, not supported.
-__all__ = ["FRAGILE", "LEVEL", "STABILITY_MIN_LRS", "TIE_RULES", "TIE_TOLERANCE", "UNIT", "informative_text",
-           "rules_text"]
+# The tie rules (eval/aggregate.py's TIE_RULES and TIE_TOLERANCE, which every table and claim reads): the
+# reasonable ways to resolve fine-tuning LRs tied at the best validation mean: the smaller LR, the larger, or the
+# mean of the tied LRs' test scores. The study file fixes one (``evaluation.tie_rule``) before its run; the report
+# decides every claim under each, and a verdict that changes with the rule is *fragile*, not supported.
 FRAGILE = "fragile"
 UNIT = "pretraining seed"
 """The unit of independence: models sharing a trunk are averaged per seed of their trunk."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from megamlm.eval.aggregate import TIE_RULES
 from megamlm.study.evidence.claims import (
     SUPPORTED,
     UNDECIDED,
@@ -18,7 +19,7 @@ from megamlm.study.evidence.claims import (
     smallest_p_of,
     study_claims,
 )
-from megamlm.study.evidence.rules import FRAGILE, LEVEL, TIE_RULES, rules_text
+from megamlm.study.evidence.rules import FRAGILE, LEVEL, rules_text
 from megamlm.study.evidence.scores import Scores
 from megamlm.study.evidence.statistics import Sample, p_text
 from megamlm.study.planning.plan import Plan

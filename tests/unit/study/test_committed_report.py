@@ -114,7 +114,7 @@ def test_the_committed_report_is_the_real_run_of_the_committed_study():
 def _fixed_before_the_run(report: str, study) -> None:
     """Issue 56: the report names the commit of its study file, which is still the file's last commit (the study
     file unchanged since the run), its seeds, and every claim's verdict under each tie rule."""
-    from megamlm.study.evidence.rules import TIE_RULES
+    from megamlm.eval.aggregate import TIE_RULES
     from megamlm.study.reporting.registration import file_commit
 
     fixed = report.split("## What was fixed before the run")[1].split("\n## ")[0]

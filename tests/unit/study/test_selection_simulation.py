@@ -1,5 +1,5 @@
 """The two choices a report makes on validation before its claim tests, simulated under the null (two arms of the
-same quality): the fine-tuning LR of every model, with ties resolved by each rule of ``rules.TIE_RULES``, and the
+same quality): the fine-tuning LR of every model, with ties resolved by each rule of ``TIE_RULES``, and the
 tasks the claims use (``informative.py``: some arm beats the random-init model and the best baseline on
 validation by the margin). Each simulated study has 5 pretraining seeds per arm, 3 LRs, and 4 tasks; a model's
 validation and test scores share its trunk (between-seed SD 3), its own quality (within-seed SD 2) and the LR's
@@ -19,8 +19,8 @@ import math
 import numpy as np
 import pytest
 
+from megamlm.eval.aggregate import TIE_RULES, TIE_TOLERANCE
 from megamlm.study.evidence.decision import NEITHER, decide, unit_sample
-from megamlm.study.evidence.rules import TIE_RULES, TIE_TOLERANCE
 
 STUDIES = 2_000
 SEEDS, LRS, TASKS = 5, 3, 4

@@ -1,4 +1,4 @@
-"""LRs tied at the best validation mean: the three tie rules (``rules.TIE_RULES``) by hand, the study file's key,
+"""LRs tied at the best validation mean: the three tie rules (``aggregate.TIE_RULES``) by hand, the study file's key,
 and the claims section deciding every claim under each rule, calling a verdict that changes with the rule fragile
 in its line and in the tie-rule table."""
 
