@@ -196,7 +196,7 @@ def check_training(cfg: Config, values: DerivedValues) -> None:
     if t.micro_batch_size and t.global_batch_size and t.global_batch_size % t.micro_batch_size:
         raise ConfigError(f"--global-batch-size {t.global_batch_size} is not divisible by --micro-batch-size "
                           f"{t.micro_batch_size}; pick a global batch that is a multiple of the micro-batch")
-    if t.rampup_batch_size is not None and (ramp_problem := rampup.problem(t.rampup_batch_size, t.global_batch_size)):
+    if ramp_problem := rampup.problem(t.rampup_batch_size, t.global_batch_size):
         raise ConfigError(ramp_problem)
     check_optimizer(cfg)
     if t.lr_warmup_fraction is not None and not 0.0 <= t.lr_warmup_fraction < 1.0:

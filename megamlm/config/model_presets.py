@@ -35,10 +35,14 @@ def _model_default(key: str):
 
 def with_model_preset(settings: dict, default_preset: str = DEFAULT_PRESET) -> dict:
     """``settings`` ({section: {key: value}} as given) with the model preset's features and the layer pattern of
-    ``--global-attn-every-n-layers`` filled in (a copy)."""
+    ``--global-attn-every-n-layers`` filled in (a copy; ``settings`` itself where there is nothing to fill in: a
+    plain preset such as tiny, no layer pattern to expand)."""
     model = dict(settings.get("model") or {})
     preset = PRESETS.get(model.get("model") or default_preset, {})
+    features = FEATURES.get(model.get("model") or default_preset, {})
     every = model.get(EVERY_N)
+    if not features and every is None:
+        return settings
     if every is not None:
         if model.get("layer_types") is not None:
             raise ConfigError(f"--global-attn-every-n-layers {every} and --layer-types give the layer pattern two "
@@ -47,7 +51,7 @@ def with_model_preset(settings: dict, default_preset: str = DEFAULT_PRESET) -> d
             raise ConfigError(f"--global-attn-every-n-layers must be a whole number of at least 1, got {every!r}")
         layers = model.get("num_layers") or preset.get("num_layers")
         model["layer_types"] = global_every_layer_types(layers, every)
-    for key, value in FEATURES.get(model.get("model") or default_preset, {}).items():
+    for key, value in features.items():
         if model.get(key, _model_default(key)) != _model_default(key):
             continue
         if key == "layer_types" and model.get("num_layers") not in (None, preset["num_layers"]):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 
+from megamlm.config.model_presets import DEFAULT_PRESET
 from megamlm.config.sections import SECTION_CLASSES
 
 PAPER_RECIPE: dict[str, dict] = {
@@ -69,7 +70,7 @@ RECIPE_DEFAULTS = _recipe_defaults()
 (for --help)."""
 
 
-def with_recipe(settings: dict, default_preset: str = "tiny") -> tuple[dict, list[str]]:
+def with_recipe(settings: dict, default_preset: str = DEFAULT_PRESET) -> tuple[dict, list[str]]:
     """``settings`` ({section: {key: value}} as given by flags and --config) with the preset's recipe filled in
     where a key (or its alternative) is not given, and the flags it filled (``--lr 0.0005``); a copy."""
     preset = (settings.get("model") or {}).get("model") or default_preset

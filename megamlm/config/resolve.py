@@ -15,10 +15,10 @@ from megamlm.config.batches import fit_batch_sizes
 from megamlm.config.checks import validate
 from megamlm.config.flags import given_settings
 from megamlm.config.loader import config_from_settings
-from megamlm.config.model_presets import DEFAULT_PRESET, EVERY_N, FEATURES, with_model_preset
+from megamlm.config.model_presets import with_model_preset
 from megamlm.config.phase_data import adopt_sidecar_tokenizer
 from megamlm.config.recipe_settings import apply_recipe, check_recipe_against_model
-from megamlm.config.recipes import RECIPES, recipe_file, with_recipe
+from megamlm.config.recipes import recipe_file, with_recipe
 from megamlm.config.sections import Config
 from megamlm.launcher_env import world_size_from_env
 from megamlm.log import log
@@ -57,12 +57,7 @@ def resolve(cfg: Config, adopt: Adopter | None = None, world_size: int | None = 
 def given_config(argv: list[str] | None = None) -> tuple[Config, str | None]:
     """Flags (and an optional YAML file) -> the Config as given with the preset's recipe (recipes.py) filled in
     where a flag is unset, not yet validated, and the note naming what the recipe filled (None when nothing)."""
-    settings = given_settings(argv)
-    model = settings.get("model") or {}
-    preset = model.get("model") or DEFAULT_PRESET
-    if FEATURES.get(preset) or model.get(EVERY_N) is not None:  # features to fill in, or a layer pattern to expand
-        settings = with_model_preset(settings)
-    settings, filled = with_recipe(settings) if preset in RECIPES else (settings, [])
+    settings, filled = with_recipe(with_model_preset(given_settings(argv)))
     cfg = config_from_settings(settings)
     if not filled:
         return cfg, None

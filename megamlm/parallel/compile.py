@@ -12,7 +12,7 @@ Modes:
 - ``cudagraphs``: ``model`` with CUDA graphs (inductor's ``reduce-overhead``), which replays each step's kernels
   without launching them from the host one by one. Only where every step has the same shapes and no
   collective runs inside the model: one GPU process.
-- ``auto``: the mode measured fastest for the device and layout (``MEASURED_BEST``).
+- ``auto``: the mode measured fastest for the device and layout (``_MEASURED_BEST``).
 
 The loss stays outside the compiled region: the sparse LM head selects the predicted positions (a
 data-dependent shape), and on GPU it is already one fused Triton kernel.
@@ -38,7 +38,7 @@ graph capture and autograd, without generating kernels) to stay fast on CPU."""
 # measured at 42.3% MFU against 37.6% eager for 610m MLM on one H200 (benchmarks/RESULTS.md, 2026-11-30);
 # whole-model compile and CUDA graphs have not been measured yet (benchmarks/gpu_session.sh measures them).
 # On CPU compile time outweighs what it saves in short runs, so CPU stays eager.
-MEASURED_BEST = {"cuda": "blocks", "cpu": "none"}
+_MEASURED_BEST = {"cuda": "blocks", "cpu": "none"}
 
 
 def compile_mode_problem(mode: str, device: torch.device, dims: ParallelDims) -> str | None:
@@ -58,7 +58,7 @@ def resolve_compile_mode(mode: str, device: torch.device, dims: ParallelDims) ->
     if problem := compile_mode_problem(mode, device, dims):
         raise ValueError(problem)
     if mode == "auto":
-        mode = MEASURED_BEST.get(device.type, "none")
+        mode = _MEASURED_BEST.get(device.type, "none")
     if mode == "model" and (dims.pp > 1 or dims.tp > 1):
         return "blocks"  # see the module docstring
     return mode

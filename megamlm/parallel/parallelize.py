@@ -100,7 +100,7 @@ def parallelize(model: Transformer, dims: ParallelDims, mesh: DeviceMesh | None,
     ``compile`` is a ``--compile`` mode (``auto`` resolved here for ``device`` and ``dims``, see
     ``megamlm.parallel.compile``); ``fp8`` trains the blocks' linear layers in float8 (``megamlm.parallel.float8``).
     """
-    compile_mode = compile if compile == "none" else resolve_compile_mode(compile, device, dims)
+    compile_mode = resolve_compile_mode(compile, device, dims)
     stage_ids: list[int] = []
     if dims.pp > 1:
         stage_ids = rank_stages(mesh["pp"].get_local_rank(), dims.pp, dims.stages_per_rank)
@@ -111,8 +111,7 @@ def parallelize(model: Transformer, dims: ParallelDims, mesh: DeviceMesh | None,
         apply_tp(model, tp_mesh)
     if recompute:
         apply_recompute(model)
-    if compile_mode != "none":
-        apply_compile(model, compile_mode)
+    apply_compile(model, compile_mode)
 
     parts: list[nn.Module] = [model]
     if dims.pp > 1:

@@ -40,7 +40,7 @@ from megamlm.launcher_env import world_size_from_env
 from megamlm.model.attention_table import attention_backend_problem
 from megamlm.model.config import Backends, ModelArgs
 from megamlm.model.transformer import Transformer
-from megamlm.parallel.compile import MEASURED_BEST, compile_mode_problem, resolve_compile_mode
+from megamlm.parallel.compile import compile_mode_problem, resolve_compile_mode
 from megamlm.parallel.dims import ParallelDims, data_parallel_degrees, layers_per_round
 from megamlm.parallel.float8 import float8_problem, float8_width_problem
 from megamlm.training.trackers import LIBRARY_TRACKERS
@@ -287,8 +287,6 @@ def resolve_device(choice: str) -> torch.device:
 
 def check_compile(mode: str, device: torch.device, dims: ParallelDims) -> str:
     """``--compile mode`` resolved for ``device`` and ``dims``, refused where it cannot run."""
-    if mode == "none" or mode == "auto" and MEASURED_BEST.get(device.type, "none") == "none":
-        return "none"  # eager: asked for, or measured fastest on this device (CPU)
     if problem := compile_mode_problem(mode, device, dims):
         raise ConfigError(problem)
     return resolve_compile_mode(mode, device, dims)
